@@ -1,0 +1,111 @@
+// IoEngine: the seam between kvtier's reactor and the operating system's asynchronous I/O.
+//
+// One thread (the engine's reactor) owns an IoEngine and is the only caller of Submit/Flush/Reap. Other threads
+// may call Wake() to end a Reap early. Implementations: io_uring (UringEngine), a small POSIX thread pool
+// (PosixEngine), an inline fake for deterministic tests (FakeEngine) and a fault-injecting wrapper
+// (FaultInjectingEngine). All of them pass tests/io/io_engine_contract_test.cc.
+//
+// Results are always a number: bytes transferred, a new fd, 0, or -errno. Never a bare bool.
+#pragma once
+
+#include <fcntl.h>
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvtier/status.h"
+
+namespace kvtier::io {
+
+enum class OpCode : uint8_t {
+  kOpenAt,    // openat(dirfd, path, flags, mode) -> fd
+  kRead,      // pread(fd, buf, len, offset) -> bytes (may be short)
+  kWrite,     // pwrite(fd, buf, len, offset) -> bytes (may be short)
+  kFsync,     // fsync(fd) -> 0
+  kClose,     // close(fd) -> 0
+  kLinkAt,    // linkat(dirfd, path, dirfd, path2, 0) -> 0
+  kUnlinkAt,  // unlinkat(dirfd, path, flags) -> 0
+};
+
+std::string_view OpCodeName(OpCode code);
+
+// One operation. Pointers (path, path2, buf) are borrowed: they must stay valid until the op's completion has
+// been returned by Reap, even if the op passed its deadline.
+struct IoOp {
+  OpCode code = OpCode::kRead;
+  uint64_t user_data = 0;        // returned unchanged in the completion
+  int dirfd = AT_FDCWD;          // kOpenAt, kLinkAt, kUnlinkAt
+  int fd = -1;                   // kRead, kWrite, kFsync, kClose
+  const char* path = nullptr;    // kOpenAt, kLinkAt (old), kUnlinkAt
+  const char* path2 = nullptr;   // kLinkAt (new)
+  int flags = 0;                 // kOpenAt open flags, kUnlinkAt flags
+  mode_t mode = 0;               // kOpenAt
+  void* buf = nullptr;           // kRead, kWrite
+  uint32_t len = 0;              // kRead, kWrite
+  uint64_t offset = 0;           // kRead, kWrite
+  // Absolute CLOCK_MONOTONIC nanoseconds (see NowNs()); 0 means no deadline. A backend that can cancel an op
+  // completes it with -ECANCELED or -ETIMEDOUT once the deadline passes; one that cannot (POSIX) delivers the
+  // real result late. Callers enforce deadlines on their own side as well (the engine treats a late op as failed
+  // but keeps its buffer until the completion arrives).
+  int64_t deadline_ns = 0;
+};
+
+struct IoCompletion {
+  uint64_t user_data = 0;
+  int64_t result = 0;  // >= 0: bytes / fd / 0; < 0: -errno
+};
+
+int64_t NowNs();  // CLOCK_MONOTONIC in nanoseconds
+
+class IoEngine {
+ public:
+  virtual ~IoEngine() = default;
+
+  virtual std::string_view name() const = 0;
+  // The most ops that may be in flight (submitted and not yet reaped) at once.
+  virtual uint32_t depth() const = 0;
+  virtual uint32_t in_flight() const = 0;
+
+  // Queues one op. Returns 0, or -EAGAIN when depth() ops are already in flight, or -EINVAL for a malformed op.
+  // Never blocks. Queued ops may not start until Flush() (io_uring batches them).
+  virtual int Submit(const IoOp& op) = 0;
+  // Starts every queued op. Returns 0 or -errno.
+  virtual int Flush() = 0;
+  // Appends completed ops to *out. Waits until at least one completion is available, Wake() is called, or
+  // timeout_ns passes (0: do not wait; < 0: wait without limit). Returns the number appended, or -errno.
+  virtual int Reap(std::vector<IoCompletion>* out, int64_t timeout_ns) = 0;
+  // Thread-safe: makes a concurrent or the next Reap return promptly.
+  virtual void Wake() = 0;
+};
+
+enum class EngineKind { kAuto, kUring, kPosix };
+
+struct EngineConfig {
+  EngineKind kind = EngineKind::kAuto;
+  uint32_t depth = 16;          // ops in flight
+  uint32_t posix_threads = 4;   // PosixEngine worker threads
+};
+
+// kAuto probes io_uring (creating a ring and running a NOP) and falls back to POSIX when the kernel refuses it
+// (ENOSYS, EPERM under seccomp, ...). *why, when given, receives a one-line reason for the choice.
+Result<std::unique_ptr<IoEngine>> CreateEngine(const EngineConfig& config, std::string* why = nullptr);
+
+Result<std::unique_ptr<IoEngine>> CreateUringEngine(uint32_t depth);
+Result<std::unique_ptr<IoEngine>> CreatePosixEngine(uint32_t depth, uint32_t threads);
+bool UringAvailable(std::string* why = nullptr);
+
+// Direct I/O capability of the filesystem holding dirfd (I2): statx STATX_DIOALIGN where the kernel reports it,
+// otherwise a probe write of a temporary file with O_DIRECT at decreasing alignments.
+struct DirectIoInfo {
+  bool supported = false;
+  uint32_t mem_align = 0;     // required buffer alignment in bytes
+  uint32_t offset_align = 0;  // required file offset and length alignment in bytes
+  std::string how;            // "statx", "probe", or why unsupported ("EINVAL on tmpfs", ...)
+};
+DirectIoInfo ProbeDirectIo(int dirfd);
+
+}  // namespace kvtier::io
