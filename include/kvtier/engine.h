@@ -1,0 +1,107 @@
+// Engine: kvtier's per-instance cache engine (scheduler side).
+//
+// An Engine owns a storage root's namespace, the in-memory index of published chunks, the staging pool in shared
+// memory, and one reactor thread that drives all disk I/O (io_uring or POSIX) and the device copier.
+//
+// Threads: every public method is thread-safe. Lookup runs on the caller's thread against the index (and, for
+// keys the index does not know, one stat of the chunk's file). Load and store jobs are queued to the reactor,
+// which alone touches the I/O engine; results come back through PollCompleted() or Wait().
+//
+// Data path of a load, per chunk: acquire a staging slot (never more than io_depth slots per job at once, so a
+// job larger than the pool streams through it), open the chunk file, read its header and only the GPU blocks
+// asked for, verify the header and each block's checksum, mark the slot ready, hand it to the device copier, and
+// release the slot when the copy completes. A store is the reverse: copy into a slot, write a uniquely named
+// temporary beside the final name, link() it into place (first writer wins), release the slot.
+//
+// Failure model: a missing, corrupt, foreign, late or unreadable chunk is a miss for that chunk (ChunkOutcome),
+// never wrong bytes. A store that cannot be written is dropped and counted. Neither stops the engine.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kvtier/chunk_key.h"
+#include "kvtier/options.h"
+#include "kvtier/stats.h"
+#include "kvtier/status.h"
+
+namespace kvtier {
+
+class DeviceCopier;  // src/transfer/device_copier.h
+
+using JobId = uint64_t;
+
+// Where a chunk's bytes go to (load) or come from (store). Offsets are relative to the first block transferred;
+// `address` is interpreted by the device copier (a host pointer for the host copier, a device pointer for CUDA).
+struct CopySegment {
+  uint64_t slot_offset = 0;
+  uint64_t address = 0;
+  uint64_t bytes = 0;
+};
+
+struct ChunkTransfer {
+  ChunkKey key;
+  uint32_t first_block = 0;   // loads: first GPU block of the chunk needed (X3); stores: must be 0
+  uint32_t num_blocks = 0;    // 0: through the end of the chunk; stores always write whole chunks
+  std::vector<CopySegment> segments;
+};
+
+enum class JobKind { kLoad, kStore };
+
+struct ChunkOutcome {
+  ChunkKey key;
+  Status status;  // Ok, or why the chunk was a miss (loads) or dropped (stores)
+};
+
+struct JobResult {
+  JobId id = 0;
+  JobKind kind = JobKind::kLoad;
+  uint32_t chunks_ok = 0;
+  std::vector<ChunkOutcome> chunks;  // in request order
+  uint64_t bytes = 0;                // payload bytes read or written
+  int64_t latency_ns = 0;
+  bool all_ok() const { return chunks_ok == chunks.size(); }
+};
+
+enum class ChunkLocation { kAbsent, kDisk, kPending };
+
+class Engine {
+ public:
+  // Opens (creating if needed) the namespace for options.identity under options.root. Fails with a message naming
+  // the problem: a missing or read-only root, another identity's manifest, a bad option. The host (memcpy) copier
+  // is used unless one is given.
+  static Result<std::unique_ptr<Engine>> Open(const EngineOptions& options);
+  static Result<std::unique_ptr<Engine>> Open(const EngineOptions& options, std::unique_ptr<DeviceCopier> copier);
+
+  virtual ~Engine() = default;  // waits for in-flight I/O, then stops the reactor
+
+  // Where a chunk is. kPending: a store of it is in flight. Never blocks on I/O beyond one stat.
+  virtual ChunkLocation Lookup(const ChunkKey& key) = 0;
+  // The number of leading keys that are present (kDisk), the longest cached prefix.
+  virtual size_t LookupPrefix(std::span<const ChunkKey> keys) = 0;
+
+  // Queue a job; returns its id at once. Requests are validated (block ranges, segment bounds) before queueing.
+  virtual Result<JobId> SubmitLoad(std::vector<ChunkTransfer> chunks) = 0;
+  virtual Result<JobId> SubmitStore(std::vector<ChunkTransfer> chunks) = 0;
+
+  // Completed jobs since the last call (non-blocking). A job is reported exactly once, by this or by Wait.
+  virtual std::vector<JobResult> PollCompleted() = 0;
+  // Waits up to timeout_ms for job id; kTimedOut if it is still running, kNotFound if unknown or already reported.
+  virtual Result<JobResult> Wait(JobId id, int64_t timeout_ms) = 0;
+
+  // Enforce the disk budget now (down to the low watermark). Returns bytes evicted.
+  virtual Result<uint64_t> EvictToBudget() = 0;
+
+  virtual StatsSnapshot Stats() const = 0;
+  virtual const EngineOptions& options() const = 0;
+  // Facts decided at open: I/O backend and mode, DIO alignment, pool name and geometry, index size.
+  virtual std::string Describe() const = 0;
+  virtual std::string pool_name() const = 0;
+  virtual uint64_t chunk_payload_bytes() const = 0;  // blocks_per_chunk * block stride
+  virtual uint64_t block_stride() const = 0;
+};
+
+}  // namespace kvtier

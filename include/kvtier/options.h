@@ -1,0 +1,65 @@
+// EngineOptions: everything an Engine is configured with. Validate() checks every field and names the bad one.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+
+#include "kvtier/status.h"
+
+namespace kvtier {
+
+// What the cached KV bytes mean (L1). Two engines share entries only when every field is equal; a storage root
+// whose namespace manifest differs is refused, never reused.
+struct CacheIdentity {
+  std::string model;            // model name
+  std::string revision;         // weights revision, or a hash given by the user
+  std::string kv_dtype;         // "bfloat16", "float16", "fp8_e4m3", ...
+  uint32_t tokens_per_chunk = 0;
+  uint32_t blocks_per_chunk = 0;  // GPU blocks per chunk (tokens_per_chunk / tokens per GPU block)
+  uint64_t block_bytes = 0;       // bytes of one GPU block as stored: all layers and all TP ranks
+  uint32_t tp_size = 1;
+  uint32_t pp_size = 1;
+  std::string layout_tag = "kvtier-block-major-v1";  // per-block byte order inside the payload
+};
+
+enum class IoMode { kAuto, kDirect, kBuffered };      // kAuto: O_DIRECT where the filesystem allows it (I2)
+enum class IoBackend { kAuto, kUring, kPosix };       // kAuto: io_uring where the kernel allows it (I3)
+
+struct EngineOptions {
+  std::string root;             // storage root: an existing, writable directory (L1)
+  CacheIdentity identity;
+
+  // Staging pool (S1, S2): pool_bytes / slot size slots, one chunk payload each.
+  uint64_t pool_bytes = 1ull << 30;
+  uint32_t demand_reserve_slots = 0;  // slots speculative work can never take; 0 picks io_depth
+  std::string pool_name;              // POSIX shm name; empty: a unique one
+
+  // I/O (I1-I4).
+  IoBackend backend = IoBackend::kAuto;
+  IoMode io_mode = IoMode::kAuto;
+  uint32_t io_depth = 16;             // ops in flight; also bounds the slots one job holds at once
+  uint32_t posix_threads = 4;
+  uint32_t op_timeout_ms = 10000;     // per-operation deadline (I4): a late read becomes a miss
+  bool fsync_on_publish = false;      // L4: off by default; a torn entry after power loss fails its checksum
+
+  // Capacity (C1, C2).
+  uint64_t disk_budget_bytes = 0;     // 0: unlimited
+  double high_watermark = 0.95;       // evict when usage > high * budget ...
+  double low_watermark = 0.85;        // ... down to low * budget
+
+  // Security (K2).
+  mode_t dir_mode = 0750;             // files get the same mode without execute bits
+
+  // Lookups of keys not in the in-memory index stat the file (entries published by other instances); a miss
+  // is remembered this long before the filesystem is asked again.
+  uint32_t negative_cache_ms = 1000;
+  uint32_t temp_max_age_s = 600;      // L5: temporaries older than this are swept at open
+
+  std::string trace_path;             // O2: Chrome trace JSON; empty: off
+
+  Status Validate() const;
+};
+
+}  // namespace kvtier

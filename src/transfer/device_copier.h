@@ -1,0 +1,53 @@
+// DeviceCopier: the seam between staging slots and the memory a model reads KV from (X1, X2).
+//
+// The engine's reactor submits every copy that became ready in one iteration as one batch (one launch for the
+// CUDA copier), and polls for completions. Implementations: HostCopier (memcpy on a helper thread; vLLM's CPU
+// platform and tests), the CUDA copier (src/cuda, worker side), and test doubles.
+//
+// Threads: Submit and Poll are called by the reactor thread only. The wakeup callback is called from the
+// copier's own thread when a completion is ready; it must be cheap and thread-safe (the engine wakes its reactor).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string_view>
+#include <vector>
+
+#include "kvtier/engine.h"
+#include "kvtier/status.h"
+
+namespace kvtier {
+
+enum class CopyDirection { kSlotToDevice, kDeviceToSlot };
+
+struct CopyTask {
+  uint64_t id = 0;  // chosen by the engine, returned in CopyDone
+  CopyDirection direction = CopyDirection::kSlotToDevice;
+  uint8_t* slot_data = nullptr;          // start of the bytes transferred in the slot
+  uint64_t slot_bytes = 0;               // bytes valid from slot_data (bounds for segments)
+  std::vector<CopySegment> segments;     // slot_offset relative to slot_data
+};
+
+struct CopyDone {
+  uint64_t id = 0;
+  Status status;
+};
+
+class DeviceCopier {
+ public:
+  virtual ~DeviceCopier() = default;
+  virtual std::string_view name() const = 0;
+  // Called once by the engine before the first Submit.
+  virtual void SetWakeup(std::function<void()> wakeup) = 0;
+  // Starts the copies; never blocks on them.
+  virtual void Submit(std::vector<CopyTask> batch) = 0;
+  // Appends finished copies to *done; never blocks.
+  virtual void Poll(std::vector<CopyDone>* done) = 0;
+  // Number of submitted copies not yet returned by Poll.
+  virtual size_t pending() const = 0;
+};
+
+// memcpy on one helper thread; `address` in segments is a host pointer.
+std::unique_ptr<DeviceCopier> CreateHostCopier();
+
+}  // namespace kvtier
