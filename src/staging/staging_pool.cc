@@ -1,0 +1,445 @@
+#include "staging/staging_pool.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cassert>
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <random>
+#include <thread>
+
+namespace kvtier::staging {
+
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "slot words must be lock-free across processes");
+static_assert(sizeof(std::atomic<uint64_t>) == sizeof(uint64_t), "slot words must have the size of a uint64_t");
+
+namespace {
+
+// The first page of the mapping. Plain fields are written once by the creator before `magic` is published
+// (release) and never change after; attachers read `magic` with acquire before trusting the rest.
+struct PoolHeader {
+  std::atomic<uint64_t> magic;
+  uint32_t version;
+  uint32_t num_slots;
+  uint64_t slot_bytes;
+  uint64_t slot_stride;
+  uint64_t alignment;
+  uint64_t control_offset;
+  uint64_t data_offset;
+  uint64_t mapped_bytes;
+  int64_t owner_pid;
+  uint32_t demand_reserve;
+  uint32_t control_line_bytes;
+};
+
+constexpr uint64_t kCacheLine = 64;
+constexpr int kSpinIterations = 2000;
+constexpr std::chrono::microseconds kMaxPollSleep{50};
+
+constexpr uint64_t PackState(uint32_t generation, SlotState state) {
+  return (uint64_t{generation} << 32) | static_cast<uint8_t>(state);
+}
+constexpr SlotView UnpackState(uint64_t word) {
+  return SlotView{static_cast<uint32_t>(word >> 32), static_cast<SlotState>(word & 0xff)};
+}
+
+bool IsPowerOfTwo(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
+uint64_t RoundUp(uint64_t v, uint64_t align) { return (v + align - 1) / align * align; }
+
+uint64_t SystemPageSize() {
+  long page = sysconf(_SC_PAGESIZE);
+  return page > 0 ? static_cast<uint64_t>(page) : kMinAlignment;
+}
+
+// POSIX shm names: a leading '/', no other '/', at most NAME_MAX characters after it.
+Status ValidateName(const std::string& name) {
+  if (name.size() < 2 || name[0] != '/') {
+    return Status(StatusCode::kInvalidArgument,
+                  "staging pool name '" + name + "' must start with '/' and have at least one more character");
+  }
+  if (name.find('/', 1) != std::string::npos) {
+    return Status(StatusCode::kInvalidArgument, "staging pool name '" + name + "' must not contain '/' after the first");
+  }
+  if (name.size() - 1 > NAME_MAX) {
+    return Status(StatusCode::kInvalidArgument,
+                  "staging pool name is " + std::to_string(name.size()) + " characters; at most " +
+                      std::to_string(NAME_MAX + 1) + " are allowed");
+  }
+  return Status::Ok();
+}
+
+std::string RandomName() {
+  std::random_device rd;
+  uint64_t r = (uint64_t{rd()} << 32) ^ rd();
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "/kvtier-%d-%016llx", static_cast<int>(getpid()),
+                static_cast<unsigned long long>(r));
+  return buf;
+}
+
+struct Geometry {
+  uint64_t alignment;
+  uint64_t slot_stride;
+  uint64_t control_offset;
+  uint64_t data_offset;
+  uint64_t mapped_bytes;
+};
+
+Result<Geometry> ComputeGeometry(const StagingPoolOptions& o) {
+  if (o.num_slots == 0) return Status(StatusCode::kInvalidArgument, "staging pool num_slots must be > 0");
+  if (o.slot_bytes == 0) return Status(StatusCode::kInvalidArgument, "staging pool slot_bytes must be > 0");
+  if (!IsPowerOfTwo(o.alignment)) {
+    return Status(StatusCode::kInvalidArgument,
+                  "staging pool alignment " + std::to_string(o.alignment) + " is not a power of two");
+  }
+  if (o.demand_reserve > o.num_slots) {
+    return Status(StatusCode::kInvalidArgument, "staging pool demand_reserve " + std::to_string(o.demand_reserve) +
+                                                    " exceeds num_slots " + std::to_string(o.num_slots));
+  }
+  Geometry g;
+  g.alignment = std::max<uint64_t>({o.alignment, kMinAlignment, SystemPageSize()});
+  if (o.slot_bytes > kMaxPoolBytes) {
+    return Status(StatusCode::kInvalidArgument,
+                  "staging pool slot_bytes " + std::to_string(o.slot_bytes) + " exceeds the 1 TiB limit");
+  }
+  g.slot_stride = RoundUp(o.slot_bytes, g.alignment);
+  g.control_offset = RoundUp(sizeof(PoolHeader), kCacheLine);
+  g.data_offset = RoundUp(g.control_offset + kCacheLine * o.num_slots, g.alignment);
+  // num_slots < 2^32 and slot_stride <= 2^40 + alignment, so the product fits in 64 bits.
+  uint64_t data_bytes = uint64_t{o.num_slots} * g.slot_stride;
+  if (data_bytes > kMaxPoolBytes) {
+    return Status(StatusCode::kInvalidArgument,
+                  "staging pool of " + std::to_string(o.num_slots) + " slots x " + std::to_string(g.slot_stride) +
+                      " bytes (" + std::to_string(data_bytes) + " bytes) exceeds the 1 TiB limit");
+  }
+  g.mapped_bytes = g.data_offset + data_bytes;
+  return g;
+}
+
+[[noreturn]] void Die(const char* what, uint32_t slot) {
+  std::fprintf(stderr, "kvtier StagingPool: %s (slot %u)\n", what, slot);
+  std::abort();
+}
+
+}  // namespace
+
+// One cache line per slot so that workers polling one slot never share a line with the engine writing another.
+struct alignas(64) StagingPool::SlotControl {
+  std::atomic<uint64_t> state;     // generation:32 | state:8
+  std::atomic<uint64_t> consumed;  // generation:32 | consumers_done:32
+};
+
+std::string_view SlotStateName(SlotState state) {
+  switch (state) {
+    case SlotState::kFree: return "Free";
+    case SlotState::kFilling: return "Filling";
+    case SlotState::kReady: return "Ready";
+    case SlotState::kFailed: return "Failed";
+  }
+  return "Unknown";
+}
+
+std::string_view WaitOutcomeName(WaitOutcome outcome) {
+  switch (outcome) {
+    case WaitOutcome::kReady: return "Ready";
+    case WaitOutcome::kFailed: return "Failed";
+    case WaitOutcome::kSuperseded: return "Superseded";
+    case WaitOutcome::kTimedOut: return "TimedOut";
+  }
+  return "Unknown";
+}
+
+Result<std::unique_ptr<StagingPool>> StagingPool::Create(const StagingPoolOptions& options) {
+  static_assert(sizeof(SlotControl) == kCacheLine, "one control line per slot");
+  Result<Geometry> geometry = ComputeGeometry(options);
+  if (!geometry.ok()) return geometry.status();
+  const Geometry& g = *geometry;
+  const bool generated_name = options.name.empty();
+  if (!generated_name) KVTIER_RETURN_IF_ERROR(ValidateName(options.name));
+
+  std::string name;
+  int fd = -1;
+  // A generated name can collide only with a leftover of a crashed process with the same pid: retry a few times.
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    name = generated_name ? RandomName() : options.name;
+    fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    if (fd >= 0 || errno != EEXIST || !generated_name) break;
+  }
+  if (fd < 0) return Status::FromErrno(errno, "shm_open(" + name + ", O_CREAT|O_EXCL)");
+
+  auto fail = [&](Status s) -> Result<std::unique_ptr<StagingPool>> {
+    close(fd);
+    shm_unlink(name.c_str());
+    return s;
+  };
+
+  // tmpfs accepts an ftruncate larger than its free space and raises SIGBUS on a later page fault; refuse here.
+  struct statvfs vfs;
+  if (fstatvfs(fd, &vfs) == 0 && vfs.f_blocks != 0) {
+    uint64_t available = uint64_t{vfs.f_bavail} * vfs.f_frsize;
+    if (g.mapped_bytes > available) {
+      return fail(Status(StatusCode::kNoSpace, "staging pool needs " + std::to_string(g.mapped_bytes) +
+                                                   " bytes of shared memory; /dev/shm has " +
+                                                   std::to_string(available) + " available"));
+    }
+  }
+  if (ftruncate(fd, static_cast<off_t>(g.mapped_bytes)) != 0) {
+    return fail(Status::FromErrno(errno, "ftruncate(" + name + ", " + std::to_string(g.mapped_bytes) + ")"));
+  }
+  int flags = MAP_SHARED | (options.populate ? MAP_POPULATE : 0);
+  void* base = mmap(nullptr, g.mapped_bytes, PROT_READ | PROT_WRITE, flags, fd, 0);
+  if (base == MAP_FAILED) return fail(Status::FromErrno(errno, "mmap(" + name + ")"));
+  close(fd);
+
+  std::unique_ptr<StagingPool> pool(new StagingPool());
+  pool->name_ = name;
+  pool->owner_ = true;
+  pool->creator_pid_ = getpid();
+  pool->base_ = base;
+  pool->mapped_bytes_ = g.mapped_bytes;
+  pool->num_slots_ = options.num_slots;
+  pool->slot_bytes_ = options.slot_bytes;
+  pool->slot_stride_ = g.slot_stride;
+  pool->demand_reserve_ = options.demand_reserve;
+  auto* bytes = static_cast<uint8_t*>(base);
+  pool->controls_ = reinterpret_cast<SlotControl*>(bytes + g.control_offset);
+  pool->data_ = bytes + g.data_offset;
+  for (uint32_t i = 0; i < options.num_slots; ++i) {
+    new (&pool->controls_[i]) SlotControl{{PackState(0, SlotState::kFree)}, {0}};
+  }
+  pool->free_list_.reserve(options.num_slots);
+  for (uint32_t i = options.num_slots; i > 0; --i) pool->free_list_.push_back(i - 1);  // slot 0 goes out first
+  pool->slot_in_use_.assign(options.num_slots, false);
+
+  auto* header = new (base) PoolHeader{};
+  header->version = kPoolVersion;
+  header->num_slots = options.num_slots;
+  header->slot_bytes = options.slot_bytes;
+  header->slot_stride = g.slot_stride;
+  header->alignment = g.alignment;
+  header->control_offset = g.control_offset;
+  header->data_offset = g.data_offset;
+  header->mapped_bytes = g.mapped_bytes;
+  header->owner_pid = getpid();
+  header->demand_reserve = options.demand_reserve;
+  header->control_line_bytes = sizeof(SlotControl);
+  header->magic.store(kPoolMagic, std::memory_order_release);  // last: the pool is now attachable
+  return pool;
+}
+
+Result<std::unique_ptr<StagingPool>> StagingPool::Attach(const std::string& name) {
+  KVTIER_RETURN_IF_ERROR(ValidateName(name));
+  int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
+  if (fd < 0) {
+    Status s = Status::FromErrno(errno, "attach staging pool: shm_open(" + name + ")");
+    if (s.code() == StatusCode::kNotFound) {
+      return Status(StatusCode::kNotFound, "attach staging pool: no shared memory named " + name, errno);
+    }
+    return s;
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    int e = errno;
+    close(fd);
+    return Status::FromErrno(e, "attach staging pool: fstat(" + name + ")");
+  }
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (size < sizeof(PoolHeader)) {
+    close(fd);
+    // The owner creates the object empty and sizes it before writing the header.
+    return Status(StatusCode::kFailedPrecondition,
+                  "attach staging pool " + name + ": only " + std::to_string(size) +
+                      " bytes; not initialized yet, or not a kvtier staging pool");
+  }
+  void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  int e = errno;
+  close(fd);
+  if (base == MAP_FAILED) return Status::FromErrno(e, "attach staging pool: mmap(" + name + ")");
+
+  auto fail = [&](StatusCode code, std::string message) -> Result<std::unique_ptr<StagingPool>> {
+    munmap(base, size);
+    return Status(code, "attach staging pool " + name + ": " + message);
+  };
+  const auto* header = static_cast<const PoolHeader*>(base);
+  uint64_t magic = header->magic.load(std::memory_order_acquire);
+  if (magic == 0) return fail(StatusCode::kFailedPrecondition, "its header is not written yet (retry)");
+  if (magic != kPoolMagic) return fail(StatusCode::kCorrupt, "bad magic; not a kvtier staging pool");
+  if (header->version != kPoolVersion) {
+    return fail(StatusCode::kFailedPrecondition, "format version " + std::to_string(header->version) +
+                                                     ", this build reads version " + std::to_string(kPoolVersion));
+  }
+  // Recompute the layout from the recorded options and insist that every recorded offset agrees with it.
+  StagingPoolOptions o;
+  o.num_slots = header->num_slots;
+  o.slot_bytes = header->slot_bytes;
+  o.alignment = header->alignment <= UINT32_MAX ? static_cast<uint32_t>(header->alignment) : 0;
+  o.demand_reserve = header->demand_reserve;
+  Result<Geometry> g = ComputeGeometry(o);
+  if (!g.ok()) return fail(StatusCode::kCorrupt, "inconsistent header: " + g.status().message());
+  if (g->alignment != header->alignment || g->slot_stride != header->slot_stride ||
+      g->control_offset != header->control_offset || g->data_offset != header->data_offset ||
+      g->mapped_bytes != header->mapped_bytes || header->control_line_bytes != sizeof(SlotControl)) {
+    return fail(StatusCode::kCorrupt, "inconsistent header: recorded layout does not match its own options");
+  }
+  if (header->mapped_bytes != size) {
+    return fail(StatusCode::kCorrupt, "header says " + std::to_string(header->mapped_bytes) +
+                                          " bytes but the shared memory object has " + std::to_string(size));
+  }
+
+  std::unique_ptr<StagingPool> pool(new StagingPool());
+  pool->name_ = name;
+  pool->owner_ = false;
+  pool->base_ = base;
+  pool->mapped_bytes_ = size;
+  pool->num_slots_ = header->num_slots;
+  pool->slot_bytes_ = header->slot_bytes;
+  pool->slot_stride_ = header->slot_stride;
+  pool->demand_reserve_ = header->demand_reserve;
+  auto* bytes = static_cast<uint8_t*>(base);
+  pool->controls_ = reinterpret_cast<SlotControl*>(bytes + header->control_offset);
+  pool->data_ = bytes + header->data_offset;
+  // Workers never allocate: free_list_ stays empty, so Acquire() returns nullopt on an attached pool.
+  pool->slot_in_use_.assign(pool->num_slots_, false);
+  return pool;
+}
+
+StagingPool::~StagingPool() {
+  if (base_ != nullptr) munmap(base_, mapped_bytes_);
+  if (owner_ && creator_pid_ == getpid()) shm_unlink(name_.c_str());
+}
+
+StagingPool::SlotControl& StagingPool::control(uint32_t slot) const {
+  assert(slot < num_slots_);
+  return controls_[slot];
+}
+
+// --- Allocation ---
+
+std::optional<uint32_t> StagingPool::Acquire(Priority priority) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (free_list_.empty()) return std::nullopt;
+  if (priority == Priority::kSpeculative && free_list_.size() <= demand_reserve_) return std::nullopt;
+  uint32_t slot = free_list_.back();
+  free_list_.pop_back();
+  slot_in_use_[slot] = true;
+  peak_in_use_ = std::max(peak_in_use_, num_slots_ - static_cast<uint32_t>(free_list_.size()));
+  return slot;
+}
+
+void StagingPool::Release(uint32_t slot) {
+  if (slot >= num_slots_) Die("Release of a slot out of range", slot);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!slot_in_use_[slot]) Die("Release of a slot that is not in use", slot);
+  slot_in_use_[slot] = false;
+  MarkFree(slot);
+  free_list_.push_back(slot);
+}
+
+uint32_t StagingPool::free_slots() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<uint32_t>(free_list_.size());
+}
+
+uint32_t StagingPool::in_use() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return owner_ ? num_slots_ - static_cast<uint32_t>(free_list_.size()) : 0;
+}
+
+uint32_t StagingPool::peak_in_use() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return peak_in_use_;
+}
+
+// --- Slot protocol, engine side ---
+
+uint32_t StagingPool::BeginFill(uint32_t slot) {
+  SlotControl& c = control(slot);
+  uint32_t generation = UnpackState(c.state.load(std::memory_order_relaxed)).generation + 1;
+  if (generation == 0) generation = 1;  // 0 means "never filled"; skip it on wrap-around
+  // Reset the consumer count before announcing the new generation, so that nobody can count against it early.
+  c.consumed.store(uint64_t{generation} << 32, std::memory_order_relaxed);
+  c.state.store(PackState(generation, SlotState::kFilling), std::memory_order_release);
+  return generation;
+}
+
+void StagingPool::PublishReady(uint32_t slot, uint32_t generation) {
+  control(slot).state.store(PackState(generation, SlotState::kReady), std::memory_order_release);
+}
+
+void StagingPool::PublishFailed(uint32_t slot, uint32_t generation) {
+  control(slot).state.store(PackState(generation, SlotState::kFailed), std::memory_order_release);
+}
+
+void StagingPool::MarkFree(uint32_t slot) {
+  SlotControl& c = control(slot);
+  uint32_t generation = UnpackState(c.state.load(std::memory_order_relaxed)).generation;
+  c.state.store(PackState(generation, SlotState::kFree), std::memory_order_release);
+}
+
+uint32_t StagingPool::ConsumersDone(uint32_t slot, uint32_t generation) const {
+  uint64_t word = control(slot).consumed.load(std::memory_order_acquire);
+  return static_cast<uint32_t>(word >> 32) == generation ? static_cast<uint32_t>(word) : 0;
+}
+
+uint32_t StagingPool::ConsumersDone(uint32_t slot) const {
+  return static_cast<uint32_t>(control(slot).consumed.load(std::memory_order_acquire));
+}
+
+// --- Slot protocol, consumer side ---
+
+SlotView StagingPool::Observe(uint32_t slot) const {
+  return UnpackState(control(slot).state.load(std::memory_order_acquire));
+}
+
+WaitOutcome StagingPool::WaitReady(uint32_t slot, uint32_t generation, std::chrono::nanoseconds timeout) const {
+  auto classify = [generation](SlotView v) -> std::optional<WaitOutcome> {
+    if (v.generation != generation) {
+      // An older generation means the fill has not begun yet (the engine told us before BeginFill's store
+      // became visible); a newer one means we are too late. Generations wrap, so compare by signed distance.
+      if (static_cast<int32_t>(v.generation - generation) < 0) return std::nullopt;
+      return WaitOutcome::kSuperseded;
+    }
+    if (v.state == SlotState::kReady) return WaitOutcome::kReady;
+    if (v.state == SlotState::kFailed) return WaitOutcome::kFailed;
+    if (v.state == SlotState::kFree) return WaitOutcome::kSuperseded;  // released: the fill will never finish
+    return std::nullopt;
+  };
+  for (int i = 0; i < kSpinIterations; ++i) {
+    if (auto outcome = classify(Observe(slot))) return *outcome;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto sleep = std::chrono::microseconds(1);
+  while (true) {
+    if (auto outcome = classify(Observe(slot))) return *outcome;
+    if (std::chrono::steady_clock::now() >= deadline) return WaitOutcome::kTimedOut;
+    std::this_thread::sleep_for(sleep);
+    sleep = std::min(sleep * 2, kMaxPollSleep);
+  }
+}
+
+bool StagingPool::MarkConsumed(uint32_t slot, uint32_t generation) {
+  std::atomic<uint64_t>& consumed = control(slot).consumed;
+  uint64_t word = consumed.load(std::memory_order_relaxed);
+  while (static_cast<uint32_t>(word >> 32) == generation) {
+    // acq_rel: the consumer's reads of the slot happen before the engine's acquire in ConsumersDone.
+    if (consumed.compare_exchange_weak(word, word + 1, std::memory_order_acq_rel, std::memory_order_relaxed)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace kvtier::staging

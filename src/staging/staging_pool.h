@@ -1,0 +1,179 @@
+// StagingPool: the fixed-size slots, in POSIX shared memory, through which every chunk passes between disk and GPU.
+//
+// The engine (vLLM's scheduler process) creates the pool; vLLM worker processes attach to it by name, copy slots
+// to and from GPU memory, and watch each slot's state word to learn when its bytes are ready. The pool's size is
+// the bound on kvtier's host memory (SPEC S1); a reserve of slots is kept for demand work (S2). The DRAM tier
+// (slots retained after use) and all eviction logic live in the engine, not here.
+//
+// Shared memory layout (all offsets from base()):
+//   [0, header_bytes)                  header: magic, version, num_slots, slot_stride, slot_bytes, offsets, owner pid
+//   [control_offset, +64 * num_slots)  one 64-byte cache line per slot: its state word and consumer word
+//   [data_offset, +stride * num_slots) slot data; data_offset and slot_stride are multiples of the alignment
+//
+// Slot protocol (cross-process, lock-free). Each slot has two 64-bit atomic words in its control line:
+//   state    = generation:32 | state:8          (generation in the high 32 bits, state in the low 8)
+//   consumed = generation:32 | consumers_done:32
+// The engine is the only writer of `state`; consumers are the only incrementers of `consumed`.
+//
+//   Engine (one thread at a time per slot: the thread that holds the slot from Acquire):
+//     gen = BeginFill(slot)      consumed := gen|0 (relaxed), then state := gen|kFilling (release).
+//                                Returns the new generation (never 0). Tell the workers (slot, gen) out of band.
+//     ... write the slot's bytes (disk read or device copy into SlotData(slot)) ...
+//     PublishReady(slot, gen)    state := gen|kReady (release): every byte written before it is visible to a
+//                                consumer whose acquire load sees kReady with the same generation.
+//     PublishFailed(slot, gen)   state := gen|kFailed (release): the bytes must not be used; consumers give up
+//                                (the request recomputes).
+//     ConsumersDone(slot, gen)   (acquire) how many consumers finished with generation gen.
+//     MarkFree(slot)             state := gen|kFree (release), generation unchanged. Release() does this too.
+//   Consumer (any process, any thread; never allocates, never writes `state`):
+//     Observe(slot)              acquire load of state: {generation, state}.
+//     WaitReady(slot, gen, t)    polls Observe until generation gen is kReady or kFailed, the slot moves on to
+//                                another generation (kSuperseded), or t passes (kTimedOut). On kReady the slot's
+//                                bytes are visible to the caller.
+//     MarkConsumed(slot, gen)    increments consumers_done with a CAS that succeeds only while `consumed` still
+//                                carries gen (acq_rel): a late consumer of an old generation changes nothing,
+//                                even if the engine has refilled the slot in between.
+//
+// The engine must not BeginFill, MarkFree or Release a slot while consumers still read it: it waits until
+// ConsumersDone(slot, gen) reaches the number of consumers it announced (e.g. the TP size), or until its own
+// deadline has passed and it has told them to stop. Generations only make late consumers harmless; they do not
+// stop a consumer from reading bytes that are being overwritten.
+//
+// Threads and ownership: allocation (Acquire/Release and the counters) is for the engine process only and is
+// thread-safe (an internal mutex). Protocol calls are lock-free and thread-safe. The StagingPool object owns its
+// mapping; the creating process also owns the shared memory name and unlinks it in the destructor (only in the
+// process that created it, so a forked child never unlinks it). Pointers from SlotData()/base() are valid until
+// the StagingPool is destroyed.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kvtier/status.h"
+
+namespace kvtier::staging {
+
+// Data region and slot stride are aligned to at least this many bytes: the page size and the usual O_DIRECT
+// alignment. Larger alignments come from the options (the engine passes the root's probed DIO alignment).
+inline constexpr uint32_t kMinAlignment = 4096;
+// A pool larger than this is refused: it is certainly a configuration error.
+inline constexpr uint64_t kMaxPoolBytes = uint64_t{1} << 40;  // 1 TiB
+inline constexpr uint64_t kPoolMagic = 0x4c4f4f5052544b56ULL;  // "VKTRPOOL" little-endian
+inline constexpr uint32_t kPoolVersion = 1;
+
+struct StagingPoolOptions {
+  uint32_t num_slots = 0;       // > 0
+  uint64_t slot_bytes = 0;      // > 0: one chunk's payload
+  uint32_t alignment = 4096;    // power of two; effective alignment is max(alignment, kMinAlignment)
+  uint32_t demand_reserve = 0;  // <= num_slots: slots that Acquire(kSpeculative) can never take
+  std::string name;             // POSIX shm name ("/x", no other '/'); empty -> "/kvtier-<pid>-<random>"
+  bool populate = false;        // MAP_POPULATE: fault every page in at Create (slower start, no faults later)
+};
+
+enum class SlotState : uint8_t { kFree = 0, kFilling = 1, kReady = 2, kFailed = 3 };
+std::string_view SlotStateName(SlotState state);
+
+struct SlotView {
+  uint32_t generation = 0;
+  SlotState state = SlotState::kFree;
+};
+
+enum class WaitOutcome : uint8_t {
+  kReady,       // the generation waited for is ready: its bytes are visible
+  kFailed,      // the engine published failure for that generation
+  kSuperseded,  // the slot now carries another generation (the wait came too late, or the generation was wrong)
+  kTimedOut,    // still filling (or free) when the timeout passed
+};
+std::string_view WaitOutcomeName(WaitOutcome outcome);
+
+enum class Priority : uint8_t { kDemand, kSpeculative };
+
+class StagingPool {
+ public:
+  // Creates and maps a new pool (shm_open O_CREAT|O_EXCL, mode 0600). Errors: kInvalidArgument for bad options
+  // or a bad name, kAlreadyExists when the name is taken, kNoSpace when /dev/shm cannot hold the pool, kIoError
+  // for other OS failures.
+  static Result<std::unique_ptr<StagingPool>> Create(const StagingPoolOptions& options);
+  // Maps an existing pool read-write (a worker). Errors: kInvalidArgument (bad name), kNotFound (no such pool),
+  // kCorrupt (not a kvtier pool, or inconsistent sizes), kFailedPrecondition (another format version, or the
+  // owner has not finished creating it). The attached object never unlinks the name.
+  static Result<std::unique_ptr<StagingPool>> Attach(const std::string& name);
+
+  ~StagingPool();
+  StagingPool(const StagingPool&) = delete;
+  StagingPool& operator=(const StagingPool&) = delete;
+
+  // --- Allocation (engine process only; thread-safe). ---
+  // A free slot, or nullopt when none is free; kSpeculative also fails while free_slots() <= demand_reserve.
+  std::optional<uint32_t> Acquire(Priority priority);
+  // Returns a slot taken by Acquire and marks its state kFree. Releasing a slot that is not in use aborts: it
+  // would hand one slot to two users.
+  void Release(uint32_t slot);
+  uint32_t free_slots() const;
+  uint32_t in_use() const;
+  uint32_t peak_in_use() const;
+  uint32_t demand_reserve() const { return demand_reserve_; }
+
+  // --- Slot protocol, engine side (see the header comment). ---
+  uint32_t BeginFill(uint32_t slot);
+  void PublishReady(uint32_t slot, uint32_t generation);
+  void PublishFailed(uint32_t slot, uint32_t generation);
+  void MarkFree(uint32_t slot);
+  // Consumers that finished with `generation`; 0 if the slot has moved on to another generation.
+  uint32_t ConsumersDone(uint32_t slot, uint32_t generation) const;
+  // Consumers that finished with the slot's current generation.
+  uint32_t ConsumersDone(uint32_t slot) const;
+
+  // --- Slot protocol, consumer side. ---
+  SlotView Observe(uint32_t slot) const;
+  // Spins briefly, then sleeps with a backoff of up to ~50us between polls.
+  WaitOutcome WaitReady(uint32_t slot, uint32_t generation, std::chrono::nanoseconds timeout) const;
+  // Returns true if the count was incremented (the generation still matched).
+  bool MarkConsumed(uint32_t slot, uint32_t generation);
+
+  // --- Geometry. ---
+  uint32_t num_slots() const { return num_slots_; }
+  uint64_t slot_bytes() const { return slot_bytes_; }
+  uint64_t slot_stride() const { return slot_stride_; }
+  uint64_t total_bytes() const { return uint64_t{num_slots_} * slot_stride_; }  // the data region
+  uint8_t* SlotData(uint32_t slot) const { return data_ + uint64_t{slot} * slot_stride_; }
+  const std::string& name() const { return name_; }
+  bool is_owner() const { return owner_; }
+  // The whole mapping (header, control lines and data), e.g. for cudaHostRegister. data region = SlotData(0) on.
+  void* base() const { return base_; }
+  size_t mapped_bytes() const { return mapped_bytes_; }
+
+ private:
+  struct SlotControl;
+  StagingPool() = default;
+  SlotControl& control(uint32_t slot) const;
+
+  std::string name_;
+  bool owner_ = false;
+  pid_t creator_pid_ = 0;
+  void* base_ = nullptr;
+  size_t mapped_bytes_ = 0;
+  SlotControl* controls_ = nullptr;
+  uint8_t* data_ = nullptr;
+  uint32_t num_slots_ = 0;
+  uint64_t slot_bytes_ = 0;
+  uint64_t slot_stride_ = 0;
+  uint32_t demand_reserve_ = 0;
+
+  // Allocation state, engine process only.
+  mutable std::mutex mu_;
+  std::vector<uint32_t> free_list_;  // guarded by mu_; a stack, so recently released (warm) slots go out first
+  std::vector<bool> slot_in_use_;    // guarded by mu_
+  uint32_t peak_in_use_ = 0;         // guarded by mu_
+};
+
+}  // namespace kvtier::staging
