@@ -1,0 +1,116 @@
+#include "io/io_engine.h"
+
+#include <fcntl.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "io/op_exec.h"
+
+namespace kvtier::io {
+
+std::string_view OpCodeName(OpCode code) {
+  switch (code) {
+    case OpCode::kOpenAt: return "openat";
+    case OpCode::kRead: return "read";
+    case OpCode::kWrite: return "write";
+    case OpCode::kFsync: return "fsync";
+    case OpCode::kClose: return "close";
+    case OpCode::kLinkAt: return "linkat";
+    case OpCode::kUnlinkAt: return "unlinkat";
+  }
+  return "unknown";
+}
+
+int64_t NowNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+Result<std::unique_ptr<IoEngine>> CreateEngine(const EngineConfig& config, std::string* why) {
+  auto say = [why](std::string text) {
+    if (why != nullptr) *why = std::move(text);
+  };
+  switch (config.kind) {
+    case EngineKind::kUring: {
+      say("io_uring requested");
+      return CreateUringEngine(config.depth);
+    }
+    case EngineKind::kPosix: {
+      say("posix requested");
+      return CreatePosixEngine(config.depth, config.posix_threads);
+    }
+    case EngineKind::kAuto: break;
+  }
+  std::string uring_why;
+  if (UringAvailable(&uring_why)) {
+    auto engine = CreateUringEngine(config.depth);
+    if (engine.ok()) {
+      say("io_uring: " + uring_why);
+      return engine;
+    }
+    // The probe ring worked but one sized for depth did not (RLIMIT_MEMLOCK on old kernels): still usable POSIX.
+    uring_why = engine.status().ToString();
+  }
+  say("posix: io_uring unavailable (" + uring_why + ")");
+  return CreatePosixEngine(config.depth, config.posix_threads);
+}
+
+namespace internal {
+
+int ValidateOp(const IoOp& op) {
+  switch (op.code) {
+    case OpCode::kOpenAt:
+    case OpCode::kUnlinkAt:
+      return op.path != nullptr ? 0 : -EINVAL;
+    case OpCode::kLinkAt:
+      return op.path != nullptr && op.path2 != nullptr ? 0 : -EINVAL;
+    case OpCode::kRead:
+    case OpCode::kWrite:
+      if (op.fd < 0) return -EINVAL;
+      return op.buf != nullptr || op.len == 0 ? 0 : -EINVAL;
+    case OpCode::kFsync:
+    case OpCode::kClose:
+      return op.fd >= 0 ? 0 : -EINVAL;
+  }
+  return -EINVAL;
+}
+
+int64_t ExecuteBlocking(const IoOp& op) {
+  auto retry = [](auto call) -> int64_t {
+    for (;;) {
+      int64_t r = call();
+      if (r >= 0) return r;
+      if (errno != EINTR) return -errno;
+    }
+  };
+  switch (op.code) {
+    case OpCode::kOpenAt:
+      return retry([&] { return int64_t{::openat(op.dirfd, op.path, op.flags, op.mode)}; });
+    // Pipes and FIFOs refuse pread (ESPIPE); io_uring reads them at the current position, so do the same.
+    case OpCode::kRead: {
+      int64_t r = retry([&] { return int64_t{::pread(op.fd, op.buf, op.len, static_cast<off_t>(op.offset))}; });
+      if (r != -ESPIPE) return r;
+      return retry([&] { return int64_t{::read(op.fd, op.buf, op.len)}; });
+    }
+    case OpCode::kWrite: {
+      int64_t r = retry([&] { return int64_t{::pwrite(op.fd, op.buf, op.len, static_cast<off_t>(op.offset))}; });
+      if (r != -ESPIPE) return r;
+      return retry([&] { return int64_t{::write(op.fd, op.buf, op.len)}; });
+    }
+    case OpCode::kFsync:
+      return retry([&] { return int64_t{::fsync(op.fd)}; });
+    case OpCode::kClose:
+      return ::close(op.fd) == 0 ? 0 : -errno;
+    case OpCode::kLinkAt:
+      return retry([&] { return int64_t{::linkat(op.dirfd, op.path, op.dirfd, op.path2, 0)}; });
+    case OpCode::kUnlinkAt:
+      return retry([&] { return int64_t{::unlinkat(op.dirfd, op.path, op.flags)}; });
+  }
+  return -EINVAL;
+}
+
+}  // namespace internal
+}  // namespace kvtier::io
