@@ -1,0 +1,64 @@
+// Paths of chunk files inside a namespace directory (SPEC L2).
+//
+// Every path is built from the key's lowercase hex only, so it contains nothing but [0-9a-f./] and can never leave
+// the namespace directory. Keys are hashes already, so the fan-out uses the hex directly:
+//
+//   FanoutDir(key)    = "ab/cd"                 first and second byte of the key, as hex (a 1-byte key pads "00")
+//   ChunkRelPath(key) = "ab/cd/<hex>.kvc"       256 x 256 directories, so none grows without bound
+//   TempRelPath(key)  = "ab/cd/.tmp.<pid>.<counter>.<16 random hex>"   unique per call, same directory (L4)
+//
+// Thread safety: all functions are thread-safe except FanoutDirCache, which belongs to one thread (the reactor).
+#pragma once
+
+#include <sys/types.h>
+
+#include <bitset>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "kvtier/chunk_key.h"
+#include "kvtier/status.h"
+
+namespace kvtier {
+
+inline constexpr std::string_view kChunkFileSuffix = ".kvc";
+inline constexpr std::string_view kTempPrefix = ".tmp.";
+
+std::string FanoutDir(const ChunkKey& key);
+std::string ChunkRelPath(const ChunkKey& key);
+// Writes ChunkRelPath(key) into *out, reusing its capacity (for scans and hot paths).
+void AppendChunkRelPath(const ChunkKey& key, std::string* out);
+std::string TempRelPath(const ChunkKey& key);
+// "<pid>.<counter>.<16 random hex>": unique per call within a host, and across hosts sharing a filesystem with
+// overwhelming probability (64 random bits drawn once per process).
+std::string UniqueTempSuffix();
+
+// Parses a file name (no directory) of exactly the form "<2..128 lowercase hex digits, even count>.kvc" into *key.
+// Rejects everything else: temporaries, uppercase, odd length, other suffixes, "..", slashes, NUL.
+bool ParseChunkFileName(std::string_view name, ChunkKey* key);
+// True when name starts with ".tmp." (a publication temporary, ours or a crashed writer's).
+inline bool IsTempFileName(std::string_view name) { return name.substr(0, kTempPrefix.size()) == kTempPrefix; }
+
+// Remembers which fan-out directories this process has already created or verified, so EnsureFanoutDir costs no
+// syscall for them. 256 + 65536 bits. Not thread-safe. If a directory is removed behind the cache's back (by gc),
+// creating a file in it fails with ENOENT: call Forget(key) (or Clear()) and EnsureFanoutDir again.
+class FanoutDirCache {
+ public:
+  bool Has(const ChunkKey& key) const;
+  bool HasFirstLevel(uint8_t first_key_byte) const { return first_.test(first_key_byte); }
+  void Add(const ChunkKey& key);
+  void Forget(const ChunkKey& key);
+  void Clear();
+
+ private:
+  std::bitset<256> first_;
+  std::bitset<65536> second_;
+};
+
+// Creates FanoutDir(key) under ns_dirfd (both levels; EEXIST is fine) with exactly `mode` (umask does not apply).
+// Existing components must be real directories: a symlink or a file there -> kFailedPrecondition. With a cache,
+// a hit returns immediately and a success is recorded.
+Status EnsureFanoutDir(int ns_dirfd, const ChunkKey& key, mode_t mode, FanoutDirCache* cache = nullptr);
+
+}  // namespace kvtier

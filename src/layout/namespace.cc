@@ -1,0 +1,524 @@
+#include "layout/namespace.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <utility>
+
+#include "layout/chunk_path.h"
+
+namespace kvtier {
+namespace {
+
+constexpr char kManifestName[] = "MANIFEST";
+constexpr size_t kMaxManifestBytes = 64 * 1024;
+constexpr char kHexUpper[] = "0123456789ABCDEF";
+constexpr char kHexLower[] = "0123456789abcdef";
+
+// Closes an fd on scope exit unless released.
+class FdGuard {
+ public:
+  explicit FdGuard(int fd) : fd_(fd) {}
+  ~FdGuard() {
+    if (fd_ >= 0) close(fd_);
+  }
+  FdGuard(const FdGuard&) = delete;
+  FdGuard& operator=(const FdGuard&) = delete;
+  int get() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }
+
+ private:
+  int fd_;
+};
+
+std::string Escape(std::string_view v) {
+  std::string out;
+  out.reserve(v.size());
+  for (char ch : v) {
+    auto c = static_cast<unsigned char>(ch);
+    if (c == '%' || c < 0x20 || c == 0x7f) {
+      out.push_back('%');
+      out.push_back(kHexUpper[c >> 4]);
+      out.push_back(kHexUpper[c & 0xf]);
+    } else {
+      out.push_back(ch);
+    }
+  }
+  return out;
+}
+
+int UpperHexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+Status ManifestError(std::string_view field, std::string what) {
+  return Status(StatusCode::kCorrupt, "MANIFEST field " + std::string(field) + ": " + what);
+}
+
+Result<std::string> Unescape(std::string_view field, std::string_view v) {
+  std::string out;
+  out.reserve(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    auto c = static_cast<unsigned char>(v[i]);
+    if (c < 0x20 || c == 0x7f) return ManifestError(field, "raw control character in value");
+    if (c != '%') {
+      out.push_back(v[i]);
+      continue;
+    }
+    if (i + 2 >= v.size()) return ManifestError(field, "truncated % escape");
+    int hi = UpperHexValue(v[i + 1]);
+    int lo = UpperHexValue(v[i + 2]);
+    if (hi < 0 || lo < 0) return ManifestError(field, "bad % escape (two uppercase hex digits expected)");
+    out.push_back(static_cast<char>(hi << 4 | lo));
+    i += 2;
+  }
+  return out;
+}
+
+template <typename T>
+Status ParseNumber(std::string_view field, std::string_view v, T* out) {
+  if (v.empty()) return ManifestError(field, "empty number");
+  if (v.size() > 1 && v[0] == '0') return ManifestError(field, "number '" + std::string(v) + "' has a leading zero");
+  for (char c : v) {
+    if (c < '0' || c > '9') return ManifestError(field, "'" + std::string(v) + "' is not a decimal number");
+  }
+  auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), *out);
+  if (ec != std::errc() || ptr != v.data() + v.size()) {
+    return ManifestError(field, "number '" + std::string(v) + "' is out of range");
+  }
+  return Status::Ok();
+}
+
+// The manifest's fields in canonical order, each rendered as its (unescaped) value. Used to write the manifest and
+// to name the first differing field.
+struct Field {
+  const char* name;
+  std::string value;
+  bool is_string;
+};
+
+std::vector<Field> Fields(const NamespaceIdentity& id) {
+  return {
+      {"format_version", std::to_string(id.format_version), false},
+      {"model", id.model, true},
+      {"revision", id.revision, true},
+      {"kv_dtype", id.kv_dtype, true},
+      {"tokens_per_chunk", std::to_string(id.tokens_per_chunk), false},
+      {"blocks_per_chunk", std::to_string(id.blocks_per_chunk), false},
+      {"block_bytes", std::to_string(id.block_bytes), false},
+      {"tp_size", std::to_string(id.tp_size), false},
+      {"pp_size", std::to_string(id.pp_size), false},
+      {"layout_tag", id.layout_tag, true},
+  };
+}
+
+// Status for a failed root check.
+Result<int> OpenRoot(const std::string& root) {
+  if (root.empty()) return Status(StatusCode::kInvalidArgument, "storage root is empty");
+  struct stat st;
+  if (lstat(root.c_str(), &st) != 0) {
+    if (errno == ENOENT) return Status(StatusCode::kNotFound, "storage root " + root + " does not exist");
+    return Status::FromErrno(errno, "storage root " + root);
+  }
+  if (S_ISLNK(st.st_mode)) {
+    return Status(StatusCode::kFailedPrecondition,
+                  "storage root " + root + " is a symbolic link; give its target (kvtier never follows symlinks)");
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return Status(StatusCode::kFailedPrecondition, "storage root " + root + " is not a directory");
+  }
+  int fd = open(root.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return Status::FromErrno(errno, "open storage root " + root);
+  return fd;
+}
+
+Status CheckWritable(int dirfd, const std::string& what) {
+  if (faccessat(dirfd, ".", W_OK | X_OK, AT_EACCESS) == 0) return Status::Ok();
+  int err = errno;
+  if (err == EACCES || err == EPERM || err == EROFS) {
+    return Status(StatusCode::kFailedPrecondition,
+                  what + " is not writable by this process (uid " + std::to_string(geteuid()) + ")", err);
+  }
+  return Status::FromErrno(err, "access " + what);
+}
+
+// Reads MANIFEST; kNotFound when absent.
+Result<std::string> ReadManifest(int ns_fd, const std::string& ns_path) {
+  int fd = openat(ns_fd, kManifestName, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return Status(StatusCode::kNotFound, ns_path + " has no MANIFEST", ENOENT);
+    if (errno == ELOOP) return Status(StatusCode::kCorrupt, ns_path + "/MANIFEST is a symbolic link");
+    return Status::FromErrno(errno, "open " + ns_path + "/MANIFEST");
+  }
+  FdGuard guard(fd);
+  struct stat st;
+  if (fstat(fd, &st) != 0) return Status::FromErrno(errno, "stat " + ns_path + "/MANIFEST");
+  if (!S_ISREG(st.st_mode)) return Status(StatusCode::kCorrupt, ns_path + "/MANIFEST is not a regular file");
+  if (static_cast<uint64_t>(st.st_size) > kMaxManifestBytes) {
+    return Status(StatusCode::kCorrupt, ns_path + "/MANIFEST is too large");
+  }
+  std::string text(static_cast<size_t>(st.st_size) + 1, '\0');
+  size_t got = 0;
+  while (got < text.size()) {
+    ssize_t n = read(fd, text.data() + got, text.size() - got);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Status::FromErrno(errno, "read " + ns_path + "/MANIFEST");
+    }
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  text.resize(got);
+  return text;
+}
+
+Status WriteAll(int fd, std::string_view data) {
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = write(fd, data.data() + done, data.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Status::FromErrno(errno, "write MANIFEST temporary");
+    }
+    done += static_cast<size_t>(n);
+  }
+  return Status::Ok();
+}
+
+// Publishes MANIFEST with the same protocol as chunks: temporary, fsync, link (EEXIST: someone else won).
+Status PublishManifest(int ns_fd, const std::string& ns_path, const std::string& text, mode_t file_mode) {
+  std::string tmp = std::string(kTempPrefix) + "MANIFEST." + UniqueTempSuffix();
+  int fd = openat(ns_fd, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, file_mode);
+  if (fd < 0) return Status::FromErrno(errno, "create " + ns_path + "/" + tmp);
+  Status s = WriteAll(fd, text);
+  if (s.ok() && fchmod(fd, file_mode) != 0) s = Status::FromErrno(errno, "chmod MANIFEST temporary");
+  if (s.ok() && fsync(fd) != 0) s = Status::FromErrno(errno, "fsync MANIFEST temporary");
+  close(fd);
+  if (s.ok() && linkat(ns_fd, tmp.c_str(), ns_fd, kManifestName, 0) != 0 && errno != EEXIST) {
+    s = Status::FromErrno(errno, "link " + ns_path + "/MANIFEST");
+  }
+  unlinkat(ns_fd, tmp.c_str(), 0);
+  if (s.ok()) fsync(ns_fd);  // best effort: the manifest is re-created if lost
+  return s;
+}
+
+// Compares a MANIFEST's text with the identity asked for.
+Status CompareManifest(const std::string& ns_path, const std::string& text, const NamespaceIdentity& want) {
+  auto parsed = ParseManifest(text);
+  if (!parsed.ok()) return parsed.status().WithContext(ns_path + "/MANIFEST");
+  std::vector<Field> have = Fields(parsed.value());
+  std::vector<Field> wanted = Fields(want);
+  for (size_t i = 0; i < have.size(); ++i) {
+    if (have[i].value != wanted[i].value) {
+      return Status(StatusCode::kFailedPrecondition,
+                    "namespace " + ns_path + " belongs to another identity: field " + have[i].name + " is '" +
+                        Escape(have[i].value) + "' in its MANIFEST, '" + Escape(wanted[i].value) +
+                        "' requested (refusing to reuse it)");
+    }
+  }
+  if (text != CanonicalManifest(want)) {
+    return Status(StatusCode::kCorrupt, ns_path + "/MANIFEST is not in canonical form");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+bool operator==(const NamespaceIdentity& a, const NamespaceIdentity& b) {
+  return a.model == b.model && a.revision == b.revision && a.kv_dtype == b.kv_dtype &&
+         a.tokens_per_chunk == b.tokens_per_chunk && a.blocks_per_chunk == b.blocks_per_chunk &&
+         a.block_bytes == b.block_bytes && a.tp_size == b.tp_size && a.pp_size == b.pp_size &&
+         a.layout_tag == b.layout_tag && a.format_version == b.format_version;
+}
+
+Status ValidateIdentity(const NamespaceIdentity& id) {
+  auto bad = [](const char* field, std::string why) {
+    return Status(StatusCode::kInvalidArgument, std::string("namespace identity: ") + field + " " + why);
+  };
+  if (id.model.empty()) return bad("model", "is empty");
+  if (id.revision.empty()) return bad("revision", "is empty (give the weights revision or a hash)");
+  if (id.kv_dtype.empty()) return bad("kv_dtype", "is empty");
+  if (id.layout_tag.empty()) return bad("layout_tag", "is empty");
+  if (id.tokens_per_chunk == 0) return bad("tokens_per_chunk", "is 0");
+  if (id.blocks_per_chunk == 0 || id.blocks_per_chunk > kMaxBlocksPerChunk) {
+    return bad("blocks_per_chunk", std::to_string(id.blocks_per_chunk) + " is outside 1..256");
+  }
+  if (id.tokens_per_chunk % id.blocks_per_chunk != 0) {
+    return bad("tokens_per_chunk", std::to_string(id.tokens_per_chunk) + " is not a multiple of blocks_per_chunk " +
+                                       std::to_string(id.blocks_per_chunk));
+  }
+  if (id.block_bytes == 0 || id.block_bytes > kMaxBlockBytes) {
+    return bad("block_bytes", std::to_string(id.block_bytes) + " is outside 1.." + std::to_string(kMaxBlockBytes));
+  }
+  if (id.tp_size == 0) return bad("tp_size", "is 0");
+  if (id.pp_size == 0) return bad("pp_size", "is 0");
+  if (id.format_version != kFormatVersion) {
+    return bad("format_version", std::to_string(id.format_version) + " is not supported (this build writes " +
+                                     std::to_string(kFormatVersion) + ")");
+  }
+  return Status::Ok();
+}
+
+std::string CanonicalManifest(const NamespaceIdentity& id) {
+  std::string out;
+  for (const Field& f : Fields(id)) {
+    out += f.name;
+    out += '=';
+    out += f.is_string ? Escape(f.value) : f.value;
+    out += '\n';
+  }
+  return out;
+}
+
+Result<NamespaceIdentity> ParseManifest(std::string_view text) {
+  NamespaceIdentity id;
+  constexpr size_t kNumFields = 10;
+  static constexpr const char* kNames[kNumFields] = {"format_version", "model",       "revision", "kv_dtype",
+                                                     "tokens_per_chunk", "blocks_per_chunk", "block_bytes",
+                                                     "tp_size",        "pp_size",     "layout_tag"};
+  bool seen[kNumFields] = {};
+  if (!text.empty() && text.back() != '\n') {
+    return Status(StatusCode::kCorrupt, "MANIFEST does not end with a newline (truncated?)");
+  }
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    std::string_view line = text.substr(pos, end - pos);
+    pos = end + 1;
+    size_t eq = line.find('=');
+    if (eq == std::string_view::npos) {
+      return Status(StatusCode::kCorrupt, "MANIFEST line '" + Escape(line) + "' has no '='");
+    }
+    std::string_view key = line.substr(0, eq);
+    std::string_view value = line.substr(eq + 1);
+    size_t index = kNumFields;
+    for (size_t i = 0; i < kNumFields; ++i) {
+      if (key == kNames[i]) index = i;
+    }
+    if (index == kNumFields) {
+      return Status(StatusCode::kCorrupt, "MANIFEST has unknown field '" + Escape(key) + "'");
+    }
+    if (seen[index]) return ManifestError(key, "appears twice");
+    seen[index] = true;
+    switch (index) {
+      case 0: KVTIER_RETURN_IF_ERROR(ParseNumber(key, value, &id.format_version)); break;
+      case 4: KVTIER_RETURN_IF_ERROR(ParseNumber(key, value, &id.tokens_per_chunk)); break;
+      case 5: KVTIER_RETURN_IF_ERROR(ParseNumber(key, value, &id.blocks_per_chunk)); break;
+      case 6: KVTIER_RETURN_IF_ERROR(ParseNumber(key, value, &id.block_bytes)); break;
+      case 7: KVTIER_RETURN_IF_ERROR(ParseNumber(key, value, &id.tp_size)); break;
+      case 8: KVTIER_RETURN_IF_ERROR(ParseNumber(key, value, &id.pp_size)); break;
+      default: {
+        auto s = Unescape(key, value);
+        if (!s.ok()) return s.status();
+        std::string* dst = index == 1 ? &id.model : index == 2 ? &id.revision : index == 3 ? &id.kv_dtype
+                                                                                           : &id.layout_tag;
+        *dst = std::move(s).value();
+      }
+    }
+  }
+  for (size_t i = 0; i < kNumFields; ++i) {
+    if (!seen[i]) return ManifestError(kNames[i], "is missing");
+  }
+  return id;
+}
+
+Fingerprint16 FingerprintBytes(const NamespaceIdentity& id) {
+  std::string text = CanonicalManifest(id);
+  XXH128_canonical_t canon;
+  XXH128_canonicalFromHash(&canon, XXH3_128bits(text.data(), text.size()));
+  Fingerprint16 out;
+  std::memcpy(out.data(), canon.digest, 16);
+  return out;
+}
+
+std::string Fingerprint(const NamespaceIdentity& id) {
+  Fingerprint16 fp = FingerprintBytes(id);
+  std::string out;
+  for (uint8_t b : fp) {
+    out.push_back(kHexLower[b >> 4]);
+    out.push_back(kHexLower[b & 0xf]);
+  }
+  return out;
+}
+
+std::string NamespaceDirName(const NamespaceIdentity& id) { return "ns-" + Fingerprint(id).substr(0, 16); }
+
+bool IsNamespaceDirName(std::string_view name) {
+  if (name.size() != 19 || name.substr(0, 3) != "ns-") return false;
+  for (char c : name.substr(3)) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
+Namespace::Namespace(Namespace&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)),
+      path_(std::move(other.path_)),
+      dir_name_(std::move(other.dir_name_)),
+      id_(std::move(other.id_)),
+      fingerprint_(other.fingerprint_),
+      dir_mode_(other.dir_mode_) {}
+
+Namespace& Namespace::operator=(Namespace&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+    path_ = std::move(other.path_);
+    dir_name_ = std::move(other.dir_name_);
+    id_ = std::move(other.id_);
+    fingerprint_ = other.fingerprint_;
+    dir_mode_ = other.dir_mode_;
+  }
+  return *this;
+}
+
+Namespace::~Namespace() {
+  if (fd_ >= 0) close(fd_);
+}
+
+Result<Namespace> Namespace::Open(const std::string& root, const NamespaceIdentity& id,
+                                  const NamespaceOpenOptions& options) {
+  KVTIER_RETURN_IF_ERROR(ValidateIdentity(id));
+  if ((options.dir_mode & ~mode_t{07777}) != 0 || (options.dir_mode & 0700) != 0700) {
+    return Status(StatusCode::kInvalidArgument, "namespace dir_mode must include owner rwx (0700)");
+  }
+  auto root_fd = OpenRoot(root);
+  if (!root_fd.ok()) return root_fd.status();
+  FdGuard root_guard(root_fd.value());
+
+  Namespace ns;
+  ns.dir_name_ = NamespaceDirName(id);
+  ns.path_ = root + (root.back() == '/' ? "" : "/") + ns.dir_name_;
+  ns.id_ = id;
+  ns.fingerprint_ = FingerprintBytes(id);
+  ns.dir_mode_ = options.dir_mode & 07777;
+
+  const int flags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+  int fd = openat(root_guard.get(), ns.dir_name_.c_str(), flags);
+  if (fd < 0 && errno == ENOENT) {
+    if (!options.create) return Status(StatusCode::kNotFound, "namespace " + ns.path_ + " does not exist");
+    KVTIER_RETURN_IF_ERROR(CheckWritable(root_guard.get(), "storage root " + root));
+    // EEXIST: another process created it first, which is fine.
+    if (mkdirat(root_guard.get(), ns.dir_name_.c_str(), ns.dir_mode_) != 0 && errno != EEXIST) {
+      return Status::FromErrno(errno, "create namespace directory " + ns.path_);
+    }
+    fd = openat(root_guard.get(), ns.dir_name_.c_str(), flags);
+  }
+  if (fd < 0) {
+    if (errno == ENOTDIR || errno == ELOOP) {
+      return Status(StatusCode::kFailedPrecondition, ns.path_ + " exists but is not a directory (or is a symlink)",
+                    errno);
+    }
+    return Status::FromErrno(errno, "open namespace directory " + ns.path_);
+  }
+  ns.fd_ = fd;
+  if (options.create) KVTIER_RETURN_IF_ERROR(CheckWritable(ns.fd_, "namespace directory " + ns.path_));
+
+  std::string want = CanonicalManifest(id);
+  auto text = ReadManifest(ns.fd_, ns.path_);
+  if (!text.ok() && text.status().code() == StatusCode::kNotFound) {
+    if (!options.create) {
+      return Status(StatusCode::kNotFound,
+                    ns.path_ + " has no MANIFEST (being created by another process, or left by a crash)");
+    }
+    // The directory may be ours (fresh) or a crashed creator's; either way set the configured mode once.
+    struct stat st;
+    if (fstat(ns.fd_, &st) == 0 && (st.st_mode & 07777) != ns.dir_mode_ && st.st_uid == geteuid()) {
+      fchmod(ns.fd_, ns.dir_mode_);
+    }
+    KVTIER_RETURN_IF_ERROR(PublishManifest(ns.fd_, ns.path_, want, ns.file_mode()));
+    text = ReadManifest(ns.fd_, ns.path_);  // first writer wins: compare with whatever is there now
+  }
+  if (!text.ok()) return text.status();
+  KVTIER_RETURN_IF_ERROR(CompareManifest(ns.path_, text.value(), id));
+  return ns;
+}
+
+Result<Namespace> Namespace::OpenExisting(const std::string& root, const std::string& ns_dir_name) {
+  if (!IsNamespaceDirName(ns_dir_name)) {
+    return Status(StatusCode::kInvalidArgument,
+                  "'" + ns_dir_name + "' is not a namespace directory name (ns-<16 hex digits>)");
+  }
+  auto root_fd = OpenRoot(root);
+  if (!root_fd.ok()) return root_fd.status();
+  FdGuard root_guard(root_fd.value());
+
+  Namespace ns;
+  ns.dir_name_ = ns_dir_name;
+  ns.path_ = root + (root.back() == '/' ? "" : "/") + ns_dir_name;
+  int fd = openat(root_guard.get(), ns_dir_name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return Status(StatusCode::kNotFound, "namespace " + ns.path_ + " does not exist");
+    if (errno == ENOTDIR || errno == ELOOP) {
+      return Status(StatusCode::kFailedPrecondition, ns.path_ + " is not a directory (or is a symlink)", errno);
+    }
+    return Status::FromErrno(errno, "open namespace directory " + ns.path_);
+  }
+  ns.fd_ = fd;
+  auto text = ReadManifest(ns.fd_, ns.path_);
+  if (!text.ok()) {
+    if (text.status().code() == StatusCode::kNotFound) return Status(StatusCode::kCorrupt, text.status().message());
+    return text.status();
+  }
+  auto parsed = ParseManifest(text.value());
+  if (!parsed.ok()) return parsed.status().WithContext(ns.path_ + "/MANIFEST");
+  if (parsed->format_version != kFormatVersion) {
+    return Status(StatusCode::kFailedPrecondition,
+                  ns.path_ + " uses format version " + std::to_string(parsed->format_version) +
+                      "; this build reads " + std::to_string(kFormatVersion));
+  }
+  Status valid = ValidateIdentity(parsed.value());
+  if (!valid.ok()) return Status(StatusCode::kCorrupt, ns.path_ + "/MANIFEST: " + valid.message());
+  if (text.value() != CanonicalManifest(parsed.value())) {
+    return Status(StatusCode::kCorrupt, ns.path_ + "/MANIFEST is not in canonical form");
+  }
+  if (NamespaceDirName(parsed.value()) != ns_dir_name) {
+    return Status(StatusCode::kCorrupt, ns.path_ + "/MANIFEST does not hash to the directory's name (it hashes to " +
+                                            NamespaceDirName(parsed.value()) + ")");
+  }
+  ns.id_ = std::move(parsed).value();
+  ns.fingerprint_ = FingerprintBytes(ns.id_);
+  struct stat st;
+  if (fstat(ns.fd_, &st) == 0) ns.dir_mode_ = st.st_mode & 07777;
+  return ns;
+}
+
+Result<std::vector<std::string>> ListNamespaces(const std::string& root) {
+  auto root_fd = OpenRoot(root);
+  if (!root_fd.ok()) return root_fd.status();
+  DIR* dir = fdopendir(root_fd.value());
+  if (dir == nullptr) {
+    int err = errno;
+    close(root_fd.value());
+    return Status::FromErrno(err, "read storage root " + root);
+  }
+  std::vector<std::string> names;
+  errno = 0;
+  while (struct dirent* e = readdir(dir)) {
+    std::string_view name = e->d_name;
+    if (!IsNamespaceDirName(name)) continue;
+    bool is_dir = e->d_type == DT_DIR;
+    if (e->d_type == DT_UNKNOWN) {
+      struct stat st;
+      is_dir = fstatat(dirfd(dir), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode);
+    }
+    if (is_dir) names.emplace_back(name);
+    errno = 0;
+  }
+  int err = errno;
+  closedir(dir);
+  if (err != 0) return Status::FromErrno(err, "read storage root " + root);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+}  // namespace kvtier

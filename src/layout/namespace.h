@@ -1,0 +1,119 @@
+// Namespaces (SPEC L1, K2): one directory per cache identity under a storage root.
+//
+//   <root>/ns-<first 16 hex of the fingerprint>/MANIFEST      canonical text of the NamespaceIdentity
+//   <root>/ns-<...>/ab/cd/<key hex>.kvc                        chunk files (chunk_path.h, chunk_format.h)
+//
+// The fingerprint is the 128-bit XXH3 of CanonicalManifest(identity); it names the directory and is stored in every
+// chunk header, so an entry can never be read under another identity. A MANIFEST that differs from the identity
+// asked for is refused, never reused.
+//
+// Thread safety: the free functions are thread-safe. A Namespace is immutable after Open: its accessors may be
+// called from any thread; it owns its directory fd, which must outlive every *at() call made relative to it.
+#pragma once
+
+#include <sys/types.h>
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvtier/status.h"
+#include "layout/chunk_format.h"
+
+namespace kvtier {
+
+struct NamespaceIdentity {
+  std::string model;        // model name, e.g. "Qwen/Qwen2.5-7B-Instruct"
+  std::string revision;     // weights revision, or a hash given by the user
+  std::string kv_dtype;     // e.g. "bfloat16", "fp8_e4m3"
+  uint32_t tokens_per_chunk = 0;
+  uint32_t blocks_per_chunk = 0;  // 1..kMaxBlocksPerChunk
+  uint64_t block_bytes = 0;       // bytes of one GPU block as stored, all layers and all TP ranks
+  uint32_t tp_size = 1;
+  uint32_t pp_size = 1;
+  std::string layout_tag;   // free text describing per-block byte order, e.g. "vllm-canonical-v1"
+  uint32_t format_version = kFormatVersion;
+};
+
+bool operator==(const NamespaceIdentity& a, const NamespaceIdentity& b);
+
+// kInvalidArgument naming the field when an identity cannot be used: empty model, revision, kv_dtype or layout_tag;
+// zero tokens_per_chunk, block_bytes, tp_size or pp_size; blocks_per_chunk outside 1..256; block_bytes above
+// kMaxBlockBytes; tokens_per_chunk not a multiple of blocks_per_chunk; format_version other than kFormatVersion.
+Status ValidateIdentity(const NamespaceIdentity& id);
+
+// The manifest text: one "key=value\n" line per field in a fixed order, starting with format_version. String values
+// are escaped: '%', bytes below 0x20 and 0x7f are written as %XX (uppercase hex); other bytes as is. Numbers are
+// plain decimal. Deterministic: equal identities give equal text.
+std::string CanonicalManifest(const NamespaceIdentity& id);
+// Strict inverse of CanonicalManifest: kCorrupt naming the field for an unknown, missing or duplicate key, a line
+// without '=', a bad escape, a raw control character, a number that is not canonical decimal or out of range, or
+// a missing final newline. Does not validate semantics (ValidateIdentity does).
+Result<NamespaceIdentity> ParseManifest(std::string_view text);
+
+// 128-bit XXH3 of CanonicalManifest(id): raw 16 bytes (big-endian canonical form) or 32 lowercase hex digits.
+Fingerprint16 FingerprintBytes(const NamespaceIdentity& id);
+std::string Fingerprint(const NamespaceIdentity& id);
+// "ns-" + the first 16 hex digits of Fingerprint(id).
+std::string NamespaceDirName(const NamespaceIdentity& id);
+// True for names of the form "ns-" + 16 lowercase hex digits.
+bool IsNamespaceDirName(std::string_view name);
+
+struct NamespaceOpenOptions {
+  bool create = true;       // create the directory and MANIFEST if missing; also requires write access
+  mode_t dir_mode = 0750;   // mode of every directory kvtier creates; files get dir_mode without the x bits
+};
+
+class Namespace {
+ public:
+  // Opens (and with options.create, creates) the namespace of `id` under `root`.
+  //   - root missing -> kNotFound "storage root /x does not exist"; a symlink, not a directory, or (with create)
+  //     not writable -> kFailedPrecondition with a message saying which.
+  //   - invalid identity -> kInvalidArgument (ValidateIdentity).
+  //   - namespace missing and !create -> kNotFound.
+  //   - creation: mkdir (EEXIST is fine), then MANIFEST written to a temporary, fsynced and link()ed to MANIFEST:
+  //     the first writer wins; everybody then re-reads MANIFEST and compares.
+  //   - an existing MANIFEST that differs -> kFailedPrecondition naming the first differing field; one that does
+  //     not parse -> kCorrupt.
+  // Concurrent Open of the same new namespace from several processes is safe: all succeed with one MANIFEST.
+  static Result<Namespace> Open(const std::string& root, const NamespaceIdentity& id,
+                                const NamespaceOpenOptions& options = {});
+  // For tools (fsck, gc, stats): opens an existing "ns-<hex>" directory and learns its identity from MANIFEST.
+  // kInvalidArgument for a malformed name; kNotFound if absent; kCorrupt if MANIFEST is missing, does not parse,
+  // is not canonical or does not hash to the directory name; kFailedPrecondition for another format version.
+  // Opens read-only in intent (no writability check); the fd is still usable for unlinkat if permissions allow.
+  static Result<Namespace> OpenExisting(const std::string& root, const std::string& ns_dir_name);
+
+  Namespace(Namespace&& other) noexcept;
+  Namespace& operator=(Namespace&& other) noexcept;
+  Namespace(const Namespace&) = delete;
+  Namespace& operator=(const Namespace&) = delete;
+  ~Namespace();
+
+  int dirfd() const { return fd_; }            // O_DIRECTORY|O_NOFOLLOW fd of the namespace directory
+  const std::string& path() const { return path_; }  // "<root>/ns-<hex>"
+  const std::string& dir_name() const { return dir_name_; }
+  const NamespaceIdentity& identity() const { return id_; }
+  const Fingerprint16& fingerprint() const { return fingerprint_; }
+  mode_t dir_mode() const { return dir_mode_; }
+  mode_t file_mode() const { return dir_mode_ & ~mode_t{0111}; }
+  ChunkGeometry geometry() const { return {id_.blocks_per_chunk, id_.block_bytes}; }
+
+ private:
+  Namespace() = default;
+
+  int fd_ = -1;
+  std::string path_;
+  std::string dir_name_;
+  NamespaceIdentity id_;
+  Fingerprint16 fingerprint_{};
+  mode_t dir_mode_ = 0750;
+};
+
+// Names of the namespace directories ("ns-<16 hex>", real directories only) under root, sorted. Errors as for
+// Namespace::Open's root checks.
+Result<std::vector<std::string>> ListNamespaces(const std::string& root);
+
+}  // namespace kvtier
