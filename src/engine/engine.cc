@@ -1,0 +1,429 @@
+// The engine's reactor: one thread drives every disk operation through the IoEngine, hands ready slots to the
+// device copier in batches, and publishes finished jobs. See engine_impl.h for threads and ownership.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstring>
+#include <sstream>
+
+#include "engine/engine_impl.h"
+#include "layout/chunk_path.h"
+#include "layout/scan.h"
+
+namespace kvtier {
+
+namespace {
+
+constexpr int64_t kMsToNs = 1000000;
+
+NamespaceIdentity ToNamespaceIdentity(const CacheIdentity& c) {
+  NamespaceIdentity id;
+  id.model = c.model;
+  id.revision = c.revision;
+  id.kv_dtype = c.kv_dtype;
+  id.tokens_per_chunk = c.tokens_per_chunk;
+  id.blocks_per_chunk = c.blocks_per_chunk;
+  id.block_bytes = c.block_bytes;
+  id.tp_size = c.tp_size;
+  id.pp_size = c.pp_size;
+  id.layout_tag = c.layout_tag;
+  return id;
+}
+
+uint64_t RoundUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+}  // namespace
+
+Status EngineOptions::Validate() const {
+  auto bad = [](const char* field, const std::string& why) {
+    return Status(StatusCode::kInvalidArgument, std::string("option ") + field + ": " + why);
+  };
+  if (root.empty()) return bad("root", "must name an existing directory");
+  if (identity.model.empty()) return bad("identity.model", "must not be empty");
+  if (identity.kv_dtype.empty()) return bad("identity.kv_dtype", "must not be empty");
+  if (identity.blocks_per_chunk == 0 || identity.blocks_per_chunk > kMaxBlocksPerChunk) {
+    return bad("identity.blocks_per_chunk", "must be 1.." + std::to_string(kMaxBlocksPerChunk));
+  }
+  if (identity.block_bytes == 0 || identity.block_bytes > (1ull << 32)) {
+    return bad("identity.block_bytes", "must be 1..4 GiB");
+  }
+  if (identity.tokens_per_chunk == 0) return bad("identity.tokens_per_chunk", "must be > 0");
+  if (identity.tp_size == 0 || identity.pp_size == 0) return bad("identity.tp_size/pp_size", "must be >= 1");
+  if (io_depth == 0 || io_depth > 1024) return bad("io_depth", "must be 1..1024");
+  if (posix_threads == 0 || posix_threads > 256) return bad("posix_threads", "must be 1..256");
+  if (op_timeout_ms == 0) return bad("op_timeout_ms", "must be > 0");
+  if (!(low_watermark > 0 && low_watermark <= high_watermark && high_watermark <= 1.0)) {
+    return bad("high_watermark/low_watermark", "need 0 < low <= high <= 1");
+  }
+  if ((dir_mode & ~07777) != 0 || (dir_mode & 0700) != 0700) {
+    return bad("dir_mode", "must be a permission mode that gives the owner rwx (e.g. 0750, 0770)");
+  }
+  if (pool_bytes == 0) return bad("pool_bytes", "must be > 0");
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& options) {
+  return EngineImpl::Create(options, CreateHostCopier());
+}
+
+Result<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& options, std::unique_ptr<DeviceCopier> copier) {
+  if (!copier) return Status(StatusCode::kInvalidArgument, "Engine::Open: copier is null");
+  return EngineImpl::Create(options, std::move(copier));
+}
+
+Result<std::unique_ptr<Engine>> EngineImpl::Create(const EngineOptions& options,
+                                                   std::unique_ptr<DeviceCopier> copier) {
+  std::unique_ptr<EngineImpl> engine(new EngineImpl());
+  Status s = engine->Init(options, std::move(copier));
+  if (!s.ok()) return s;
+  return std::unique_ptr<Engine>(std::move(engine));
+}
+
+Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopier> copier) {
+  KVTIER_RETURN_IF_ERROR(options.Validate());
+  options_ = options;
+  file_mode_ = options.dir_mode & 0666;
+
+  NamespaceOpenOptions ns_opts;
+  ns_opts.create = true;
+  ns_opts.dir_mode = options.dir_mode;
+  auto ns = Namespace::Open(options.root, ToNamespaceIdentity(options.identity), ns_opts);
+  if (!ns.ok()) return ns.status();
+  ns_ = std::make_unique<Namespace>(std::move(ns.value()));
+
+  // I2: direct I/O where the filesystem allows it and its alignment fits our 4 KiB layout.
+  io::DirectIoInfo dio = io::ProbeDirectIo(ns_->dirfd());
+  bool direct = false;
+  std::string io_mode_why;
+  if (options.io_mode == IoMode::kBuffered) {
+    io_mode_why = "buffered (by option)";
+  } else if (dio.supported && dio.mem_align <= 4096 && dio.offset_align <= 4096) {
+    direct = true;
+    io_mode_why = "O_DIRECT (" + dio.how + ", mem " + std::to_string(dio.mem_align) + " B, offset " +
+                  std::to_string(dio.offset_align) + " B)";
+  } else if (options.io_mode == IoMode::kDirect) {
+    return Status(StatusCode::kUnsupported,
+                  "io_mode=direct but the filesystem of " + options.root + " refuses O_DIRECT: " + dio.how);
+  } else {
+    io_mode_why = "buffered (O_DIRECT unavailable: " + dio.how + ")";
+  }
+  open_flags_extra_ = direct ? O_DIRECT : 0;
+
+  io::EngineConfig io_cfg;
+  io_cfg.kind = options.backend == IoBackend::kUring   ? io::EngineKind::kUring
+                : options.backend == IoBackend::kPosix ? io::EngineKind::kPosix
+                                                       : io::EngineKind::kAuto;
+  // Each chunk in flight needs up to ~4 ops at once (open, header/payload reads or writes, close, unlink).
+  io_cfg.depth = options.io_depth * 4 + 8;
+  io_cfg.posix_threads = options.posix_threads;
+  std::string backend_why;
+  auto io = io::CreateEngine(io_cfg, &backend_why);
+  if (!io.ok()) return io.status();
+  io_ = std::move(io.value());
+
+  block_stride_ = RoundUp(options.identity.block_bytes, kHeaderBytes);
+  slot_bytes_ = kHeaderBytes + block_stride_ * options.identity.blocks_per_chunk;
+  StagingPoolOptions pool_opts;
+  pool_opts.slot_bytes = slot_bytes_;
+  pool_opts.alignment = 4096;
+  uint64_t slots = options.pool_bytes / RoundUp(slot_bytes_, 4096);
+  if (slots == 0) {
+    return Status(StatusCode::kInvalidArgument,
+                  "option pool_bytes: " + std::to_string(options.pool_bytes) + " B holds no chunk of " +
+                      std::to_string(slot_bytes_) + " B; raise pool_bytes");
+  }
+  pool_opts.num_slots = static_cast<uint32_t>(std::min<uint64_t>(slots, 1u << 20));
+  pool_opts.demand_reserve = options.demand_reserve_slots != 0
+                                 ? std::min(options.demand_reserve_slots, pool_opts.num_slots)
+                                 : std::min(options.io_depth, pool_opts.num_slots / 4);
+  pool_opts.name = options.pool_name;
+  auto pool = StagingPool::Create(pool_opts);
+  if (!pool.ok()) return pool.status();
+  pool_ = std::move(pool.value());
+
+  copier_ = std::move(copier);
+  if (!options.trace_path.empty()) {
+    trace_ = TraceRecorder::Open(options.trace_path);
+    if (!trace_) return Status(StatusCode::kIoError, "cannot open trace file " + options.trace_path, errno);
+  }
+
+  auto swept = SweepTemporaries(*ns_, std::chrono::seconds(options.temp_max_age_s));
+  if (swept.ok()) stats_.temporaries_swept.Add(swept->removed);
+  KVTIER_RETURN_IF_ERROR(RebuildIndex());
+
+  std::ostringstream d;
+  d << "root " << options.root << " namespace " << ns_->path() << "; I/O " << io_->name() << " (" << backend_why
+    << "), " << io_mode_why << ", depth " << options.io_depth << "; pool " << pool_->name() << " "
+    << pool_->num_slots() << " slots x " << slot_bytes_ << " B (reserve " << pool_opts.demand_reserve
+    << "); index " << index_.size() << " entries, " << disk_bytes_ << " B; copier " << copier_->name();
+  if (options.disk_budget_bytes) d << "; budget " << options.disk_budget_bytes << " B";
+  describe_ = d.str();
+
+  copier_->SetWakeup([io = io_.get()] { io->Wake(); });
+  reactor_ = std::thread([this] { ReactorMain(); });
+  return Status::Ok();
+}
+
+EngineImpl::~EngineImpl() {
+  {
+    std::lock_guard<std::mutex> lock(cmd_mu_);
+    stop_ = true;
+  }
+  if (io_) io_->Wake();
+  if (reactor_.joinable()) reactor_.join();
+  copier_.reset();  // joins the copier thread before the pool goes away
+}
+
+Status EngineImpl::RebuildIndex() {
+  struct Found {
+    ChunkKey key;
+    uint64_t bytes;
+    int64_t mtime;
+  };
+  std::vector<Found> found;
+  Status s = ScanEntries(*ns_, [&](const EntryInfo& e) {
+    if (e.is_temporary || e.is_foreign) return;
+    found.push_back(Found{e.key, e.size_bytes, e.mtime_ns});
+  });
+  if (!s.ok()) return s.WithContext("rebuilding the index of " + ns_->path());
+  // Oldest first, so the LRU order at start follows modification time (C1: not atime).
+  std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) { return a.mtime < b.mtime; });
+  std::lock_guard<std::mutex> lock(index_mu_);
+  for (const Found& f : found) {
+    if (index_.count(f.key)) continue;
+    lru_.push_back(f.key);
+    index_.emplace(f.key, IndexEntry{f.bytes, 0, std::prev(lru_.end())});
+    disk_bytes_ += f.bytes;
+  }
+  stats_.disk_entries.Set(index_.size());
+  stats_.disk_bytes_used.Set(disk_bytes_);
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Lookup (caller threads)
+
+ChunkLocation EngineImpl::Lookup(const ChunkKey& key) {
+  stats_.lookups.Add(1);
+  const int64_t now = io::NowNs();
+  {
+    std::lock_guard<std::mutex> lock(index_mu_);
+    auto it = index_.find(key);
+    if (it != index_.end()) {
+      lru_.splice(lru_.end(), lru_, it->second.lru);
+      stats_.lookup_hits_disk.Add(1);
+      return ChunkLocation::kDisk;
+    }
+    if (pending_stores_.count(key)) return ChunkLocation::kPending;
+    auto neg = negative_.find(key);
+    if (neg != negative_.end()) {
+      if (neg->second > now) {
+        stats_.lookup_misses.Add(1);
+        return ChunkLocation::kAbsent;
+      }
+      negative_.erase(neg);
+    }
+  }
+  // Not known here: another instance (or process) may have published it under the same root.
+  const std::string rel = ChunkRelPath(key);
+  struct stat st;
+  const bool present = fstatat(ns_->dirfd(), rel.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+                       static_cast<uint64_t>(st.st_size) >= kHeaderBytes + block_stride_;
+  std::lock_guard<std::mutex> lock(index_mu_);
+  if (present) {
+    if (!index_.count(key)) {
+      lru_.push_back(key);
+      index_.emplace(key, IndexEntry{static_cast<uint64_t>(st.st_size), 0, std::prev(lru_.end())});
+      disk_bytes_ += st.st_size;
+      stats_.disk_entries.Set(index_.size());
+      stats_.disk_bytes_used.Set(disk_bytes_);
+    }
+    stats_.lookup_hits_disk.Add(1);
+    return ChunkLocation::kDisk;
+  }
+  if (negative_.size() > 1000000) negative_.clear();  // bounded: a burst of unique misses cannot grow it forever
+  negative_[key] = now + static_cast<int64_t>(options_.negative_cache_ms) * kMsToNs;
+  stats_.lookup_misses.Add(1);
+  return ChunkLocation::kAbsent;
+}
+
+size_t EngineImpl::LookupPrefix(std::span<const ChunkKey> keys) {
+  size_t n = 0;
+  for (const ChunkKey& k : keys) {
+    if (Lookup(k) != ChunkLocation::kDisk) break;
+    ++n;
+  }
+  return n;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Job submission (caller threads)
+
+Status EngineImpl::ValidateTransfer(JobKind kind, const ChunkTransfer& t) const {
+  const uint32_t bpc = options_.identity.blocks_per_chunk;
+  if (t.key.size() == 0) return Status(StatusCode::kInvalidArgument, "empty chunk key");
+  if (kind == JobKind::kStore && (t.first_block != 0 || (t.num_blocks != 0 && t.num_blocks != bpc))) {
+    return Status(StatusCode::kInvalidArgument, "stores write whole chunks (X3): first_block must be 0");
+  }
+  const uint32_t n = t.num_blocks ? t.num_blocks : bpc - std::min(t.first_block, bpc);
+  if (t.first_block >= bpc || n == 0 || t.first_block + n > bpc) {
+    return Status(StatusCode::kInvalidArgument, "block range [" + std::to_string(t.first_block) + ", +" +
+                                                    std::to_string(n) + ") outside a chunk of " +
+                                                    std::to_string(bpc) + " blocks");
+  }
+  const uint64_t span = static_cast<uint64_t>(n) * block_stride_;
+  for (const CopySegment& s : t.segments) {
+    if (s.bytes == 0 || s.slot_offset + s.bytes > span || s.address == 0) {
+      return Status(StatusCode::kInvalidArgument,
+                    "copy segment (offset " + std::to_string(s.slot_offset) + ", " + std::to_string(s.bytes) +
+                        " B) outside the " + std::to_string(span) + " B transferred, or null address");
+    }
+  }
+  return Status::Ok();
+}
+
+Result<JobId> EngineImpl::SubmitLoad(std::vector<ChunkTransfer> chunks) {
+  return Enqueue(JobKind::kLoad, std::move(chunks));
+}
+
+Result<JobId> EngineImpl::SubmitStore(std::vector<ChunkTransfer> chunks) {
+  return Enqueue(JobKind::kStore, std::move(chunks));
+}
+
+Result<JobId> EngineImpl::Enqueue(JobKind kind, std::vector<ChunkTransfer> chunks) {
+  auto job = std::make_unique<Job>();
+  job->kind = kind;
+  job->start_ns = io::NowNs();
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    Status s = ValidateTransfer(kind, chunks[i]);
+    if (!s.ok()) return s.WithContext("chunk " + std::to_string(i));
+    auto c = std::make_unique<Chunk>();
+    c->job = job.get();
+    c->index = i;
+    c->first_block = chunks[i].first_block;
+    c->num_blocks = chunks[i].num_blocks ? chunks[i].num_blocks
+                                         : options_.identity.blocks_per_chunk - chunks[i].first_block;
+    c->req = std::move(chunks[i]);
+    c->rel_path = ChunkRelPath(c->req.key);
+    job->chunks.push_back(std::move(c));
+  }
+  job->unfinished = static_cast<uint32_t>(job->chunks.size());
+  JobId id = next_job_id_.fetch_add(1);
+  job->id = id;
+  if (kind == JobKind::kLoad) {
+    stats_.loads_started.Add(1);
+  } else {
+    stats_.stores_started.Add(1);
+    std::lock_guard<std::mutex> lock(index_mu_);
+    for (auto& c : job->chunks) pending_stores_[c->req.key]++;
+  }
+  {
+    std::lock_guard<std::mutex> lock(cmd_mu_);
+    if (stop_) return Status(StatusCode::kFailedPrecondition, "engine is shutting down");
+    commands_.push_back(std::move(job));
+  }
+  io_->Wake();
+  return id;
+}
+
+std::vector<JobResult> EngineImpl::PollCompleted() {
+  std::lock_guard<std::mutex> lock(done_mu_);
+  std::vector<JobResult> out;
+  out.reserve(done_order_.size());
+  for (JobId id : done_order_) {
+    auto it = done_.find(id);
+    if (it == done_.end()) continue;  // already taken by Wait
+    out.push_back(std::move(it->second));
+    done_.erase(it);
+  }
+  done_order_.clear();
+  return out;
+}
+
+Result<JobResult> EngineImpl::Wait(JobId id, int64_t timeout_ms) {
+  std::unique_lock<std::mutex> lock(done_mu_);
+  const bool got = done_cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return done_.count(id); });
+  if (!got) {
+    if (id == 0 || id >= next_job_id_.load()) return Status(StatusCode::kNotFound, "unknown job " + std::to_string(id));
+    return Status(StatusCode::kTimedOut, "job " + std::to_string(id) + " still running");
+  }
+  JobResult r = std::move(done_[id]);
+  done_.erase(id);
+  return r;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Capacity (C1)
+
+uint64_t EngineImpl::EvictLocked(std::unique_lock<std::mutex>& lock, uint64_t target_bytes) {
+  std::vector<std::pair<ChunkKey, uint64_t>> victims;
+  auto it = lru_.begin();
+  uint64_t projected = disk_bytes_;
+  while (projected > target_bytes && it != lru_.end()) {
+    auto e = index_.find(*it);
+    if (e != index_.end() && e->second.pins == 0) {
+      projected -= e->second.bytes;
+      victims.emplace_back(*it, e->second.bytes);
+      disk_bytes_ -= e->second.bytes;
+      index_.erase(e);
+      it = lru_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  stats_.disk_entries.Set(index_.size());
+  stats_.disk_bytes_used.Set(disk_bytes_);
+  lock.unlock();
+  uint64_t freed = 0;
+  for (auto& [key, bytes] : victims) {
+    // A reader that opened the file before the unlink keeps reading valid bytes; new readers miss.
+    if (unlinkat(ns_->dirfd(), ChunkRelPath(key).c_str(), 0) == 0 || errno == ENOENT) freed += bytes;
+    stats_.evictions.Add(1);
+    stats_.evicted_bytes.Add(bytes);
+  }
+  lock.lock();
+  return freed;
+}
+
+Result<uint64_t> EngineImpl::EvictToBudget() {
+  if (options_.disk_budget_bytes == 0) return uint64_t{0};
+  std::unique_lock<std::mutex> lock(index_mu_);
+  const auto low = static_cast<uint64_t>(options_.disk_budget_bytes * options_.low_watermark);
+  if (disk_bytes_ <= low) return uint64_t{0};
+  return EvictLocked(lock, low);
+}
+
+void EngineImpl::PublishIndexed(const ChunkKey& key, uint64_t bytes) {
+  std::unique_lock<std::mutex> lock(index_mu_);
+  negative_.erase(key);
+  if (!index_.count(key)) {
+    lru_.push_back(key);
+    index_.emplace(key, IndexEntry{bytes, 0, std::prev(lru_.end())});
+    disk_bytes_ += bytes;
+  }
+  if (options_.disk_budget_bytes &&
+      disk_bytes_ > static_cast<uint64_t>(options_.disk_budget_bytes * options_.high_watermark)) {
+    EvictLocked(lock, static_cast<uint64_t>(options_.disk_budget_bytes * options_.low_watermark));
+  }
+  stats_.disk_entries.Set(index_.size());
+  stats_.disk_bytes_used.Set(disk_bytes_);
+}
+
+StatsSnapshot EngineImpl::Stats() const {
+  StatsSnapshot s = stats_.Snapshot();
+  s.pool_slots_in_use = pool_->in_use();
+  s.pool_peak_slots = pool_->peak_in_use();
+  return s;
+}
+
+std::string EngineImpl::Describe() const { return describe_; }
+std::string EngineImpl::pool_name() const { return pool_->name(); }
+
+int64_t EngineImpl::Deadline() const {
+  return io::NowNs() + static_cast<int64_t>(options_.op_timeout_ms) * kMsToNs;
+}
+
+}  // namespace kvtier

@@ -1,0 +1,222 @@
+// EngineImpl: the engine behind include/kvtier/engine.h. Internal; see that header for the contract.
+//
+// Threads and ownership:
+// - The reactor thread alone touches io_, copier_ (Submit/Poll), jobs_, chunks and op_ctx_. Other threads reach
+//   it through commands_ (guarded by cmd_mu_) and io_->Wake().
+// - index_mu_ guards the index (published entries, LRU order, negative cache, disk usage). Lookup runs under it
+//   on the caller's thread; the reactor takes it briefly on publish, load pin/unpin and eviction.
+// - done_mu_ guards finished results; done_cv_ wakes Wait().
+// - pool_ is shared memory: slot data is touched by the reactor (I/O buffers), the copier thread and, in vLLM,
+//   worker processes; the slot state words say who may touch a slot when.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "io/io_engine.h"
+#include "kvtier/engine.h"
+#include "layout/chunk_format.h"
+#include "layout/namespace.h"
+#include "staging/staging_pool.h"
+#include "stats/stats.h"
+#include "trace/trace.h"
+#include "transfer/device_copier.h"
+
+namespace kvtier {
+
+class EngineImpl final : public Engine {
+ public:
+  static Result<std::unique_ptr<Engine>> Create(const EngineOptions& options, std::unique_ptr<DeviceCopier> copier);
+  ~EngineImpl() override;
+
+  ChunkLocation Lookup(const ChunkKey& key) override;
+  size_t LookupPrefix(std::span<const ChunkKey> keys) override;
+  Result<JobId> SubmitLoad(std::vector<ChunkTransfer> chunks) override;
+  Result<JobId> SubmitStore(std::vector<ChunkTransfer> chunks) override;
+  std::vector<JobResult> PollCompleted() override;
+  Result<JobResult> Wait(JobId id, int64_t timeout_ms) override;
+  Result<uint64_t> EvictToBudget() override;
+  StatsSnapshot Stats() const override;
+  const EngineOptions& options() const override { return options_; }
+  std::string Describe() const override;
+  std::string pool_name() const override;
+  uint64_t chunk_payload_bytes() const override { return block_stride_ * options_.identity.blocks_per_chunk; }
+  uint64_t block_stride() const override { return block_stride_; }
+
+ private:
+  struct Job;
+  struct Chunk;
+  struct ReadShare;
+
+  // One I/O operation in flight; user_data of the IoOp is its id in op_ctx_.
+  enum class OpRole { kOpen, kRead, kWrite, kFsync, kClose, kLink, kUnlinkTmp, kUnlinkCorrupt };
+  struct OpCtx {
+    OpRole role;
+    Chunk* chunk = nullptr;  // null for fire-and-forget ops (close of an abandoned fd, unlink of a corrupt file)
+    uint8_t* buf = nullptr;
+    uint64_t len = 0;        // bytes still to transfer
+    uint64_t offset = 0;
+    int64_t deadline_ns = 0;
+    std::string path;        // kOpen / kLink (old) / kUnlink*
+    std::string path2;       // kLink (new)
+    bool late = false;       // passed its deadline; the chunk already failed
+    int64_t start_ns = 0;
+  };
+  struct DeferredOp {
+    uint64_t id;
+    io::IoOp op;
+  };
+
+  EngineImpl() = default;
+  Status Init(const EngineOptions& options, std::unique_ptr<DeviceCopier> copier);
+  Status RebuildIndex();
+  Result<JobId> Enqueue(JobKind kind, std::vector<ChunkTransfer> chunks);
+  Status ValidateTransfer(JobKind kind, const ChunkTransfer& t) const;
+
+  // Reactor.
+  void ReactorMain();
+  void TakeCommands();
+  void StartWaitingChunks();
+  bool StartLoadChunk(Job& job, Chunk& c);
+  bool StartStoreChunk(Job& job, Chunk& c);
+  void OnCompletion(const io::IoCompletion& cqe);
+  void OnCopyDone(const CopyDone& done);
+  void CheckDeadlines();
+  void SubmitOp(OpCtx ctx, io::IoOp op);
+  void RetryDeferredOps();
+  void QueueLoadCopy(Chunk& c);
+  void BeginStoreWrite(Chunk& c);
+  void OpenTemporary(Chunk& c);
+  void Settle(Chunk& c);
+  void MaybeRetireShare(ReadShare* s);
+  void ForgetEntry(const ChunkKey& key);
+  static const char* OpRoleName(OpRole r);
+  void SubmitRead(Chunk& c, uint8_t* buf, uint64_t len, uint64_t offset);
+  void SubmitWrite(Chunk& c, uint8_t* buf, uint64_t len, uint64_t offset);
+  void SubmitClose(int fd);
+  void LoadReadsDone(Chunk& c);
+  void StoreWritesDone(Chunk& c);
+  void FailChunk(Chunk& c, Status status);
+  void FinishChunk(Chunk& c);
+  void MaybeFinishJob(Job& job);
+  void FlushCopies();
+  void QuarantineCorrupt(const ChunkKey& key, const std::string& rel_path, const Status& why);
+  bool RetryStoreAfterEnospc(Chunk& c);
+  void PublishIndexed(const ChunkKey& key, uint64_t bytes);
+  uint64_t EvictLocked(std::unique_lock<std::mutex>& lock, uint64_t target_bytes);
+  int64_t Deadline() const;
+
+  EngineOptions options_;
+  std::string describe_;
+  std::unique_ptr<Namespace> ns_;
+  std::unique_ptr<io::IoEngine> io_;
+  std::unique_ptr<StagingPool> pool_;
+  std::unique_ptr<DeviceCopier> copier_;
+  std::unique_ptr<TraceRecorder> trace_;
+  mutable kvtier::Stats stats_;
+  uint64_t block_stride_ = 0;
+  uint64_t slot_bytes_ = 0;  // kHeaderBytes + payload
+  int open_flags_extra_ = 0;  // O_DIRECT when direct I/O is on
+  mode_t file_mode_ = 0640;
+
+  // Commands from other threads.
+  std::mutex cmd_mu_;
+  std::deque<std::unique_ptr<Job>> commands_;
+  bool stop_ = false;
+  std::atomic<JobId> next_job_id_{1};
+
+  // Reactor-only state.
+  std::deque<std::unique_ptr<Job>> jobs_;  // FIFO: earlier jobs get slots first
+  std::unordered_map<uint64_t, OpCtx> op_ctx_;
+  uint64_t next_op_id_ = 1;
+  std::unordered_map<uint64_t, Chunk*> copy_ctx_;
+  uint64_t next_copy_id_ = 1;
+  std::vector<CopyTask> copy_batch_;
+  std::unordered_map<ChunkKey, ReadShare*, ChunkKeyHash> read_shares_;
+  std::unordered_map<ChunkKey, Chunk*, ChunkKeyHash> stores_in_flight_;
+  std::deque<DeferredOp> deferred_ops_;
+
+  // Index of published entries (C1): LRU order, most recent at the back.
+  struct IndexEntry {
+    uint64_t bytes = 0;
+    uint32_t pins = 0;  // loads in flight: never evicted while pinned
+    std::list<ChunkKey>::iterator lru;
+  };
+  mutable std::mutex index_mu_;
+  std::unordered_map<ChunkKey, IndexEntry, ChunkKeyHash> index_;
+  std::list<ChunkKey> lru_;
+  std::unordered_map<ChunkKey, int64_t, ChunkKeyHash> negative_;  // key -> expiry (ns)
+  std::unordered_map<ChunkKey, int, ChunkKeyHash> pending_stores_;
+  uint64_t disk_bytes_ = 0;
+
+  std::mutex done_mu_;
+  std::condition_variable done_cv_;
+  std::unordered_map<JobId, JobResult> done_;
+  std::deque<JobId> done_order_;
+
+  std::thread reactor_;
+};
+
+struct EngineImpl::Job {
+  JobId id = 0;
+  JobKind kind = JobKind::kLoad;
+  int64_t start_ns = 0;
+  std::vector<std::unique_ptr<Chunk>> chunks;
+  size_t next_to_start = 0;
+  uint32_t slots_held = 0;  // bounded by io_depth (S1): a job larger than the pool streams through it
+  uint32_t unfinished = 0;
+  uint64_t bytes = 0;
+  bool reported = false;
+};
+
+struct EngineImpl::Chunk {
+  Job* job = nullptr;
+  size_t index = 0;
+  ChunkTransfer req;
+  uint32_t first_block = 0;
+  uint32_t num_blocks = 0;
+  Status status;
+  bool failed = false;
+  bool finished = false;
+  bool released = false;        // resources returned
+  int slot = -1;                // stores: the slot held; loads: see share
+  uint32_t slot_gen = 0;
+  bool counts_job_slot = false; // this chunk's slot counts against job->slots_held
+  ReadShare* share = nullptr;   // loads: the shared read this chunk copies from
+  bool leads_share = false;
+  bool pinned = false;          // loads: index entry pinned against eviction
+  int fd = -1;
+  uint32_t ops_in_flight = 0;
+  uint32_t copies_in_flight = 0;
+  std::string rel_path;
+  std::string tmp_path;
+  bool tmp_exists = false;
+  bool enospc_retried = false;
+  bool writes_done = false;
+  int64_t started_ns = 0;
+};
+
+// One read of a chunk's blocks into one slot, shared by every concurrent load of the same key whose blocks lie
+// inside it (X4). Owns the slot; released when the leader's I/O is quiescent and every member has finished.
+struct EngineImpl::ReadShare {
+  ChunkKey key;
+  int slot = -1;
+  uint32_t slot_gen = 0;
+  uint32_t first_block = 0;
+  uint32_t num_blocks = 0;
+  bool ready = false;
+  bool failed = false;
+  bool io_done = false;
+  std::vector<Chunk*> members;  // unfinished members only
+};
+
+}  // namespace kvtier

@@ -1,0 +1,709 @@
+// The reactor loop and the per-chunk state machines of loads and stores.
+//
+// Load, per chunk:  slot -> open -> read header + needed blocks -> verify -> slot ready -> copy out -> release.
+// Store, per chunk: slot -> copy in -> header + checksums -> open temporary -> write -> [fsync] -> link -> unlink
+//                   temporary -> index -> release.
+// A chunk that fails is finished at once (its job can complete with a miss), but its slot, fd and temporary are
+// released only when every operation it started has come back: the kernel may still be writing into the slot.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "engine/engine_impl.h"
+#include "layout/chunk_path.h"
+
+namespace kvtier {
+
+namespace {
+constexpr int64_t kReapWaitNs = 20 * 1000 * 1000;  // bounds how late a deadline (posix) is noticed
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+
+void EngineImpl::ReactorMain() {
+  std::vector<io::IoCompletion> cqes;
+  std::vector<CopyDone> copies;
+  for (;;) {
+    bool stopping;
+    {
+      std::lock_guard<std::mutex> lock(cmd_mu_);
+      while (!commands_.empty()) {
+        jobs_.push_back(std::move(commands_.front()));
+        commands_.pop_front();
+      }
+      stopping = stop_;
+    }
+    StartWaitingChunks();
+    FlushCopies();
+    RetryDeferredOps();
+    io_->Flush();
+    // Drop jobs whose every chunk has settled (results were published when the last chunk finished).
+    std::erase_if(jobs_, [](const std::unique_ptr<Job>& j) {
+      if (!j->reported) return false;
+      for (auto& c : j->chunks) {
+        if (!c->released || c->ops_in_flight > 0 || c->copies_in_flight > 0) return false;
+      }
+      return true;
+    });
+    if (stopping && jobs_.empty() && op_ctx_.empty() && copier_->pending() == 0) break;
+
+    cqes.clear();
+    const bool waiting = !op_ctx_.empty() || copier_->pending() > 0 || !jobs_.empty();
+    int rc = io_->Reap(&cqes, waiting ? kReapWaitNs : -1);
+    if (rc < 0 && rc != -EINTR && rc != -ETIME && rc != -ETIMEDOUT) {
+      stats_.io_errors.Add(1);
+    }
+    for (const io::IoCompletion& cqe : cqes) OnCompletion(cqe);
+    copies.clear();
+    copier_->Poll(&copies);
+    for (const CopyDone& d : copies) OnCopyDone(d);
+    CheckDeadlines();
+  }
+}
+
+void EngineImpl::StartWaitingChunks() {
+  for (auto& job : jobs_) {
+    while (job->next_to_start < job->chunks.size()) {
+      Chunk& c = *job->chunks[job->next_to_start];
+      const bool started = job->kind == JobKind::kLoad ? StartLoadChunk(*job, c) : StartStoreChunk(*job, c);
+      if (!started) break;  // out of slots for this job (or globally); try again after a release
+      ++job->next_to_start;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Operations
+
+void EngineImpl::SubmitOp(OpCtx ctx, io::IoOp op) {
+  const uint64_t id = next_op_id_++;
+  auto [it, inserted] = op_ctx_.emplace(id, std::move(ctx));
+  OpCtx& c = it->second;
+  // Pointers into the context: stable, unordered_map nodes do not move.
+  if (!c.path.empty()) op.path = c.path.c_str();
+  if (!c.path2.empty()) op.path2 = c.path2.c_str();
+  op.user_data = id;
+  op.deadline_ns = c.deadline_ns;
+  c.start_ns = io::NowNs();
+  if (c.chunk) c.chunk->ops_in_flight++;
+  const int rc = io_->Submit(op);
+  if (rc == -EAGAIN) {
+    deferred_ops_.push_back(DeferredOp{id, op});  // ring full: resubmitted next iteration
+  } else if (rc < 0) {
+    io::IoCompletion fake{id, rc};
+    OnCompletion(fake);
+  }
+}
+
+void EngineImpl::RetryDeferredOps() {
+  while (!deferred_ops_.empty()) {
+    DeferredOp& d = deferred_ops_.front();
+    if (op_ctx_.count(d.id) == 0) {  // should not happen; be safe
+      deferred_ops_.pop_front();
+      continue;
+    }
+    const int rc = io_->Submit(d.op);
+    if (rc == -EAGAIN) return;
+    const uint64_t id = d.id;
+    deferred_ops_.pop_front();
+    if (rc < 0) OnCompletion(io::IoCompletion{id, rc});
+  }
+}
+
+void EngineImpl::SubmitRead(Chunk& c, uint8_t* buf, uint64_t len, uint64_t offset) {
+  OpCtx ctx{OpRole::kRead, &c, buf, len, offset, Deadline()};
+  io::IoOp op;
+  op.code = io::OpCode::kRead;
+  op.fd = c.fd;
+  op.buf = buf;
+  op.len = static_cast<uint32_t>(std::min<uint64_t>(len, 1u << 30));
+  op.offset = offset;
+  SubmitOp(std::move(ctx), op);
+}
+
+void EngineImpl::SubmitWrite(Chunk& c, uint8_t* buf, uint64_t len, uint64_t offset) {
+  OpCtx ctx{OpRole::kWrite, &c, buf, len, offset, Deadline()};
+  io::IoOp op;
+  op.code = io::OpCode::kWrite;
+  op.fd = c.fd;
+  op.buf = buf;
+  op.len = static_cast<uint32_t>(std::min<uint64_t>(len, 1u << 30));
+  op.offset = offset;
+  SubmitOp(std::move(ctx), op);
+}
+
+void EngineImpl::SubmitClose(int fd) {
+  if (fd < 0) return;
+  io::IoOp op;
+  op.code = io::OpCode::kClose;
+  op.fd = fd;
+  SubmitOp(OpCtx{OpRole::kClose, nullptr}, op);
+}
+
+void EngineImpl::OnCompletion(const io::IoCompletion& cqe) {
+  auto it = op_ctx_.find(cqe.user_data);
+  if (it == op_ctx_.end()) return;
+  OpCtx ctx = std::move(it->second);
+  op_ctx_.erase(it);
+  const int64_t res = cqe.result;
+  if (res < 0 && res != -EEXIST && res != -ENOENT) {
+    if (res == -ETIMEDOUT || res == -ECANCELED) {
+      stats_.timeouts.Add(ctx.late ? 0 : 1);
+    } else {
+      stats_.io_errors.Add(1);
+    }
+    if (res == -ENOSPC || res == -EDQUOT) stats_.enospc_events.Add(1);
+  }
+  Chunk* c = ctx.chunk;
+  if (c == nullptr) return;  // fire-and-forget close or unlink
+  c->ops_in_flight--;
+  if (trace_ && trace_->enabled() && (ctx.role == OpRole::kRead || ctx.role == OpRole::kWrite)) {
+    trace_->Complete(ctx.role == OpRole::kRead ? "read" : "write", "io", ctx.start_ns, io::NowNs() - ctx.start_ns, 1,
+                     {{"bytes", res > 0 ? uint64_t(res) : 0}});
+  }
+
+  switch (ctx.role) {
+    case OpRole::kOpen:
+      if (res >= 0) {
+        c->fd = static_cast<int>(res);
+        if (c->job->kind == JobKind::kStore) c->tmp_exists = true;
+      }
+      if (c->failed) break;  // late: Settle() closes the fd
+      if (res < 0) {
+        if (c->job->kind == JobKind::kLoad) {
+          if (res == -ENOENT) {
+            ForgetEntry(c->req.key);  // evicted by another instance, or never there
+            FailChunk(*c, Status(StatusCode::kNotFound, "chunk file absent"));
+          } else {
+            FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "open " + c->rel_path));
+          }
+        } else if ((res == -ENOSPC || res == -EDQUOT) && RetryStoreAfterEnospc(*c)) {
+          // retried
+        } else {
+          FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "create " + c->tmp_path));
+        }
+        break;
+      }
+      if (c->job->kind == JobKind::kLoad) {
+        uint8_t* base = pool_->SlotData(c->share->slot);
+        if (c->first_block == 0) {
+          SubmitRead(*c, base, kHeaderBytes + uint64_t(c->num_blocks) * block_stride_, 0);
+        } else {
+          SubmitRead(*c, base, kHeaderBytes, 0);
+          SubmitRead(*c, base + kHeaderBytes, uint64_t(c->num_blocks) * block_stride_,
+                     kHeaderBytes + uint64_t(c->first_block) * block_stride_);
+        }
+      } else {
+        SubmitWrite(*c, pool_->SlotData(c->slot), slot_bytes_, 0);
+      }
+      break;
+
+    case OpRole::kRead:
+      if (c->failed) break;
+      if (res < 0) {
+        FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "read " + c->rel_path));
+      } else if (res == 0) {
+        QuarantineCorrupt(c->req.key, c->rel_path, Status(StatusCode::kCorrupt, "file shorter than its header says"));
+        FailChunk(*c, Status(StatusCode::kCorrupt, "truncated chunk file " + c->rel_path));
+      } else {
+        stats_.bytes_read.Add(static_cast<uint64_t>(res));
+        if (static_cast<uint64_t>(res) < ctx.len) {  // short read: continue where it stopped
+          SubmitRead(*c, ctx.buf + res, ctx.len - res, ctx.offset + res);
+        } else if (c->ops_in_flight == 0) {
+          LoadReadsDone(*c);
+        }
+      }
+      break;
+
+    case OpRole::kWrite:
+      if (c->failed) break;
+      if (res < 0) {
+        if ((res == -ENOSPC || res == -EDQUOT) && RetryStoreAfterEnospc(*c)) break;
+        FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "write " + c->tmp_path));
+      } else if (res == 0) {
+        FailChunk(*c, Status(StatusCode::kIoError, "write made no progress on " + c->tmp_path));
+      } else {
+        stats_.bytes_written.Add(static_cast<uint64_t>(res));
+        if (static_cast<uint64_t>(res) < ctx.len) {
+          SubmitWrite(*c, ctx.buf + res, ctx.len - res, ctx.offset + res);
+        } else if (c->ops_in_flight == 0) {
+          StoreWritesDone(*c);
+        }
+      }
+      break;
+
+    case OpRole::kFsync:
+      if (c->failed) break;
+      if (res < 0) {
+        FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "fsync " + c->tmp_path));
+      } else {
+        StoreWritesDone(*c);
+      }
+      break;
+
+    case OpRole::kLink:
+      if (c->failed) break;
+      if (res == 0 || res == -EEXIST) {
+        // EEXIST: another writer published the same key first; its bytes are equally valid (L4).
+        if (res == -EEXIST) stats_.stores_deduplicated.Add(1);
+        PublishIndexed(c->req.key, kHeaderBytes + uint64_t(options_.identity.blocks_per_chunk) * block_stride_);
+        c->job->bytes += slot_bytes_;
+        FinishChunk(*c);  // Settle() removes the temporary name
+      } else if ((res == -ENOSPC || res == -EDQUOT) && RetryStoreAfterEnospc(*c)) {
+        // retried
+      } else {
+        FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "link " + c->rel_path));
+      }
+      break;
+
+    case OpRole::kClose:
+    case OpRole::kUnlinkTmp:
+    case OpRole::kUnlinkCorrupt:
+      break;
+  }
+  Settle(*c);
+}
+
+void EngineImpl::CheckDeadlines() {
+  const int64_t now = io::NowNs();
+  for (auto& [id, ctx] : op_ctx_) {
+    if (ctx.chunk == nullptr || ctx.late || ctx.deadline_ns == 0 || ctx.deadline_ns > now) continue;
+    ctx.late = true;  // I4: the chunk becomes a miss now; its buffer stays held until the op returns
+    stats_.timeouts.Add(1);
+    FailChunk(*ctx.chunk, Status(StatusCode::kTimedOut, std::string(OpRoleName(ctx.role)) + " passed its " +
+                                                            std::to_string(options_.op_timeout_ms) + " ms deadline"));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Loads
+
+bool EngineImpl::StartLoadChunk(Job& job, Chunk& c) {
+  c.started_ns = io::NowNs();
+  stats_.bytes_needed.Add(uint64_t(c.num_blocks) * options_.identity.block_bytes);
+  // X4: join a read of the same key already in flight (or ready) that covers our blocks.
+  auto sh = read_shares_.find(c.req.key);
+  if (sh != read_shares_.end()) {
+    ReadShare* s = sh->second;
+    if (!s->failed && c.first_block >= s->first_block &&
+        c.first_block + c.num_blocks <= s->first_block + s->num_blocks) {
+      c.share = s;
+      s->members.push_back(&c);
+      c.released = true;  // followers hold nothing of their own
+      if (s->ready) QueueLoadCopy(c);
+      return true;
+    }
+  }
+  if (job.slots_held >= options_.io_depth) return false;
+  auto slot = pool_->Acquire(StagingPool::Priority::kDemand);
+  if (!slot) return false;
+  job.slots_held++;
+  c.counts_job_slot = true;
+  {
+    std::lock_guard<std::mutex> lock(index_mu_);
+    auto e = index_.find(c.req.key);
+    if (e != index_.end()) {
+      e->second.pins++;
+      c.pinned = true;
+    }
+  }
+  auto* s = new ReadShare();
+  s->key = c.req.key;
+  s->slot = static_cast<int>(*slot);
+  s->slot_gen = pool_->BeginFill(*slot);
+  s->first_block = c.first_block;
+  s->num_blocks = c.num_blocks;
+  s->members.push_back(&c);
+  read_shares_[c.req.key] = s;
+  c.share = s;
+  c.leads_share = true;
+
+  io::IoOp op;
+  op.code = io::OpCode::kOpenAt;
+  op.dirfd = ns_->dirfd();
+  op.flags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW | open_flags_extra_;
+  OpCtx ctx{OpRole::kOpen, &c};
+  ctx.path = c.rel_path;
+  ctx.deadline_ns = Deadline();
+  SubmitOp(std::move(ctx), op);
+  return true;
+}
+
+void EngineImpl::LoadReadsDone(Chunk& c) {
+  ReadShare* s = c.share;
+  SubmitClose(c.fd);
+  c.fd = -1;
+  const uint8_t* base = pool_->SlotData(s->slot);
+  auto header = DecodeHeader(std::span<const uint8_t>(base, kHeaderBytes), ns_->fingerprint(), c.req.key);
+  Status verdict = header.status();
+  if (verdict.ok() && (header->num_blocks != options_.identity.blocks_per_chunk ||
+                       header->block_bytes != options_.identity.block_bytes || header->block_stride != block_stride_)) {
+    verdict = Status(StatusCode::kCorrupt, "chunk geometry differs from the namespace");
+  }
+  if (verdict.ok()) verdict = VerifyBlocks(*header, c.first_block, c.num_blocks, base + kHeaderBytes);
+  if (!verdict.ok()) {
+    QuarantineCorrupt(c.req.key, c.rel_path, verdict);
+    FailChunk(c, verdict.WithContext(c.rel_path));
+    return;
+  }
+  if (trace_ && trace_->enabled()) {
+    trace_->Complete("load_read", "load", c.started_ns, io::NowNs() - c.started_ns, 1,
+                     {{"blocks", c.num_blocks}, {"job", c.job->id}});
+  }
+  s->ready = true;
+  pool_->PublishReady(s->slot, s->slot_gen);
+  std::vector<Chunk*> members = s->members;  // QueueLoadCopy may finish chunks, which edits members
+  for (Chunk* m : members) QueueLoadCopy(*m);
+}
+
+void EngineImpl::QueueLoadCopy(Chunk& c) {
+  ReadShare* s = c.share;
+  if (c.req.segments.empty()) {  // a load that only verifies presence into the pool (tests, prefetch)
+    FinishChunk(c);
+    return;
+  }
+  CopyTask t;
+  t.id = next_copy_id_++;
+  t.direction = CopyDirection::kSlotToDevice;
+  const uint64_t skip = uint64_t(c.first_block - s->first_block) * block_stride_;
+  t.slot_data = pool_->SlotData(s->slot) + kHeaderBytes + skip;
+  t.slot_bytes = uint64_t(c.num_blocks) * block_stride_;
+  t.segments = c.req.segments;
+  copy_ctx_[t.id] = &c;
+  c.copies_in_flight++;
+  copy_batch_.push_back(std::move(t));
+}
+
+void EngineImpl::FlushCopies() {
+  if (copy_batch_.empty()) return;
+  copier_->Submit(std::move(copy_batch_));  // X1: every copy that became ready this iteration, one batch
+  copy_batch_.clear();
+}
+
+void EngineImpl::OnCopyDone(const CopyDone& d) {
+  auto it = copy_ctx_.find(d.id);
+  if (it == copy_ctx_.end()) return;
+  Chunk& c = *it->second;
+  copy_ctx_.erase(it);
+  c.copies_in_flight--;
+  if (!d.status.ok()) {
+    FailChunk(c, d.status.WithContext("device copy"));
+  } else if (c.job->kind == JobKind::kLoad) {
+    c.job->bytes += uint64_t(c.num_blocks) * options_.identity.block_bytes;
+    stats_.chunks_loaded.Add(1);
+    FinishChunk(c);
+  } else if (!c.failed) {
+    BeginStoreWrite(c);
+  }
+  Settle(c);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Stores
+
+bool EngineImpl::StartStoreChunk(Job& job, Chunk& c) {
+  c.started_ns = io::NowNs();
+  bool present;
+  {
+    std::lock_guard<std::mutex> lock(index_mu_);
+    present = index_.count(c.req.key) > 0;
+  }
+  if (present || stores_in_flight_.count(c.req.key)) {
+    // Already published (or being published by an earlier job): nothing to write.
+    stats_.stores_deduplicated.Add(1);
+    c.released = true;
+    FinishChunk(c);
+    return true;
+  }
+  if (job.slots_held >= options_.io_depth) return false;
+  auto slot = pool_->Acquire(StagingPool::Priority::kDemand);
+  if (!slot) return false;
+  job.slots_held++;
+  c.counts_job_slot = true;
+  c.slot = static_cast<int>(*slot);
+  c.slot_gen = pool_->BeginFill(*slot);
+  stores_in_flight_[c.req.key] = &c;
+
+  CopyTask t;
+  t.id = next_copy_id_++;
+  t.direction = CopyDirection::kDeviceToSlot;
+  t.slot_data = pool_->SlotData(*slot) + kHeaderBytes;
+  t.slot_bytes = uint64_t(c.num_blocks) * block_stride_;
+  t.segments = c.req.segments;
+  copy_ctx_[t.id] = &c;
+  c.copies_in_flight++;
+  copy_batch_.push_back(std::move(t));
+  return true;
+}
+
+void EngineImpl::BeginStoreWrite(Chunk& c) {
+  uint8_t* base = pool_->SlotData(c.slot);
+  const uint32_t bpc = options_.identity.blocks_per_chunk;
+  const uint64_t bb = options_.identity.block_bytes;
+  ChunkHeader h;
+  std::memcpy(h.fingerprint.data(), ns_->fingerprint().data(), h.fingerprint.size());
+  h.key = c.req.key;
+  h.num_blocks = bpc;
+  h.block_bytes = bb;
+  h.block_stride = block_stride_;
+  h.payload_bytes = uint64_t(bpc) * block_stride_;
+  h.created_unix_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                std::chrono::system_clock::now().time_since_epoch())
+                                                .count());
+  for (uint32_t b = 0; b < bpc; ++b) {
+    uint8_t* block = base + kHeaderBytes + uint64_t(b) * block_stride_;
+    if (block_stride_ > bb) std::memset(block + bb, 0, block_stride_ - bb);  // deterministic padding
+    h.block_checksums[b] = BlockChecksum(block, bb);
+  }
+  Status s = EncodeHeader(h, std::span<uint8_t>(base, kHeaderBytes));
+  if (!s.ok()) {
+    FailChunk(c, s);
+    return;
+  }
+  OpenTemporary(c);
+}
+
+void EngineImpl::OpenTemporary(Chunk& c) {
+  Status s = EnsureFanoutDir(ns_->dirfd(), c.req.key, options_.dir_mode);
+  if (!s.ok()) {
+    if (s.code() == StatusCode::kNoSpace && RetryStoreAfterEnospc(c)) return;
+    FailChunk(c, s);
+    return;
+  }
+  c.tmp_path = TempRelPath(c.req.key);
+  io::IoOp op;
+  op.code = io::OpCode::kOpenAt;
+  op.dirfd = ns_->dirfd();
+  op.flags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW | open_flags_extra_;
+  op.mode = file_mode_;
+  OpCtx ctx{OpRole::kOpen, &c};
+  ctx.path = c.tmp_path;
+  ctx.deadline_ns = Deadline();
+  SubmitOp(std::move(ctx), op);
+}
+
+void EngineImpl::StoreWritesDone(Chunk& c) {
+  if (options_.fsync_on_publish && !c.writes_done) {
+    c.writes_done = true;
+    io::IoOp op;
+    op.code = io::OpCode::kFsync;
+    op.fd = c.fd;
+    OpCtx ctx{OpRole::kFsync, &c};
+    ctx.deadline_ns = Deadline();
+    SubmitOp(std::move(ctx), op);
+    return;
+  }
+  c.writes_done = true;
+  SubmitClose(c.fd);
+  c.fd = -1;
+  io::IoOp op;
+  op.code = io::OpCode::kLinkAt;
+  op.dirfd = ns_->dirfd();
+  OpCtx ctx{OpRole::kLink, &c};
+  ctx.path = c.tmp_path;
+  ctx.path2 = c.rel_path;
+  ctx.deadline_ns = Deadline();
+  SubmitOp(std::move(ctx), op);
+}
+
+// C2: on ENOSPC evict and retry once; the caller drops the store when this returns false.
+bool EngineImpl::RetryStoreAfterEnospc(Chunk& c) {
+  stats_.enospc_events.Add(1);
+  if (c.enospc_retried || c.ops_in_flight > 0) return false;
+  c.enospc_retried = true;
+  if (c.fd >= 0) {
+    close(c.fd);
+    c.fd = -1;
+  }
+  if (c.tmp_exists) {
+    unlinkat(ns_->dirfd(), c.tmp_path.c_str(), 0);
+    c.tmp_exists = false;
+  }
+  {
+    std::unique_lock<std::mutex> lock(index_mu_);
+    const uint64_t file = slot_bytes_;
+    const uint64_t want = std::max<uint64_t>(4 * file, disk_bytes_ / 10);
+    EvictLocked(lock, disk_bytes_ > want ? disk_bytes_ - want : 0);
+  }
+  c.writes_done = false;
+  OpenTemporary(c);
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Completion, failure, release
+
+void EngineImpl::FailChunk(Chunk& c, Status status) {
+  if (c.finished) return;
+  c.failed = true;
+  c.status = std::move(status);
+  if (c.job->kind == JobKind::kStore) {
+    stats_.stores_dropped.Add(1);
+    FinishChunk(c);
+    return;
+  }
+  ReadShare* s = c.share;
+  if (s && c.leads_share) {
+    // Every load waiting on this read misses with the same reason.
+    s->failed = true;
+    if (read_shares_.count(s->key) && read_shares_[s->key] == s) read_shares_.erase(s->key);
+    std::vector<Chunk*> members = s->members;
+    for (Chunk* m : members) {
+      if (m != &c && !m->finished) {
+        m->failed = true;
+        m->status = c.status;
+        FinishChunk(*m);
+      }
+    }
+  }
+  FinishChunk(c);
+}
+
+void EngineImpl::FinishChunk(Chunk& c) {
+  if (c.finished) return;
+  c.finished = true;
+  Job& job = *c.job;
+  job.unfinished--;
+  if (c.share) {
+    ReadShare* s = c.share;
+    auto& m = s->members;
+    m.erase(std::remove(m.begin(), m.end(), &c), m.end());
+    if (!c.leads_share) {
+      c.share = nullptr;  // the share may be retired below; followers never look at it again
+      MaybeRetireShare(s);
+    }
+  }
+  if (c.pinned) {
+    std::lock_guard<std::mutex> lock(index_mu_);
+    auto e = index_.find(c.req.key);
+    if (e != index_.end() && e->second.pins > 0) e->second.pins--;
+    c.pinned = false;
+  }
+  if (job.kind == JobKind::kStore) {
+    auto it = stores_in_flight_.find(c.req.key);
+    if (it != stores_in_flight_.end() && it->second == &c) stores_in_flight_.erase(it);
+    std::lock_guard<std::mutex> lock(index_mu_);
+    auto p = pending_stores_.find(c.req.key);
+    if (p != pending_stores_.end() && --p->second <= 0) pending_stores_.erase(p);
+  }
+  if (job.unfinished == 0 && !job.reported) {
+    job.reported = true;
+    JobResult r;
+    r.id = job.id;
+    r.kind = job.kind;
+    r.latency_ns = io::NowNs() - job.start_ns;
+    r.bytes = job.bytes;
+    r.chunks.reserve(job.chunks.size());
+    for (auto& ch : job.chunks) {
+      r.chunks.push_back(ChunkOutcome{ch->req.key, ch->failed ? ch->status : Status::Ok()});
+      if (!ch->failed) r.chunks_ok++;
+    }
+    const uint64_t us = static_cast<uint64_t>(r.latency_ns / 1000);
+    if (job.kind == JobKind::kLoad) {
+      stats_.load_latency_us.Record(us);
+      (r.all_ok() ? stats_.loads_completed : stats_.loads_failed).Add(1);
+    } else {
+      stats_.store_latency_us.Record(us);
+      stats_.stores_completed.Add(1);
+    }
+    if (trace_ && trace_->enabled()) {
+      trace_->Complete(job.kind == JobKind::kLoad ? "load_job" : "store_job", "job", job.start_ns, r.latency_ns, 0,
+                       {{"chunks", r.chunks.size()}, {"ok", r.chunks_ok}, {"bytes", r.bytes}});
+    }
+    {
+      std::lock_guard<std::mutex> lock(done_mu_);
+      done_order_.push_back(r.id);
+      done_.emplace(r.id, std::move(r));
+    }
+    done_cv_.notify_all();
+  }
+}
+
+// Returns the chunk's resources once nothing in flight can touch them any more.
+void EngineImpl::Settle(Chunk& c) {
+  if (c.released || c.ops_in_flight > 0 || c.copies_in_flight > 0) return;
+  if (!c.finished) return;  // still progressing
+  c.released = true;
+  if (c.fd >= 0) {
+    close(c.fd);
+    c.fd = -1;
+  }
+  if (c.tmp_exists) {
+    // After a successful link the temporary is a second name of the entry; after a failure it is garbage.
+    io::IoOp op;
+    op.code = io::OpCode::kUnlinkAt;
+    op.dirfd = ns_->dirfd();
+    OpCtx ctx{OpRole::kUnlinkTmp, nullptr};
+    ctx.path = c.tmp_path;
+    SubmitOp(std::move(ctx), op);
+    c.tmp_exists = false;
+  }
+  if (c.counts_job_slot) {
+    c.job->slots_held--;
+    c.counts_job_slot = false;
+  }
+  if (c.job->kind == JobKind::kStore) {
+    if (c.slot >= 0) {
+      pool_->MarkFree(c.slot);
+      pool_->Release(c.slot);
+      c.slot = -1;
+    }
+    return;
+  }
+  if (c.leads_share) {
+    c.share->io_done = true;
+    MaybeRetireShare(c.share);
+  }
+}
+
+void EngineImpl::MaybeRetireShare(ReadShare* s) {
+  if (!s->io_done || !s->members.empty()) return;
+  auto it = read_shares_.find(s->key);
+  if (it != read_shares_.end() && it->second == s) read_shares_.erase(it);
+  pool_->MarkFree(s->slot);
+  pool_->Release(s->slot);
+  delete s;
+}
+
+void EngineImpl::QuarantineCorrupt(const ChunkKey& key, const std::string& rel_path, const Status& why) {
+  // K1: a bad entry is removed so no reader sees it again; the miss and the counter tell the operator.
+  stats_.corrupt_entries.Add(1);
+  ForgetEntry(key);
+  io::IoOp op;
+  op.code = io::OpCode::kUnlinkAt;
+  op.dirfd = ns_->dirfd();
+  OpCtx ctx{OpRole::kUnlinkCorrupt, nullptr};
+  ctx.path = rel_path;
+  SubmitOp(std::move(ctx), op);
+  if (trace_ && trace_->enabled()) trace_->Instant("corrupt_entry", "integrity", io::NowNs(), 1);
+}
+
+void EngineImpl::ForgetEntry(const ChunkKey& key) {
+  std::lock_guard<std::mutex> lock(index_mu_);
+  auto e = index_.find(key);
+  if (e == index_.end()) return;
+  disk_bytes_ -= std::min(disk_bytes_, e->second.bytes);
+  lru_.erase(e->second.lru);
+  index_.erase(e);
+  stats_.disk_entries.Set(index_.size());
+  stats_.disk_bytes_used.Set(disk_bytes_);
+}
+
+const char* EngineImpl::OpRoleName(OpRole r) {
+  switch (r) {
+    case OpRole::kOpen: return "open";
+    case OpRole::kRead: return "read";
+    case OpRole::kWrite: return "write";
+    case OpRole::kFsync: return "fsync";
+    case OpRole::kClose: return "close";
+    case OpRole::kLink: return "link";
+    case OpRole::kUnlinkTmp:
+    case OpRole::kUnlinkCorrupt: return "unlink";
+  }
+  return "op";
+}
+
+}  // namespace kvtier
