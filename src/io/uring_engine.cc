@@ -6,6 +6,7 @@
 // lets Reap swallow internal CQEs.
 #include <liburing.h>
 #include <sys/eventfd.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -181,8 +182,10 @@ class UringEngine final : public IoEngine {
   int EnsureStarted() {
     if (started_) return 0;
     if (needs_enable_) {
-      int r = io_uring_enable_rings(&ring_);
-      if (r < 0) return r;
+      // Raw register call: Debian's liburing 2.3 declares io_uring_enable_rings() but does not export it.
+      if (syscall(__NR_io_uring_register, ring_.ring_fd, IORING_REGISTER_ENABLE_RINGS, nullptr, 0) < 0) {
+        return -errno;
+      }
     }
     started_ = true;
     ArmWake();

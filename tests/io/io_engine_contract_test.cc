@@ -1,0 +1,395 @@
+// The IoEngine contract: every backend (io_uring, POSIX pool, fake, fault-injecting wrapper with no rules) must
+// pass this suite. Backend-specific behaviour (how a deadline is honoured) is spelled out per backend below.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <thread>
+
+#include "io/fake_engine.h"
+#include "io/fault_engine.h"
+#include "io/io_engine.h"
+#include "io_test_util.h"
+
+namespace kvtier::io {
+namespace {
+
+using testing::FdOp;
+using testing::FileExists;
+using testing::kMs;
+using testing::OpenOp;
+using testing::PathOp;
+using testing::ReadOp;
+using testing::ReapAtLeast;
+using testing::RunOne;
+using testing::ScratchDir;
+using testing::WriteOp;
+
+enum class Backend { kUring, kPosix, kFake, kFaultOverUring, kFaultOverPosix };
+
+// How a backend honours IoOp::deadline_ns (documented in io_engine.h).
+enum class DeadlineMode { kCancels, kDeliversLate, kHeldByTest };
+
+std::string BackendName(Backend b) {
+  switch (b) {
+    case Backend::kUring: return "Uring";
+    case Backend::kPosix: return "Posix";
+    case Backend::kFake: return "Fake";
+    case Backend::kFaultOverUring: return "FaultOverUring";
+    case Backend::kFaultOverPosix: return "FaultOverPosix";
+  }
+  return "Unknown";
+}
+
+class IoEngineContract : public ::testing::TestWithParam<Backend> {
+ protected:
+  bool NeedsUring() const { return GetParam() == Backend::kUring || GetParam() == Backend::kFaultOverUring; }
+
+  DeadlineMode deadline_mode() const {
+    switch (GetParam()) {
+      case Backend::kUring:
+      case Backend::kFaultOverUring: return DeadlineMode::kCancels;
+      case Backend::kPosix:
+      case Backend::kFaultOverPosix: return DeadlineMode::kDeliversLate;
+      case Backend::kFake: return DeadlineMode::kHeldByTest;
+    }
+    return DeadlineMode::kCancels;
+  }
+
+  // Makes the engine under test, or skips the test when the backend's capability is missing.
+  std::unique_ptr<IoEngine> Make(uint32_t depth) {
+    std::string why;
+    if (NeedsUring() && !UringAvailable(&why)) return nullptr;
+    switch (GetParam()) {
+      case Backend::kUring: return Take(CreateUringEngine(depth));
+      case Backend::kPosix: return Take(CreatePosixEngine(depth, 4));
+      case Backend::kFake: return std::make_unique<FakeEngine>(depth);
+      case Backend::kFaultOverUring: return Wrap(Take(CreateUringEngine(depth)));
+      case Backend::kFaultOverPosix: return Wrap(Take(CreatePosixEngine(depth, 4)));
+    }
+    return nullptr;
+  }
+
+  static std::unique_ptr<IoEngine> Take(Result<std::unique_ptr<IoEngine>> r) {
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? std::move(r).value() : nullptr;
+  }
+  static std::unique_ptr<IoEngine> Wrap(std::unique_ptr<IoEngine> inner) {
+    if (inner == nullptr) return nullptr;
+    return std::make_unique<FaultInjectingEngine>(std::move(inner));
+  }
+
+  ScratchDir dir_;
+};
+
+#define MAKE_ENGINE_OR_SKIP(var, depth)                                     \
+  if (NeedsUring()) {                                                       \
+    std::string why_;                                                       \
+    if (!UringAvailable(&why_)) GTEST_SKIP() << "io_uring unavailable: " << why_; \
+  }                                                                         \
+  std::unique_ptr<IoEngine> var = Make(depth);                              \
+  ASSERT_NE(var, nullptr);                                                  \
+  ASSERT_TRUE(dir_.ok())
+
+TEST_P(IoEngineContract, CreateWriteFsyncCloseThenReadBackReturnsTheSameBytes) {
+  MAKE_ENGINE_OR_SKIP(engine, 8);
+  const char* name = "a.bin";
+  int64_t fd = RunOne(*engine, OpenOp(dir_.dirfd(), name, O_CREAT | O_EXCL | O_RDWR, 1));
+  ASSERT_GE(fd, 0) << std::strerror(static_cast<int>(-fd));
+  std::string data(10000, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 7);
+  EXPECT_EQ(RunOne(*engine, WriteOp(static_cast<int>(fd), data.data(), data.size(), 0, 2)), 10000);
+  EXPECT_EQ(RunOne(*engine, FdOp(OpCode::kFsync, static_cast<int>(fd), 3)), 0);
+  EXPECT_EQ(RunOne(*engine, FdOp(OpCode::kClose, static_cast<int>(fd), 4)), 0);
+
+  int64_t rfd = RunOne(*engine, OpenOp(dir_.dirfd(), name, O_RDONLY, 5));
+  ASSERT_GE(rfd, 0);
+  std::string back(10000, 'x');
+  EXPECT_EQ(RunOne(*engine, ReadOp(static_cast<int>(rfd), back.data(), back.size(), 0, 6)), 10000);
+  EXPECT_EQ(back, data);
+  EXPECT_EQ(RunOne(*engine, FdOp(OpCode::kClose, static_cast<int>(rfd), 7)), 0);
+  EXPECT_EQ(engine->in_flight(), 0u);
+}
+
+TEST_P(IoEngineContract, ShortReadAtEndOfFileReturnsBytesRead) {
+  MAKE_ENGINE_OR_SKIP(engine, 8);
+  int64_t fd = RunOne(*engine, OpenOp(dir_.dirfd(), "short", O_CREAT | O_RDWR, 1));
+  ASSERT_GE(fd, 0);
+  char data[100] = {1};
+  ASSERT_EQ(RunOne(*engine, WriteOp(static_cast<int>(fd), data, 100, 0, 2)), 100);
+  char back[64];
+  EXPECT_EQ(RunOne(*engine, ReadOp(static_cast<int>(fd), back, 64, 60, 3)), 40);
+  EXPECT_EQ(RunOne(*engine, ReadOp(static_cast<int>(fd), back, 64, 100, 4)), 0) << "read at EOF returns 0";
+  EXPECT_EQ(RunOne(*engine, FdOp(OpCode::kClose, static_cast<int>(fd), 5)), 0);
+}
+
+TEST_P(IoEngineContract, LinkAtOntoAnExistingNameReturnsEexistAndLeavesItUntouched) {
+  MAKE_ENGINE_OR_SKIP(engine, 8);
+  int64_t fd = RunOne(*engine, OpenOp(dir_.dirfd(), "tmp.1", O_CREAT | O_EXCL | O_WRONLY, 1));
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(RunOne(*engine, FdOp(OpCode::kClose, static_cast<int>(fd), 2)), 0);
+  EXPECT_EQ(RunOne(*engine, PathOp(OpCode::kLinkAt, dir_.dirfd(), "tmp.1", "final", 3)), 0);
+  EXPECT_TRUE(FileExists(dir_.dirfd(), "final"));
+  // A second publisher loses the race (L4): EEXIST, which the layout layer treats as success.
+  int64_t fd2 = RunOne(*engine, OpenOp(dir_.dirfd(), "tmp.2", O_CREAT | O_EXCL | O_WRONLY, 4));
+  ASSERT_GE(fd2, 0);
+  ASSERT_EQ(RunOne(*engine, WriteOp(static_cast<int>(fd2), "zz", 2, 0, 5)), 2);
+  ASSERT_EQ(RunOne(*engine, FdOp(OpCode::kClose, static_cast<int>(fd2), 6)), 0);
+  EXPECT_EQ(RunOne(*engine, PathOp(OpCode::kLinkAt, dir_.dirfd(), "tmp.2", "final", 7)), -EEXIST);
+  struct stat st {};
+  ASSERT_EQ(fstatat(dir_.dirfd(), "final", &st, 0), 0);
+  EXPECT_EQ(st.st_size, 0) << "the first writer's file wins";
+}
+
+TEST_P(IoEngineContract, UnlinkAtRemovesTheNameAndAMissingNameReturnsEnoent) {
+  MAKE_ENGINE_OR_SKIP(engine, 8);
+  int64_t fd = RunOne(*engine, OpenOp(dir_.dirfd(), "gone", O_CREAT | O_WRONLY, 1));
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(RunOne(*engine, FdOp(OpCode::kClose, static_cast<int>(fd), 2)), 0);
+  EXPECT_EQ(RunOne(*engine, PathOp(OpCode::kUnlinkAt, dir_.dirfd(), "gone", nullptr, 3)), 0);
+  EXPECT_FALSE(FileExists(dir_.dirfd(), "gone"));
+  EXPECT_EQ(RunOne(*engine, PathOp(OpCode::kUnlinkAt, dir_.dirfd(), "gone", nullptr, 4)), -ENOENT);
+}
+
+TEST_P(IoEngineContract, OpenOfAMissingFileReturnsEnoent) {
+  MAKE_ENGINE_OR_SKIP(engine, 8);
+  EXPECT_EQ(RunOne(*engine, OpenOp(dir_.dirfd(), "no/such/file", O_RDONLY, 1)), -ENOENT);
+  EXPECT_EQ(engine->in_flight(), 0u);
+}
+
+TEST_P(IoEngineContract, MalformedOpsAreRefusedWithEinvalWithoutTakingASlot) {
+  MAKE_ENGINE_OR_SKIP(engine, 8);
+  EXPECT_EQ(engine->Submit(OpenOp(dir_.dirfd(), nullptr, O_RDONLY, 1)), -EINVAL);
+  EXPECT_EQ(engine->Submit(ReadOp(-1, nullptr, 0, 0, 2)), -EINVAL);
+  char buf[8];
+  EXPECT_EQ(engine->Submit(ReadOp(3, nullptr, sizeof(buf), 0, 3)), -EINVAL);
+  EXPECT_EQ(engine->Submit(PathOp(OpCode::kLinkAt, dir_.dirfd(), "a", nullptr, 4)), -EINVAL);
+  EXPECT_EQ(engine->in_flight(), 0u);
+}
+
+TEST_P(IoEngineContract, SubmitBeyondDepthReturnsEagainUntilCompletionsAreReaped) {
+  MAKE_ENGINE_OR_SKIP(engine, 4);
+  EXPECT_EQ(engine->depth(), 4u);
+  std::vector<std::string> names;
+  for (int i = 0; i < 4; ++i) names.push_back("missing" + std::to_string(i));
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_EQ(engine->Submit(OpenOp(dir_.dirfd(), names[i].c_str(), O_RDONLY, i)), 0);
+  }
+  EXPECT_EQ(engine->in_flight(), 4u);
+  EXPECT_EQ(engine->Submit(OpenOp(dir_.dirfd(), "extra", O_RDONLY, 9)), -EAGAIN);
+  ASSERT_EQ(engine->Flush(), 0);
+  EXPECT_EQ(engine->Submit(OpenOp(dir_.dirfd(), "extra", O_RDONLY, 9)), -EAGAIN)
+      << "completed but unreaped ops still count as in flight";
+  auto got = ReapAtLeast(*engine, 4);
+  ASSERT_EQ(got.size(), 4u);
+  for (const IoCompletion& c : got) EXPECT_EQ(c.result, -ENOENT);
+  EXPECT_EQ(engine->in_flight(), 0u);
+  EXPECT_EQ(RunOne(*engine, OpenOp(dir_.dirfd(), "extra", O_RDONLY, 9)), -ENOENT);
+}
+
+TEST_P(IoEngineContract, ManyOpsInFlightCompleteExactlyOnceEachWithTheirUserData) {
+  constexpr uint32_t kDepth = 32;
+  constexpr int kOps = 500;
+  constexpr uint32_t kBlock = 512;
+  MAKE_ENGINE_OR_SKIP(engine, kDepth);
+  int fd = openat(dir_.dirfd(), "many", O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+  ASSERT_GE(fd, 0);
+  std::vector<char> file(kOps * kBlock);
+  for (size_t i = 0; i < file.size(); ++i) file[i] = static_cast<char>(i / kBlock);
+  ASSERT_EQ(pwrite(fd, file.data(), file.size(), 0), static_cast<ssize_t>(file.size()));
+
+  std::vector<std::vector<char>> bufs(kOps, std::vector<char>(kBlock));
+  std::map<uint64_t, int> seen;
+  int next = 0;
+  const int64_t give_up = NowNs() + 10'000 * kMs;
+  std::vector<IoCompletion> got;
+  while (seen.size() < kOps && NowNs() < give_up) {
+    // Unique user_data far from small integers, so an engine that leaked its internal tags would be caught.
+    while (next < kOps) {
+      uint64_t ud = 0xABCD'0000'0000'0000ull + static_cast<uint64_t>(next);
+      int r = engine->Submit(ReadOp(fd, bufs[next].data(), kBlock, uint64_t{kBlock} * next, ud));
+      if (r == -EAGAIN) break;
+      ASSERT_EQ(r, 0);
+      ++next;
+    }
+    EXPECT_LE(engine->in_flight(), kDepth);
+    ASSERT_EQ(engine->Flush(), 0);
+    got.clear();
+    ASSERT_GE(engine->Reap(&got, 1'000 * kMs), 0);
+    for (const IoCompletion& c : got) {
+      ++seen[c.user_data];
+      EXPECT_EQ(c.result, kBlock);
+    }
+  }
+  close(fd);
+  ASSERT_EQ(seen.size(), static_cast<size_t>(kOps));
+  for (const auto& [ud, count] : seen) {
+    ASSERT_EQ(ud >> 48, 0xABCDu);
+    int i = static_cast<int>(ud & 0xFFFF);
+    EXPECT_EQ(count, 1) << "op " << i << " completed more than once";
+    EXPECT_EQ(bufs[i][0], static_cast<char>(i));
+  }
+  got.clear();
+  EXPECT_EQ(engine->Reap(&got, 0), 0) << "no stray completions";
+  EXPECT_EQ(engine->in_flight(), 0u);
+}
+
+TEST_P(IoEngineContract, ReapWithZeroTimeoutReturnsAtOnceAndAPositiveTimeoutElapses) {
+  MAKE_ENGINE_OR_SKIP(engine, 4);
+  std::vector<IoCompletion> got;
+  int64_t start = NowNs();
+  EXPECT_EQ(engine->Reap(&got, 0), 0);
+  EXPECT_EQ(engine->Reap(&got, 30 * kMs), 0);
+  int64_t elapsed = NowNs() - start;
+  EXPECT_GE(elapsed, 25 * kMs);
+  EXPECT_LT(elapsed, 2'000 * kMs);
+}
+
+TEST_P(IoEngineContract, WakeFromAnotherThreadInterruptsABlockedReapPromptly) {
+  MAKE_ENGINE_OR_SKIP(engine, 4);
+  for (int round = 0; round < 3; ++round) {  // the wake mechanism must re-arm itself
+    std::atomic<bool> reaping{false};
+    std::thread waker([&] {
+      while (!reaping.load()) std::this_thread::yield();
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      engine->Wake();
+    });
+    std::vector<IoCompletion> got;
+    reaping = true;
+    int64_t start = NowNs();
+    int n = engine->Reap(&got, 5'000 * kMs);
+    int64_t elapsed = NowNs() - start;
+    waker.join();
+    EXPECT_EQ(n, 0) << "a wake is not a completion";
+    EXPECT_TRUE(got.empty());
+    EXPECT_LT(elapsed, 2'000 * kMs) << "round " << round;
+  }
+}
+
+TEST_P(IoEngineContract, WakeBeforeReapMakesTheNextReapReturnPromptlyAndOnlyOnce) {
+  MAKE_ENGINE_OR_SKIP(engine, 4);
+  engine->Wake();
+  engine->Wake();  // wakes coalesce
+  std::vector<IoCompletion> got;
+  int64_t start = NowNs();
+  EXPECT_EQ(engine->Reap(&got, 5'000 * kMs), 0);
+  EXPECT_LT(NowNs() - start, 2'000 * kMs);
+  start = NowNs();
+  EXPECT_EQ(engine->Reap(&got, 50 * kMs), 0);
+  EXPECT_GE(NowNs() - start, 40 * kMs) << "the wake was consumed by the first Reap";
+}
+
+// Direct I/O read/write round trip where the filesystem supports it (I2), else a skip naming the reason.
+void DirectIoRoundTrip(IoEngine& engine, const std::string& base) {
+  ScratchDir dir(base);
+  if (!dir.ok()) GTEST_SKIP() << "cannot create a scratch directory under " << base;
+  DirectIoInfo info = ProbeDirectIo(dir.dirfd());
+  if (!info.supported) {
+    GTEST_SKIP() << "O_DIRECT unsupported on this filesystem (tmpfs?): " << base << ": " << info.how;
+  }
+  const uint32_t align = std::max(info.mem_align, info.offset_align);
+  const uint32_t len = 4 * align;
+  void* wbuf = std::aligned_alloc(info.mem_align, len);
+  void* rbuf = std::aligned_alloc(info.mem_align, len);
+  ASSERT_NE(wbuf, nullptr);
+  ASSERT_NE(rbuf, nullptr);
+  std::memset(wbuf, 0x3c, len);
+  std::memset(rbuf, 0, len);
+  int64_t fd = RunOne(engine, OpenOp(dir.dirfd(), "direct", O_CREAT | O_RDWR | O_DIRECT, 1));
+  ASSERT_GE(fd, 0) << std::strerror(static_cast<int>(-fd));
+  EXPECT_EQ(RunOne(engine, WriteOp(static_cast<int>(fd), wbuf, len, align, 2)), len);
+  EXPECT_EQ(RunOne(engine, ReadOp(static_cast<int>(fd), rbuf, len, align, 3)), len);
+  EXPECT_EQ(std::memcmp(wbuf, rbuf, len), 0);
+  EXPECT_EQ(RunOne(engine, FdOp(OpCode::kClose, static_cast<int>(fd), 4)), 0);
+  std::free(wbuf);
+  std::free(rbuf);
+}
+
+TEST_P(IoEngineContract, DirectIoRoundTripsAlignedBuffersOnTmpfs) {
+  MAKE_ENGINE_OR_SKIP(engine, 8);
+  DirectIoRoundTrip(*engine, "/dev/shm");
+}
+
+TEST_P(IoEngineContract, DirectIoRoundTripsAlignedBuffersOnDisk) {
+  MAKE_ENGINE_OR_SKIP(engine, 8);
+  DirectIoRoundTrip(*engine, "/var/tmp");
+}
+
+// I4. io_uring cancels a stuck op at its deadline (-ETIMEDOUT); POSIX cannot cancel a blocking syscall and
+// delivers the real result late; the fake simulates a stuck op by holding its completion.
+TEST_P(IoEngineContract, AStuckReadPastItsDeadlineTimesOutOrIsDeliveredLatePerBackend) {
+  MAKE_ENGINE_OR_SKIP(engine, 4);
+  int pipefd[2];
+  ASSERT_EQ(pipe2(pipefd, O_CLOEXEC), 0);  // no data and the write end open: a read blocks
+  char buf[16] = {};
+  std::vector<IoCompletion> got;
+  switch (deadline_mode()) {
+    case DeadlineMode::kCancels: {
+      IoOp op = ReadOp(pipefd[0], buf, sizeof(buf), 0, 77);
+      op.deadline_ns = NowNs() + 50 * kMs;
+      int64_t start = NowNs();
+      EXPECT_EQ(RunOne(*engine, op, 3'000 * kMs, &got), -ETIMEDOUT);
+      int64_t elapsed = NowNs() - start;
+      EXPECT_GE(elapsed, 40 * kMs);
+      EXPECT_LT(elapsed, 2'000 * kMs);
+      EXPECT_TRUE(got.empty()) << "the internal timeout CQE must not reach the caller";
+      break;
+    }
+    case DeadlineMode::kDeliversLate: {
+      IoOp op = ReadOp(pipefd[0], buf, sizeof(buf), 0, 77);
+      op.deadline_ns = NowNs() + 20 * kMs;
+      ASSERT_EQ(engine->Submit(op), 0);
+      ASSERT_EQ(engine->Flush(), 0);
+      EXPECT_EQ(engine->Reap(&got, 100 * kMs), 0) << "posix cannot cancel: nothing arrives at the deadline";
+      ASSERT_EQ(write(pipefd[1], "late", 4), 4);
+      got = ReapAtLeast(*engine, 1);
+      ASSERT_EQ(got.size(), 1u);
+      EXPECT_EQ(got[0].user_data, 77u);
+      EXPECT_EQ(got[0].result, 4) << "the real result, delivered after the deadline";
+      break;
+    }
+    case DeadlineMode::kHeldByTest: {
+      auto& fake = static_cast<FakeEngine&>(*engine);
+      ASSERT_EQ(write(pipefd[1], "data", 4), 4);  // the fake runs ops inline: give the read something
+      fake.HoldCompletions(true);
+      IoOp op = ReadOp(pipefd[0], buf, sizeof(buf), 0, 77);
+      op.deadline_ns = NowNs() + 30 * kMs;
+      int64_t start = NowNs();
+      EXPECT_EQ(RunOne(*engine, op, 3'000 * kMs), -ETIMEDOUT);
+      EXPECT_GE(NowNs() - start, 25 * kMs);
+      break;
+    }
+  }
+  close(pipefd[0]);
+  close(pipefd[1]);
+  EXPECT_EQ(engine->in_flight(), 0u);
+}
+
+TEST_P(IoEngineContract, AnOpThatFinishesBeforeItsDeadlineReturnsItsRealResult) {
+  MAKE_ENGINE_OR_SKIP(engine, 4);
+  int fd = openat(dir_.dirfd(), "quick", O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(pwrite(fd, "hello", 5, 0), 5);
+  char buf[5];
+  IoOp op = ReadOp(fd, buf, 5, 0, 5);
+  op.deadline_ns = NowNs() + 2'000 * kMs;
+  std::vector<IoCompletion> others;
+  EXPECT_EQ(RunOne(*engine, op, 3'000 * kMs, &others), 5);
+  EXPECT_TRUE(others.empty());
+  // The swallowed link-timeout CQE must not show up later either.
+  std::vector<IoCompletion> got;
+  EXPECT_EQ(engine->Reap(&got, 20 * kMs), 0);
+  close(fd);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllBackends, IoEngineContract,
+                         ::testing::Values(Backend::kUring, Backend::kPosix, Backend::kFake,
+                                           Backend::kFaultOverUring, Backend::kFaultOverPosix),
+                         [](const ::testing::TestParamInfo<Backend>& info) { return BackendName(info.param); });
+
+}  // namespace
+}  // namespace kvtier::io
