@@ -127,6 +127,11 @@ Result<int> OpenRoot(const std::string& root) {
   struct stat st;
   if (lstat(root.c_str(), &st) != 0) {
     if (errno == ENOENT) return Status(StatusCode::kNotFound, "storage root " + root + " does not exist");
+    if (errno == EACCES) {
+      return Status(StatusCode::kFailedPrecondition,
+                    "storage root " + root + " is not accessible by this process (uid " +
+                        std::to_string(geteuid()) + ")", EACCES);
+    }
     return Status::FromErrno(errno, "storage root " + root);
   }
   if (S_ISLNK(st.st_mode)) {
