@@ -184,7 +184,9 @@ TEST_F(NamespaceTest, RootThatIsASymlinkIsRefused) {
 }
 
 TEST_F(NamespaceTest, ReadOnlyRootIsRefusedForCreation) {
-  std::string root = dir_.path() + "/ro";
+  // As root the check runs as an unprivileged user, who needs a traversable parent: /tmp may be 0700.
+  TempDir parent(geteuid() == 0 && access("/var/tmp", F_OK) == 0 ? "/var/tmp" : "/tmp");
+  std::string root = parent.path() + "/ro";
   ASSERT_EQ(mkdir(root.c_str(), 0555), 0);
   ASSERT_EQ(chmod(root.c_str(), 0555), 0);
   if (geteuid() != 0) {
@@ -194,7 +196,7 @@ TEST_F(NamespaceTest, ReadOnlyRootIsRefusedForCreation) {
     return;
   }
   // root ignores directory permissions: check as an unprivileged user in a child process.
-  ASSERT_EQ(chmod(dir_.path().c_str(), 0755), 0);
+  ASSERT_EQ(chmod(parent.path().c_str(), 0755), 0);
   pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {

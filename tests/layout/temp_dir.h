@@ -15,9 +15,9 @@ namespace kvtier::testing {
 
 class TempDir {
  public:
-  TempDir() {
-    char tmpl[] = "/tmp/kvtier-layout-XXXXXX";
-    char* p = mkdtemp(tmpl);
+  explicit TempDir(const std::string& base = "/tmp") {
+    std::string tmpl = base + "/kvtier-layout-XXXXXX";
+    char* p = mkdtemp(tmpl.data());
     path_ = p != nullptr ? p : "";
   }
   ~TempDir() {
