@@ -75,14 +75,16 @@ Result<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& options, std::
 }
 
 Result<std::unique_ptr<Engine>> EngineImpl::Create(const EngineOptions& options,
-                                                   std::unique_ptr<DeviceCopier> copier) {
+                                                   std::unique_ptr<DeviceCopier> copier,
+                                                   std::unique_ptr<io::IoEngine> io) {
   std::unique_ptr<EngineImpl> engine(new EngineImpl());
-  Status s = engine->Init(options, std::move(copier));
+  Status s = engine->Init(options, copier ? std::move(copier) : CreateHostCopier(), std::move(io));
   if (!s.ok()) return s;
   return std::unique_ptr<Engine>(std::move(engine));
 }
 
-Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopier> copier) {
+Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopier> copier,
+                        std::unique_ptr<io::IoEngine> io_override) {
   KVTIER_RETURN_IF_ERROR(options.Validate());
   options_ = options;
   file_mode_ = options.dir_mode & 0666;
@@ -119,10 +121,14 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
   // Each chunk in flight needs up to ~4 ops at once (open, header/payload reads or writes, close, unlink).
   io_cfg.depth = options.io_depth * 4 + 8;
   io_cfg.posix_threads = options.posix_threads;
-  std::string backend_why;
-  auto io = io::CreateEngine(io_cfg, &backend_why);
-  if (!io.ok()) return io.status();
-  io_ = std::move(io.value());
+  std::string backend_why = "given";
+  if (io_override) {
+    io_ = std::move(io_override);
+  } else {
+    auto io = io::CreateEngine(io_cfg, &backend_why);
+    if (!io.ok()) return io.status();
+    io_ = std::move(io.value());
+  }
 
   block_stride_ = RoundUp(options.identity.block_bytes, kHeaderBytes);
   slot_bytes_ = kHeaderBytes + block_stride_ * options.identity.blocks_per_chunk;

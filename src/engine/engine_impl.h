@@ -25,6 +25,7 @@
 #include "io/io_engine.h"
 #include "kvtier/engine.h"
 #include "layout/chunk_format.h"
+#include "layout/chunk_path.h"
 #include "layout/namespace.h"
 #include "staging/staging_pool.h"
 #include "stats/stats.h"
@@ -32,10 +33,17 @@
 #include "transfer/device_copier.h"
 
 namespace kvtier {
+using staging::StagingPool;
+using staging::StagingPoolOptions;
+}  // namespace kvtier
+
+namespace kvtier {
 
 class EngineImpl final : public Engine {
  public:
-  static Result<std::unique_ptr<Engine>> Create(const EngineOptions& options, std::unique_ptr<DeviceCopier> copier);
+  // io: the I/O engine to use instead of the one options.backend selects (tests: fake, fault-injecting).
+  static Result<std::unique_ptr<Engine>> Create(const EngineOptions& options, std::unique_ptr<DeviceCopier> copier,
+                                                std::unique_ptr<io::IoEngine> io = nullptr);
   ~EngineImpl() override;
 
   ChunkLocation Lookup(const ChunkKey& key) override;
@@ -77,7 +85,7 @@ class EngineImpl final : public Engine {
   };
 
   EngineImpl() = default;
-  Status Init(const EngineOptions& options, std::unique_ptr<DeviceCopier> copier);
+  Status Init(const EngineOptions& options, std::unique_ptr<DeviceCopier> copier, std::unique_ptr<io::IoEngine> io);
   Status RebuildIndex();
   Result<JobId> Enqueue(JobKind kind, std::vector<ChunkTransfer> chunks);
   Status ValidateTransfer(JobKind kind, const ChunkTransfer& t) const;
@@ -144,6 +152,7 @@ class EngineImpl final : public Engine {
   std::unordered_map<ChunkKey, ReadShare*, ChunkKeyHash> read_shares_;
   std::unordered_map<ChunkKey, Chunk*, ChunkKeyHash> stores_in_flight_;
   std::deque<DeferredOp> deferred_ops_;
+  FanoutDirCache fanout_cache_;
 
   // Index of published entries (C1): LRU order, most recent at the back.
   struct IndexEntry {

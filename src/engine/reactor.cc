@@ -298,7 +298,7 @@ bool EngineImpl::StartLoadChunk(Job& job, Chunk& c) {
     }
   }
   if (job.slots_held >= options_.io_depth) return false;
-  auto slot = pool_->Acquire(StagingPool::Priority::kDemand);
+  auto slot = pool_->Acquire(staging::Priority::kDemand);
   if (!slot) return false;
   job.slots_held++;
   c.counts_job_slot = true;
@@ -337,12 +337,9 @@ void EngineImpl::LoadReadsDone(Chunk& c) {
   SubmitClose(c.fd);
   c.fd = -1;
   const uint8_t* base = pool_->SlotData(s->slot);
-  auto header = DecodeHeader(std::span<const uint8_t>(base, kHeaderBytes), ns_->fingerprint(), c.req.key);
+  const ChunkGeometry geometry = ns_->geometry();
+  auto header = DecodeHeader(std::span<const uint8_t>(base, kHeaderBytes), ns_->fingerprint(), c.req.key, &geometry);
   Status verdict = header.status();
-  if (verdict.ok() && (header->num_blocks != options_.identity.blocks_per_chunk ||
-                       header->block_bytes != options_.identity.block_bytes || header->block_stride != block_stride_)) {
-    verdict = Status(StatusCode::kCorrupt, "chunk geometry differs from the namespace");
-  }
   if (verdict.ok()) verdict = VerifyBlocks(*header, c.first_block, c.num_blocks, base + kHeaderBytes);
   if (!verdict.ok()) {
     QuarantineCorrupt(c.req.key, c.rel_path, verdict);
@@ -419,7 +416,7 @@ bool EngineImpl::StartStoreChunk(Job& job, Chunk& c) {
     return true;
   }
   if (job.slots_held >= options_.io_depth) return false;
-  auto slot = pool_->Acquire(StagingPool::Priority::kDemand);
+  auto slot = pool_->Acquire(staging::Priority::kDemand);
   if (!slot) return false;
   job.slots_held++;
   c.counts_job_slot = true;
@@ -444,19 +441,21 @@ void EngineImpl::BeginStoreWrite(Chunk& c) {
   const uint32_t bpc = options_.identity.blocks_per_chunk;
   const uint64_t bb = options_.identity.block_bytes;
   ChunkHeader h;
-  std::memcpy(h.fingerprint.data(), ns_->fingerprint().data(), h.fingerprint.size());
+  h.fingerprint = ns_->fingerprint();
   h.key = c.req.key;
   h.num_blocks = bpc;
   h.block_bytes = bb;
-  h.block_stride = block_stride_;
-  h.payload_bytes = uint64_t(bpc) * block_stride_;
   h.created_unix_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                                 std::chrono::system_clock::now().time_since_epoch())
                                                 .count());
-  for (uint32_t b = 0; b < bpc; ++b) {
-    uint8_t* block = base + kHeaderBytes + uint64_t(b) * block_stride_;
-    if (block_stride_ > bb) std::memset(block + bb, 0, block_stride_ - bb);  // deterministic padding
-    h.block_checksums[b] = BlockChecksum(block, bb);
+  if (block_stride_ > bb) {  // deterministic padding between blocks
+    for (uint32_t b = 0; b < bpc; ++b) {
+      std::memset(base + kHeaderBytes + uint64_t(b) * block_stride_ + bb, 0, block_stride_ - bb);
+    }
+  }
+  if (Status fs = FillPayloadFields(&h, base + kHeaderBytes); !fs.ok()) {
+    FailChunk(c, fs);
+    return;
   }
   Status s = EncodeHeader(h, std::span<uint8_t>(base, kHeaderBytes));
   if (!s.ok()) {
@@ -467,7 +466,7 @@ void EngineImpl::BeginStoreWrite(Chunk& c) {
 }
 
 void EngineImpl::OpenTemporary(Chunk& c) {
-  Status s = EnsureFanoutDir(ns_->dirfd(), c.req.key, options_.dir_mode);
+  Status s = EnsureFanoutDir(ns_->dirfd(), c.req.key, options_.dir_mode, &fanout_cache_);
   if (!s.ok()) {
     if (s.code() == StatusCode::kNoSpace && RetryStoreAfterEnospc(c)) return;
     FailChunk(c, s);

@@ -1,0 +1,416 @@
+// Engine end to end on real files: stores and loads through the reactor, the pool and the host copier.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "engine/engine_impl.h"
+#include "io/fault_engine.h"
+#include "layout/chunk_path.h"
+#include "support/temp_dir.h"
+
+namespace kvtier {
+namespace {
+
+constexpr uint32_t kBlocks = 4;
+constexpr uint64_t kBlockBytes = 8192 + 100;  // not a multiple of 4096: exercises the padded stride
+
+ChunkKey Key(uint64_t i) {
+  uint8_t b[36] = {};
+  for (int k = 0; k < 8; ++k) b[k] = static_cast<uint8_t>(i >> (8 * k));
+  b[8] = 0x5a;
+  return ChunkKey::FromBytes(std::span<const uint8_t>(b, sizeof(b))).value();
+}
+
+EngineOptions Options(const std::string& root) {
+  EngineOptions o;
+  o.root = root;
+  o.identity.model = "test-model";
+  o.identity.revision = "r1";
+  o.identity.kv_dtype = "bfloat16";
+  o.identity.tokens_per_chunk = 64;
+  o.identity.blocks_per_chunk = kBlocks;
+  o.identity.block_bytes = kBlockBytes;
+  o.pool_bytes = 16 * (4096 + kBlocks * 12288);
+  o.io_depth = 4;
+  o.op_timeout_ms = 5000;
+  return o;
+}
+
+// Host memory standing in for a model's KV blocks: one buffer per chunk, blocks back to back.
+struct HostChunk {
+  std::vector<uint8_t> bytes = std::vector<uint8_t>(kBlocks * kBlockBytes);
+  void Fill(uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    for (auto& b : bytes) b = static_cast<uint8_t>(rng());
+  }
+  // Segments for blocks [first, first + n): the engine's slot has them at stride distance.
+  std::vector<CopySegment> Segments(uint64_t stride, uint32_t first = 0, uint32_t n = kBlocks) {
+    std::vector<CopySegment> s;
+    for (uint32_t b = 0; b < n; ++b) {
+      s.push_back(CopySegment{b * stride, reinterpret_cast<uint64_t>(bytes.data() + (first + b) * kBlockBytes),
+                              kBlockBytes});
+    }
+    return s;
+  }
+};
+
+class EngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override { root_ = dir_.path(); }
+  std::unique_ptr<Engine> Open(EngineOptions o) {
+    auto e = Engine::Open(o);
+    EXPECT_TRUE(e.ok()) << e.status().ToString();
+    return e.ok() ? std::move(e.value()) : nullptr;
+  }
+  JobResult Run(Engine& e, Result<JobId> id) {
+    EXPECT_TRUE(id.ok()) << id.status().ToString();
+    auto r = e.Wait(id.value(), 30000);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? r.value() : JobResult{};
+  }
+  JobResult Store(Engine& e, std::vector<HostChunk>& data, uint64_t first_key = 0) {
+    std::vector<ChunkTransfer> t;
+    for (size_t i = 0; i < data.size(); ++i) {
+      t.push_back(ChunkTransfer{Key(first_key + i), 0, 0, data[i].Segments(e.block_stride())});
+    }
+    return Run(e, e.SubmitStore(std::move(t)));
+  }
+  test::TempDir dir_;
+  std::string root_;
+};
+
+TEST_F(EngineTest, StoredChunksLoadBackByteForByte) {
+  auto e = Open(Options(root_));
+  std::vector<HostChunk> src(6);
+  for (size_t i = 0; i < src.size(); ++i) src[i].Fill(i + 1);
+  JobResult st = Store(*e, src);
+  ASSERT_TRUE(st.all_ok()) << st.chunks[0].status.ToString();
+  for (size_t i = 0; i < src.size(); ++i) EXPECT_EQ(e->Lookup(Key(i)), ChunkLocation::kDisk);
+
+  std::vector<HostChunk> dst(6);
+  std::vector<ChunkTransfer> t;
+  for (size_t i = 0; i < dst.size(); ++i) t.push_back({Key(i), 0, 0, dst[i].Segments(e->block_stride())});
+  JobResult ld = Run(*e, e->SubmitLoad(std::move(t)));
+  ASSERT_TRUE(ld.all_ok()) << ld.chunks[0].status.ToString();
+  for (size_t i = 0; i < src.size(); ++i) EXPECT_EQ(src[i].bytes, dst[i].bytes) << "chunk " << i;
+  auto s = e->Stats();
+  EXPECT_EQ(s.chunks_loaded, 6u);
+  EXPECT_EQ(s.corrupt_entries, 0u);
+}
+
+TEST_F(EngineTest, PartialLoadReadsOnlyTheBlocksAskedFor) {
+  auto e = Open(Options(root_));
+  std::vector<HostChunk> src(1);
+  src[0].Fill(7);
+  ASSERT_TRUE(Store(*e, src).all_ok());
+  const uint64_t before = e->Stats().bytes_read;
+  HostChunk dst;
+  std::vector<ChunkTransfer> t{{Key(0), 2, 2, dst.Segments(e->block_stride(), 2, 2)}};
+  ASSERT_TRUE(Run(*e, e->SubmitLoad(std::move(t))).all_ok());
+  EXPECT_EQ(0, std::memcmp(dst.bytes.data() + 2 * kBlockBytes, src[0].bytes.data() + 2 * kBlockBytes,
+                           2 * kBlockBytes));
+  // Header plus two blocks, never the whole chunk (X3).
+  EXPECT_EQ(e->Stats().bytes_read - before, kHeaderBytes + 2 * e->block_stride());
+}
+
+TEST_F(EngineTest, MissingChunkIsAMissNotAnError) {
+  auto e = Open(Options(root_));
+  EXPECT_EQ(e->Lookup(Key(99)), ChunkLocation::kAbsent);
+  HostChunk dst;
+  JobResult r = Run(*e, e->SubmitLoad({{Key(99), 0, 0, dst.Segments(e->block_stride())}}));
+  ASSERT_EQ(r.chunks.size(), 1u);
+  EXPECT_FALSE(r.all_ok());
+  EXPECT_EQ(r.chunks[0].status.code(), StatusCode::kNotFound);
+}
+
+TEST_F(EngineTest, CorruptPayloadIsAMissCountedAndRemoved) {
+  auto e = Open(Options(root_));
+  std::vector<HostChunk> src(1);
+  src[0].Fill(3);
+  ASSERT_TRUE(Store(*e, src).all_ok());
+  // Flip one byte in block 1 of the file.
+  const std::string ns = dynamic_cast<EngineImpl&>(*e).Describe();
+  std::string file;
+  for (auto& p : std::filesystem::recursive_directory_iterator(root_)) {
+    if (p.path().extension() == ".kvc") file = p.path();
+  }
+  ASSERT_FALSE(file.empty());
+  int fd = open(file.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  uint8_t b;
+  const off_t off = kHeaderBytes + e->block_stride() + 17;
+  ASSERT_EQ(pread(fd, &b, 1, off), 1);
+  b ^= 0x40;
+  ASSERT_EQ(pwrite(fd, &b, 1, off), 1);
+  close(fd);
+
+  HostChunk dst;
+  std::fill(dst.bytes.begin(), dst.bytes.end(), 0xEE);
+  JobResult r = Run(*e, e->SubmitLoad({{Key(0), 0, 0, dst.Segments(e->block_stride())}}));
+  EXPECT_FALSE(r.all_ok());
+  EXPECT_EQ(r.chunks[0].status.code(), StatusCode::kCorrupt) << r.chunks[0].status.ToString();
+  // Never wrong bytes: the destination was not touched.
+  EXPECT_TRUE(std::all_of(dst.bytes.begin(), dst.bytes.end(), [](uint8_t v) { return v == 0xEE; }));
+  EXPECT_EQ(e->Stats().corrupt_entries, 1u);
+  // The file is removed (asynchronously): the next lookup misses.
+  for (int i = 0; i < 100 && std::filesystem::exists(file); ++i) usleep(10000);
+  EXPECT_FALSE(std::filesystem::exists(file));
+}
+
+TEST_F(EngineTest, LoadTenTimesThePoolStreamsThroughIt) {
+  EngineOptions o = Options(root_);
+  o.pool_bytes = 4 * (4096 + kBlocks * 12288);  // 4 slots
+  o.io_depth = 2;
+  auto e = Open(o);
+  const size_t n = 40;
+  std::vector<HostChunk> src(n);
+  for (size_t i = 0; i < n; ++i) src[i].Fill(100 + i);
+  ASSERT_TRUE(Store(*e, src).all_ok());
+  std::vector<HostChunk> dst(n);
+  std::vector<ChunkTransfer> t;
+  for (size_t i = 0; i < n; ++i) t.push_back({Key(i), 0, 0, dst[i].Segments(e->block_stride())});
+  ASSERT_TRUE(Run(*e, e->SubmitLoad(std::move(t))).all_ok());
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(src[i].bytes, dst[i].bytes) << i;
+  // S1: one job never holds more slots than io_depth, whatever its size.
+  EXPECT_LE(e->Stats().pool_peak_slots, 2u);
+}
+
+TEST_F(EngineTest, IdenticalChunksInFlightShareOneRead) {
+  auto e = Open(Options(root_));
+  std::vector<HostChunk> src(1);
+  src[0].Fill(11);
+  ASSERT_TRUE(Store(*e, src).all_ok());
+  const uint64_t before = e->Stats().bytes_read;
+  HostChunk a, b;
+  JobResult r = Run(*e, e->SubmitLoad({{Key(0), 0, 0, a.Segments(e->block_stride())},
+                                       {Key(0), 1, 2, b.Segments(e->block_stride(), 1, 2)}}));
+  ASSERT_TRUE(r.all_ok());
+  EXPECT_EQ(a.bytes, src[0].bytes);
+  EXPECT_EQ(0, std::memcmp(b.bytes.data() + kBlockBytes, src[0].bytes.data() + kBlockBytes, 2 * kBlockBytes));
+  EXPECT_EQ(e->Stats().bytes_read - before, kHeaderBytes + kBlocks * e->block_stride());  // X4: one read
+}
+
+TEST_F(EngineTest, StoringAPresentChunkIsDeduplicated) {
+  auto e = Open(Options(root_));
+  std::vector<HostChunk> src(2);
+  src[0].Fill(1);
+  src[1].Fill(2);
+  ASSERT_TRUE(Store(*e, src).all_ok());
+  const uint64_t written = e->Stats().bytes_written;
+  ASSERT_TRUE(Store(*e, src).all_ok());
+  EXPECT_EQ(e->Stats().bytes_written, written);
+  EXPECT_EQ(e->Stats().stores_deduplicated, 2u);
+}
+
+TEST_F(EngineTest, AnotherInstanceOnTheSameRootFindsPublishedEntries) {
+  auto a = Open(Options(root_));
+  EngineOptions ob = Options(root_);
+  ob.negative_cache_ms = 1;
+  auto b = Open(ob);
+  EXPECT_EQ(b->Lookup(Key(5)), ChunkLocation::kAbsent);
+  std::vector<HostChunk> src(1);
+  src[0].Fill(5);
+  ASSERT_TRUE(Store(*a, src, 5).all_ok());
+  usleep(5000);  // past b's negative-cache lifetime
+  EXPECT_EQ(b->Lookup(Key(5)), ChunkLocation::kDisk);
+  HostChunk dst;
+  ASSERT_TRUE(Run(*b, b->SubmitLoad({{Key(5), 0, 0, dst.Segments(b->block_stride())}})).all_ok());
+  EXPECT_EQ(dst.bytes, src[0].bytes);
+}
+
+TEST_F(EngineTest, RestartRebuildsTheIndexFromTheTree) {
+  {
+    auto e = Open(Options(root_));
+    std::vector<HostChunk> src(3);
+    for (size_t i = 0; i < 3; ++i) src[i].Fill(i);
+    ASSERT_TRUE(Store(*e, src).all_ok());
+  }
+  auto e = Open(Options(root_));
+  EXPECT_EQ(e->Stats().disk_entries, 3u);
+  EXPECT_EQ(e->LookupPrefix(std::vector<ChunkKey>{Key(0), Key(1), Key(2), Key(3)}), 3u);
+}
+
+TEST_F(EngineTest, AnotherIdentityOnTheSameRootIsAnotherNamespace) {
+  auto a = Open(Options(root_));
+  std::vector<HostChunk> src(1);
+  src[0].Fill(1);
+  ASSERT_TRUE(Store(*a, src).all_ok());
+  EngineOptions o = Options(root_);
+  o.identity.kv_dtype = "float16";
+  auto b = Open(o);
+  EXPECT_EQ(b->Lookup(Key(0)), ChunkLocation::kAbsent);
+}
+
+TEST_F(EngineTest, DiskBudgetEvictsLeastRecentlyUsedDownToTheLowWatermark) {
+  EngineOptions o = Options(root_);
+  const uint64_t file = kHeaderBytes + kBlocks * 12288;
+  o.disk_budget_bytes = 10 * file;
+  o.high_watermark = 0.9;
+  o.low_watermark = 0.5;
+  auto e = Open(o);
+  for (size_t i = 0; i < 9; ++i) {  // one at a time, so the LRU order is the key order
+    std::vector<HostChunk> one(1);
+    one[0].Fill(i);
+    ASSERT_TRUE(Store(*e, one, i).all_ok());
+  }  // 9 files = 0.9 budget: not above high yet
+  EXPECT_EQ(e->Stats().evictions, 0u);
+  EXPECT_EQ(e->Lookup(Key(0)), ChunkLocation::kDisk);  // key 0 becomes most recently used
+  std::vector<HostChunk> more(1);
+  more[0].Fill(50);
+  ASSERT_TRUE(Store(*e, more, 9).all_ok());  // 10 files > high: evict down to 5
+  auto s = e->Stats();
+  EXPECT_EQ(s.disk_entries, 5u);
+  EXPECT_EQ(s.evictions, 5u);
+  EXPECT_LE(s.disk_bytes_used, o.disk_budget_bytes);
+  EXPECT_EQ(e->Lookup(Key(0)), ChunkLocation::kDisk);   // recently used survives
+  EXPECT_EQ(e->Lookup(Key(1)), ChunkLocation::kAbsent);  // oldest went first
+}
+
+TEST_F(EngineTest, BadOptionsNameTheField) {
+  EngineOptions o = Options(root_);
+  o.io_depth = 0;
+  auto e = Engine::Open(o);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("io_depth"), std::string::npos);
+  o = Options(root_ + "/does-not-exist");
+  e = Engine::Open(o);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("does not exist"), std::string::npos) << e.status().ToString();
+}
+
+TEST_F(EngineTest, InvalidRequestsAreRefusedBeforeQueueing) {
+  auto e = Open(Options(root_));
+  HostChunk h;
+  EXPECT_FALSE(e->SubmitLoad({{Key(0), 3, 2, h.Segments(e->block_stride(), 3, 1)}}).ok());  // past the chunk
+  EXPECT_FALSE(e->SubmitStore({{Key(0), 1, 0, h.Segments(e->block_stride())}}).ok());       // partial store
+  std::vector<CopySegment> bad{{e->block_stride() * kBlocks, 1, 1}};                           // outside
+  EXPECT_FALSE(e->SubmitLoad({{Key(0), 0, 0, bad}}).ok());
+}
+
+// Fault injection through the I/O seam: the engine keeps serving, failures become misses or dropped stores.
+class EngineFaultTest : public EngineTest {
+ protected:
+  std::unique_ptr<Engine> OpenWithFaults(std::vector<io::FaultRule> rules, EngineOptions o) {
+    auto inner = io::CreateEngine(io::EngineConfig{io::EngineKind::kAuto, 64, 4});
+    EXPECT_TRUE(inner.ok());
+    auto fault = std::make_unique<io::FaultInjectingEngine>(std::move(inner.value()));
+    for (auto& r : rules) fault->AddRule(r);
+    auto e = EngineImpl::Create(o, nullptr, std::move(fault));
+    EXPECT_TRUE(e.ok()) << e.status().ToString();
+    return e.ok() ? std::move(e.value()) : nullptr;
+  }
+};
+
+TEST_F(EngineFaultTest, ReadErrorsAreMissesAndTheEngineKeepsServing) {
+  {
+    auto e = Open(Options(root_));
+    std::vector<HostChunk> src(2);
+    src[0].Fill(1);
+    src[1].Fill(2);
+    ASSERT_TRUE(Store(*e, src).all_ok());
+  }
+  auto e = OpenWithFaults({io::FaultRule::FailNth(1, EIO, io::OpCode::kRead)}, Options(root_));
+  HostChunk a, b;
+  JobResult r1 = Run(*e, e->SubmitLoad({{Key(0), 0, 0, a.Segments(e->block_stride())}}));
+  EXPECT_FALSE(r1.all_ok());
+  EXPECT_EQ(r1.chunks[0].status.error_number(), EIO);
+  JobResult r2 = Run(*e, e->SubmitLoad({{Key(1), 0, 0, b.Segments(e->block_stride())}}));
+  EXPECT_TRUE(r2.all_ok());
+  EXPECT_GE(e->Stats().io_errors, 1u);
+}
+
+TEST_F(EngineFaultTest, EnospcOnWriteEvictsAndRetriesOnce) {
+  auto e = OpenWithFaults({io::FaultRule::FailNth(2, ENOSPC, io::OpCode::kWrite)}, Options(root_));
+  std::vector<HostChunk> src(3);
+  for (size_t i = 0; i < 3; ++i) src[i].Fill(i);
+  JobResult r = Store(*e, src);
+  EXPECT_TRUE(r.all_ok()) << r.chunks[1].status.ToString();
+  EXPECT_GE(e->Stats().enospc_events, 1u);
+  EXPECT_EQ(e->Stats().stores_dropped, 0u);
+}
+
+TEST_F(EngineFaultTest, PersistentEnospcDropsTheStoreAndLeavesNoTemporary) {
+  auto e = OpenWithFaults({io::FaultRule::FailEvery(io::OpCode::kWrite, ENOSPC)}, Options(root_));
+  std::vector<HostChunk> src(1);
+  src[0].Fill(1);
+  JobResult r = Store(*e, src);
+  EXPECT_FALSE(r.all_ok());
+  EXPECT_EQ(e->Stats().stores_dropped, 1u);
+  EXPECT_EQ(e->Lookup(Key(0)), ChunkLocation::kAbsent);
+  e.reset();  // drains the unlink of the temporary
+  for (auto& p : std::filesystem::recursive_directory_iterator(root_)) {
+    EXPECT_EQ(p.path().filename().string().rfind(".tmp.", 0), std::string::npos) << p.path();
+  }
+}
+
+TEST_F(EngineFaultTest, AReadPastItsDeadlineIsAMiss) {
+  {
+    auto e = Open(Options(root_));
+    std::vector<HostChunk> src(1);
+    src[0].Fill(1);
+    ASSERT_TRUE(Store(*e, src).all_ok());
+  }
+  EngineOptions o = Options(root_);
+  o.op_timeout_ms = 50;
+  auto e = OpenWithFaults({io::FaultRule::DelayPastDeadline(io::OpCode::kRead)}, o);
+  HostChunk a;
+  JobResult r = Run(*e, e->SubmitLoad({{Key(0), 0, 0, a.Segments(e->block_stride())}}));
+  EXPECT_FALSE(r.all_ok());
+  EXPECT_EQ(r.chunks[0].status.code(), StatusCode::kTimedOut) << r.chunks[0].status.ToString();
+  EXPECT_GE(e->Stats().timeouts, 1u);
+}
+
+TEST_F(EngineFaultTest, ShortReadsAndWritesAreCompleted) {
+  auto e = OpenWithFaults({io::FaultRule::ShortTransfer(io::OpCode::kRead, 4096),
+                           io::FaultRule::ShortTransfer(io::OpCode::kWrite, 8192)},
+                          Options(root_));
+  std::vector<HostChunk> src(2);
+  src[0].Fill(1);
+  src[1].Fill(2);
+  ASSERT_TRUE(Store(*e, src).all_ok());
+  std::vector<HostChunk> dst(2);
+  ASSERT_TRUE(Run(*e, e->SubmitLoad({{Key(0), 0, 0, dst[0].Segments(e->block_stride())},
+                                     {Key(1), 0, 0, dst[1].Segments(e->block_stride())}}))
+                  .all_ok());
+  EXPECT_EQ(dst[0].bytes, src[0].bytes);
+  EXPECT_EQ(dst[1].bytes, src[1].bytes);
+}
+
+// The same engine behaviour on every backend and I/O mode the machine offers.
+class EngineBackendTest : public EngineTest, public ::testing::WithParamInterface<std::pair<IoBackend, IoMode>> {};
+
+TEST_P(EngineBackendTest, RoundTripOnThisBackendAndMode) {
+  EngineOptions o = Options(root_);
+  o.backend = GetParam().first;
+  o.io_mode = GetParam().second;
+  if (o.backend == IoBackend::kUring && !io::UringAvailable()) GTEST_SKIP() << "io_uring unavailable on this kernel";
+  auto opened = Engine::Open(o);
+  if (!opened.ok() && opened.status().code() == StatusCode::kUnsupported) {
+    GTEST_SKIP() << "O_DIRECT unsupported here: " << opened.status().ToString();
+  }
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  auto& e = *opened.value();
+  std::vector<HostChunk> src(5);
+  for (size_t i = 0; i < 5; ++i) src[i].Fill(20 + i);
+  ASSERT_TRUE(Store(e, src).all_ok());
+  std::vector<HostChunk> dst(5);
+  std::vector<ChunkTransfer> t;
+  for (size_t i = 0; i < 5; ++i) t.push_back({Key(i), 0, 0, dst[i].Segments(e.block_stride())});
+  ASSERT_TRUE(Run(e, e.SubmitLoad(std::move(t))).all_ok());
+  for (size_t i = 0; i < 5; ++i) EXPECT_EQ(src[i].bytes, dst[i].bytes);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, EngineBackendTest,
+                         ::testing::Values(std::make_pair(IoBackend::kUring, IoMode::kDirect),
+                                           std::make_pair(IoBackend::kUring, IoMode::kBuffered),
+                                           std::make_pair(IoBackend::kPosix, IoMode::kDirect),
+                                           std::make_pair(IoBackend::kPosix, IoMode::kBuffered)));
+
+}  // namespace
+}  // namespace kvtier
