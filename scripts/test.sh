@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The whole test suite: C++ unit, contract, multi-process and crash tests in the dev build, then the same suites
+# under AddressSanitizer (+LeakSanitizer, UBSan) and ThreadSanitizer, then the Python/vLLM end-to-end tests.
+# Fails on the first failure. KVTIER_TEST_QUICK=1 skips the sanitizer builds (for a fast local loop).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+jobs=$(nproc)
+
+run_preset() {
+  local preset=$1
+  echo "=== build ($preset) ==="
+  cmake --preset "$preset" >/dev/null
+  cmake --build --preset "$preset" -j"$jobs"
+  echo "=== test ($preset) ==="
+  ctest --preset "$preset" --timeout 600
+}
+
+run_preset dev
+if [ "${KVTIER_TEST_QUICK:-0}" != 1 ]; then
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 run_preset asan
+  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 run_preset tsan
+fi
+if [ -x scripts/test_python.sh ]; then
+  scripts/test_python.sh
+fi
+echo "=== all tests passed ==="
