@@ -7,6 +7,8 @@
 //   a held op whose deadline passes is reported with -ETIMEDOUT by the next Reap (the op did run; an fd it
 //   opened is closed so nothing leaks);
 //   set_depth() changes the in-flight bound (affects later Submits only).
+// Ops run inline in Flush(): one that blocks (a read from an idle pipe) blocks Flush, so tests simulate slow
+// I/O with HoldCompletions instead.
 // Thread safety: one issuer calls Submit/Flush/Reap, as for every IoEngine. Wake(), ReleaseAll(), Release() and
 // HoldCompletions() may be called from any thread (they take an internal lock), so a test can release I/O while
 // the code under test is blocked in Reap.

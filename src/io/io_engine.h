@@ -6,6 +6,14 @@
 // (FaultInjectingEngine). All of them pass tests/io/io_engine_contract_test.cc.
 //
 // Results are always a number: bytes transferred, a new fd, 0, or -errno. Never a bare bool.
+//
+// Issuer thread: the first thread to call Submit/Flush/Reap becomes the issuer (io_uring binds the ring to it
+// when the kernel supports IORING_SETUP_SINGLE_ISSUER), so an engine may be created on one thread and handed to
+// the reactor thread before first use. Destroy it on the issuer thread too.
+// Destruction with ops in flight: io_uring cancels them and waits (at most about 1 s) so no borrowed buffer is
+// written after the destructor returns; POSIX drops ops not yet started and waits for running syscalls to return
+// (a read that never returns, e.g. from an idle pipe, blocks the destructor: give such ops a writer or avoid them).
+// Reads and writes on non-seekable files (pipes, FIFOs) ignore offset on every backend.
 #pragma once
 
 #include <fcntl.h>
@@ -48,9 +56,11 @@ struct IoOp {
   uint32_t len = 0;              // kRead, kWrite
   uint64_t offset = 0;           // kRead, kWrite
   // Absolute CLOCK_MONOTONIC nanoseconds (see NowNs()); 0 means no deadline. A backend that can cancel an op
-  // completes it with -ECANCELED or -ETIMEDOUT once the deadline passes; one that cannot (POSIX) delivers the
-  // real result late. Callers enforce deadlines on their own side as well (the engine treats a late op as failed
-  // but keeps its buffer until the completion arrives).
+  // (io_uring, via a linked timeout) completes it with -ETIMEDOUT once the deadline passes, unless it already
+  // finished; an op that cannot be interrupted in the kernel (an openat under way) may still return its real
+  // result. POSIX cannot cancel a blocking syscall and delivers the real result late. Callers enforce deadlines on
+  // their own side as well (the engine treats a late op as failed but keeps its buffer until the completion
+  // arrives, and closes an fd that a late openat returns).
   int64_t deadline_ns = 0;
 };
 
@@ -77,8 +87,10 @@ class IoEngine {
   virtual int Flush() = 0;
   // Appends completed ops to *out. Waits until at least one completion is available, Wake() is called, or
   // timeout_ns passes (0: do not wait; < 0: wait without limit). Returns the number appended, or -errno.
+  // Each submitted op completes exactly once; internal events (wake-ups, timeout records) are never reported.
+  // A Reap ended by Wake() returns 0 unless completions were also ready.
   virtual int Reap(std::vector<IoCompletion>* out, int64_t timeout_ns) = 0;
-  // Thread-safe: makes a concurrent or the next Reap return promptly.
+  // Thread-safe: makes a concurrent or the next Reap return promptly. Wakes before a Reap coalesce into one.
   virtual void Wake() = 0;
 };
 
