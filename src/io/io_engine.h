@@ -9,7 +9,7 @@
 //
 // Issuer thread: the first thread to call Submit/Flush/Reap becomes the issuer (io_uring binds the ring to it
 // when the kernel supports IORING_SETUP_SINGLE_ISSUER), so an engine may be created on one thread and handed to
-// the reactor thread before first use. Destroy it on the issuer thread too.
+// the reactor thread before first use. Destroy it on the issuer thread, or anywhere once in_flight() is 0.
 // Destruction with ops in flight: io_uring cancels them and waits (at most about 1 s) so no borrowed buffer is
 // written after the destructor returns; POSIX drops ops not yet started and waits for running syscalls to return
 // (a read that never returns, e.g. from an idle pipe, blocks the destructor: give such ops a writer or avoid them).

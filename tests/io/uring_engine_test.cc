@@ -53,6 +53,26 @@ TEST(UringEngine, DestroyingItWithAStuckOpInFlightCancelsTheOpAndReturns) {
   close(pipefd[1]);
 }
 
+TEST(UringEngine, DestroyingItOffTheIssuerThreadReturnsPromptly) {
+  REQUIRE_URING();
+  auto created = CreateUringEngine(4);
+  ASSERT_TRUE(created.ok());
+  std::unique_ptr<IoEngine> engine = std::move(created).value();
+  int pipefd[2];
+  ASSERT_EQ(pipe2(pipefd, O_CLOEXEC), 0);
+  char buf[8];
+  std::thread issuer([&] {
+    ASSERT_EQ(engine->Submit(ReadOp(pipefd[0], buf, sizeof(buf), 0, 1)), 0);
+    ASSERT_EQ(engine->Flush(), 0);
+  });
+  issuer.join();
+  int64_t start = NowNs();
+  engine.reset();
+  EXPECT_LT(NowNs() - start, 2'000 * kMs);
+  close(pipefd[0]);
+  close(pipefd[1]);
+}
+
 TEST(UringEngine, AnOpWhoseDeadlineHasAlreadyPassedStillCompletesExactlyOnce) {
   REQUIRE_URING();
   auto created = CreateUringEngine(4);
