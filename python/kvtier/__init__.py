@@ -1,0 +1,1 @@
+"""kvtier Python package (vLLM integration helpers)."""
