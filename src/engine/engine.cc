@@ -152,8 +152,9 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
 
   copier_ = std::move(copier);
   if (!options.trace_path.empty()) {
-    trace_ = TraceRecorder::Open(options.trace_path);
-    if (!trace_) return Status(StatusCode::kIoError, "cannot open trace file " + options.trace_path, errno);
+    auto trace = TraceRecorder::Open(options.trace_path);
+    if (!trace.ok()) return trace.status().WithContext("option trace_path");
+    trace_ = std::move(trace.value());
   }
 
   auto swept = SweepTemporaries(*ns_, std::chrono::seconds(options.temp_max_age_s));

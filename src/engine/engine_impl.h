@@ -29,12 +29,13 @@
 #include "layout/namespace.h"
 #include "staging/staging_pool.h"
 #include "stats/stats.h"
-#include "trace/trace.h"
+#include "trace/trace_recorder.h"
 #include "transfer/device_copier.h"
 
 namespace kvtier {
 using staging::StagingPool;
 using staging::StagingPoolOptions;
+using trace::TraceRecorder;
 }  // namespace kvtier
 
 namespace kvtier {
