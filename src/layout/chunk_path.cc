@@ -157,4 +157,11 @@ Status EnsureFanoutDir(int ns_dirfd, const ChunkKey& key, mode_t mode, FanoutDir
   return Status::Ok();
 }
 
+Status RemoveChunk(int ns_dirfd, const ChunkKey& key) {
+  if (key.empty()) return Status(StatusCode::kInvalidArgument, "RemoveChunk: empty key");
+  std::string rel = ChunkRelPath(key);
+  if (unlinkat(ns_dirfd, rel.c_str(), 0) != 0 && errno != ENOENT) return Status::FromErrno(errno, "unlink " + rel);
+  return Status::Ok();
+}
+
 }  // namespace kvtier

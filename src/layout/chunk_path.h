@@ -61,4 +61,9 @@ class FanoutDirCache {
 // a hit returns immediately and a success is recorded.
 Status EnsureFanoutDir(int ns_dirfd, const ChunkKey& key, mode_t mode, FanoutDirCache* cache = nullptr);
 
+// Unlinks ChunkRelPath(key) under ns_dirfd (a reader's response to a corrupt entry, K1; gc's eviction). An entry
+// that is already gone is success. Note the name, not the inode, is removed: a good copy republished meanwhile is
+// lost too, which only costs a miss.
+Status RemoveChunk(int ns_dirfd, const ChunkKey& key);
+
 }  // namespace kvtier

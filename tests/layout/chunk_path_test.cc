@@ -89,6 +89,13 @@ TEST(ChunkPath, EnsureFanoutDirCreatesBothLevelsWithTheGivenModeAndCaches) {
   cache.Forget(key);
   EXPECT_TRUE(EnsureFanoutDir(fd, key, 0770, &cache).ok());
   EXPECT_EQ(fstatat(fd, "ab/cd", &st, AT_SYMLINK_NOFOLLOW), 0);
+  // RemoveChunk removes the final name; a missing entry is fine.
+  int f = openat(fd, ChunkRelPath(key).c_str(), O_WRONLY | O_CREAT, 0640);
+  ASSERT_GE(f, 0);
+  close(f);
+  EXPECT_TRUE(RemoveChunk(fd, key).ok());
+  EXPECT_NE(fstatat(fd, ChunkRelPath(key).c_str(), &st, AT_SYMLINK_NOFOLLOW), 0);
+  EXPECT_TRUE(RemoveChunk(fd, key).ok());
   close(fd);
 }
 

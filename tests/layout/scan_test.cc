@@ -137,3 +137,32 @@ TEST_F(ScanTest, SweepRemovesOnlyOldTemporaries) {
 
 }  // namespace
 }  // namespace kvtier
+
+namespace kvtier {
+namespace {
+
+// Manual scale check (run with --gtest_also_run_disabled_tests): 100k entries.
+TEST_F(ScanTest, DISABLED_ScanOfOneHundredThousandEntries) {
+  FanoutDirCache cache;
+  std::string rel;
+  for (uint32_t i = 0; i < 100000; ++i) {
+    uint8_t bytes[36] = {};
+    uint64_t h = i * 0x9e3779b97f4a7c15ull;
+    std::memcpy(bytes, &h, 8);
+    ChunkKey key = ChunkKey::FromBytes(bytes).value();
+    ASSERT_TRUE(EnsureFanoutDir(fd(), key, 0750, &cache).ok());
+    AppendChunkRelPath(key, &rel);
+    int f = openat(fd(), rel.c_str(), O_WRONLY | O_CREAT, 0640);
+    ASSERT_GE(f, 0);
+    close(f);
+  }
+  auto start = std::chrono::steady_clock::now();
+  uint64_t chunks = 0;
+  ASSERT_TRUE(ScanEntries(*ns_, [&](const EntryInfo& e) { chunks += !e.key.empty(); }).ok());
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(chunks, 100000u);
+  std::printf("scanned 100000 entries in %lld ms\n", static_cast<long long>(ms));
+}
+
+}  // namespace
+}  // namespace kvtier
