@@ -1,6 +1,8 @@
 #include "staging/staging_pool.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -311,6 +313,25 @@ Result<std::unique_ptr<StagingPool>> StagingPool::Attach(const std::string& name
   // Workers never allocate: free_list_ stays empty, so Acquire() returns nullopt on an attached pool.
   pool->slot_in_use_.assign(pool->num_slots_, false);
   return pool;
+}
+
+Result<uint32_t> StagingPool::RemoveOrphans() {
+  DIR* dir = opendir("/dev/shm");
+  if (dir == nullptr) return Status::FromErrno(errno, "list /dev/shm");
+  uint32_t removed = 0;
+  while (dirent* entry = readdir(dir)) {
+    // Exactly the generated form: "kvtier-" <decimal pid> "-" <16 hex digits>.
+    int pid = 0;
+    char hex[17] = {};
+    int consumed = 0;
+    if (std::sscanf(entry->d_name, "kvtier-%d-%16[0-9a-f]%n", &pid, hex, &consumed) != 2) continue;
+    if (entry->d_name[consumed] != '\0' || std::strlen(hex) != 16 || pid <= 0) continue;
+    if (kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to judge (EPERM)
+    std::string name = std::string("/") + entry->d_name;
+    if (shm_unlink(name.c_str()) == 0) ++removed;
+  }
+  closedir(dir);
+  return removed;
 }
 
 StagingPool::~StagingPool() {

@@ -108,6 +108,12 @@ class StagingPool {
   // owner has not finished creating it). The attached object never unlinks the name.
   static Result<std::unique_ptr<StagingPool>> Attach(const std::string& name);
 
+  // Unlinks pools left behind by crashed owners: shared memory objects with a generated name
+  // ("/kvtier-<pid>-<hex>", as Create makes them when options.name is empty) whose <pid> no longer exists in this
+  // PID namespace. Pools with an explicit name are never touched. Returns how many were removed; errors only if
+  // /dev/shm cannot be listed. Call it from the engine at start-up (a crash cannot unlink its own pool).
+  static Result<uint32_t> RemoveOrphans();
+
   ~StagingPool();
   StagingPool(const StagingPool&) = delete;
   StagingPool& operator=(const StagingPool&) = delete;

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <functional>
 #include <set>
@@ -187,6 +188,45 @@ TEST(StagingPool, OwnerUnlinksOnDestruction) {
   EXPECT_EQ(after.status().code(), StatusCode::kNotFound) << after.status().ToString();
 }
 
+TEST(StagingPool, RemoveOrphansUnlinksPoolsOfDeadOwnersOnly) {
+  // A child creates a pool and dies without running its destructor: its name is left behind.
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto orphan = StagingPool::Create(SmallOptions(1, 4096));
+    if (!orphan.ok()) _exit(1);
+    std::string name = (*orphan)->name();
+    if (write(fds[1], name.data(), name.size()) != static_cast<ssize_t>(name.size())) _exit(2);
+    _exit(0);
+  }
+  close(fds[1]);
+  char buf[256] = {};
+  ssize_t n = read(fds[0], buf, sizeof(buf) - 1);
+  close(fds[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_GT(n, 0);
+  const std::string orphan_name(buf, static_cast<size_t>(n));
+  ASSERT_TRUE(StagingPool::Attach(orphan_name).ok());
+
+  auto live = MustCreate(SmallOptions(1, 4096));  // ours, alive
+  ASSERT_NE(live, nullptr);
+  StagingPoolOptions named = SmallOptions(1, 4096);
+  named.name = "/kvtier-test-" + std::to_string(getpid()) + "-named";
+  auto explicit_name = MustCreate(named);
+  ASSERT_NE(explicit_name, nullptr);
+
+  auto removed = StagingPool::RemoveOrphans();
+  ASSERT_TRUE(removed.ok()) << removed.status().ToString();
+  EXPECT_GE(*removed, 1u);
+  auto gone = StagingPool::Attach(orphan_name);
+  EXPECT_EQ(gone.status().code(), StatusCode::kNotFound) << gone.status().ToString();
+  EXPECT_TRUE(StagingPool::Attach(live->name()).ok());
+  EXPECT_TRUE(StagingPool::Attach(named.name).ok());
+}
+
 // Writes raw bytes into a fresh shm object and returns its name; the caller unlinks it.
 std::string MakeForeignShm(const std::vector<uint8_t>& bytes, size_t size) {
   std::string name = "/kvtier-test-foreign-" + std::to_string(getpid());
@@ -279,8 +319,10 @@ TEST(StagingPoolDeathTest, DoubleReleaseAborts) {
   ASSERT_NE(pool, nullptr);
   uint32_t slot = *pool->Acquire(Priority::kDemand);
   pool->Release(slot);
-  EXPECT_DEATH(pool->Release(slot), "not in use");
-  EXPECT_DEATH(pool->Release(7), "out of range");
+  // The dying child re-runs this test and creates its own pool; it unlinks that pool's name before aborting.
+  const std::string name = pool->name();
+  EXPECT_DEATH((shm_unlink(name.c_str()), pool->Release(slot)), "not in use");
+  EXPECT_DEATH((shm_unlink(name.c_str()), pool->Release(7)), "out of range");
 }
 
 TEST(StagingPool, DemandReserveIsNeverTakenByPreload) {
@@ -443,6 +485,49 @@ TEST(StagingPool, ConsumerSeesBytesWrittenBeforePublishReady) {
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0) << "child failed: 10 attach, 20 expected failure, 21 expected ready, 22 bytes, "
                                        "23 consumed";
+}
+
+// The same protocol between threads of one process, two consumers per generation (as with TP=2): under
+// ThreadSanitizer this checks that PublishReady/WaitReady and MarkConsumed/ConsumersDone order the slot bytes.
+TEST(StagingPool, TwoConsumerThreadsSeeEveryGenerationAndTheEngineWaitsForBoth) {
+  constexpr uint32_t kSlots = 2;
+  constexpr uint32_t kRounds = 400;
+  constexpr uint64_t kBytes = 4096;
+  constexpr uint32_t kConsumers = 2;
+  auto pool = MustCreate(SmallOptions(kSlots, kBytes));
+  ASSERT_NE(pool, nullptr);
+  std::atomic<int> errors{0};
+  auto consumer = [&] {
+    for (uint32_t round = 0; round < kRounds; ++round) {
+      uint32_t slot = round % kSlots;
+      uint32_t gen = round / kSlots + 1;
+      if (pool->WaitReady(slot, gen, seconds(10)) != WaitOutcome::kReady) {
+        errors.fetch_add(1);
+        return;
+      }
+      for (uint64_t i = 0; i < kBytes; ++i) {
+        if (pool->SlotData(slot)[i] != PatternByte(slot, gen, i)) {
+          errors.fetch_add(1);
+          break;
+        }
+      }
+      pool->MarkConsumed(slot, gen);
+    }
+  };
+  std::thread c1(consumer), c2(consumer);
+  for (uint32_t round = 0; round < kRounds && errors.load() == 0; ++round) {
+    uint32_t slot = round % kSlots;
+    if (round >= kSlots) {
+      uint32_t previous = (round - kSlots) / kSlots + 1;
+      while (pool->ConsumersDone(slot, previous) < kConsumers && errors.load() == 0) std::this_thread::yield();
+    }
+    uint32_t gen = pool->BeginFill(slot);
+    for (uint64_t i = 0; i < kBytes; ++i) pool->SlotData(slot)[i] = PatternByte(slot, gen, i);
+    pool->PublishReady(slot, gen);
+  }
+  c1.join();
+  c2.join();
+  EXPECT_EQ(errors.load(), 0);
 }
 
 TEST(StagingPool, GenerationSkipsZeroOnWrapAround) {
