@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -66,7 +67,20 @@ struct JobResult {
   bool all_ok() const { return chunks_ok == chunks.size(); }
 };
 
-enum class ChunkLocation { kAbsent, kDisk, kPending };
+enum class ChunkLocation { kAbsent, kDisk, kPending, kDram };
+
+// A chunk resident in a staging slot. Another process that attached the pool (StagingPool::Attach(pool_name()))
+// finds its payload at SlotData(slot) + kHeaderBytes, block b at b * block_stride() from there.
+struct SlotRef {
+  uint32_t slot = 0;
+  uint32_t generation = 0;
+};
+
+enum class PromoteState { kReady, kPending, kMiss };
+struct PromoteResult {
+  PromoteState state = PromoteState::kMiss;
+  SlotRef ref;  // valid when kReady
+};
 
 class Engine {
  public:
@@ -91,6 +105,27 @@ class Engine {
   virtual std::vector<JobResult> PollCompleted() = 0;
   // Waits up to timeout_ms for job id; kTimedOut if it is still running, kNotFound if unknown or already reported.
   virtual Result<JobResult> Wait(JobId id, int64_t timeout_ms) = 0;
+
+  // --- Slot-resident chunks: the DRAM tier (T1, T2) and the path of vLLM's worker processes ------------------
+  // A chunk becomes resident in a staging slot when Promote reads and verifies it, or when a worker process fills a
+  // slot reserved by ReserveForStore and CommitStore writes it out. Resident chunks are kept in LRU order and give
+  // their slot back when a slot is needed; pinned ones never do (T1).
+
+  // Non-blocking. kReady: verified bytes are in ref's slot. kPending: a read is in flight; ask again later.
+  // kMiss: not on disk, failed verification, or no slot could be had (speculative promotions never take the
+  // demand reserve, S2).
+  virtual PromoteResult Promote(const ChunkKey& key, bool speculative) = 0;
+  // Pins resident chunks for a transfer (a pinned slot is never evicted or reused). kNotFound names the first key
+  // that is not resident and ready; nothing is pinned then.
+  virtual Result<std::vector<SlotRef>> PinResident(std::span<const ChunkKey> keys) = 0;
+  virtual void Unpin(std::span<const ChunkKey> keys) = 0;
+  // Reserves one slot per key for a worker to fill. An entry is nullopt when no write is needed (the key is
+  // already stored, resident, or being stored). kResourceExhausted when the pool cannot hold them all now (nothing
+  // is reserved then; the caller retries later).
+  virtual Result<std::vector<std::optional<SlotRef>>> ReserveForStore(std::span<const ChunkKey> keys) = 0;
+  // The worker filled the reserved slots of keys (success) or gave up (!success: the slots are released). On
+  // success the chunks are written and published asynchronously and stay resident (write-through DRAM tier).
+  virtual void CommitStore(std::span<const ChunkKey> keys, bool success) = 0;
 
   // Enforce the disk budget now (down to the low watermark). Returns bytes evicted.
   virtual Result<uint64_t> EvictToBudget() = 0;

@@ -218,6 +218,15 @@ ChunkLocation EngineImpl::Lookup(const ChunkKey& key) {
   const int64_t now = io::NowNs();
   {
     std::lock_guard<std::mutex> lock(index_mu_);
+    auto r = resident_.find(key);
+    if (r != resident_.end()) {
+      if (r->second.state == Resident::State::kReady || r->second.state == Resident::State::kWriting) {
+        resident_lru_.splice(resident_lru_.end(), resident_lru_, r->second.lru);
+        stats_.lookup_hits_dram.Add(1);
+        return ChunkLocation::kDram;
+      }
+      if (r->second.state == Resident::State::kFilling) return ChunkLocation::kPending;
+    }
     auto it = index_.find(key);
     if (it != index_.end()) {
       lru_.splice(lru_.end(), lru_, it->second.lru);
@@ -260,7 +269,8 @@ ChunkLocation EngineImpl::Lookup(const ChunkKey& key) {
 size_t EngineImpl::LookupPrefix(std::span<const ChunkKey> keys) {
   size_t n = 0;
   for (const ChunkKey& k : keys) {
-    if (Lookup(k) != ChunkLocation::kDisk) break;
+    const ChunkLocation where = Lookup(k);
+    if (where != ChunkLocation::kDisk && where != ChunkLocation::kDram) break;
     ++n;
   }
   return n;
@@ -300,9 +310,11 @@ Result<JobId> EngineImpl::SubmitStore(std::vector<ChunkTransfer> chunks) {
   return Enqueue(JobKind::kStore, std::move(chunks));
 }
 
-Result<JobId> EngineImpl::Enqueue(JobKind kind, std::vector<ChunkTransfer> chunks) {
+Result<JobId> EngineImpl::Enqueue(JobKind kind, std::vector<ChunkTransfer> chunks, std::vector<int> preset_slots,
+                                  bool internal) {
   auto job = std::make_unique<Job>();
   job->kind = kind;
+  job->internal = internal;
   job->start_ns = io::NowNs();
   for (size_t i = 0; i < chunks.size(); ++i) {
     Status s = ValidateTransfer(kind, chunks[i]);
@@ -314,13 +326,16 @@ Result<JobId> EngineImpl::Enqueue(JobKind kind, std::vector<ChunkTransfer> chunk
     c->num_blocks = chunks[i].num_blocks ? chunks[i].num_blocks
                                          : options_.identity.blocks_per_chunk - chunks[i].first_block;
     c->req = std::move(chunks[i]);
+    if (i < preset_slots.size()) c->preset_slot = preset_slots[i];
     c->rel_path = ChunkRelPath(c->req.key);
     job->chunks.push_back(std::move(c));
   }
   job->unfinished = static_cast<uint32_t>(job->chunks.size());
   JobId id = next_job_id_.fetch_add(1);
   job->id = id;
-  if (kind == JobKind::kLoad) {
+  if (internal) {
+    // promotions and committed stores are counted by their own callers
+  } else if (kind == JobKind::kLoad) {
     stats_.loads_started.Add(1);
   } else {
     stats_.stores_started.Add(1);
@@ -417,6 +432,191 @@ void EngineImpl::PublishIndexed(const ChunkKey& key, uint64_t bytes) {
   }
   stats_.disk_entries.Set(index_.size());
   stats_.disk_bytes_used.Set(disk_bytes_);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Slot-resident chunks (DRAM tier)
+
+std::optional<uint32_t> EngineImpl::AcquireSlotLocked(staging::Priority priority) {
+  if (auto slot = pool_->Acquire(priority)) return slot;
+  for (auto it = resident_lru_.begin(); it != resident_lru_.end(); ++it) {
+    auto r = resident_.find(*it);
+    if (r == resident_.end() || r->second.pins > 0 || r->second.state != Resident::State::kReady) continue;
+    const uint32_t slot = r->second.slot;
+    resident_.erase(r);
+    resident_lru_.erase(it);
+    pool_->MarkFree(slot);
+    pool_->Release(slot);
+    stats_.dram_entries.Set(resident_.size());
+    return pool_->Acquire(priority);
+  }
+  return std::nullopt;
+}
+
+std::optional<uint32_t> EngineImpl::AcquireSlot(staging::Priority priority) {
+  std::lock_guard<std::mutex> lock(index_mu_);
+  return AcquireSlotLocked(priority);
+}
+
+bool EngineImpl::OnDiskLocked(const ChunkKey& key) {
+  if (index_.count(key)) return true;
+  auto neg = negative_.find(key);
+  if (neg != negative_.end() && neg->second > io::NowNs()) return false;
+  struct stat st;
+  const std::string rel = ChunkRelPath(key);
+  if (fstatat(ns_->dirfd(), rel.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) {
+    lru_.push_back(key);
+    index_.emplace(key, IndexEntry{static_cast<uint64_t>(st.st_size), 0, std::prev(lru_.end())});
+    disk_bytes_ += st.st_size;
+    return true;
+  }
+  negative_[key] = io::NowNs() + static_cast<int64_t>(options_.negative_cache_ms) * kMsToNs;
+  return false;
+}
+
+PromoteResult EngineImpl::Promote(const ChunkKey& key, bool speculative) {
+  uint32_t slot;
+  {
+    std::lock_guard<std::mutex> lock(index_mu_);
+    auto r = resident_.find(key);
+    if (r != resident_.end()) {
+      resident_lru_.splice(resident_lru_.end(), resident_lru_, r->second.lru);
+      if (r->second.state == Resident::State::kReady || r->second.state == Resident::State::kWriting) {
+        return PromoteResult{PromoteState::kReady, SlotRef{r->second.slot, r->second.generation}};
+      }
+      return PromoteResult{PromoteState::kPending, {}};
+    }
+    if (!OnDiskLocked(key)) return PromoteResult{PromoteState::kMiss, {}};
+    auto got = AcquireSlotLocked(speculative ? staging::Priority::kSpeculative : staging::Priority::kDemand);
+    if (!got) return PromoteResult{PromoteState::kMiss, {}};
+    slot = *got;
+    resident_lru_.push_back(key);
+    resident_.emplace(key, Resident{slot, 0, Resident::State::kLoading, 0, std::prev(resident_lru_.end())});
+  }
+  if (speculative) stats_.preload_started.Add(1);
+  auto id = Enqueue(JobKind::kLoad, {ChunkTransfer{key, 0, 0, {}}}, {static_cast<int>(slot)}, /*internal=*/true);
+  if (!id.ok()) {
+    ResidentLoaded(key, slot, 0, false);
+    return PromoteResult{PromoteState::kMiss, {}};
+  }
+  return PromoteResult{PromoteState::kPending, {}};
+}
+
+void EngineImpl::ResidentLoaded(const ChunkKey& key, uint32_t slot, uint32_t generation, bool ok) {
+  std::lock_guard<std::mutex> lock(index_mu_);
+  auto r = resident_.find(key);
+  if (r == resident_.end() || r->second.slot != slot) return;
+  if (ok) {
+    r->second.state = Resident::State::kReady;
+    r->second.generation = generation;
+  } else {
+    resident_lru_.erase(r->second.lru);
+    resident_.erase(r);
+    pool_->MarkFree(slot);
+    pool_->Release(slot);
+  }
+  stats_.dram_entries.Set(resident_.size());
+}
+
+void EngineImpl::ResidentWritten(const ChunkKey& key) {
+  std::lock_guard<std::mutex> lock(index_mu_);
+  auto r = resident_.find(key);
+  if (r != resident_.end() && r->second.state == Resident::State::kWriting) r->second.state = Resident::State::kReady;
+}
+
+Result<std::vector<SlotRef>> EngineImpl::PinResident(std::span<const ChunkKey> keys) {
+  std::lock_guard<std::mutex> lock(index_mu_);
+  std::vector<SlotRef> refs;
+  refs.reserve(keys.size());
+  for (const ChunkKey& k : keys) {
+    auto r = resident_.find(k);
+    if (r == resident_.end() ||
+        (r->second.state != Resident::State::kReady && r->second.state != Resident::State::kWriting)) {
+      return Status(StatusCode::kNotFound, "chunk " + k.Hex() + " is not resident");
+    }
+    refs.push_back(SlotRef{r->second.slot, r->second.generation});
+  }
+  for (const ChunkKey& k : keys) {
+    auto& r = resident_[k];
+    r.pins++;
+    resident_lru_.splice(resident_lru_.end(), resident_lru_, r.lru);
+  }
+  return refs;
+}
+
+void EngineImpl::Unpin(std::span<const ChunkKey> keys) {
+  std::lock_guard<std::mutex> lock(index_mu_);
+  for (const ChunkKey& k : keys) {
+    auto r = resident_.find(k);
+    if (r != resident_.end() && r->second.pins > 0) r->second.pins--;
+  }
+}
+
+Result<std::vector<std::optional<SlotRef>>> EngineImpl::ReserveForStore(std::span<const ChunkKey> keys) {
+  std::lock_guard<std::mutex> lock(index_mu_);
+  std::vector<std::optional<SlotRef>> out(keys.size());
+  std::vector<size_t> taken;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const ChunkKey& k = keys[i];
+    if (resident_.count(k) || index_.count(k) || pending_stores_.count(k)) {
+      stats_.stores_deduplicated.Add(1);
+      continue;
+    }
+    bool dup = false;
+    for (size_t j : taken) dup |= keys[j] == k;
+    if (dup) continue;
+    auto slot = AcquireSlotLocked(staging::Priority::kDemand);
+    if (!slot) {
+      for (size_t j : taken) {
+        auto r = resident_.find(keys[j]);
+        resident_lru_.erase(r->second.lru);
+        pool_->MarkFree(r->second.slot);
+        pool_->Release(r->second.slot);
+        resident_.erase(r);
+      }
+      stats_.stores_dropped.Add(0);
+      return Status(StatusCode::kResourceExhausted, "staging pool has no free slot for " +
+                                                        std::to_string(keys.size()) + " chunks; retry later");
+    }
+    const uint32_t gen = pool_->BeginFill(*slot);
+    resident_lru_.push_back(k);
+    resident_.emplace(k, Resident{*slot, gen, Resident::State::kFilling, 0, std::prev(resident_lru_.end())});
+    out[i] = SlotRef{*slot, gen};
+    taken.push_back(i);
+  }
+  stats_.dram_entries.Set(resident_.size());
+  return out;
+}
+
+void EngineImpl::CommitStore(std::span<const ChunkKey> keys, bool success) {
+  std::vector<ChunkTransfer> chunks;
+  std::vector<int> slots;
+  {
+    std::lock_guard<std::mutex> lock(index_mu_);
+    for (const ChunkKey& k : keys) {
+      auto r = resident_.find(k);
+      if (r == resident_.end() || r->second.state != Resident::State::kFilling) continue;
+      if (!success) {
+        pool_->MarkFree(r->second.slot);
+        pool_->Release(r->second.slot);
+        resident_lru_.erase(r->second.lru);
+        resident_.erase(r);
+        stats_.stores_dropped.Add(1);
+        continue;
+      }
+      pool_->PublishReady(r->second.slot, r->second.generation);
+      r->second.state = Resident::State::kWriting;
+      chunks.push_back(ChunkTransfer{k, 0, 0, {}});
+      slots.push_back(static_cast<int>(r->second.slot));
+    }
+    stats_.dram_entries.Set(resident_.size());
+  }
+  if (chunks.empty()) return;
+  stats_.stores_started.Add(1);
+  auto id = Enqueue(JobKind::kStore, std::move(chunks), std::move(slots), /*internal=*/true);
+  if (!id.ok()) {
+    for (const ChunkKey& k : keys) ResidentWritten(k);  // shutting down: keep them resident, unwritten
+  }
 }
 
 StatsSnapshot EngineImpl::Stats() const {

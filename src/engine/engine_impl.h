@@ -54,6 +54,11 @@ class EngineImpl final : public Engine {
   std::vector<JobResult> PollCompleted() override;
   Result<JobResult> Wait(JobId id, int64_t timeout_ms) override;
   Result<uint64_t> EvictToBudget() override;
+  PromoteResult Promote(const ChunkKey& key, bool speculative) override;
+  Result<std::vector<SlotRef>> PinResident(std::span<const ChunkKey> keys) override;
+  void Unpin(std::span<const ChunkKey> keys) override;
+  Result<std::vector<std::optional<SlotRef>>> ReserveForStore(std::span<const ChunkKey> keys) override;
+  void CommitStore(std::span<const ChunkKey> keys, bool success) override;
   StatsSnapshot Stats() const override;
   const EngineOptions& options() const override { return options_; }
   std::string Describe() const override;
@@ -88,7 +93,8 @@ class EngineImpl final : public Engine {
   EngineImpl() = default;
   Status Init(const EngineOptions& options, std::unique_ptr<DeviceCopier> copier, std::unique_ptr<io::IoEngine> io);
   Status RebuildIndex();
-  Result<JobId> Enqueue(JobKind kind, std::vector<ChunkTransfer> chunks);
+  Result<JobId> Enqueue(JobKind kind, std::vector<ChunkTransfer> chunks, std::vector<int> preset_slots = {},
+                        bool internal = false);
   Status ValidateTransfer(JobKind kind, const ChunkTransfer& t) const;
 
   // Reactor.
@@ -123,6 +129,13 @@ class EngineImpl final : public Engine {
   void PublishIndexed(const ChunkKey& key, uint64_t bytes);
   uint64_t EvictLocked(std::unique_lock<std::mutex>& lock, uint64_t target_bytes);
   int64_t Deadline() const;
+  // A free slot, evicting the least recently used unpinned resident chunk if the pool has none (T1).
+  std::optional<uint32_t> AcquireSlotLocked(staging::Priority priority);
+  std::optional<uint32_t> AcquireSlot(staging::Priority priority);
+  bool OnDiskLocked(const ChunkKey& key);
+  // Reactor: a resident chunk's read finished (ok) or failed.
+  void ResidentLoaded(const ChunkKey& key, uint32_t slot, uint32_t generation, bool ok);
+  void ResidentWritten(const ChunkKey& key);
 
   EngineOptions options_;
   std::string describe_;
@@ -168,6 +181,18 @@ class EngineImpl final : public Engine {
   std::unordered_map<ChunkKey, int, ChunkKeyHash> pending_stores_;
   uint64_t disk_bytes_ = 0;
 
+  // Slot-resident chunks (DRAM tier), also guarded by index_mu_. LRU order, most recent at the back.
+  struct Resident {
+    enum class State { kLoading, kReady, kFilling, kWriting };
+    uint32_t slot = 0;
+    uint32_t generation = 0;
+    State state = State::kLoading;
+    uint32_t pins = 0;
+    std::list<ChunkKey>::iterator lru;
+  };
+  std::unordered_map<ChunkKey, Resident, ChunkKeyHash> resident_;
+  std::list<ChunkKey> resident_lru_;
+
   std::mutex done_mu_;
   std::condition_variable done_cv_;
   std::unordered_map<JobId, JobResult> done_;
@@ -186,6 +211,7 @@ struct EngineImpl::Job {
   uint32_t unfinished = 0;
   uint64_t bytes = 0;
   bool reported = false;
+  bool internal = false;  // promotions and committed stores: nobody waits for the result
 };
 
 struct EngineImpl::Chunk {
@@ -199,6 +225,7 @@ struct EngineImpl::Chunk {
   bool finished = false;
   bool released = false;        // resources returned
   int slot = -1;                // stores: the slot held; loads: see share
+  int preset_slot = -1;         // a resident slot: loads read into it, stores write from it; it stays resident
   uint32_t slot_gen = 0;
   bool counts_job_slot = false; // this chunk's slot counts against job->slots_held
   ReadShare* share = nullptr;   // loads: the shared read this chunk copies from
@@ -226,6 +253,8 @@ struct EngineImpl::ReadShare {
   bool ready = false;
   bool failed = false;
   bool io_done = false;
+  bool resident = false;        // the slot belongs to the DRAM tier: retiring never frees it
+  bool resident_pin = false;    // a DRAM hit: retiring unpins the resident chunk
   std::vector<Chunk*> members;  // unfinished members only
 };
 

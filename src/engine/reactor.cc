@@ -283,25 +283,62 @@ void EngineImpl::CheckDeadlines() {
 
 bool EngineImpl::StartLoadChunk(Job& job, Chunk& c) {
   c.started_ns = io::NowNs();
-  stats_.bytes_needed.Add(uint64_t(c.num_blocks) * options_.identity.block_bytes);
-  // X4: join a read of the same key already in flight (or ready) that covers our blocks.
-  auto sh = read_shares_.find(c.req.key);
-  if (sh != read_shares_.end()) {
-    ReadShare* s = sh->second;
-    if (!s->failed && c.first_block >= s->first_block &&
-        c.first_block + c.num_blocks <= s->first_block + s->num_blocks) {
-      c.share = s;
+  const bool promotion = c.preset_slot >= 0;
+  if (!promotion) {
+    stats_.bytes_needed.Add(uint64_t(c.num_blocks) * options_.identity.block_bytes);
+    // T2: a chunk resident in DRAM is copied from its slot; the disk is not touched.
+    std::optional<SlotRef> dram;
+    {
+      std::lock_guard<std::mutex> lock(index_mu_);
+      auto r = resident_.find(c.req.key);
+      if (r != resident_.end() &&
+          (r->second.state == Resident::State::kReady || r->second.state == Resident::State::kWriting)) {
+        r->second.pins++;
+        resident_lru_.splice(resident_lru_.end(), resident_lru_, r->second.lru);
+        dram = SlotRef{r->second.slot, r->second.generation};
+      }
+    }
+    if (dram) {
+      auto* s = new ReadShare();
+      s->key = c.req.key;
+      s->slot = static_cast<int>(dram->slot);
+      s->slot_gen = dram->generation;
+      s->first_block = 0;
+      s->num_blocks = options_.identity.blocks_per_chunk;
+      s->ready = s->io_done = true;
+      s->resident = s->resident_pin = true;
       s->members.push_back(&c);
-      c.released = true;  // followers hold nothing of their own
-      if (s->ready) QueueLoadCopy(c);
+      c.share = s;
+      c.leads_share = false;  // nothing to settle: the pseudo-share retires with its last member
+      c.released = true;
+      QueueLoadCopy(c);
       return true;
     }
+    // X4: join a read of the same key already in flight (or ready) that covers our blocks.
+    auto sh = read_shares_.find(c.req.key);
+    if (sh != read_shares_.end()) {
+      ReadShare* s = sh->second;
+      if (!s->failed && c.first_block >= s->first_block &&
+          c.first_block + c.num_blocks <= s->first_block + s->num_blocks) {
+        c.share = s;
+        s->members.push_back(&c);
+        c.released = true;  // followers hold nothing of their own
+        if (s->ready) QueueLoadCopy(c);
+        return true;
+      }
+    }
   }
-  if (job.slots_held >= options_.io_depth) return false;
-  auto slot = pool_->Acquire(staging::Priority::kDemand);
-  if (!slot) return false;
-  job.slots_held++;
-  c.counts_job_slot = true;
+  uint32_t slot;
+  if (promotion) {
+    slot = static_cast<uint32_t>(c.preset_slot);
+  } else {
+    if (job.slots_held >= options_.io_depth) return false;
+    auto got = AcquireSlot(staging::Priority::kDemand);
+    if (!got) return false;
+    slot = *got;
+    job.slots_held++;
+    c.counts_job_slot = true;
+  }
   {
     std::lock_guard<std::mutex> lock(index_mu_);
     auto e = index_.find(c.req.key);
@@ -312,12 +349,13 @@ bool EngineImpl::StartLoadChunk(Job& job, Chunk& c) {
   }
   auto* s = new ReadShare();
   s->key = c.req.key;
-  s->slot = static_cast<int>(*slot);
-  s->slot_gen = pool_->BeginFill(*slot);
+  s->slot = static_cast<int>(slot);
+  s->slot_gen = pool_->BeginFill(slot);
   s->first_block = c.first_block;
   s->num_blocks = c.num_blocks;
+  s->resident = promotion;
   s->members.push_back(&c);
-  read_shares_[c.req.key] = s;
+  if (!promotion) read_shares_[c.req.key] = s;  // promotions are found through the resident map instead
   c.share = s;
   c.leads_share = true;
 
@@ -352,6 +390,7 @@ void EngineImpl::LoadReadsDone(Chunk& c) {
   }
   s->ready = true;
   pool_->PublishReady(s->slot, s->slot_gen);
+  if (s->resident) ResidentLoaded(s->key, s->slot, s->slot_gen, true);
   std::vector<Chunk*> members = s->members;  // QueueLoadCopy may finish chunks, which edits members
   for (Chunk* m : members) QueueLoadCopy(*m);
 }
@@ -412,11 +451,18 @@ bool EngineImpl::StartStoreChunk(Job& job, Chunk& c) {
     // Already published (or being published by an earlier job): nothing to write.
     stats_.stores_deduplicated.Add(1);
     c.released = true;
+    if (c.preset_slot >= 0) ResidentWritten(c.req.key);
     FinishChunk(c);
     return true;
   }
+  if (c.preset_slot >= 0) {  // a worker filled this resident slot (CommitStore): write it out as it is
+    c.slot = c.preset_slot;
+    stores_in_flight_[c.req.key] = &c;
+    BeginStoreWrite(c);
+    return true;
+  }
   if (job.slots_held >= options_.io_depth) return false;
-  auto slot = pool_->Acquire(staging::Priority::kDemand);
+  auto slot = AcquireSlot(staging::Priority::kDemand);
   if (!slot) return false;
   job.slots_held++;
   c.counts_job_slot = true;
@@ -590,6 +636,7 @@ void EngineImpl::FinishChunk(Chunk& c) {
   }
   if (job.unfinished == 0 && !job.reported) {
     job.reported = true;
+    if (job.internal) return;  // promotions and committed stores report through the resident map
     JobResult r;
     r.id = job.id;
     r.kind = job.kind;
@@ -645,11 +692,13 @@ void EngineImpl::Settle(Chunk& c) {
     c.counts_job_slot = false;
   }
   if (c.job->kind == JobKind::kStore) {
-    if (c.slot >= 0) {
+    if (c.preset_slot >= 0) {
+      ResidentWritten(c.req.key);  // written or not, the slot's bytes stay valid in the DRAM tier
+    } else if (c.slot >= 0) {
       pool_->MarkFree(c.slot);
       pool_->Release(c.slot);
-      c.slot = -1;
     }
+    c.slot = -1;
     return;
   }
   if (c.leads_share) {
@@ -662,8 +711,14 @@ void EngineImpl::MaybeRetireShare(ReadShare* s) {
   if (!s->io_done || !s->members.empty()) return;
   auto it = read_shares_.find(s->key);
   if (it != read_shares_.end() && it->second == s) read_shares_.erase(it);
-  pool_->MarkFree(s->slot);
-  pool_->Release(s->slot);
+  if (s->resident_pin) {
+    Unpin(std::span<const ChunkKey>(&s->key, 1));  // a DRAM hit: the slot stays resident
+  } else if (s->resident) {
+    if (!s->ready) ResidentLoaded(s->key, s->slot, 0, false);  // a failed promotion gives its slot back
+  } else {
+    pool_->MarkFree(s->slot);
+    pool_->Release(s->slot);
+  }
   delete s;
 }
 

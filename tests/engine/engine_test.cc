@@ -12,6 +12,7 @@
 #include "engine/engine_impl.h"
 #include "io/fault_engine.h"
 #include "layout/chunk_path.h"
+#include "staging/staging_pool.h"
 #include "support/temp_dir.h"
 
 namespace kvtier {
@@ -411,6 +412,126 @@ INSTANTIATE_TEST_SUITE_P(All, EngineBackendTest,
                                            std::make_pair(IoBackend::kUring, IoMode::kBuffered),
                                            std::make_pair(IoBackend::kPosix, IoMode::kDirect),
                                            std::make_pair(IoBackend::kPosix, IoMode::kBuffered)));
+
+}  // namespace
+}  // namespace kvtier
+
+namespace kvtier {
+namespace {
+
+// The DRAM tier and the path vLLM's worker processes take: promote, pin, copy from the slot; reserve, fill,
+// commit. The "worker" attaches the pool by name, as a worker process does.
+class ResidentTest : public EngineTest {};
+
+TEST_F(ResidentTest, PromotedChunkIsReadableFromItsSlotByAnAttachedWorker) {
+  auto e = Open(Options(root_));
+  std::vector<HostChunk> src(1);
+  src[0].Fill(42);
+  ASSERT_TRUE(Store(*e, src).all_ok());
+  PromoteResult p = e->Promote(Key(0), /*speculative=*/false);
+  for (int i = 0; i < 500 && p.state == PromoteState::kPending; ++i) {
+    usleep(2000);
+    p = e->Promote(Key(0), false);
+  }
+  ASSERT_EQ(p.state, PromoteState::kReady);
+  EXPECT_EQ(e->Lookup(Key(0)), ChunkLocation::kDram);
+  auto pins = e->PinResident(std::vector<ChunkKey>{Key(0)});
+  ASSERT_TRUE(pins.ok());
+  auto worker = staging::StagingPool::Attach(e->pool_name());
+  ASSERT_TRUE(worker.ok()) << worker.status().ToString();
+  auto view = worker.value()->Observe(p.ref.slot);
+  EXPECT_EQ(view.generation, p.ref.generation);
+  const uint8_t* payload = worker.value()->SlotData(p.ref.slot) + kHeaderBytes;
+  for (uint32_t b = 0; b < kBlocks; ++b) {
+    ASSERT_EQ(0, std::memcmp(payload + b * e->block_stride(), src[0].bytes.data() + b * kBlockBytes, kBlockBytes));
+  }
+  e->Unpin(std::vector<ChunkKey>{Key(0)});
+}
+
+TEST_F(ResidentTest, ADramHitNeverTouchesTheDisk) {
+  auto e = Open(Options(root_));
+  std::vector<HostChunk> src(1);
+  src[0].Fill(9);
+  ASSERT_TRUE(Store(*e, src).all_ok());
+  PromoteResult p;
+  for (int i = 0; i < 500 && (p = e->Promote(Key(0), false)).state == PromoteState::kPending; ++i) usleep(2000);
+  ASSERT_EQ(p.state, PromoteState::kReady);
+  const uint64_t read_before = e->Stats().bytes_read;
+  HostChunk dst;
+  ASSERT_TRUE(Run(*e, e->SubmitLoad({{Key(0), 0, 0, dst.Segments(e->block_stride())}})).all_ok());
+  EXPECT_EQ(dst.bytes, src[0].bytes);
+  EXPECT_EQ(e->Stats().bytes_read, read_before);
+}
+
+TEST_F(ResidentTest, PromotingAnAbsentChunkIsAMiss) {
+  auto e = Open(Options(root_));
+  EXPECT_EQ(e->Promote(Key(77), false).state, PromoteState::kMiss);
+}
+
+TEST_F(ResidentTest, AWorkerFilledSlotIsPublishedAndServedAfterARestart) {
+  std::vector<HostChunk> src(2);
+  src[0].Fill(1);
+  src[1].Fill(2);
+  {
+    auto e = Open(Options(root_));
+    std::vector<ChunkKey> keys{Key(0), Key(1)};
+    auto reserved = e->ReserveForStore(keys);
+    ASSERT_TRUE(reserved.ok()) << reserved.status().ToString();
+    ASSERT_TRUE(reserved.value()[0].has_value() && reserved.value()[1].has_value());
+    EXPECT_EQ(e->Lookup(Key(0)), ChunkLocation::kPending);
+    auto worker = staging::StagingPool::Attach(e->pool_name());
+    ASSERT_TRUE(worker.ok());
+    for (int i = 0; i < 2; ++i) {
+      uint8_t* payload = worker.value()->SlotData(reserved.value()[i]->slot) + kHeaderBytes;
+      for (uint32_t b = 0; b < kBlocks; ++b) {
+        std::memcpy(payload + b * e->block_stride(), src[i].bytes.data() + b * kBlockBytes, kBlockBytes);
+      }
+    }
+    e->CommitStore(keys, true);
+    EXPECT_EQ(e->Lookup(Key(0)), ChunkLocation::kDram);  // write-through: resident while it is written
+    // A second reservation of the same keys needs no write.
+    auto again = e->ReserveForStore(keys);
+    ASSERT_TRUE(again.ok());
+    EXPECT_FALSE(again.value()[0].has_value());
+  }  // closing drains the writes
+  auto e = Open(Options(root_));
+  std::vector<HostChunk> dst(2);
+  ASSERT_TRUE(Run(*e, e->SubmitLoad({{Key(0), 0, 0, dst[0].Segments(e->block_stride())},
+                                     {Key(1), 0, 0, dst[1].Segments(e->block_stride())}}))
+                  .all_ok());
+  EXPECT_EQ(dst[0].bytes, src[0].bytes);
+  EXPECT_EQ(dst[1].bytes, src[1].bytes);
+}
+
+TEST_F(ResidentTest, AbandonedReservationsGiveTheirSlotsBack) {
+  auto e = Open(Options(root_));
+  std::vector<ChunkKey> keys{Key(0), Key(1), Key(2)};
+  ASSERT_TRUE(e->ReserveForStore(keys).ok());
+  EXPECT_EQ(e->Stats().pool_slots_in_use, 3u);
+  e->CommitStore(keys, false);
+  EXPECT_EQ(e->Stats().pool_slots_in_use, 0u);
+  EXPECT_EQ(e->Lookup(Key(0)), ChunkLocation::kAbsent);
+}
+
+TEST_F(ResidentTest, ReservationsLargerThanThePoolAreRefusedWholeAndPinnedSlotsAreNeverEvicted) {
+  EngineOptions o = Options(root_);
+  o.pool_bytes = 4 * (4096 + kBlocks * 12288);  // 4 slots
+  auto e = Open(o);
+  std::vector<ChunkKey> two{Key(0), Key(1)};
+  auto r = e->ReserveForStore(two);
+  ASSERT_TRUE(r.ok());
+  e->CommitStore(two, true);
+  ASSERT_TRUE(e->PinResident(two).ok());
+  std::vector<ChunkKey> three{Key(10), Key(11), Key(12)};
+  auto big = e->ReserveForStore(three);  // only 2 free, the other 2 are pinned
+  EXPECT_FALSE(big.ok());
+  EXPECT_EQ(big.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(e->Lookup(Key(10)), ChunkLocation::kAbsent);
+  e->Unpin(two);
+  // Unpinned resident chunks give way (LRU) once written.
+  for (int i = 0; i < 500 && !e->ReserveForStore(three).ok(); ++i) usleep(2000);
+  EXPECT_EQ(e->Lookup(Key(10)), ChunkLocation::kPending);
+}
 
 }  // namespace
 }  // namespace kvtier
