@@ -1,0 +1,565 @@
+// kvtier bench io: the engine's disk bandwidth against a raw io_uring baseline on the same directory, file sizes
+// and queue depth, in the same run (SPEC performance target: engine >= 0.95 x raw).
+//
+// Raw baseline (written here with liburing, nothing from kvtier's I/O layer): per file, open(O_CREAT|O_DIRECT)
+// on the issuing thread, one write of the whole file through the ring, close on completion; up to `depth` files in
+// flight. Reads: open(O_DIRECT), one read of the whole file, close. No copies, no checksums: it is the ceiling.
+//
+// Engine: one store job of N chunks from host buffers, then one load job of the same chunks into host buffers,
+// through Engine's public API with io_depth = depth. Besides the disk I/O it copies every byte between host memory
+// and its staging slot (the host copier's memcpy), checksums every block (XXH3), writes a temporary then link()s
+// it and unlinks the temporary name, and verifies every block on load. Those costs are what the ratio measures.
+//
+// Files are the same size on both sides (a 4 KiB header plus the chunk payload), and both report GB/s of file
+// bytes (10^9 B/s) over the wall time of the phase. Runs alternate (raw, engine, engine, raw, ...) over
+// --repeat repetitions and medians are reported, because a shared virtual disk is noisy. The page cache is
+// dropped before each read phase when permitted (root).
+#include <dirent.h>
+#include <fcntl.h>
+#include <liburing.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli_util.h"
+#include "commands.h"
+#include "io/io_engine.h"
+#include "kvtier/engine.h"
+#include "layout/chunk_format.h"
+#include "layout/chunk_path.h"
+#include "layout/namespace.h"
+
+namespace kvtier::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+struct AlignedFree {
+  void operator()(uint8_t* p) const { std::free(p); }
+};
+using Buffer = std::unique_ptr<uint8_t, AlignedFree>;
+
+Buffer AllocFilled(uint64_t bytes, uint64_t seed) {
+  const uint64_t cap = (bytes + 4095) / 4096 * 4096;
+  void* p = std::aligned_alloc(4096, cap);
+  if (p == nullptr) throw CliError("out of memory allocating " + FormatSize(cap));
+  std::mt19937_64 rng(seed);
+  auto* words = static_cast<uint64_t*>(p);
+  for (uint64_t i = 0; i < cap / 8; ++i) words[i] = rng();  // touches every page, incompressible
+  return Buffer(static_cast<uint8_t*>(p));
+}
+
+bool DropPageCache() {
+  sync();
+  std::ofstream f("/proc/sys/vm/drop_caches");
+  if (!f) return false;
+  f << "3\n";
+  f.flush();
+  return static_cast<bool>(f);
+}
+
+// CPU time of every thread of this process, for "is a thread CPU-bound?" (--verbose).
+std::map<int, uint64_t> ThreadTicks() {
+  std::map<int, uint64_t> out;
+  DIR* d = opendir("/proc/self/task");
+  if (d == nullptr) return out;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream f(std::string("/proc/self/task/") + e->d_name + "/stat");
+    std::string line;
+    std::getline(f, line);
+    const size_t close_paren = line.rfind(')');
+    if (close_paren == std::string::npos) continue;
+    std::istringstream rest(line.substr(close_paren + 2));
+    std::string field;
+    uint64_t utime = 0, stime = 0;
+    for (int i = 3; i <= 15 && rest >> field; ++i) {
+      if (i == 14) utime = std::strtoull(field.c_str(), nullptr, 10);
+      if (i == 15) stime = std::strtoull(field.c_str(), nullptr, 10);
+    }
+    out[std::atoi(e->d_name)] = utime + stime;
+  }
+  closedir(d);
+  return out;
+}
+
+struct CpuSample {
+  std::map<int, uint64_t> threads;
+  Clock::time_point at;
+  static CpuSample Now() { return {ThreadTicks(), Clock::now()}; }
+};
+
+// "cpu 1.23 cores, busiest thread 87%" between two samples.
+std::string CpuSummary(const CpuSample& a, const CpuSample& b) {
+  const double hz = static_cast<double>(sysconf(_SC_CLK_TCK));
+  const double wall = Seconds(a.at, b.at);
+  double total = 0, busiest = 0;
+  for (auto& [tid, ticks] : b.threads) {
+    auto it = a.threads.find(tid);
+    const double d = static_cast<double>(ticks - (it == a.threads.end() ? 0 : it->second)) / hz;
+    total += d;
+    busiest = std::max(busiest, d);
+  }
+  return "cpu " + Fixed(total / wall, 2) + " cores, busiest thread " + Fixed(100 * busiest / wall, 0) + "%";
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Raw io_uring baseline
+
+class RawBench {
+ public:
+  RawBench(std::string dir, uint64_t file_bytes, uint32_t depth, bool direct)
+      : dir_(std::move(dir)), file_bytes_(file_bytes), depth_(depth), direct_(direct) {
+    if (mkdir(dir_.c_str(), 0750) != 0 && errno != EEXIST) {
+      throw CliError("cannot create " + dir_ + ": " + std::strerror(errno));
+    }
+    const int rc = io_uring_queue_init(depth_, &ring_, 0);
+    if (rc < 0) throw CliError(std::string("io_uring_queue_init: ") + std::strerror(-rc));
+    for (uint32_t i = 0; i < depth_; ++i) buffers_.push_back(AllocFilled(file_bytes_, 1000 + i));
+  }
+  ~RawBench() { io_uring_queue_exit(&ring_); }
+
+  double Write(uint64_t n, const std::string& tag) { return Run(n, tag, true); }
+  double Read(uint64_t n, const std::string& tag) { return Run(n, tag, false); }
+  void Remove(uint64_t n, const std::string& tag) {
+    for (uint64_t i = 0; i < n; ++i) unlink(Path(tag, i).c_str());
+  }
+  void RemoveDir() { rmdir(dir_.c_str()); }
+
+ private:
+  std::string Path(const std::string& tag, uint64_t i) const { return dir_ + "/" + tag + "." + std::to_string(i); }
+
+  struct Slot {
+    int fd = -1;
+    uint64_t done = 0;
+  };
+
+  void Queue(uint32_t slot, bool write) {
+    io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+    if (sqe == nullptr) throw CliError("io_uring: submission queue full");
+    Slot& s = slots_[slot];
+    uint8_t* buf = buffers_[slot].get() + s.done;
+    const auto len = static_cast<unsigned>(file_bytes_ - s.done);
+    if (write) {
+      io_uring_prep_write(sqe, s.fd, buf, len, s.done);
+    } else {
+      io_uring_prep_read(sqe, s.fd, buf, len, s.done);
+    }
+    io_uring_sqe_set_data64(sqe, slot);
+  }
+
+  double Run(uint64_t n, const std::string& tag, bool write) {
+    slots_.assign(depth_, Slot{});
+    std::vector<uint32_t> free_slots;
+    for (uint32_t i = depth_; i > 0; --i) free_slots.push_back(i - 1);
+    const int flags = (write ? O_WRONLY | O_CREAT | O_TRUNC : O_RDONLY) | O_CLOEXEC | (direct_ ? O_DIRECT : 0);
+    uint64_t next = 0, completed = 0;
+    const auto t0 = Clock::now();
+    while (completed < n) {
+      while (!free_slots.empty() && next < n) {
+        const uint32_t slot = free_slots.back();
+        free_slots.pop_back();
+        const std::string path = Path(tag, next++);
+        const int fd = open(path.c_str(), flags, 0640);
+        if (fd < 0) throw CliError("raw baseline: open " + path + ": " + std::strerror(errno));
+        slots_[slot] = Slot{fd, 0};
+        Queue(slot, write);
+      }
+      int rc = io_uring_submit_and_wait(&ring_, 1);
+      if (rc < 0 && rc != -EINTR) throw CliError(std::string("io_uring_submit_and_wait: ") + std::strerror(-rc));
+      io_uring_cqe* cqe;
+      unsigned head, seen = 0;
+      io_uring_for_each_cqe(&ring_, head, cqe) {
+        ++seen;
+        const auto slot = static_cast<uint32_t>(io_uring_cqe_get_data64(cqe));
+        Slot& s = slots_[slot];
+        if (cqe->res <= 0) {
+          throw CliError(std::string("raw baseline: ") + (write ? "write" : "read") + ": " +
+                         (cqe->res == 0 ? "no progress" : std::strerror(-cqe->res)));
+        }
+        s.done += static_cast<uint64_t>(cqe->res);
+        if (s.done < file_bytes_) {
+          Queue(slot, write);  // short transfer: continue
+          continue;
+        }
+        close(s.fd);
+        s.fd = -1;
+        ++completed;
+        free_slots.push_back(slot);
+      }
+      io_uring_cq_advance(&ring_, seen);
+    }
+    return Seconds(t0, Clock::now());
+  }
+
+  std::string dir_;
+  uint64_t file_bytes_;
+  uint32_t depth_;
+  bool direct_;
+  io_uring ring_{};
+  std::vector<Buffer> buffers_;
+  std::vector<Slot> slots_;
+};
+
+// ---------------------------------------------------------------------------------------------------------------
+// Engine side
+
+class EngineBench {
+ public:
+  EngineBench(const std::string& root, uint64_t chunk_bytes, uint32_t depth, IoBackend backend, IoMode mode,
+              uint64_t salt)
+      : root_(root), depth_(depth), salt_(salt) {
+    if (mkdir(root_.c_str(), 0750) != 0 && errno != EEXIST) {
+      throw CliError("cannot create " + root_ + ": " + std::strerror(errno));
+    }
+    // Identity geometry whose payload is exactly the chunk size: 16 blocks when they stay 4 KiB-aligned.
+    bpc_ = chunk_bytes % (16 * kPayloadAlignment) == 0 ? 16 : 1;
+    block_bytes_ = chunk_bytes / bpc_;
+    EngineOptions o;
+    o.root = root_;
+    o.identity.model = "kvtier-bench-io";
+    o.identity.revision = "chunk-" + std::to_string(chunk_bytes);
+    o.identity.kv_dtype = "uint8";
+    o.identity.tokens_per_chunk = bpc_;
+    o.identity.blocks_per_chunk = bpc_;
+    o.identity.block_bytes = block_bytes_;
+    o.io_depth = depth;
+    o.backend = backend;
+    o.io_mode = mode;
+    o.op_timeout_ms = 120000;
+    slot_bytes_ = kHeaderBytes + chunk_bytes;
+    o.pool_bytes = 2ull * depth * slot_bytes_;
+    pool_bytes_ = o.pool_bytes;
+    auto e = Engine::Open(o);
+    if (!e.ok()) throw CliError("engine: " + e.status().message());
+    engine_ = std::move(e.value());
+    NamespaceIdentity id;
+    id.model = o.identity.model;
+    id.revision = o.identity.revision;
+    id.kv_dtype = o.identity.kv_dtype;
+    id.tokens_per_chunk = bpc_;
+    id.blocks_per_chunk = bpc_;
+    id.block_bytes = block_bytes_;
+    id.layout_tag = o.identity.layout_tag;
+    ns_path_ = root_ + "/" + NamespaceDirName(id);
+    for (uint32_t i = 0; i < depth; ++i) host_.push_back(AllocFilled(chunk_bytes, 2000 + i));
+  }
+
+  double Write(uint64_t n, uint32_t rep) { return Run(n, rep, JobKind::kStore); }
+  double Read(uint64_t n, uint32_t rep) { return Run(n, rep, JobKind::kLoad); }
+  void Remove(uint64_t n, uint32_t rep) {
+    for (uint64_t i = 0; i < n; ++i) unlink((ns_path_ + "/" + ChunkRelPath(Key(rep, i))).c_str());
+  }
+  void RemoveAll() {
+    engine_.reset();
+    std::error_code ec;
+    std::filesystem::remove_all(root_, ec);
+  }
+  uint64_t pool_bytes() const { return pool_bytes_; }
+  std::string Describe() const { return engine_->Describe(); }
+  StatsSnapshot Stats() const { return engine_->Stats(); }
+
+ private:
+  ChunkKey Key(uint32_t rep, uint64_t i) const {
+    uint8_t b[32];
+    std::mt19937_64 rng(salt_ ^ (uint64_t{rep} << 40) ^ i);
+    for (int k = 0; k < 32; k += 8) {
+      const uint64_t w = rng();
+      std::memcpy(b + k, &w, 8);
+    }
+    return ChunkKey::FromBytes(std::span<const uint8_t>(b, sizeof(b))).value();
+  }
+
+  double Run(uint64_t n, uint32_t rep, JobKind kind) {
+    std::vector<ChunkTransfer> chunks;
+    chunks.reserve(n);
+    const uint64_t stride = engine_->block_stride();
+    for (uint64_t i = 0; i < n; ++i) {
+      ChunkTransfer t;
+      t.key = Key(rep, i);
+      uint8_t* host = host_[i % host_.size()].get();
+      for (uint32_t b = 0; b < bpc_; ++b) {
+        t.segments.push_back(
+            CopySegment{b * stride, reinterpret_cast<uint64_t>(host + b * block_bytes_), block_bytes_});
+      }
+      chunks.push_back(std::move(t));
+    }
+    const auto t0 = Clock::now();
+    auto id = kind == JobKind::kStore ? engine_->SubmitStore(std::move(chunks)) : engine_->SubmitLoad(std::move(chunks));
+    if (!id.ok()) throw CliError("engine: submit: " + id.status().message());
+    auto r = engine_->Wait(*id, 3600 * 1000);
+    const double secs = Seconds(t0, Clock::now());
+    if (!r.ok()) throw CliError("engine: wait: " + r.status().message());
+    if (!r->all_ok()) {
+      for (const ChunkOutcome& c : r->chunks) {
+        if (!c.status.ok()) {
+          throw CliError(std::string("engine: ") + (kind == JobKind::kStore ? "store" : "load") + " of " +
+                         std::to_string(r->chunks.size() - r->chunks_ok) + " chunks failed, first: " +
+                         c.status.ToString());
+        }
+      }
+    }
+    return secs;
+  }
+
+  std::string root_;
+  uint32_t depth_;
+  uint64_t salt_;
+  uint32_t bpc_ = 16;
+  uint64_t block_bytes_ = 0;
+  uint64_t slot_bytes_ = 0;
+  uint64_t pool_bytes_ = 0;
+  std::string ns_path_;
+  std::unique_ptr<Engine> engine_;
+  std::vector<Buffer> host_;
+};
+
+struct Row {
+  uint64_t chunk = 0;
+  uint32_t depth = 0;
+  uint64_t files = 0;
+  uint64_t pool = 0;
+  std::vector<double> raw_w, eng_w, raw_r, eng_r;  // GB/s per repetition
+};
+
+// Single-thread memcpy and XXH3 speeds: the engine's two per-byte CPU costs, for reading the ratio.
+void PrintCpuContext() {
+  const uint64_t bytes = 64ull << 20;
+  Buffer a = AllocFilled(bytes, 1), b = AllocFilled(bytes, 2);
+  auto t0 = Clock::now();
+  for (int i = 0; i < 4; ++i) std::memcpy(b.get(), a.get(), bytes);
+  const double copy = 4.0 * bytes / Seconds(t0, Clock::now()) / 1e9;
+  t0 = Clock::now();
+  uint64_t sink = 0;
+  for (int i = 0; i < 4; ++i) sink += BlockChecksum(a.get(), bytes, i);
+  const double xxh = 4.0 * bytes / Seconds(t0, Clock::now()) / 1e9;
+  std::printf("cpu context: one thread memcpy %.2f GB/s, XXH3-64 %.2f GB/s (sink %llx)\n", copy, xxh,
+              static_cast<unsigned long long>(sink & 0xf));
+}
+
+}  // namespace
+
+int RunBenchIo(int argc, char** argv) {
+  Args args("bench io",
+            "Measures the kvtier engine's write (store) and read (load) bandwidth against a raw io_uring baseline\n"
+            "written with liburing, on the same directory, file sizes and queue depth, in the same run. For each\n"
+            "chunk size and depth: alternating raw and engine runs, --repeat times; medians are reported.\n"
+            "The engine also copies each chunk between host memory and its staging slot (memcpy) and checksums\n"
+            "it; the raw baseline does neither. Files created are removed at the end.",
+            {{"dir", "DIR", "directory on the disk to measure (a subdirectory is created and removed)", ""},
+             {"chunk-sizes", "SIZES", "comma-separated chunk payload sizes", "28MiB,2MiB"},
+             {"depths", "LIST", "comma-separated queue depths", "4,16"},
+             {"total", "SIZE", "bytes written (and read) per run", "2GiB"},
+             {"repeat", "N", "repetitions per configuration", "3"},
+             {"backend", "auto|uring|posix", "engine I/O backend", "auto"},
+             {"mode", "direct|buffered", "O_DIRECT or buffered I/O, for both raw and engine", "direct"},
+             {"json", "OUT", "also write the results as JSON to OUT", ""},
+             {"verbose", "", "print every run, CPU use per phase and this machine's memcpy/XXH3 speed", ""},
+             {"progress", "", "show a progress bar even when stderr is not a terminal", ""}});
+  args.Parse(argc, argv);
+  if (args.help()) {
+    std::fputs(args.Usage().c_str(), stdout);
+    return 0;
+  }
+  const std::string dir = args.RequiredStr("dir");
+  const std::vector<uint64_t> sizes = args.SizeList("chunk-sizes", "28MiB,2MiB");
+  const std::vector<uint64_t> depths = args.UintList("depths", "4,16");
+  const uint64_t total = args.Size("total", 2ull << 30);
+  const uint64_t repeat = args.Uint("repeat", 3);
+  const std::string backend_s = args.Choice("backend", "auto", {"auto", "uring", "posix"});
+  const std::string mode_s = args.Choice("mode", "direct", {"direct", "buffered"});
+  const bool verbose = args.Has("verbose");
+  for (uint64_t s : sizes) {
+    if (s % kPayloadAlignment != 0) {
+      throw UsageError("--chunk-sizes: " + FormatSize(s) + " is not a multiple of 4KiB (the payload alignment)");
+    }
+    if (s > (1ull << 30)) throw UsageError("--chunk-sizes: " + FormatSize(s) + " is above 1GiB");
+  }
+  for (uint64_t d : depths) {
+    if (d > 1024) throw UsageError("--depths: " + std::to_string(d) + " is above 1024");
+  }
+  if (repeat == 0 || repeat > 100) throw UsageError("--repeat: must be 1..100");
+  if (total == 0) throw UsageError("--total: must be > 0");
+  const bool direct = mode_s == "direct";
+  const IoBackend backend = backend_s == "uring"   ? IoBackend::kUring
+                            : backend_s == "posix" ? IoBackend::kPosix
+                                                   : IoBackend::kAuto;
+
+  struct stat st;
+  if (stat(dir.c_str(), &st) != 0) throw CliError("--dir " + dir + ": " + std::strerror(errno));
+  if (!S_ISDIR(st.st_mode)) throw CliError("--dir " + dir + " is not a directory");
+  if (access(dir.c_str(), W_OK) != 0) throw CliError("--dir " + dir + " is not writable: " + std::strerror(errno));
+  if (direct) {
+    const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    const io::DirectIoInfo dio = io::ProbeDirectIo(fd);
+    close(fd);
+    if (!dio.supported || dio.mem_align > 4096 || dio.offset_align > 4096) {
+      throw CliError("the filesystem of " + dir + " refuses O_DIRECT (" + dio.how + "); use --mode buffered");
+    }
+  }
+  std::string why;
+  if (!io::UringAvailable(&why)) throw CliError("io_uring is unavailable on this kernel: " + why);
+
+  const std::string base = dir + "/kvtier-bench-io." + std::to_string(getpid());
+  if (mkdir(base.c_str(), 0750) != 0) throw CliError("cannot create " + base + ": " + std::strerror(errno));
+  const bool drop_ok = DropPageCache();
+  if (verbose) PrintCpuContext();
+  std::printf("bench io: dir %s, mode %s, %s per run, %llu repetitions (alternating raw/engine), page cache %s\n",
+              dir.c_str(), mode_s.c_str(), FormatSize(total).c_str(), static_cast<unsigned long long>(repeat),
+              drop_ok ? "dropped before each read" : "NOT dropped (needs root)");
+  std::fflush(stdout);
+
+  std::vector<Row> rows;
+  const uint64_t steps_total = sizes.size() * depths.size() * repeat;
+  Progress progress("bench io", steps_total, args.Has("progress"));
+  uint64_t steps = 0;
+  std::random_device rd;
+  const uint64_t salt = (uint64_t{rd()} << 32) ^ rd();
+  std::string engine_described;
+  try {
+    for (uint64_t chunk : sizes) {
+      for (uint64_t depth64 : depths) {
+        const auto depth = static_cast<uint32_t>(depth64);
+        Row row;
+        row.chunk = chunk;
+        row.depth = depth;
+        row.files = std::max<uint64_t>(1, total / chunk);
+        const uint64_t file_bytes = kHeaderBytes + chunk;
+        const double gb = static_cast<double>(row.files * file_bytes) / 1e9;
+        RawBench raw(base + "/raw", file_bytes, depth, direct);
+        EngineBench eng(base + "/engine", chunk, depth, backend, direct ? IoMode::kDirect : IoMode::kBuffered,
+                        salt ^ (chunk * 1315423911u) ^ depth);
+        row.pool = eng.pool_bytes();
+        if (engine_described.empty()) engine_described = eng.Describe();
+        // Warm-up, untimed: faults in buffers and pool slots, creates the first fan-out directories.
+        const uint64_t warm = std::min<uint64_t>(row.files, 2ull * depth);
+        raw.Write(warm, "warm");
+        raw.Read(warm, "warm");
+        raw.Remove(warm, "warm");
+        eng.Write(warm, 1000);
+        eng.Read(warm, 1000);
+        eng.Remove(warm, 1000);
+        for (uint32_t rep = 0; rep < repeat; ++rep) {
+          auto run_raw = [&] {
+            const std::string tag = "r" + std::to_string(rep);
+            CpuSample c0 = CpuSample::Now();
+            const double w = raw.Write(row.files, tag);
+            CpuSample c1 = CpuSample::Now();
+            DropPageCache();
+            CpuSample c2 = CpuSample::Now();
+            const double r = raw.Read(row.files, tag);
+            CpuSample c3 = CpuSample::Now();
+            raw.Remove(row.files, tag);
+            row.raw_w.push_back(gb / w);
+            row.raw_r.push_back(gb / r);
+            if (verbose) {
+              std::printf("  %s qd %u rep %u raw    write %.3f GB/s (%s)  read %.3f GB/s (%s)\n",
+                          FormatSize(chunk).c_str(), depth, rep, gb / w, CpuSummary(c0, c1).c_str(), gb / r,
+                          CpuSummary(c2, c3).c_str());
+            }
+          };
+          auto run_engine = [&] {
+            CpuSample c0 = CpuSample::Now();
+            const double w = eng.Write(row.files, rep);
+            CpuSample c1 = CpuSample::Now();
+            DropPageCache();
+            CpuSample c2 = CpuSample::Now();
+            const double r = eng.Read(row.files, rep);
+            CpuSample c3 = CpuSample::Now();
+            eng.Remove(row.files, rep);
+            row.eng_w.push_back(gb / w);
+            row.eng_r.push_back(gb / r);
+            if (verbose) {
+              std::printf("  %s qd %u rep %u engine write %.3f GB/s (%s)  read %.3f GB/s (%s)\n",
+                          FormatSize(chunk).c_str(), depth, rep, gb / w, CpuSummary(c0, c1).c_str(), gb / r,
+                          CpuSummary(c2, c3).c_str());
+            }
+          };
+          // Alternate which side goes first, so a drift of the disk during the run favours neither.
+          if (rep % 2 == 0) {
+            run_raw();
+            run_engine();
+          } else {
+            run_engine();
+            run_raw();
+          }
+          std::fflush(stdout);
+          progress.Set(++steps);
+        }
+        raw.RemoveDir();
+        eng.RemoveAll();
+        rows.push_back(std::move(row));
+      }
+    }
+  } catch (...) {
+    progress.Finish();
+    std::error_code ec;
+    std::filesystem::remove_all(base, ec);
+    throw;
+  }
+  progress.Finish();
+  std::error_code ec;
+  std::filesystem::remove_all(base, ec);
+
+  Table t({"chunk", "depth", "files", "pool", "raw write GB/s", "engine write GB/s", "ratio", "raw read GB/s",
+           "engine read GB/s", "ratio"});
+  std::string json_rows;
+  for (const Row& r : rows) {
+    const double rw = Median(r.raw_w), ew = Median(r.eng_w), rr = Median(r.raw_r), er = Median(r.eng_r);
+    t.AddRow({FormatSize(r.chunk), std::to_string(r.depth), std::to_string(r.files), FormatSize(r.pool),
+              Fixed(rw, 3), Fixed(ew, 3), Fixed(ew / rw, 3), Fixed(rr, 3), Fixed(er, 3), Fixed(er / rr, 3)});
+    auto arr = [](const std::vector<double>& v) {
+      std::string s = "[";
+      for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + JsonNumber(v[i]);
+      return s + "]";
+    };
+    json_rows += std::string(json_rows.empty() ? "" : ",\n    ") + "{\"chunk_bytes\": " + std::to_string(r.chunk) +
+                 ", \"depth\": " + std::to_string(r.depth) + ", \"files\": " + std::to_string(r.files) +
+                 ", \"file_bytes\": " + std::to_string(kHeaderBytes + r.chunk) +
+                 ", \"pool_bytes\": " + std::to_string(r.pool) + ", \"raw_write_gbps\": " + arr(r.raw_w) +
+                 ", \"engine_write_gbps\": " + arr(r.eng_w) + ", \"raw_read_gbps\": " + arr(r.raw_r) +
+                 ", \"engine_read_gbps\": " + arr(r.eng_r) + ", \"median_raw_write_gbps\": " + JsonNumber(rw) +
+                 ", \"median_engine_write_gbps\": " + JsonNumber(ew) + ", \"write_ratio\": " + JsonNumber(ew / rw) +
+                 ", \"median_raw_read_gbps\": " + JsonNumber(rr) + ", \"median_engine_read_gbps\": " +
+                 JsonNumber(er) + ", \"read_ratio\": " + JsonNumber(er / rr) + "}";
+  }
+  std::fputs(t.Render().c_str(), stdout);
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  const uint64_t peak_rss = static_cast<uint64_t>(ru.ru_maxrss) * 1024;
+  std::printf("medians of %llu runs; GB/s = 10^9 file bytes (4KiB header + chunk, same files on both sides) per s\n",
+              static_cast<unsigned long long>(repeat));
+  std::printf("engine: %s\n", engine_described.c_str());
+  std::printf("the engine also memcpy's every chunk between host memory and its staging slot and checksums it; "
+              "the raw baseline does neither. SPEC target: ratio >= 0.95\n");
+  std::printf("peak RSS %s (raw buffers depth x file, engine pool 2 x depth slots + depth host buffers)\n",
+              FormatSize(peak_rss).c_str());
+  if (args.Has("json")) {
+    WriteFile(args.Str("json"),
+              "{\n  \"dir\": " + JsonString(dir) + ", \"mode\": " + JsonString(mode_s) +
+                  ", \"backend\": " + JsonString(backend_s) + ", \"total_bytes\": " + std::to_string(total) +
+                  ", \"repeat\": " + std::to_string(repeat) + ", \"page_cache_dropped\": " +
+                  (drop_ok ? "true" : "false") + ", \"peak_rss_bytes\": " + std::to_string(peak_rss) +
+                  ",\n  \"engine\": " + JsonString(engine_described) + ",\n  \"results\": [\n    " + json_rows +
+                  "\n  ]\n}\n");
+  }
+  return 0;
+}
+
+}  // namespace kvtier::cli

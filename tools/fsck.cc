@@ -1,0 +1,249 @@
+// kvtier fsck: verifies every entry of a storage root exactly as a load would (K1), and with --repair removes
+// corrupt entries and stale publication temporaries (L5).
+//
+// Per entry: open without following symlinks, read and decode the header against the namespace fingerprint and the
+// key in the file name, check the file size, read every block and verify its checksum. Reads use O_DIRECT where the
+// filesystem allows it, so a check of a large cache does not flush the page cache.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli_util.h"
+#include "commands.h"
+#include "layout/chunk_format.h"
+#include "layout/scan.h"
+#include "root.h"
+
+namespace kvtier::cli {
+namespace {
+
+constexpr uint64_t kReadGroupBytes = 16ull << 20;  // bytes verified per read
+
+struct AlignedFree {
+  void operator()(uint8_t* p) const { std::free(p); }
+};
+using AlignedBuffer = std::unique_ptr<uint8_t, AlignedFree>;
+
+// Reads exactly len bytes at offset (retrying short reads). Returns bytes read (< len only at end of file), or
+// -errno.
+int64_t ReadFully(int fd, uint8_t* buf, uint64_t len, uint64_t offset) {
+  uint64_t done = 0;
+  while (done < len) {
+    const ssize_t n = pread(fd, buf + done, len - done, static_cast<off_t>(offset + done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return -errno;
+    }
+    if (n == 0) break;
+    done += static_cast<uint64_t>(n);
+  }
+  return static_cast<int64_t>(done);
+}
+
+enum class Verdict { kOk, kCorrupt, kVanished };
+
+struct EntryCheck {
+  Verdict verdict = Verdict::kOk;
+  std::string reason;
+  dev_t dev = 0;
+  ino_t ino = 0;
+};
+
+class Verifier {
+ public:
+  EntryCheck Check(const Namespace& ns, const std::string& rel, const ChunkKey& key) {
+    EntryCheck out;
+    int fd = openat(ns.dirfd(), rel.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_DIRECT);
+    if (fd < 0 && errno == EINVAL) fd = openat(ns.dirfd(), rel.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+      if (errno == ENOENT) return {Verdict::kVanished, ""};
+      return {Verdict::kCorrupt, std::string("cannot open: ") + std::strerror(errno)};
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+      const int err = errno;
+      close(fd);
+      return {Verdict::kCorrupt, std::string("cannot stat: ") + std::strerror(err)};
+    }
+    out.dev = st.st_dev;
+    out.ino = st.st_ino;
+    Status s = CheckOpen(ns, fd, key, static_cast<uint64_t>(st.st_size));
+    close(fd);
+    if (!s.ok()) {
+      out.verdict = Verdict::kCorrupt;
+      out.reason = s.message();
+    }
+    return out;
+  }
+
+ private:
+  Status CheckOpen(const Namespace& ns, int fd, const ChunkKey& key, uint64_t file_bytes) {
+    Grow(kHeaderBytes);
+    int64_t n = ReadFully(fd, buf_.get(), kHeaderBytes, 0);
+    if (n < 0) return Status::FromErrno(static_cast<int>(-n), "read header");
+    if (static_cast<uint64_t>(n) < kHeaderBytes) {
+      return Status(StatusCode::kCorrupt, "file of " + std::to_string(file_bytes) + " B is shorter than a header");
+    }
+    const ChunkGeometry geometry = ns.geometry();
+    auto header = DecodeHeader(std::span<const uint8_t>(buf_.get(), kHeaderBytes), ns.fingerprint(), key, &geometry);
+    if (!header.ok()) return header.status();
+    KVTIER_RETURN_IF_ERROR(CheckFileSize(*header, file_bytes));
+    const uint64_t stride = header->block_stride;
+    const uint32_t per_group = static_cast<uint32_t>(std::max<uint64_t>(1, kReadGroupBytes / stride));
+    for (uint32_t first = 0; first < header->num_blocks; first += per_group) {
+      const uint32_t count = std::min(per_group, header->num_blocks - first);
+      const uint64_t len = BlockRangeBytes(stride, count);
+      Grow(len);
+      n = ReadFully(fd, buf_.get(), len, BlockRangeOffset(stride, first));
+      if (n < 0) return Status::FromErrno(static_cast<int>(-n), "read block " + std::to_string(first));
+      if (static_cast<uint64_t>(n) < len) {
+        return Status(StatusCode::kCorrupt, "truncated at block " + std::to_string(first));
+      }
+      KVTIER_RETURN_IF_ERROR(VerifyBlocks(*header, first, count, buf_.get()));
+    }
+    return Status::Ok();
+  }
+
+  void Grow(uint64_t bytes) {
+    if (bytes <= cap_) return;
+    const uint64_t cap = (bytes + 4095) / 4096 * 4096;
+    void* p = std::aligned_alloc(4096, cap);
+    if (p == nullptr) throw CliError("out of memory for a " + FormatSize(cap) + " read buffer");
+    buf_.reset(static_cast<uint8_t*>(p));
+    cap_ = cap;
+  }
+
+  AlignedBuffer buf_;
+  uint64_t cap_ = 0;
+};
+
+struct Found {
+  ChunkKey key;
+  std::string rel;
+  int64_t mtime_ns = 0;
+};
+
+}  // namespace
+
+int RunFsck(int argc, char** argv) {
+  Args args("fsck",
+            "Verifies every entry under a storage root as a load would: header, namespace fingerprint, key, file\n"
+            "size and every block checksum. Reports corrupt entries with the reason, publication temporaries and\n"
+            "foreign files. With --repair, removes corrupt entries and temporaries older than --temp-max-age\n"
+            "(foreign files are never removed). Exit code 0 when no corrupt entry remains, 1 otherwise.",
+            {{"root", "DIR", "storage root", ""},
+             {"namespace", "NS", "check only this namespace directory (ns-<16 hex>)", "all"},
+             {"repair", "", "remove corrupt entries and stale temporaries", ""},
+             {"temp-max-age", "SECONDS", "a temporary older than this is stale (a crashed writer's)", "600"},
+             {"progress", "", "show a progress bar even when stderr is not a terminal", ""}});
+  args.Parse(argc, argv);
+  if (args.help()) {
+    std::fputs(args.Usage().c_str(), stdout);
+    return 0;
+  }
+  const std::string root = args.RequiredStr("root");
+  const bool repair = args.Has("repair");
+  const uint64_t temp_max_age_s = args.Uint("temp-max-age", 600);
+  auto spaces = OpenRootNamespaces(root, args.Str("namespace"));
+
+  uint64_t entries = 0, corrupt = 0, corrupt_left = 0, temporaries = 0, removed = 0, foreign = 0;
+  int rc = 0;
+  Verifier verifier;
+  const int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+  for (auto& r : spaces) {
+    if (!r.ns) {
+      std::printf("error: %s: %s\n", r.dir_name.c_str(), r.error.c_str());
+      std::fprintf(stderr, "kvtier: error: namespace %s: %s\n", r.dir_name.c_str(), r.error.c_str());
+      rc = 1;
+      continue;
+    }
+    const Namespace& ns = *r.ns;
+    std::vector<Found> chunks, temps;
+    {
+      Progress scan("scanning " + r.dir_name, 0, args.Has("progress"));
+      Status st = ScanEntries(ns, [&](const EntryInfo& e) {
+        scan.Add(1);
+        if (e.is_foreign) {
+          foreign++;
+          std::printf("foreign: %s/%s\n", r.dir_name.c_str(), e.rel_path.c_str());
+        } else if (e.is_temporary) {
+          temps.push_back(Found{ChunkKey(), e.rel_path, e.mtime_ns});
+        } else {
+          chunks.push_back(Found{e.key, e.rel_path, e.mtime_ns});
+        }
+      });
+      if (!st.ok()) {
+        std::fprintf(stderr, "kvtier: error: scanning %s: %s\n", r.dir_name.c_str(), st.message().c_str());
+        rc = 1;
+      }
+    }
+
+    Progress progress("verifying " + r.dir_name, chunks.size(), args.Has("progress"));
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      const Found& f = chunks[i];
+      EntryCheck c = verifier.Check(ns, f.rel, f.key);
+      progress.Set(i + 1);
+      if (c.verdict == Verdict::kVanished) continue;  // removed concurrently (eviction, gc): not an entry any more
+      entries++;
+      if (c.verdict == Verdict::kOk) continue;
+      corrupt++;
+      bool gone = false;
+      if (repair) {
+        // Remove only the file we verified: a writer may have re-published a good entry under the name since.
+        struct stat st;
+        if (fstatat(ns.dirfd(), f.rel.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+          gone = errno == ENOENT;
+        } else if (st.st_dev == c.dev && st.st_ino == c.ino) {
+          gone = unlinkat(ns.dirfd(), f.rel.c_str(), 0) == 0 || errno == ENOENT;
+        } else {
+          gone = true;  // replaced by a new entry; the corrupt one is no longer reachable
+        }
+      }
+      if (!gone) corrupt_left++;
+      std::printf("corrupt: %s/%s: %s%s\n", r.dir_name.c_str(), f.rel.c_str(), c.reason.c_str(),
+                  repair ? (gone ? " (removed)" : " (NOT removed)") : "");
+    }
+    progress.Finish();
+
+    for (const Found& t : temps) {
+      temporaries++;
+      const int64_t age_s = (now_ns - t.mtime_ns) / 1000000000;
+      const bool stale = age_s >= static_cast<int64_t>(temp_max_age_s);
+      std::printf("temporary: %s/%s (%s, %lld s old)\n", r.dir_name.c_str(), t.rel.c_str(),
+                  stale ? "stale" : "young, maybe a live writer's", static_cast<long long>(age_s));
+    }
+    if (repair && !temps.empty()) {
+      auto sw = SweepTemporaries(ns, std::chrono::seconds(temp_max_age_s));
+      if (sw.ok()) {
+        removed += sw->removed;
+      } else {
+        std::fprintf(stderr, "kvtier: error: sweeping temporaries of %s: %s\n", r.dir_name.c_str(),
+                     sw.status().message().c_str());
+        rc = 1;
+      }
+    }
+  }
+  if (repair) {
+    std::printf("repair: removed %llu corrupt entr%s and %llu stale temporar%s\n",
+                static_cast<unsigned long long>(corrupt - corrupt_left), corrupt - corrupt_left == 1 ? "y" : "ies",
+                static_cast<unsigned long long>(removed), removed == 1 ? "y" : "ies");
+  }
+  std::printf("fsck: %llu entries, %llu corrupt, %llu temporaries (%llu removed), %llu foreign\n",
+              static_cast<unsigned long long>(entries), static_cast<unsigned long long>(corrupt),
+              static_cast<unsigned long long>(temporaries), static_cast<unsigned long long>(removed),
+              static_cast<unsigned long long>(foreign));
+  if (corrupt_left > 0) rc = 1;
+  return rc;
+}
+
+}  // namespace kvtier::cli

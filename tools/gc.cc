@@ -1,0 +1,186 @@
+// kvtier gc: enforces a disk budget across every namespace under a storage root (C1), from the tree alone.
+//
+// When the bytes under the root exceed high-watermark x budget, entries are removed oldest first by modification
+// time (publication time: the tree knows no access time, and kvtier never relies on atime) until the total is at
+// most low-watermark x budget. Stale publication temporaries are swept first. Fan-out directories are kept: running
+// engines cache their existence. A running engine that later opens a removed entry sees a miss, never an error.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cli_util.h"
+#include "commands.h"
+#include "layout/scan.h"
+#include "root.h"
+
+namespace kvtier::cli {
+namespace {
+
+struct Candidate {
+  int64_t mtime_ns;
+  uint32_t ns_index;
+  uint64_t bytes;
+  std::string rel;
+};
+
+struct PerNs {
+  uint64_t entries = 0, bytes = 0, removed = 0, removed_bytes = 0, swept = 0, swept_bytes = 0;
+};
+
+}  // namespace
+
+int RunGc(int argc, char** argv) {
+  Args args("gc",
+            "Enforces a disk budget on a storage root: when the bytes of all namespaces exceed\n"
+            "high-watermark x budget, removes entries oldest first (by modification time, i.e. publication) until\n"
+            "they are at most low-watermark x budget. Also removes publication temporaries older than\n"
+            "--temp-max-age. Prints what it removed.",
+            {{"root", "DIR", "storage root", ""},
+             {"budget", "SIZE", "disk budget for the whole root, e.g. 500GiB", ""},
+             {"low-watermark", "FRACTION", "evict down to this fraction of the budget", "0.85"},
+             {"high-watermark", "FRACTION", "evict only when usage exceeds this fraction of the budget", "1.0"},
+             {"temp-max-age", "SECONDS", "sweep temporaries older than this", "600"},
+             {"dry-run", "", "print what would be removed, remove nothing", ""},
+             {"verbose", "", "print every removed file", ""},
+             {"progress", "", "show a progress bar even when stderr is not a terminal", ""}});
+  args.Parse(argc, argv);
+  if (args.help()) {
+    std::fputs(args.Usage().c_str(), stdout);
+    return 0;
+  }
+  const std::string root = args.RequiredStr("root");
+  if (!args.Has("budget")) throw UsageError("kvtier gc: --budget SIZE is required");
+  const uint64_t budget = args.Size("budget", 0);
+  if (budget == 0) throw UsageError("--budget: must be > 0");
+  const double low = args.Double("low-watermark", 0.85);
+  const double high = args.Double("high-watermark", 1.0);
+  if (!(low > 0 && low <= 1)) throw UsageError("--low-watermark: must be in (0, 1]");
+  if (!(high >= low && high <= 1)) throw UsageError("--high-watermark: must be in [low-watermark, 1]");
+  const uint64_t temp_max_age_s = args.Uint("temp-max-age", 600);
+  const bool dry = args.Has("dry-run");
+  const bool verbose = args.Has("verbose");
+  const bool force_progress = args.Has("progress");
+
+  auto spaces = OpenRootNamespaces(root);
+  int rc = 0;
+  std::vector<PerNs> per(spaces.size());
+  std::vector<Candidate> candidates;
+  uint64_t total = 0;
+  const int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+  {
+    Progress scan("scanning", 0, force_progress);
+    for (uint32_t i = 0; i < spaces.size(); ++i) {
+      auto& r = spaces[i];
+      if (!r.ns) {
+        std::fprintf(stderr, "kvtier: error: namespace %s: %s (its bytes are not counted)\n", r.dir_name.c_str(),
+                     r.error.c_str());
+        rc = 1;
+        continue;
+      }
+      const Namespace& ns = *r.ns;
+      Status st = ScanEntries(ns, [&](const EntryInfo& e) {
+        scan.Add(1);
+        if (e.is_foreign) return;
+        if (e.is_temporary) {
+          const bool stale = now_ns - e.mtime_ns >= static_cast<int64_t>(temp_max_age_s) * 1000000000;
+          if (!stale) {
+            total += e.size_bytes;  // a live writer's: occupies disk, cannot be removed
+            return;
+          }
+          per[i].swept++;
+          per[i].swept_bytes += e.size_bytes;
+          if (verbose) {
+            std::printf("%s %s/%s (stale temporary, %s)\n", dry ? "would sweep" : "sweep", r.dir_name.c_str(),
+                        e.rel_path.c_str(), FormatSize(e.size_bytes).c_str());
+          }
+          return;
+        }
+        per[i].entries++;
+        per[i].bytes += e.size_bytes;
+        total += e.size_bytes;
+        candidates.push_back(Candidate{e.mtime_ns, i, e.size_bytes, e.rel_path});
+      });
+      if (!st.ok()) {
+        std::fprintf(stderr, "kvtier: error: scanning %s: %s\n", r.dir_name.c_str(), st.message().c_str());
+        rc = 1;
+      }
+      if (!dry && per[i].swept > 0) {
+        auto sw = SweepTemporaries(ns, std::chrono::seconds(temp_max_age_s));
+        if (!sw.ok()) {
+          std::fprintf(stderr, "kvtier: error: sweeping %s: %s\n", r.dir_name.c_str(), sw.status().message().c_str());
+          rc = 1;
+        } else {
+          per[i].swept = sw->removed;
+          per[i].swept_bytes = sw->removed_bytes;
+        }
+      }
+    }
+  }
+
+  const uint64_t before = total;
+  const auto trigger = static_cast<uint64_t>(static_cast<double>(budget) * high);
+  const auto target = static_cast<uint64_t>(static_cast<double>(budget) * low);
+  uint64_t removed = 0, removed_bytes = 0, failed = 0;
+  if (total > trigger) {
+    std::sort(candidates.begin(), candidates.end(),
+              [](const Candidate& a, const Candidate& b) { return a.mtime_ns < b.mtime_ns; });
+    Progress progress(dry ? "selecting" : "removing", 0, force_progress);
+    for (const Candidate& c : candidates) {
+      if (total <= target) break;
+      auto& r = spaces[c.ns_index];
+      bool gone = true;
+      if (!dry && unlinkat(r.ns->dirfd(), c.rel.c_str(), 0) != 0 && errno != ENOENT) {
+        std::fprintf(stderr, "kvtier: error: cannot remove %s/%s: %s\n", r.dir_name.c_str(), c.rel.c_str(),
+                     std::strerror(errno));
+        gone = false;
+        failed++;
+      }
+      if (!gone) continue;
+      total -= c.bytes;
+      removed++;
+      removed_bytes += c.bytes;
+      per[c.ns_index].removed++;
+      per[c.ns_index].removed_bytes += c.bytes;
+      progress.Add(1);
+      if (verbose) {
+        std::printf("%s %s/%s (%s, modified %s)\n", dry ? "would remove" : "remove", r.dir_name.c_str(),
+                    c.rel.c_str(), FormatSize(c.bytes).c_str(), FormatTime(c.mtime_ns).c_str());
+      }
+    }
+  }
+
+  Table t({"namespace", "entries", "bytes", dry ? "would remove" : "removed", "removed bytes", "temporaries swept"});
+  uint64_t swept = 0, swept_bytes = 0;
+  for (size_t i = 0; i < spaces.size(); ++i) {
+    const PerNs& p = per[i];
+    swept += p.swept;
+    swept_bytes += p.swept_bytes;
+    t.AddRow({spaces[i].dir_name, std::to_string(p.entries - p.removed), FormatSize(p.bytes - p.removed_bytes),
+              std::to_string(p.removed), FormatSize(p.removed_bytes),
+              std::to_string(p.swept) + " (" + FormatSize(p.swept_bytes) + ")"});
+  }
+  std::fputs(t.Render().c_str(), stdout);
+  std::printf("gc: %s before, %s after, budget %s (evict above %s down to %s): %s %llu entries (%s), %llu "
+              "temporaries (%s)\n",
+              FormatSize(before).c_str(), FormatSize(total).c_str(), FormatSize(budget).c_str(),
+              FormatSize(trigger).c_str(), FormatSize(target).c_str(), dry ? "would remove" : "removed",
+              static_cast<unsigned long long>(removed), FormatSize(removed_bytes).c_str(),
+              static_cast<unsigned long long>(swept), FormatSize(swept_bytes).c_str());
+  if (failed > 0 || total > budget) {
+    std::fprintf(stderr, "kvtier: error: the root is still over budget (%s > %s)%s\n", FormatSize(total).c_str(),
+                 FormatSize(budget).c_str(), failed ? "; some entries could not be removed" : "");
+    rc = 1;
+  }
+  return rc;
+}
+
+}  // namespace kvtier::cli
