@@ -146,6 +146,10 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
                                  ? std::min(options.demand_reserve_slots, pool_opts.num_slots)
                                  : std::min(options.io_depth, pool_opts.num_slots / 4);
   pool_opts.name = options.pool_name;
+  // Pools of engines that died without closing (SIGKILL) would hold shared memory forever: reclaim them.
+  if (auto orphans = StagingPool::RemoveOrphans(); orphans.ok() && orphans.value() > 0) {
+    orphan_pools_removed_ = orphans.value();
+  }
   auto pool = StagingPool::Create(pool_opts);
   if (!pool.ok()) return pool.status();
   pool_ = std::move(pool.value());
@@ -167,6 +171,7 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
     << pool_->num_slots() << " slots x " << slot_bytes_ << " B (reserve " << pool_opts.demand_reserve
     << "); index " << index_.size() << " entries, " << disk_bytes_ << " B; copier " << copier_->name();
   if (options.disk_budget_bytes) d << "; budget " << options.disk_budget_bytes << " B";
+  if (orphan_pools_removed_) d << "; removed " << orphan_pools_removed_ << " orphaned pools of dead engines";
   describe_ = d.str();
 
   copier_->SetWakeup([io = io_.get()] { io->Wake(); });

@@ -149,6 +149,7 @@ class EngineImpl final : public Engine {
   uint64_t slot_bytes_ = 0;  // kHeaderBytes + payload
   int open_flags_extra_ = 0;  // O_DIRECT when direct I/O is on
   mode_t file_mode_ = 0640;
+  uint32_t orphan_pools_removed_ = 0;
 
   // Commands from other threads.
   std::mutex cmd_mu_;
