@@ -1,0 +1,764 @@
+// kvtier._kvtier: the Python edge of kvtier (docs/python-api.md is the contract).
+//
+// The only file that sees Python. It converts arguments while holding the GIL, releases the GIL around every call
+// into the engine or the pool that may wait or copy, and turns Status values into exceptions afterwards (with the
+// GIL held again): kInvalidArgument and kFailedPrecondition -> ValueError, kIoError, kNotFound and kNoSpace ->
+// OSError, kTimedOut -> TimeoutError, anything else -> RuntimeError, with Status::ToString() as the message.
+//
+// Lifetime: PyEngine and PyPool own their C++ object. close() (or the destructor) destroys it; a shared_mutex keeps
+// close() from destroying it under a call that runs on another Python thread with the GIL released. The lock is
+// only ever taken with the GIL released, so a thread holding the lock never waits for the GIL while another thread
+// holding the GIL waits for the lock.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "kvtier/chunk_key.h"
+#include "kvtier/engine.h"
+#include "kvtier/options.h"
+#include "kvtier/stats.h"
+#include "kvtier/status.h"
+#include "layout/chunk_format.h"
+#include "staging/staging_pool.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace kvtier {
+namespace {
+
+// --- Errors --------------------------------------------------------------------------------------------------------
+
+// Raises the Python exception for a non-ok status. Call with the GIL held.
+[[noreturn]] void ThrowStatus(const Status& s) {
+  const std::string msg = s.ToString();
+  switch (s.code()) {
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kFailedPrecondition:
+      PyErr_SetString(PyExc_ValueError, msg.c_str());
+      break;
+    case StatusCode::kIoError:
+    case StatusCode::kNotFound:
+    case StatusCode::kNoSpace:
+      if (s.error_number() != 0) {
+        // OSError(errno, message): Python picks the subclass (FileNotFoundError, ...) and sets .errno.
+        PyObject* args = Py_BuildValue("(is)", s.error_number(), msg.c_str());
+        PyErr_SetObject(PyExc_OSError, args);
+        Py_XDECREF(args);
+      } else {
+        PyErr_SetString(PyExc_OSError, msg.c_str());
+      }
+      break;
+    case StatusCode::kTimedOut:
+      PyErr_SetString(PyExc_TimeoutError, msg.c_str());
+      break;
+    default:
+      PyErr_SetString(PyExc_RuntimeError, msg.c_str());
+      break;
+  }
+  throw nb::python_error();
+}
+
+// --- Keys ----------------------------------------------------------------------------------------------------------
+
+ChunkKey KeyFromBytes(const nb::bytes& b) {
+  auto key = ChunkKey::FromBytes(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(b.c_str()), b.size()));
+  if (!key.ok()) throw nb::value_error(("bad kvtier key: " + key.status().ToString()).c_str());
+  return key.value();
+}
+
+std::vector<ChunkKey> KeysFromList(const std::vector<nb::bytes>& list) {
+  std::vector<ChunkKey> keys;
+  keys.reserve(list.size());
+  for (const nb::bytes& b : list) keys.push_back(KeyFromBytes(b));
+  return keys;
+}
+
+nb::bytes KeyToBytes(const ChunkKey& key) {
+  return nb::bytes(reinterpret_cast<const char*>(key.data()), key.size());
+}
+
+// --- Options -------------------------------------------------------------------------------------------------------
+
+constexpr const char* kOptionNames[] = {
+    "root",          "model",          "revision",          "kv_dtype",        "tokens_per_chunk",
+    "blocks_per_chunk", "block_bytes", "tp_size",           "pp_size",         "layout_tag",
+    "pool_bytes",    "demand_reserve_slots", "pool_name",   "backend",         "io_mode",
+    "io_depth",      "posix_threads",  "op_timeout_ms",     "fsync_on_publish", "disk_budget_bytes",
+    "high_watermark", "low_watermark", "dir_mode",          "negative_cache_ms", "temp_max_age_s",
+    "trace_path",
+};
+
+std::string AcceptedOptions() {
+  std::string s;
+  for (const char* name : kOptionNames) {
+    if (!s.empty()) s += ", ";
+    s += name;
+  }
+  return s;
+}
+
+[[noreturn]] void ThrowOptionType(const std::string& name, const char* expected, nb::handle value) {
+  const std::string got = nb::cast<std::string>(nb::str(value.type().attr("__name__")));
+  throw nb::type_error(("kvtier option '" + name + "' must be " + expected + ", not " + got).c_str());
+}
+
+std::string OptString(const std::string& name, nb::handle v) {
+  if (!PyUnicode_Check(v.ptr())) ThrowOptionType(name, "a str", v);
+  return nb::cast<std::string>(v);
+}
+
+uint64_t OptUint(const std::string& name, nb::handle v, uint64_t max) {
+  if (!PyLong_Check(v.ptr()) || PyBool_Check(v.ptr())) ThrowOptionType(name, "an int", v);
+  const unsigned long long x = PyLong_AsUnsignedLongLong(v.ptr());
+  if (x == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
+    PyErr_Clear();  // OverflowError: negative or wider than 64 bits
+    throw nb::value_error(("kvtier option '" + name + "' must be a non-negative int of at most " +
+                           std::to_string(max))
+                              .c_str());
+  }
+  if (x > max) {
+    throw nb::value_error(
+        ("kvtier option '" + name + "' is " + std::to_string(x) + ", more than " + std::to_string(max)).c_str());
+  }
+  return x;
+}
+
+uint32_t OptU32(const std::string& name, nb::handle v) {
+  return static_cast<uint32_t>(OptUint(name, v, std::numeric_limits<uint32_t>::max()));
+}
+
+double OptFloat(const std::string& name, nb::handle v) {
+  if (PyBool_Check(v.ptr()) || !(PyFloat_Check(v.ptr()) || PyLong_Check(v.ptr()))) {
+    ThrowOptionType(name, "a float", v);
+  }
+  return PyFloat_AsDouble(v.ptr());
+}
+
+bool OptBool(const std::string& name, nb::handle v) {
+  if (!PyBool_Check(v.ptr())) ThrowOptionType(name, "a bool", v);
+  return v.ptr() == Py_True;
+}
+
+EngineOptions OptionsFromDict(const nb::dict& d) {
+  EngineOptions o;
+  bool have_root = false;
+  for (auto [k, v] : d) {
+    if (!PyUnicode_Check(k.ptr())) {
+      throw nb::type_error("kvtier option names must be str");
+    }
+    const std::string name = nb::cast<std::string>(k);
+    CacheIdentity& id = o.identity;
+    if (name == "root") {
+      o.root = OptString(name, v);
+      have_root = true;
+    } else if (name == "model") {
+      id.model = OptString(name, v);
+    } else if (name == "revision") {
+      id.revision = OptString(name, v);
+    } else if (name == "kv_dtype") {
+      id.kv_dtype = OptString(name, v);
+    } else if (name == "tokens_per_chunk") {
+      id.tokens_per_chunk = OptU32(name, v);
+    } else if (name == "blocks_per_chunk") {
+      id.blocks_per_chunk = OptU32(name, v);
+    } else if (name == "block_bytes") {
+      id.block_bytes = OptUint(name, v, std::numeric_limits<uint64_t>::max());
+    } else if (name == "tp_size") {
+      id.tp_size = OptU32(name, v);
+    } else if (name == "pp_size") {
+      id.pp_size = OptU32(name, v);
+    } else if (name == "layout_tag") {
+      id.layout_tag = OptString(name, v);
+    } else if (name == "pool_bytes") {
+      o.pool_bytes = OptUint(name, v, std::numeric_limits<uint64_t>::max());
+    } else if (name == "demand_reserve_slots") {
+      o.demand_reserve_slots = OptU32(name, v);
+    } else if (name == "pool_name") {
+      o.pool_name = OptString(name, v);
+    } else if (name == "backend") {
+      const std::string s = OptString(name, v);
+      if (s == "auto") o.backend = IoBackend::kAuto;
+      else if (s == "uring") o.backend = IoBackend::kUring;
+      else if (s == "posix") o.backend = IoBackend::kPosix;
+      else throw nb::value_error(("kvtier option 'backend' is '" + s + "'; accepted: auto, uring, posix").c_str());
+    } else if (name == "io_mode") {
+      const std::string s = OptString(name, v);
+      if (s == "auto") o.io_mode = IoMode::kAuto;
+      else if (s == "direct") o.io_mode = IoMode::kDirect;
+      else if (s == "buffered") o.io_mode = IoMode::kBuffered;
+      else throw nb::value_error(("kvtier option 'io_mode' is '" + s + "'; accepted: auto, direct, buffered").c_str());
+    } else if (name == "io_depth") {
+      o.io_depth = OptU32(name, v);
+    } else if (name == "posix_threads") {
+      o.posix_threads = OptU32(name, v);
+    } else if (name == "op_timeout_ms") {
+      o.op_timeout_ms = OptU32(name, v);
+    } else if (name == "fsync_on_publish") {
+      o.fsync_on_publish = OptBool(name, v);
+    } else if (name == "disk_budget_bytes") {
+      o.disk_budget_bytes = OptUint(name, v, std::numeric_limits<uint64_t>::max());
+    } else if (name == "high_watermark") {
+      o.high_watermark = OptFloat(name, v);
+    } else if (name == "low_watermark") {
+      o.low_watermark = OptFloat(name, v);
+    } else if (name == "dir_mode") {
+      o.dir_mode = static_cast<mode_t>(OptUint(name, v, 07777));
+    } else if (name == "negative_cache_ms") {
+      o.negative_cache_ms = OptU32(name, v);
+    } else if (name == "temp_max_age_s") {
+      o.temp_max_age_s = OptU32(name, v);
+    } else if (name == "trace_path") {
+      o.trace_path = OptString(name, v);
+    } else {
+      throw nb::value_error(("unknown kvtier option '" + name + "'; accepted: " + AcceptedOptions()).c_str());
+    }
+  }
+  if (!have_root) throw nb::value_error("kvtier option 'root' is required (an existing, writable directory)");
+  return o;
+}
+
+// --- Conversions of results ----------------------------------------------------------------------------------------
+
+const char* LocationName(ChunkLocation loc) {
+  switch (loc) {
+    case ChunkLocation::kAbsent: return "absent";
+    case ChunkLocation::kDisk: return "disk";
+    case ChunkLocation::kDram: return "dram";
+    case ChunkLocation::kPending: return "pending";
+  }
+  return "absent";
+}
+
+const char* PromoteStateName(PromoteState s) {
+  switch (s) {
+    case PromoteState::kReady: return "ready";
+    case PromoteState::kPending: return "pending";
+    case PromoteState::kMiss: return "miss";
+  }
+  return "miss";
+}
+
+const char* SlotStateLabel(staging::SlotState s) {
+  switch (s) {
+    case staging::SlotState::kFree: return "free";
+    case staging::SlotState::kFilling: return "filling";
+    case staging::SlotState::kReady: return "ready";
+    case staging::SlotState::kFailed: return "failed";
+  }
+  return "free";
+}
+
+const char* WaitOutcomeLabel(staging::WaitOutcome w) {
+  switch (w) {
+    case staging::WaitOutcome::kReady: return "ready";
+    case staging::WaitOutcome::kFailed: return "failed";
+    case staging::WaitOutcome::kSuperseded: return "superseded";
+    case staging::WaitOutcome::kTimedOut: return "timeout";
+  }
+  return "timeout";
+}
+
+nb::dict JobResultToDict(const JobResult& r) {
+  nb::dict d;
+  d["id"] = r.id;
+  d["kind"] = r.kind == JobKind::kLoad ? "load" : "store";
+  d["chunks_ok"] = r.chunks_ok;
+  nb::list chunks;
+  for (const ChunkOutcome& c : r.chunks) {
+    nb::dict cd;
+    cd["key"] = KeyToBytes(c.key);
+    cd["ok"] = c.status.ok();
+    cd["error"] = c.status.ok() ? std::string() : c.status.ToString();
+    chunks.append(cd);
+  }
+  d["chunks"] = chunks;
+  d["bytes"] = r.bytes;
+  d["latency_ns"] = r.latency_ns;
+  return d;
+}
+
+nb::dict HistogramToDict(const HistogramSnapshot& h) {
+  nb::dict d;
+  d["count"] = h.count;
+  d["sum"] = h.sum_us;
+  d["min"] = h.min_us;
+  d["max"] = h.max_us;
+  d["p50"] = h.p50_us;
+  d["p95"] = h.p95_us;
+  d["p99"] = h.p99_us;
+  return d;
+}
+
+nb::dict StatsToDict(const StatsSnapshot& s) {
+  nb::dict d;
+#define KVTIER_FIELD(f) d[#f] = s.f;
+  KVTIER_FIELD(lookups)
+  KVTIER_FIELD(lookup_hits_dram)
+  KVTIER_FIELD(lookup_hits_disk)
+  KVTIER_FIELD(lookup_misses)
+  KVTIER_FIELD(declined_loads)
+  KVTIER_FIELD(loads_started)
+  KVTIER_FIELD(loads_completed)
+  KVTIER_FIELD(loads_failed)
+  KVTIER_FIELD(chunks_loaded)
+  KVTIER_FIELD(stores_started)
+  KVTIER_FIELD(stores_completed)
+  KVTIER_FIELD(stores_dropped)
+  KVTIER_FIELD(stores_deduplicated)
+  KVTIER_FIELD(bytes_read)
+  KVTIER_FIELD(bytes_written)
+  KVTIER_FIELD(bytes_needed)
+  KVTIER_FIELD(preload_started)
+  KVTIER_FIELD(preload_used)
+  KVTIER_FIELD(preload_wasted)
+  KVTIER_FIELD(evictions)
+  KVTIER_FIELD(evicted_bytes)
+  KVTIER_FIELD(corrupt_entries)
+  KVTIER_FIELD(io_errors)
+  KVTIER_FIELD(timeouts)
+  KVTIER_FIELD(enospc_events)
+  KVTIER_FIELD(temporaries_swept)
+  KVTIER_FIELD(disk_bytes_used)
+  KVTIER_FIELD(disk_entries)
+  KVTIER_FIELD(pool_slots_in_use)
+  KVTIER_FIELD(pool_peak_slots)
+  KVTIER_FIELD(dram_entries)
+#undef KVTIER_FIELD
+  d["read_amplification"] = s.read_amplification();
+  d["load_latency_us"] = HistogramToDict(s.load_latency_us);
+  d["store_latency_us"] = HistogramToDict(s.store_latency_us);
+  d["read_latency_us"] = HistogramToDict(s.read_latency_us);
+  d["write_latency_us"] = HistogramToDict(s.write_latency_us);
+  return d;
+}
+
+// --- Engine --------------------------------------------------------------------------------------------------------
+
+class PyEngine {
+ public:
+  explicit PyEngine(const nb::dict& options) {
+    EngineOptions o = OptionsFromDict(options);
+    Result<std::unique_ptr<Engine>> r = Status(StatusCode::kInternal, "not opened");
+    {
+      nb::gil_scoped_release unlocked;
+      r = Engine::Open(o);
+    }
+    if (!r.ok()) ThrowStatus(r.status());
+    engine_ = std::move(r.value());
+  }
+
+  ~PyEngine() {
+    if (PyGILState_Check()) {
+      nb::gil_scoped_release unlocked;
+      Close();
+    } else {
+      Close();
+    }
+  }
+
+  PyEngine(const PyEngine&) = delete;
+  PyEngine& operator=(const PyEngine&) = delete;
+
+  // Runs fn(Engine&) with the GIL released and close() held off. Raises ValueError if closed.
+  template <typename Fn>
+  auto Call(Fn&& fn) {
+    bool closed = false;
+    using R = decltype(fn(*engine_));
+    if constexpr (std::is_void_v<R>) {
+      {
+        nb::gil_scoped_release unlocked;
+        std::shared_lock lock(mu_);
+        if (engine_) fn(*engine_); else closed = true;
+      }
+      if (closed) throw nb::value_error("kvtier Engine is closed");
+    } else {
+      std::optional<R> out;
+      {
+        nb::gil_scoped_release unlocked;
+        std::shared_lock lock(mu_);
+        if (engine_) out.emplace(fn(*engine_)); else closed = true;
+      }
+      if (closed) throw nb::value_error("kvtier Engine is closed");
+      return std::move(*out);
+    }
+  }
+
+  void Close() {
+    std::unique_lock lock(mu_);
+    engine_.reset();  // waits for in-flight I/O, joins the reactor
+  }
+
+  std::string lookup(const nb::bytes& key) {
+    ChunkKey k = KeyFromBytes(key);
+    return LocationName(Call([&](Engine& e) { return e.Lookup(k); }));
+  }
+
+  size_t lookup_prefix(const std::vector<nb::bytes>& keys) {
+    std::vector<ChunkKey> ks = KeysFromList(keys);
+    return Call([&](Engine& e) { return e.LookupPrefix(ks); });
+  }
+
+  std::tuple<std::string, uint32_t, uint32_t> promote(const nb::bytes& key, bool speculative) {
+    ChunkKey k = KeyFromBytes(key);
+    PromoteResult p = Call([&](Engine& e) { return e.Promote(k, speculative); });
+    return {PromoteStateName(p.state), p.ref.slot, p.ref.generation};
+  }
+
+  std::vector<std::tuple<uint32_t, uint32_t>> pin(const std::vector<nb::bytes>& keys) {
+    std::vector<ChunkKey> ks = KeysFromList(keys);
+    auto r = Call([&](Engine& e) { return e.PinResident(ks); });
+    if (!r.ok()) {
+      if (r.status().code() == StatusCode::kNotFound) {
+        PyErr_SetString(PyExc_KeyError, r.status().ToString().c_str());
+        throw nb::python_error();
+      }
+      ThrowStatus(r.status());
+    }
+    std::vector<std::tuple<uint32_t, uint32_t>> out;
+    out.reserve(r.value().size());
+    for (const SlotRef& ref : r.value()) out.emplace_back(ref.slot, ref.generation);
+    return out;
+  }
+
+  void unpin(const std::vector<nb::bytes>& keys) {
+    std::vector<ChunkKey> ks = KeysFromList(keys);
+    Call([&](Engine& e) { e.Unpin(ks); });
+  }
+
+  std::optional<std::vector<std::optional<std::tuple<uint32_t, uint32_t>>>> reserve_for_store(
+      const std::vector<nb::bytes>& keys) {
+    std::vector<ChunkKey> ks = KeysFromList(keys);
+    auto r = Call([&](Engine& e) { return e.ReserveForStore(ks); });
+    if (!r.ok()) {
+      if (r.status().code() == StatusCode::kResourceExhausted) return std::nullopt;
+      ThrowStatus(r.status());
+    }
+    std::vector<std::optional<std::tuple<uint32_t, uint32_t>>> out;
+    out.reserve(r.value().size());
+    for (const std::optional<SlotRef>& ref : r.value()) {
+      if (ref) out.emplace_back(std::make_tuple(ref->slot, ref->generation));
+      else out.emplace_back(std::nullopt);
+    }
+    return out;
+  }
+
+  void commit_store(const std::vector<nb::bytes>& keys, bool success) {
+    std::vector<ChunkKey> ks = KeysFromList(keys);
+    Call([&](Engine& e) { e.CommitStore(ks, success); });
+  }
+
+  uint64_t store(const std::vector<std::tuple<nb::bytes, uint64_t>>& items) {
+    const auto [stride, bpc, block_bytes] = Geometry();
+    std::vector<ChunkTransfer> chunks;
+    chunks.reserve(items.size());
+    for (const auto& [key, address] : items) {
+      ChunkTransfer t;
+      t.key = KeyFromBytes(key);
+      t.num_blocks = 0;
+      for (uint32_t b = 0; b < bpc; ++b) t.segments.push_back({b * stride, address + b * block_bytes, block_bytes});
+      chunks.push_back(std::move(t));
+    }
+    auto r = Call([&](Engine& e) { return e.SubmitStore(std::move(chunks)); });
+    if (!r.ok()) ThrowStatus(r.status());
+    return r.value();
+  }
+
+  uint64_t load(const std::vector<std::tuple<nb::bytes, uint32_t, uint32_t, uint64_t>>& items) {
+    const auto [stride, bpc, block_bytes] = Geometry();
+    std::vector<ChunkTransfer> chunks;
+    chunks.reserve(items.size());
+    for (const auto& [key, first_block, num_blocks, address] : items) {
+      ChunkTransfer t;
+      t.key = KeyFromBytes(key);
+      t.first_block = first_block;
+      t.num_blocks = num_blocks;
+      // Out-of-range requests get no segments here; SubmitLoad rejects their block range with a clear message.
+      const uint32_t n = num_blocks ? num_blocks : (first_block < bpc ? bpc - first_block : 0);
+      if (first_block < bpc && n <= bpc - first_block) {
+        for (uint32_t b = 0; b < n; ++b) t.segments.push_back({b * stride, address + b * block_bytes, block_bytes});
+      }
+      chunks.push_back(std::move(t));
+    }
+    auto r = Call([&](Engine& e) { return e.SubmitLoad(std::move(chunks)); });
+    if (!r.ok()) ThrowStatus(r.status());
+    return r.value();
+  }
+
+  nb::dict wait(uint64_t job_id, int64_t timeout_ms) {
+    auto r = Call([&](Engine& e) { return e.Wait(job_id, timeout_ms); });
+    if (!r.ok()) ThrowStatus(r.status());
+    return JobResultToDict(r.value());
+  }
+
+  nb::dict stats() { return StatsToDict(Call([](Engine& e) { return e.Stats(); })); }
+
+  std::string stats_prometheus(const std::string& prefix) {
+    return Call([&](Engine& e) { return e.Stats().ToPrometheus(prefix); });
+  }
+
+  std::string describe() { return Call([](Engine& e) { return e.Describe(); }); }
+
+  uint64_t evict_to_budget() {
+    auto r = Call([](Engine& e) { return e.EvictToBudget(); });
+    if (!r.ok()) ThrowStatus(r.status());
+    return r.value();
+  }
+
+  void close() {
+    nb::gil_scoped_release unlocked;
+    Close();
+  }
+
+  // (block stride, blocks per chunk, block bytes): how a chunk's contiguous host bytes map onto a slot payload.
+  std::tuple<uint64_t, uint32_t, uint64_t> Geometry() {
+    return Call([](Engine& e) {
+      return std::make_tuple(e.block_stride(), e.options().identity.blocks_per_chunk,
+                             e.options().identity.block_bytes);
+    });
+  }
+
+  std::string pool_name() { return Call([](Engine& e) { return e.pool_name(); }); }
+  uint64_t block_stride() { return Call([](Engine& e) { return e.block_stride(); }); }
+  uint64_t chunk_payload_bytes() { return Call([](Engine& e) { return e.chunk_payload_bytes(); }); }
+
+ private:
+  std::shared_mutex mu_;
+  std::unique_ptr<Engine> engine_;  // null once closed
+};
+
+// --- Pool ----------------------------------------------------------------------------------------------------------
+
+class PyPool {
+ public:
+  explicit PyPool(std::unique_ptr<staging::StagingPool> pool) : pool_(std::move(pool)) {}
+
+  static std::unique_ptr<PyPool> attach(const std::string& name) {
+    Result<std::unique_ptr<staging::StagingPool>> r = Status(StatusCode::kInternal, "not attached");
+    {
+      nb::gil_scoped_release unlocked;
+      r = staging::StagingPool::Attach(name);
+    }
+    if (!r.ok()) ThrowStatus(r.status());
+    return std::make_unique<PyPool>(std::move(r.value()));
+  }
+
+  // Geometry and observation are lock-free reads of the mapping; they hold the lock only to keep close() off.
+  staging::StagingPool& Get() {
+    if (!pool_) throw nb::value_error("kvtier Pool is closed");
+    return *pool_;
+  }
+
+  uint32_t num_slots() {
+    std::shared_lock lock(mu_);
+    return Get().num_slots();
+  }
+  uint64_t slot_stride() {
+    std::shared_lock lock(mu_);
+    return Get().slot_stride();
+  }
+  uint64_t base_address() {
+    std::shared_lock lock(mu_);
+    return reinterpret_cast<uintptr_t>(Get().base());
+  }
+  uint64_t mapped_bytes() {
+    std::shared_lock lock(mu_);
+    return Get().mapped_bytes();
+  }
+
+  void CheckSlot(staging::StagingPool& p, int64_t slot) {
+    if (slot < 0 || slot >= static_cast<int64_t>(p.num_slots())) {
+      throw nb::index_error(("slot " + std::to_string(slot) + " outside a pool of " + std::to_string(p.num_slots()) +
+                             " slots")
+                                .c_str());
+    }
+  }
+
+  uint64_t slot_address(int64_t slot) {
+    std::shared_lock lock(mu_);
+    staging::StagingPool& p = Get();
+    CheckSlot(p, slot);
+    return reinterpret_cast<uintptr_t>(p.SlotData(static_cast<uint32_t>(slot)));
+  }
+
+  std::tuple<uint32_t, std::string> observe(int64_t slot) {
+    std::shared_lock lock(mu_);
+    staging::StagingPool& p = Get();
+    CheckSlot(p, slot);
+    staging::SlotView v = p.Observe(static_cast<uint32_t>(slot));
+    return {v.generation, SlotStateLabel(v.state)};
+  }
+
+  std::string wait_ready(int64_t slot, uint32_t generation, double timeout_s) {
+    {
+      std::shared_lock lock(mu_);
+      CheckSlot(Get(), slot);
+    }
+    if (!(timeout_s >= 0)) throw nb::value_error("timeout_s must be >= 0");
+    const auto timeout = std::chrono::nanoseconds(static_cast<int64_t>(std::min(timeout_s, 1e9) * 1e9));
+    bool closed = false;
+    staging::WaitOutcome w = staging::WaitOutcome::kTimedOut;
+    {
+      nb::gil_scoped_release unlocked;
+      std::shared_lock lock(mu_);
+      if (pool_) w = pool_->WaitReady(static_cast<uint32_t>(slot), generation, timeout);
+      else closed = true;
+    }
+    if (closed) throw nb::value_error("kvtier Pool is closed");
+    return WaitOutcomeLabel(w);
+  }
+
+  void close() {
+    nb::gil_scoped_release unlocked;
+    std::unique_lock lock(mu_);
+    pool_.reset();
+  }
+
+ private:
+  std::shared_mutex mu_;
+  std::unique_ptr<staging::StagingPool> pool_;  // null once closed
+};
+
+// --- copy_batch ----------------------------------------------------------------------------------------------------
+
+using AnyArray = nb::ndarray<nb::device::cpu>;
+
+void CheckU64Vector(const AnyArray& a, const char* name) {
+  if (a.dtype() != nb::dtype<uint64_t>()) {
+    throw nb::type_error((std::string("copy_batch: ") + name + " must be a numpy array of dtype uint64").c_str());
+  }
+  if (a.ndim() != 1) {
+    throw nb::value_error((std::string("copy_batch: ") + name + " must be one-dimensional, not " +
+                           std::to_string(a.ndim()) + "-dimensional")
+                              .c_str());
+  }
+}
+
+uint64_t At(const AnyArray& a, size_t i) {
+  return static_cast<const uint64_t*>(a.data())[static_cast<int64_t>(i) * a.stride(0)];
+}
+
+uint64_t CopyBatch(const AnyArray& dst, const AnyArray& src, const AnyArray& sizes, int threads) {
+  CheckU64Vector(dst, "dst");
+  CheckU64Vector(src, "src");
+  CheckU64Vector(sizes, "sizes");
+  const size_t n = dst.shape(0);
+  if (src.shape(0) != n || sizes.shape(0) != n) {
+    throw nb::value_error(("copy_batch: dst, src and sizes must have equal lengths (got " + std::to_string(n) + ", " +
+                           std::to_string(src.shape(0)) + ", " + std::to_string(sizes.shape(0)) + ")")
+                              .c_str());
+  }
+  if (threads < 1) throw nb::value_error("copy_batch: threads must be >= 1");
+  struct Copy {
+    uint8_t* dst;
+    const uint8_t* src;
+    uint64_t bytes;
+  };
+  std::vector<Copy> copies;
+  copies.reserve(n);
+  uint64_t total = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const uint64_t bytes = At(sizes, i);
+    if (bytes == 0) continue;
+    const uint64_t d = At(dst, i), s = At(src, i);
+    if (d == 0 || s == 0) {
+      throw nb::value_error(("copy_batch: null address at index " + std::to_string(i)).c_str());
+    }
+    copies.push_back({reinterpret_cast<uint8_t*>(d), reinterpret_cast<const uint8_t*>(s), bytes});
+    total += bytes;
+  }
+  nb::gil_scoped_release unlocked;
+  const size_t workers = std::min<size_t>(static_cast<size_t>(threads), copies.size());
+  if (workers <= 1) {
+    for (const Copy& c : copies) std::memcpy(c.dst, c.src, c.bytes);
+    return total;
+  }
+  // Split by bytes, not by count: worker w copies the byte range [w*total/workers, (w+1)*total/workers) of the
+  // concatenated copies, so one large copy among small ones is shared too.
+  auto run = [&](size_t w) {
+    const uint64_t begin = total * w / workers, end = total * (w + 1) / workers;
+    uint64_t pos = 0;
+    for (const Copy& c : copies) {
+      const uint64_t lo = std::max(pos, begin), hi = std::min(pos + c.bytes, end);
+      if (lo < hi) std::memcpy(c.dst + (lo - pos), c.src + (lo - pos), hi - lo);
+      pos += c.bytes;
+      if (pos >= end) break;
+    }
+  };
+  std::vector<std::thread> pool;
+  pool.reserve(workers - 1);
+  for (size_t w = 1; w < workers; ++w) pool.emplace_back(run, w);
+  run(0);
+  for (std::thread& t : pool) t.join();
+  return total;
+}
+
+}  // namespace
+}  // namespace kvtier
+
+NB_MODULE(_kvtier, m) {
+  using kvtier::PyEngine;
+  using kvtier::PyPool;
+  m.doc() = "kvtier: external KV cache engine for vLLM (see docs/python-api.md)";
+  m.attr("HEADER_BYTES") = kvtier::kHeaderBytes;
+
+  nb::class_<PyEngine>(m, "Engine")
+      .def(nb::init<const nb::dict&>(), "options"_a)
+      .def("lookup", &PyEngine::lookup, "key"_a)
+      .def("lookup_prefix", &PyEngine::lookup_prefix, "keys"_a)
+      .def("promote", &PyEngine::promote, "key"_a, "speculative"_a = false)
+      .def("pin", &PyEngine::pin, "keys"_a)
+      .def("unpin", &PyEngine::unpin, "keys"_a)
+      .def("reserve_for_store", &PyEngine::reserve_for_store, "keys"_a)
+      .def("commit_store", &PyEngine::commit_store, "keys"_a, "success"_a)
+      .def("store", &PyEngine::store, "items"_a)
+      .def("load", &PyEngine::load, "items"_a)
+      .def("wait", &PyEngine::wait, "job_id"_a, "timeout_ms"_a = 60000)
+      .def("stats", &PyEngine::stats)
+      .def("stats_prometheus", &PyEngine::stats_prometheus, "prefix"_a = "kvtier_")
+      .def("describe", &PyEngine::describe)
+      .def("evict_to_budget", &PyEngine::evict_to_budget)
+      .def("close", &PyEngine::close)
+      .def("__enter__", [](nb::handle self) { return self; }, nb::rv_policy::reference)
+      .def("__exit__", [](PyEngine& self, nb::args) { self.close(); })
+      .def_prop_ro("pool_name", &PyEngine::pool_name)
+      .def_prop_ro("block_stride", &PyEngine::block_stride)
+      .def_prop_ro("chunk_payload_bytes", &PyEngine::chunk_payload_bytes)
+      .def_prop_ro("payload_offset", [](PyEngine&) { return kvtier::kHeaderBytes; });
+
+  nb::class_<PyPool>(m, "Pool")
+      .def_static("attach", &PyPool::attach, "name"_a)
+      .def_prop_ro("num_slots", &PyPool::num_slots)
+      .def_prop_ro("slot_stride", &PyPool::slot_stride)
+      .def_prop_ro("base_address", &PyPool::base_address)
+      .def_prop_ro("mapped_bytes", &PyPool::mapped_bytes)
+      .def("slot_address", &PyPool::slot_address, "slot"_a)
+      .def("observe", &PyPool::observe, "slot"_a)
+      .def("wait_ready", &PyPool::wait_ready, "slot"_a, "generation"_a, "timeout_s"_a)
+      .def("close", &PyPool::close)
+      .def("__enter__", [](nb::handle self) { return self; }, nb::rv_policy::reference)
+      .def("__exit__", [](PyPool& self, nb::args) { self.close(); });
+
+  m.def("copy_batch", &kvtier::CopyBatch, "dst"_a, "src"_a, "sizes"_a, "threads"_a = 1,
+        "memcpy(dst[i], src[i], sizes[i]) for every i (1-D uint64 arrays of addresses and sizes), GIL released, "
+        "split over `threads` threads; returns the bytes copied.");
+}
