@@ -19,6 +19,7 @@
 #include <liburing.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -74,9 +75,14 @@ bool DropPageCache() {
   return static_cast<bool>(f);
 }
 
-// CPU time of every thread of this process, for "is a thread CPU-bound?" (--verbose).
-std::map<int, uint64_t> ThreadTicks() {
-  std::map<int, uint64_t> out;
+// CPU time of every thread of this process, by thread id, with its name (io_uring's kernel workers are
+// "iou-wrk-<tid>"), for "is a thread CPU-bound?" (--verbose).
+struct ThreadTime {
+  std::string comm;
+  uint64_t ticks = 0;
+};
+std::map<int, ThreadTime> ThreadTicks() {
+  std::map<int, ThreadTime> out;
   DIR* d = opendir("/proc/self/task");
   if (d == nullptr) return out;
   while (dirent* e = readdir(d)) {
@@ -84,8 +90,8 @@ std::map<int, uint64_t> ThreadTicks() {
     std::ifstream f(std::string("/proc/self/task/") + e->d_name + "/stat");
     std::string line;
     std::getline(f, line);
-    const size_t close_paren = line.rfind(')');
-    if (close_paren == std::string::npos) continue;
+    const size_t open_paren = line.find('('), close_paren = line.rfind(')');
+    if (open_paren == std::string::npos || close_paren == std::string::npos) continue;
     std::istringstream rest(line.substr(close_paren + 2));
     std::string field;
     uint64_t utime = 0, stime = 0;
@@ -93,30 +99,70 @@ std::map<int, uint64_t> ThreadTicks() {
       if (i == 14) utime = std::strtoull(field.c_str(), nullptr, 10);
       if (i == 15) stime = std::strtoull(field.c_str(), nullptr, 10);
     }
-    out[std::atoi(e->d_name)] = utime + stime;
+    std::string comm = line.substr(open_paren + 1, close_paren - open_paren - 1);
+    // Where an idle thread sleeps tells the engine's threads apart: the reactor in io_uring_enter (426) or
+    // epoll/poll, the host copier on a futex (202).
+    std::ifstream sc(std::string("/proc/self/task/") + e->d_name + "/syscall");
+    long nr = -1;
+    if (sc >> nr) {
+      if (nr == 426) comm += "/uring-wait";
+      if (nr == 202) comm += "/futex-wait";
+    }
+    out[std::atoi(e->d_name)] = ThreadTime{comm, utime + stime};
   }
   closedir(d);
   return out;
 }
 
+// The block device's counters (/sys/dev/block/M:m/stat): time_in_queue over wall time is the average number of
+// requests in flight at the disk, the number that decides bandwidth.
+struct DiskStat {
+  uint64_t ios = 0, sectors = 0, time_in_queue_ms = 0;
+  bool ok = false;
+};
+DiskStat ReadDiskStat(dev_t dev) {
+  std::ifstream f("/sys/dev/block/" + std::to_string(major(dev)) + ":" + std::to_string(minor(dev)) + "/stat");
+  uint64_t v[11] = {};
+  for (auto& x : v) {
+    if (!(f >> x)) return {};
+  }
+  return DiskStat{v[0] + v[4], v[2] + v[6], v[10], true};
+}
+
+dev_t g_disk = 0;
+
 struct CpuSample {
-  std::map<int, uint64_t> threads;
+  std::map<int, ThreadTime> threads;
+  DiskStat disk;
   Clock::time_point at;
-  static CpuSample Now() { return {ThreadTicks(), Clock::now()}; }
+  static CpuSample Now() { return {ThreadTicks(), ReadDiskStat(g_disk), Clock::now()}; }
 };
 
-// "cpu 1.23 cores, busiest thread 87%" between two samples.
+// "cpu 1.23 cores (tid 123 kvtier 45%, iou-wrk 30%); disk qd 3.9, 512KiB/req" between two samples.
 std::string CpuSummary(const CpuSample& a, const CpuSample& b) {
   const double hz = static_cast<double>(sysconf(_SC_CLK_TCK));
   const double wall = Seconds(a.at, b.at);
-  double total = 0, busiest = 0;
-  for (auto& [tid, ticks] : b.threads) {
+  double total = 0, iou = 0;
+  std::vector<std::pair<double, std::string>> per;
+  for (auto& [tid, t] : b.threads) {
     auto it = a.threads.find(tid);
-    const double d = static_cast<double>(ticks - (it == a.threads.end() ? 0 : it->second)) / hz;
+    const double d = static_cast<double>(t.ticks - (it == a.threads.end() ? 0 : it->second.ticks)) / hz;
     total += d;
-    busiest = std::max(busiest, d);
+    if (t.comm.rfind("iou-wrk", 0) == 0) {
+      iou += d;
+    } else if (d > 0) {
+      per.emplace_back(d, std::to_string(tid) + (tid == getpid() ? " main" : " " + t.comm));
+    }
   }
-  return "cpu " + Fixed(total / wall, 2) + " cores, busiest thread " + Fixed(100 * busiest / wall, 0) + "%";
+  std::sort(per.rbegin(), per.rend());
+  std::string s = "cpu " + Fixed(total / wall, 2) + " cores:";
+  for (size_t i = 0; i < per.size() && i < 3; ++i) s += " tid " + per[i].second + " " + Fixed(100 * per[i].first / wall, 0) + "%";
+  s += " iou-wrk " + Fixed(100 * iou / wall, 0) + "%";
+  if (a.disk.ok && b.disk.ok && b.disk.ios > a.disk.ios) {
+    s += "; disk qd " + Fixed(static_cast<double>(b.disk.time_in_queue_ms - a.disk.time_in_queue_ms) / (wall * 1000), 1) +
+         ", " + FormatSize((b.disk.sectors - a.disk.sectors) * 512 / (b.disk.ios - a.disk.ios)) + "/req";
+  }
+  return s;
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -369,6 +415,7 @@ int RunBenchIo(int argc, char** argv) {
              {"repeat", "N", "repetitions per configuration", "3"},
              {"backend", "auto|uring|posix", "engine I/O backend", "auto"},
              {"mode", "direct|buffered", "O_DIRECT or buffered I/O, for both raw and engine", "direct"},
+             {"keep-cache", "", "do not drop the page cache (and dentry/inode caches) before reads", ""},
              {"json", "OUT", "also write the results as JSON to OUT", ""},
              {"verbose", "", "print every run, CPU use per phase and this machine's memcpy/XXH3 speed", ""},
              {"progress", "", "show a progress bar even when stderr is not a terminal", ""}});
@@ -404,6 +451,7 @@ int RunBenchIo(int argc, char** argv) {
   struct stat st;
   if (stat(dir.c_str(), &st) != 0) throw CliError("--dir " + dir + ": " + std::strerror(errno));
   if (!S_ISDIR(st.st_mode)) throw CliError("--dir " + dir + " is not a directory");
+  g_disk = st.st_dev;
   if (access(dir.c_str(), W_OK) != 0) throw CliError("--dir " + dir + " is not writable: " + std::strerror(errno));
   if (direct) {
     const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -418,11 +466,12 @@ int RunBenchIo(int argc, char** argv) {
 
   const std::string base = dir + "/kvtier-bench-io." + std::to_string(getpid());
   if (mkdir(base.c_str(), 0750) != 0) throw CliError("cannot create " + base + ": " + std::strerror(errno));
-  const bool drop_ok = DropPageCache();
+  const bool keep_cache = args.Has("keep-cache");
+  const bool drop_ok = !keep_cache && DropPageCache();
   if (verbose) PrintCpuContext();
   std::printf("bench io: dir %s, mode %s, %s per run, %llu repetitions (alternating raw/engine), page cache %s\n",
               dir.c_str(), mode_s.c_str(), FormatSize(total).c_str(), static_cast<unsigned long long>(repeat),
-              drop_ok ? "dropped before each read" : "NOT dropped (needs root)");
+              drop_ok ? "dropped before each read" : keep_cache ? "kept (--keep-cache)" : "NOT dropped (needs root)");
   std::fflush(stdout);
 
   std::vector<Row> rows;
@@ -461,7 +510,7 @@ int RunBenchIo(int argc, char** argv) {
             CpuSample c0 = CpuSample::Now();
             const double w = raw.Write(row.files, tag);
             CpuSample c1 = CpuSample::Now();
-            DropPageCache();
+            if (drop_ok) DropPageCache();
             CpuSample c2 = CpuSample::Now();
             const double r = raw.Read(row.files, tag);
             CpuSample c3 = CpuSample::Now();
@@ -469,16 +518,16 @@ int RunBenchIo(int argc, char** argv) {
             row.raw_w.push_back(gb / w);
             row.raw_r.push_back(gb / r);
             if (verbose) {
-              std::printf("  %s qd %u rep %u raw    write %.3f GB/s (%s)  read %.3f GB/s (%s)\n",
-                          FormatSize(chunk).c_str(), depth, rep, gb / w, CpuSummary(c0, c1).c_str(), gb / r,
-                          CpuSummary(c2, c3).c_str());
+              std::printf("  %s qd %u rep %u raw    write %.3f GB/s (%s)\n  %s qd %u rep %u raw    read  %.3f GB/s (%s)\n",
+                          FormatSize(chunk).c_str(), depth, rep, gb / w, CpuSummary(c0, c1).c_str(),
+                          FormatSize(chunk).c_str(), depth, rep, gb / r, CpuSummary(c2, c3).c_str());
             }
           };
           auto run_engine = [&] {
             CpuSample c0 = CpuSample::Now();
             const double w = eng.Write(row.files, rep);
             CpuSample c1 = CpuSample::Now();
-            DropPageCache();
+            if (drop_ok) DropPageCache();
             CpuSample c2 = CpuSample::Now();
             const double r = eng.Read(row.files, rep);
             CpuSample c3 = CpuSample::Now();
@@ -486,9 +535,9 @@ int RunBenchIo(int argc, char** argv) {
             row.eng_w.push_back(gb / w);
             row.eng_r.push_back(gb / r);
             if (verbose) {
-              std::printf("  %s qd %u rep %u engine write %.3f GB/s (%s)  read %.3f GB/s (%s)\n",
-                          FormatSize(chunk).c_str(), depth, rep, gb / w, CpuSummary(c0, c1).c_str(), gb / r,
-                          CpuSummary(c2, c3).c_str());
+              std::printf("  %s qd %u rep %u engine write %.3f GB/s (%s)\n  %s qd %u rep %u engine read  %.3f GB/s (%s)\n",
+                          FormatSize(chunk).c_str(), depth, rep, gb / w, CpuSummary(c0, c1).c_str(),
+                          FormatSize(chunk).c_str(), depth, rep, gb / r, CpuSummary(c2, c3).c_str());
             }
           };
           // Alternate which side goes first, so a drift of the disk during the run favours neither.

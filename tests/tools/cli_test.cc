@@ -1,0 +1,317 @@
+// The `kvtier` CLI end to end: runs the built binary (KVTIER_CLI_PATH, set by CMake; or $KVTIER_CLI) on roots
+// populated through the Engine API, and checks exit codes and output.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kvtier/engine.h"
+#include "layout/chunk_format.h"
+#include "layout/chunk_path.h"
+#include "layout/namespace.h"
+#include "support/temp_dir.h"
+
+namespace kvtier {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr uint32_t kBlocks = 4;
+constexpr uint64_t kBlockBytes = 8192;
+
+std::string CliPath() {
+  if (const char* p = getenv("KVTIER_CLI")) return p;
+#ifdef KVTIER_CLI_PATH
+  return KVTIER_CLI_PATH;
+#else
+  return "";
+#endif
+}
+
+struct CliRun {
+  int rc = -1;
+  std::string out;  // stdout and stderr together
+};
+
+// Runs `kvtier <args>` through the shell, capturing both streams.
+CliRun Kvtier(const std::string& args) {
+  CliRun r;
+  const std::string cmd = "'" + CliPath() + "' " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
+  const int status = pclose(p);
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+// Spreads the index over the first two key bytes, so entries land in different fan-out directories.
+uint64_t SplitKeyByte(uint64_t i, int k) { return k == 0 ? i * 37 : k == 1 ? i * 101 : (i >> (8 * k)); }
+
+ChunkKey Key(uint64_t i) {
+  uint8_t b[32] = {};
+  for (int k = 0; k < 8; ++k) b[k] = static_cast<uint8_t>(SplitKeyByte(i, k));
+  b[9] = 0xa5;
+  return ChunkKey::FromBytes(std::span<const uint8_t>(b, sizeof(b))).value();
+}
+
+EngineOptions Options(const std::string& root) {
+  EngineOptions o;
+  o.root = root;
+  o.identity.model = "cli-test-model";
+  o.identity.revision = "r1";
+  o.identity.kv_dtype = "bfloat16";
+  o.identity.tokens_per_chunk = 64;
+  o.identity.blocks_per_chunk = kBlocks;
+  o.identity.block_bytes = kBlockBytes;
+  o.pool_bytes = 8 * ChunkFileBytes(kBlocks, kBlockBytes);
+  o.io_depth = 4;
+  return o;
+}
+
+NamespaceIdentity NsIdentity() {
+  const EngineOptions o = Options("");
+  NamespaceIdentity id;
+  id.model = o.identity.model;
+  id.revision = o.identity.revision;
+  id.kv_dtype = o.identity.kv_dtype;
+  id.tokens_per_chunk = o.identity.tokens_per_chunk;
+  id.blocks_per_chunk = o.identity.blocks_per_chunk;
+  id.block_bytes = o.identity.block_bytes;
+  id.layout_tag = o.identity.layout_tag;
+  return id;
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (CliPath().empty() || access(CliPath().c_str(), X_OK) != 0) {
+      GTEST_SKIP() << "kvtier binary not found (KVTIER_CLI_PATH / $KVTIER_CLI)";
+    }
+    ASSERT_FALSE(dir_.path().empty());
+    root_ = dir_.path() + "/root";
+    ASSERT_EQ(mkdir(root_.c_str(), 0750), 0);
+    ns_path_ = root_ + "/" + NamespaceDirName(NsIdentity());
+  }
+
+  // Stores chunks first..first+n through the engine, one job per chunk so modification times follow key order.
+  void StoreChunks(uint64_t first, uint64_t n) {
+    auto e = Engine::Open(Options(root_));
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    std::vector<uint8_t> host(kBlocks * kBlockBytes);
+    for (uint64_t i = first; i < first + n; ++i) {
+      std::mt19937_64 rng(i);
+      for (auto& b : host) b = static_cast<uint8_t>(rng());
+      std::vector<CopySegment> segs;
+      for (uint32_t b = 0; b < kBlocks; ++b) {
+        segs.push_back({b * (*e)->block_stride(), reinterpret_cast<uint64_t>(host.data() + b * kBlockBytes),
+                        kBlockBytes});
+      }
+      auto id = (*e)->SubmitStore({ChunkTransfer{Key(i), 0, 0, segs}});
+      ASSERT_TRUE(id.ok());
+      auto r = (*e)->Wait(*id, 30000);
+      ASSERT_TRUE(r.ok() && r->all_ok());
+    }
+  }
+
+  std::string EntryPath(uint64_t i) const { return ns_path_ + "/" + ChunkRelPath(Key(i)); }
+
+  test::TempDir dir_;
+  std::string root_;
+  std::string ns_path_;
+};
+
+TEST_F(CliTest, UnknownFlagExitsTwoNamingTheFlagAndTheAcceptedOnes) {
+  CliRun r = Kvtier("fsck --root " + root_ + " --bogus-flag");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("--bogus-flag"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--repair"), std::string::npos) << r.out;  // the accepted flags are listed
+
+  r = Kvtier("bench io --dir " + root_ + " --chunk-sizes 2MiB,banana");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("--chunk-sizes"), std::string::npos) << r.out;
+
+  r = Kvtier("gc --root " + root_);
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("--budget"), std::string::npos) << r.out;
+
+  r = Kvtier("gc --root=" + root_ + " --budget=12parsecs");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("--budget"), std::string::npos) << r.out;
+
+  EXPECT_EQ(Kvtier("frobnicate").rc, 2);
+  EXPECT_EQ(Kvtier("stats --help").rc, 0);
+}
+
+TEST_F(CliTest, BadRootsAreOneLineErrorsWithExitOne) {
+  CliRun r = Kvtier("stats --root " + root_ + "/missing");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_EQ(r.out.rfind("kvtier: error: ", 0), 0u) << r.out;
+  EXPECT_NE(r.out.find("does not exist"), std::string::npos) << r.out;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+
+  const std::string file = dir_.path() + "/plain-file";
+  std::ofstream(file) << "x";
+  r = Kvtier("fsck --root " + file);
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.out.find("not a directory"), std::string::npos) << r.out;
+
+  // A directory that is not a kvtier root at all.
+  const std::string other = dir_.path() + "/other";
+  fs::create_directories(other + "/something");
+  r = Kvtier("gc --root " + other + " --budget 1GiB");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.out.find("holds no kvtier namespace"), std::string::npos) << r.out;
+
+  // A namespace of another format version.
+  StoreChunks(0, 1);
+  std::string manifest;
+  {
+    std::ifstream in(ns_path_ + "/MANIFEST");
+    manifest.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  fs::remove(ns_path_ + "/MANIFEST");
+  std::ofstream(ns_path_ + "/MANIFEST") << "format_version=99\n" << manifest.substr(manifest.find('\n') + 1);
+  r = Kvtier("stats --root " + root_);
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("kvtier: error: namespace ns-"), std::string::npos) << r.out;
+}
+
+TEST_F(CliTest, FsckFindsCorruptEntriesAndStaleTemporariesAndRepairRemovesThem) {
+  StoreChunks(0, 3);
+  // Entry 1: one flipped byte in block 2. Entry 2: truncated by one block.
+  {
+    const std::string p = EntryPath(1);
+    int fd = open(p.c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    uint8_t b;
+    const off_t off = kHeaderBytes + 2 * BlockStride(kBlockBytes) + 5;
+    ASSERT_EQ(pread(fd, &b, 1, off), 1);
+    b ^= 1;
+    ASSERT_EQ(pwrite(fd, &b, 1, off), 1);
+    close(fd);
+  }
+  ASSERT_EQ(truncate(EntryPath(2).c_str(), ChunkFileBytes(kBlocks, kBlockBytes) - BlockStride(kBlockBytes)), 0);
+  // A crashed writer's temporary, two hours old.
+  const std::string tmp = ns_path_ + "/" + TempRelPath(Key(0));
+  std::ofstream(tmp) << "partial";
+  const struct timespec old[2] = {{time(nullptr) - 7200, 0}, {time(nullptr) - 7200, 0}};
+  ASSERT_EQ(utimensat(AT_FDCWD, tmp.c_str(), old, 0), 0);
+
+  CliRun r = Kvtier("fsck --root " + root_);
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("fsck: 3 entries, 2 corrupt, 1 temporaries (0 removed), 0 foreign"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find(ChunkRelPath(Key(1))), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(ChunkRelPath(Key(2))), std::string::npos) << r.out;
+  EXPECT_TRUE(fs::exists(EntryPath(1)));  // no --repair: nothing removed
+
+  r = Kvtier("fsck --root " + root_ + " --repair");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("fsck: 3 entries, 2 corrupt, 1 temporaries (1 removed), 0 foreign"), std::string::npos)
+      << r.out;
+  EXPECT_FALSE(fs::exists(EntryPath(1)));
+  EXPECT_FALSE(fs::exists(EntryPath(2)));
+  EXPECT_FALSE(fs::exists(tmp));
+  EXPECT_TRUE(fs::exists(EntryPath(0)));
+
+  r = Kvtier("fsck --root " + root_);
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("fsck: 1 entries, 0 corrupt, 0 temporaries (0 removed), 0 foreign"), std::string::npos)
+      << r.out;
+}
+
+TEST_F(CliTest, FsckReportsForeignFilesAndKeepsThem) {
+  StoreChunks(0, 1);
+  const std::string foreign = ns_path_ + "/notes.txt";
+  std::ofstream(foreign) << "hello";
+  CliRun r = Kvtier("fsck --repair --root " + root_);
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("fsck: 1 entries, 0 corrupt, 0 temporaries (0 removed), 1 foreign"), std::string::npos)
+      << r.out;
+  EXPECT_TRUE(fs::exists(foreign));
+}
+
+TEST_F(CliTest, GcBringsTheRootUnderBudgetOldestFirst) {
+  StoreChunks(0, 10);
+  // Make modification times strictly increasing with the key index.
+  for (uint64_t i = 0; i < 10; ++i) {
+    const struct timespec t[2] = {{1000000 + static_cast<time_t>(i) * 10, 0},
+                                  {1000000 + static_cast<time_t>(i) * 10, 0}};
+    ASSERT_EQ(utimensat(AT_FDCWD, EntryPath(i).c_str(), t, 0), 0);
+  }
+  const uint64_t file = ChunkFileBytes(kBlocks, kBlockBytes);
+  // Budget of 8 files, low watermark 0.5: down to 4 files, the 6 oldest go.
+  CliRun r = Kvtier("gc --root " + root_ + " --budget " + std::to_string(8 * file) + " --low-watermark 0.5");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("removed 6 entries"), std::string::npos) << r.out;
+  for (uint64_t i = 0; i < 6; ++i) EXPECT_FALSE(fs::exists(EntryPath(i))) << i;
+  for (uint64_t i = 6; i < 10; ++i) EXPECT_TRUE(fs::exists(EntryPath(i))) << i;
+
+  // Under budget: nothing to do.
+  r = Kvtier("gc --root " + root_ + " --budget " + std::to_string(8 * file));
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("removed 0 entries"), std::string::npos) << r.out;
+
+  // The engine's index, rebuilt from the tree, agrees.
+  auto e = Engine::Open(Options(root_));
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ((*e)->Stats().disk_entries, 4u);
+}
+
+TEST_F(CliTest, StatsPrintsCountsPerNamespace) {
+  StoreChunks(0, 5);
+  std::ofstream(ns_path_ + "/" + TempRelPath(Key(0))) << "t";
+  CliRun r = Kvtier("stats --root " + root_);
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("cli-test-model"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("entries      5"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("temporaries  1"), std::string::npos) << r.out;
+  r = Kvtier("stats --json --root " + root_);
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("\"entries\": 5"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"total_entries\": 5"), std::string::npos) << r.out;
+}
+
+TEST_F(CliTest, BenchIoRunsAndPrintsRatios) {
+  const std::string json = dir_.path() + "/io.json";
+  CliRun r = Kvtier("bench io --dir " + dir_.path() + " --total 64MiB --chunk-sizes 2MiB --depths 4 --json " + json);
+  if (r.rc != 0 && r.out.find("O_DIRECT") != std::string::npos) {
+    r = Kvtier("bench io --mode buffered --dir " + dir_.path() + " --total 64MiB --chunk-sizes 2MiB --depths 4 "
+               "--json " + json);
+  }
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("ratio"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("peak RSS"), std::string::npos) << r.out;
+  EXPECT_TRUE(fs::exists(json));
+  // Everything it created is gone.
+  for (auto& p : fs::directory_iterator(dir_.path())) {
+    EXPECT_EQ(p.path().filename().string().find("kvtier-bench"), std::string::npos) << p.path();
+  }
+}
+
+TEST_F(CliTest, BenchMetaRuns) {
+  CliRun r = Kvtier("bench meta --dir " + dir_.path() + " --entries 1000");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("publish/s"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("1000"), std::string::npos) << r.out;
+  for (auto& p : fs::directory_iterator(dir_.path())) {
+    EXPECT_EQ(p.path().filename().string().find("kvtier-bench"), std::string::npos) << p.path();
+  }
+}
+
+}  // namespace
+}  // namespace kvtier
