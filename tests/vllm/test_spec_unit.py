@@ -1,0 +1,331 @@
+"""Unit tests of kvtier.vllm driven with vLLM's own config and spec objects on CPU tensors (no server).
+
+The protocol and address-math tests run against a pure-Python stand-in of the extension (fake_ext.py); the
+restart test runs against the real kvtier._kvtier and is skipped when it is not built."""
+
+import hashlib
+import os
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import kvtier.vllm as kv
+from vllm.v1.kv_offload.base import (
+    CanonicalKVCacheRef,
+    CanonicalKVCaches,
+    CanonicalKVCacheTensor,
+    GPULoadStoreSpec,
+    LookupResult,
+    ReqContext,
+    ScheduleEndContext,
+    make_offload_key,
+)
+from vllm.v1.kv_offload.config import (
+    OffloadingCacheConfig,
+    OffloadingConfig,
+    OffloadingGroupConfig,
+    OffloadingModelConfig,
+    OffloadingParallelConfig,
+)
+
+import fake_ext
+
+LAYERS, HEADS, TOKENS, HEAD_DIM = 3, 2, 16, 64
+PAGE = HEADS * TOKENS * 2 * HEAD_DIM * 2  # bf16, K and V packed: vLLM CPU layout
+NUM_BLOCKS = 64
+
+
+def make_config(root, bpc=4, engine_id="e0", extra=None, rank=0, world=1):
+    ec = {"spec_name": "KVTierSpec", "spec_module_path": "kvtier.vllm", "kvtier_root": str(root),
+          "blocks_per_chunk": bpc, "kvtier_pool_bytes": "64MiB", "kvtier_stats_interval_s": 0}
+    ec.update(extra or {})
+    return OffloadingConfig(
+        groups=(OffloadingGroupConfig(tokens_per_block=TOKENS,
+                                      layer_names=tuple(f"l{i}" for i in range(LAYERS))),),
+        worker_kv_bytes_per_block=LAYERS * PAGE,
+        enable_kv_cache_events=False,
+        extra_config=ec,
+        engine_id=engine_id,
+        model=OffloadingModelConfig(name="tiny-test", dtype="bfloat16"),
+        cache=OffloadingCacheConfig(tokens_per_hash=TOKENS, blocks_per_chunk=bpc),
+        parallel=OffloadingParallelConfig(rank=rank, world_size=world, tp_size=world, pp_size=1, pcp_size=1,
+                                          dcp_size=1, data_parallel_index=0, is_parallelism_agnostic=True),
+    )
+
+
+def make_kv(seed):
+    """Per-layer KV tensors like vLLM's CPU backend, canonicalized like OffloadingConnectorWorker does."""
+    g = torch.Generator().manual_seed(seed)
+    layers = [torch.randn((NUM_BLOCKS, HEADS, TOKENS, 2 * HEAD_DIM), generator=g).to(torch.bfloat16)
+              for _ in range(LAYERS)]
+    tensors = [CanonicalKVCacheTensor(t.view(torch.int8).view(NUM_BLOCKS, PAGE), PAGE) for t in layers]
+    refs = [[CanonicalKVCacheRef(i, PAGE) for i in range(LAYERS)]]
+    return layers, CanonicalKVCaches(tensors, refs)
+
+
+def keys_for(n, salt=b""):
+    return [make_offload_key(hashlib.sha256(salt + bytes([i])).digest(), 0) for i in range(n)]
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    fake_ext._PoolMem.registry.clear()
+    monkeypatch.setattr(kv, "_import_ext", lambda: fake_ext)
+    return fake_ext
+
+
+# ---------------------------------------------------------------------------------------------------- config
+def test_unknown_key_names_it(tmp_path):
+    with pytest.raises(ValueError, match="unknown kv_connector_extra_config key 'kvtier_pool_size'"):
+        kv.parse_config({"kvtier_root": str(tmp_path), "kvtier_pool_size": 1})
+
+
+def test_dotted_key_suggests_the_right_one(tmp_path):
+    with pytest.raises(ValueError, match=r"'kvtier\.root'.*did you mean 'kvtier_root'"):
+        kv.parse_config({"kvtier.root": str(tmp_path)})
+
+
+@pytest.mark.parametrize("key,val,accepted", [
+    ("kvtier_io_mode", "fast", "'auto' | 'direct' | 'buffered'"),
+    ("kvtier_io_depth", 0, "an integer"),
+    ("kvtier_pool_bytes", "lots", "a byte count"),
+    ("kvtier_high_watermark", 1.5, "a number"),
+    ("kvtier_fsync", "maybe", "true or false"),
+])
+def test_bad_value_names_key_and_accepted(tmp_path, key, val, accepted):
+    with pytest.raises(ValueError) as e:
+        kv.parse_config({"kvtier_root": str(tmp_path), key: val})
+    assert f"'{key}'" in str(e.value) and accepted in str(e.value)
+
+
+def test_root_required_and_must_exist(tmp_path):
+    with pytest.raises(ValueError, match="'kvtier_root' is required"):
+        kv.parse_config({})
+    with pytest.raises(ValueError, match="no such directory"):
+        kv.parse_config({"kvtier_root": str(tmp_path / "nope")})
+
+
+def test_sizes_and_defaults(tmp_path):
+    c = kv.parse_config({"kvtier_root": str(tmp_path), "kvtier_pool_bytes": "512MiB",
+                         "kvtier_disk_budget_bytes": "2G", "kvtier_dir_mode": "0770"})
+    assert c["kvtier_pool_bytes"] == 512 << 20 and c["kvtier_disk_budget_bytes"] == 2 << 30
+    assert c["kvtier_dir_mode"] == 0o770 and c["kvtier_io_depth"] == 16
+
+
+def test_spec_rejects_bad_key_at_construction(tmp_path):
+    with pytest.raises(ValueError, match="kvtier_bogus"):
+        kv.KVTierSpec(make_config(tmp_path, extra={"kvtier_bogus": 1}))
+
+
+def test_identity_from_vllm_config(tmp_path):
+    spec = kv.KVTierSpec(make_config(tmp_path, bpc=4, world=2))
+    o = spec.engine_options()
+    assert o["tokens_per_chunk"] == 64 and o["blocks_per_chunk"] == 4
+    assert o["block_bytes"] == 2 * LAYERS * PAGE and o["tp_size"] == 2 and o["kv_dtype"] == "bfloat16"
+    assert o["model"] == "tiny-test" and o["pool_name"].startswith(f"/kvtier-{os.getpid()}-")
+    # the same engine_id gives the same name in this process; another engine_id another name
+    assert kv.KVTierSpec(make_config(tmp_path, world=2)).pool_name() == o["pool_name"]
+    assert kv.KVTierSpec(make_config(tmp_path, engine_id="e1")).pool_name() != o["pool_name"]
+
+
+def test_hashseed_warning(monkeypatch):
+    monkeypatch.delenv("PYTHONHASHSEED", raising=False)
+    monkeypatch.setattr(kv, "_hashseed_warned", False)
+    assert kv.check_hash_seed() is False
+    monkeypatch.setenv("PYTHONHASHSEED", "0")
+    assert kv.check_hash_seed() is True
+
+
+def test_metric_definitions_are_static():
+    defs = kv.KVTierSpec.build_metric_definitions({})
+    assert "vllm:kvtier_bytes_read" in defs and "vllm:kvtier_corrupt_entries" in defs
+
+
+# ------------------------------------------------------------------------------------------ store and load
+def _store(manager, worker, keys, gpu_blocks, req="store-req"):
+    ctx = ReqContext(req_id=req)
+    out = manager.prepare_store(keys, ctx)
+    assert out is not None and list(out.keys_to_store) == keys
+    src = GPULoadStoreSpec(gpu_blocks, group_sizes=[len(gpu_blocks)], block_indices=[0])
+    assert worker.submit_store(1, src, out.store_spec)
+    (res,) = worker.get_finished()
+    assert res.success and res.transfer_size == len(gpu_blocks) * LAYERS * PAGE
+    manager.complete_store(keys, ctx)
+
+
+def _lookup_all(manager, keys, ctx, max_steps=10):
+    for _ in range(max_steps):
+        results = [manager.lookup(k, ctx) for k in keys]
+        if all(r == LookupResult.HIT for r in results):
+            return results
+        assert LookupResult.MISS not in results, results
+        assert manager.has_pending_work()
+        manager.on_schedule_end(ScheduleEndContext((), ()))
+    raise AssertionError(f"lookups still pending: {results}")
+
+
+@pytest.mark.parametrize("skip", [0, 1, 3])
+def test_round_trip_with_partial_first_chunk(fake, tmp_path, skip):
+    bpc = 4
+    spec = kv.KVTierSpec(make_config(tmp_path, bpc=bpc))
+    manager = spec.get_manager()
+    src_layers, src_kv = make_kv(1)
+    dst_layers, dst_kv = make_kv(2)
+    worker = spec.get_worker(src_kv)
+    keys = keys_for(3)
+    src_blocks = [5, 9, 2, 7, 11, 13, 1, 4, 20, 21, 22, 23]
+    _store(manager, worker, keys, src_blocks)
+
+    manager.engine.drop_dram()  # force a read from "disk": lookup must go through HIT_PENDING
+    ctx = ReqContext(req_id="load-req")
+    assert manager.lookup(keys[0], ctx) == LookupResult.HIT_PENDING
+    _lookup_all(manager, keys, ctx)
+    assert not manager.has_pending_work()
+
+    # vLLM computed the first `skip` blocks locally: load only the tail of chunk 0 and chunks 1..2
+    n = len(src_blocks) - skip
+    dst_blocks = list(range(30, 30 + n))
+    load_spec = manager.prepare_load(keys, ctx)
+    dst_worker = kv.KVTierWorker(dst_kv, bpc, 0, LAYERS * PAGE)
+    assert dst_worker.submit_load(7, load_spec, GPULoadStoreSpec(dst_blocks, group_sizes=[n],
+                                                                 block_indices=[skip]))
+    (res,) = dst_worker.get_finished()
+    assert res.success and res.job_id == 7 and res.transfer_size == n * LAYERS * PAGE
+    for layer in range(LAYERS):
+        assert torch.equal(dst_layers[layer][dst_blocks], src_layers[layer][src_blocks[skip:]])
+    # untouched blocks stay untouched
+    _, fresh = make_kv(2)
+    assert torch.equal(dst_kv.tensors[0].tensor[:30], fresh.tensors[0].tensor[:30])
+    pinned = [r[2] for r in manager.engine.resident.values()]
+    assert all(p == 1 for p in pinned)
+    manager.complete_load(keys, ctx)
+    assert all(r[2] == 0 for r in manager.engine.resident.values())
+
+
+def test_already_stored_keys_are_excluded(fake, tmp_path):
+    spec = kv.KVTierSpec(make_config(tmp_path, bpc=2))
+    manager = spec.get_manager()
+    _, src_kv = make_kv(1)
+    worker = spec.get_worker(src_kv)
+    keys = keys_for(2)
+    _store(manager, worker, keys[:1], [1, 2])
+    out = manager.prepare_store(keys, ReqContext(req_id="r2"))
+    assert list(out.keys_to_store) == keys[1:] and len(out.store_spec) == 1
+
+
+def test_pool_full_returns_none(fake, tmp_path):
+    spec = kv.KVTierSpec(make_config(tmp_path, bpc=4, extra={"kvtier_pool_bytes": "1MiB"}))
+    manager = spec.get_manager()
+    n_slots = manager.engine._mem.nslots
+    assert manager.prepare_store(keys_for(n_slots + 1), ReqContext(req_id="r")) is None
+
+
+def test_unpins_on_finish_not_during_load(fake, tmp_path):
+    spec = kv.KVTierSpec(make_config(tmp_path, bpc=1))
+    manager = spec.get_manager()
+    _, src_kv = make_kv(1)
+    worker = spec.get_worker(src_kv)
+    keys = keys_for(2)
+    _store(manager, worker, keys, [3, 4])
+    ctx = ReqContext(req_id="a")
+    _lookup_all(manager, keys, ctx)
+    manager.prepare_load(keys, ctx)
+    manager.on_request_finished(ctx)  # aborted while its load is in flight: keep the pins
+    assert all(r[2] == 1 for r in manager.engine.resident.values())
+    manager.complete_load(keys, ctx)
+    assert all(r[2] == 0 for r in manager.engine.resident.values())
+    ctx2 = ReqContext(req_id="b")  # looked up, never admitted, finished: pins released
+    _lookup_all(manager, keys, ctx2)
+    manager.on_request_finished(ctx2)
+    assert all(r[2] == 0 for r in manager.engine.resident.values())
+
+
+def test_load_from_reused_slot_fails_instead_of_copying(fake, tmp_path):
+    spec = kv.KVTierSpec(make_config(tmp_path, bpc=1))
+    manager = spec.get_manager()
+    _, src_kv = make_kv(1)
+    worker = spec.get_worker(src_kv)
+    keys = keys_for(1)
+    _store(manager, worker, keys, [3])
+    ctx = ReqContext(req_id="a")
+    _lookup_all(manager, keys, ctx)
+    load_spec = manager.prepare_load(keys, ctx)
+    load_spec.gens[0] += 1  # as if the slot had been given to another chunk
+    worker.submit_load(9, load_spec, GPULoadStoreSpec([8], group_sizes=[1], block_indices=[0]))
+    (res,) = worker.get_finished()
+    assert not res.success
+
+
+def test_worker_attach_timeout_is_clear(fake, tmp_path):
+    _, src_kv = make_kv(1)
+    w = kv.KVTierWorker(src_kv, 1, 0, LAYERS * PAGE, attach_timeout_s=0.2)
+    spec = kv.KVTierLoadStoreSpec("/kvtier-nope", 8192, 4096, [0], [1])
+    t0 = time.monotonic()
+    w.submit_load(1, spec, GPULoadStoreSpec([0], group_sizes=[1], block_indices=[0]))
+    (res,) = w.get_finished()
+    assert not res.success and time.monotonic() - t0 < 5
+
+
+def test_stats_reach_vllm_metrics(fake, tmp_path):
+    spec = kv.KVTierSpec(make_config(tmp_path, bpc=1))
+    manager = spec.get_manager()
+    _, src_kv = make_kv(1)
+    _store(manager, spec.get_worker(src_kv), keys_for(2), [1, 2])
+    stats = manager.get_stats()
+    red = stats.reduce()
+    assert red["vllm:kvtier_bytes_written"] > 0
+    assert manager.get_stats() is None  # rate limited to once a second
+
+
+# ------------------------------------------------------------------------------- real extension, restart
+def _real_ext():
+    try:
+        from kvtier import _kvtier  # noqa: F401
+        return True
+    except ImportError:
+        return False
+
+
+@pytest.mark.skipif(not _real_ext(), reason="kvtier._kvtier not built")
+def test_real_engine_restart_serves_from_disk(tmp_path):
+    bpc = 2
+    keys = keys_for(3, salt=b"restart")
+    blocks = [1, 2, 3, 4, 5, 6]
+    src_layers, src_kv = make_kv(1)
+    spec = kv.KVTierSpec(make_config(tmp_path, bpc=bpc, engine_id="first"))
+    manager = spec.get_manager()
+    worker = spec.get_worker(src_kv)
+    _store(manager, worker, keys, blocks)
+    deadline = time.monotonic() + 30
+    while manager.engine.stats()["stores_completed"] < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    manager.shutdown()
+    worker.shutdown()
+
+    spec2 = kv.KVTierSpec(make_config(tmp_path, bpc=bpc, engine_id="second"))
+    m2 = spec2.get_manager()
+    ctx = ReqContext(req_id="r")
+    deadline = time.monotonic() + 30
+    while True:
+        res = [m2.lookup(k, ctx) for k in keys]
+        assert LookupResult.MISS not in res
+        if all(r == LookupResult.HIT for r in res):
+            break
+        assert m2.has_pending_work() or LookupResult.HIT_PENDING in res
+        m2.on_schedule_end(ScheduleEndContext((), ()))
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    dst_layers, dst_kv = make_kv(2)
+    w2 = spec2.get_worker(dst_kv)
+    dst = [40, 41, 42, 43, 44]
+    w2.submit_load(3, m2.prepare_load(keys, ctx), GPULoadStoreSpec(dst, group_sizes=[5], block_indices=[1]))
+    (r,) = w2.get_finished()
+    assert r.success
+    for layer in range(LAYERS):
+        assert torch.equal(dst_layers[layer][dst], src_layers[layer][blocks[1:]])
+    m2.complete_load(keys, ctx)
+    assert m2.engine.stats()["bytes_read"] > 0
+    m2.shutdown()
+    w2.shutdown()
