@@ -1,0 +1,217 @@
+#!/usr/bin/env bash
+# kvtier demo: serve a tiny local model with vLLM (CPU) with and without kvtier, run the long-document benchmark
+# (python -m kvtier.bench_longdoc) and print one TTFT table:
+#
+#   recompute    vLLM without kvtier. Warm-up phase, then vLLM's own prefix cache is reset (POST
+#                /reset_prefix_cache: the state of a fresh server), then the query phase: every query recomputes.
+#   kvtier-disk  warm-up on a server with kvtier storing to a fresh root; that server is stopped, the page cache
+#                dropped where permitted (kvtier reads with O_DIRECT anyway), a new server on the same root runs the
+#                query phase: the reused prefix is loaded from disk (cold DRAM tier).
+#   kvtier-dram  on that same server, vLLM's prefix cache is reset again and the query phase repeated with new
+#                suffixes: the reused prefix is now resident in kvtier's DRAM tier (its shared-memory slots).
+#
+# Every server gets the same flags except --kv-transfer-config; PYTHONHASHSEED=0. Servers run in their own process
+# groups and are killed on exit. Takes a few minutes on a 2-core machine (first run: plus the vLLM venv, ~3 GB).
+#
+# Environment (all optional):
+#   KVTIER_DEMO_DOC_TOKENS    document length in tokens (default 8192)
+#   KVTIER_DEMO_NUM_DOCS      documents (default 3)
+#   KVTIER_DEMO_CONCURRENCY   requests in flight (default 1)
+#   KVTIER_DEMO_REUSE         reuse fraction of the query phase (default 1.0)
+#   KVTIER_DEMO_CONFIGS       comma list of recompute,disk,dram (default all three; dram needs disk)
+#   KVTIER_DEMO_OUT           output directory (default out/demo-<time>; JSON per config, server logs)
+#   KVTIER_DEMO_ROOT          kvtier storage root (default OUT/kvtier-root; removed first). Use a real disk.
+#   KVTIER_MODEL_DIR          tiny model directory (default ~/.cache/kvtier/models/tiny-llama-<hash>)
+#   KVTIER_DEMO_TIMEOUT       seconds to wait for a server's /health (default 300)
+set -Eeuo pipefail
+
+case "${1:-}" in
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    "") ;;
+    *) echo "demo.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+esac
+
+t_demo=$(date +%s)
+repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo_root"
+say() { echo "demo: $*" >&2; }
+die() { echo "demo: ERROR: $*" >&2; exit 1; }
+
+doc_tokens="${KVTIER_DEMO_DOC_TOKENS:-8192}"
+num_docs="${KVTIER_DEMO_NUM_DOCS:-3}"
+concurrency="${KVTIER_DEMO_CONCURRENCY:-1}"
+reuse="${KVTIER_DEMO_REUSE:-1.0}"
+configs=",${KVTIER_DEMO_CONFIGS:-recompute,disk,dram},"
+out="${KVTIER_DEMO_OUT:-$repo_root/out/demo-$(date +%Y%m%d-%H%M%S)}"
+timeout_s="${KVTIER_DEMO_TIMEOUT:-300}"
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+kv_root="${KVTIER_DEMO_ROOT:-$out/kvtier-root}"
+want() { [[ "$configs" == *",$1,"* ]]; }
+want dram && ! want disk && die "KVTIER_DEMO_CONFIGS: dram needs disk (it reuses the disk run's server)"
+
+# --- 1. Set-up: Debian packages, the vLLM venv, the kvtier package in it, the tiny model ---------------------------
+say "setting up (scripts/setup.sh, scripts/setup_vllm.sh)"
+scripts/setup.sh
+venv=$(scripts/setup_vllm.sh | tail -n1)
+py="$venv/bin/python"
+[[ -x "$py" ]] || die "no python in the vLLM venv $venv"
+
+if want disk; then
+    # Install the kvtier package (C++ engine + extension + vLLM adapter) into the vLLM venv, rebuilding only when a
+    # source file changed since the last install (stamp: hash of the tracked sources and their contents).
+    stamp_file="$venv/.kvtier-demo-install"
+    stamp=$(git ls-files -co --exclude-standard -- CMakeLists.txt CMakePresets.json pyproject.toml src include \
+                python/kvtier cmake 2>/dev/null | LC_ALL=C sort | while read -r f; do [[ -f "$f" ]] && echo "$f"; done \
+            | xargs -d '\n' sha256sum | sha256sum | cut -c1-16)
+    if [[ "$(cat "$stamp_file" 2>/dev/null)" != "$stamp" ]] || ! "$py" -c "import kvtier._kvtier" 2>/dev/null; then
+        say "installing kvtier into $venv (C++ build, a few minutes the first time)"
+        "$py" -m pip install -q --disable-pip-version-check "scikit-build-core>=0.10" "nanobind>=2.0" >&2 \
+            || die "could not install the build requirements (scikit-build-core, nanobind) into $venv"
+        "$py" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation \
+            -C build-dir="build-python/vllm-{wheel_tag}" . >&2 \
+            || die "the kvtier package does not build (pip install . failed above); the kvtier configurations need it.
+      Run only the recompute configuration with KVTIER_DEMO_CONFIGS=recompute."
+        echo "$stamp" > "$stamp_file"
+    fi
+    "$py" -c "import kvtier._kvtier" 2>/dev/null \
+        || die "kvtier is installed in $venv but its extension does not import: $("$py" -c 'import kvtier._kvtier' 2>&1 | tail -n1)"
+    "$py" -c "import kvtier.vllm" 2>/dev/null \
+        || die "the vLLM adapter kvtier.vllm is missing or does not import: $("$py" -c 'import kvtier.vllm' 2>&1 | tail -n1)
+      Run only the recompute configuration with KVTIER_DEMO_CONFIGS=recompute."
+fi
+
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 VLLM_NO_USAGE_STATS=1
+export PYTHONHASHSEED=0
+export VLLM_SERVER_DEV_MODE=1   # POST /reset_prefix_cache
+export VLLM_CPU_OMP_THREADS_BIND=nobind OMP_NUM_THREADS="${OMP_NUM_THREADS:-$(nproc)}"
+tcmalloc=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4
+if [[ -f "$tcmalloc" && ":${LD_PRELOAD:-}:" != *tcmalloc* ]]; then
+    export LD_PRELOAD="$tcmalloc${LD_PRELOAD:+:$LD_PRELOAD}"
+fi
+# The client runs from the source tree when kvtier is not installed in the venv (recompute only).
+"$py" -c "import kvtier.bench_longdoc" 2>/dev/null || export PYTHONPATH="$repo_root/python${PYTHONPATH:+:$PYTHONPATH}"
+
+model_hash=$(sha256sum python/kvtier/tiny_model.py | cut -c1-12)
+model_dir="${KVTIER_MODEL_DIR:-$HOME/.cache/kvtier/models/tiny-llama-$model_hash}"
+if [[ ! -f "$model_dir/kvtier_tiny_model.json" ]]; then
+    say "building the tiny model in $model_dir"
+    PYTHONPATH="$repo_root/python" "$py" -m kvtier.tiny_model "$model_dir" >&2
+fi
+
+# --- 2. Servers ------------------------------------------------------------------------------------------------
+max_len=$(( doc_tokens + 1024 ))
+serve_args=(
+    --model "$model_dir" --served-model-name tiny
+    --host 127.0.0.1
+    --dtype bfloat16 --enforce-eager --block-size 16
+    --max-model-len "$max_len" --max-num-seqs 4
+    --kv-cache-memory-bytes 1073741824
+    --enable-prefix-caching --seed 0
+)
+# kvtier's DRAM tier must hold every document for the dram row: 2 x the KV of all documents, at least 256 MiB.
+kv_bytes_per_token=$("$py" -c "import json; print(json.load(open('$model_dir/kvtier_tiny_model.json'))['kv_bytes_per_token_bf16'])")
+pool_bytes=$(( kv_bytes_per_token * (doc_tokens + 1024) * num_docs * 2 ))
+(( pool_bytes >= 268435456 )) || pool_bytes=268435456
+kvtier_config() {
+    printf '{"kv_connector":"OffloadingConnector","kv_role":"kv_both","kv_connector_extra_config":{"spec_name":"KVTierSpec","spec_module_path":"kvtier.vllm","kvtier_root":"%s","kvtier_pool_bytes":%d}}' \
+        "$kv_root" "$pool_bytes"
+}
+
+server_pid=""
+port=""
+stop_server() {
+    if [[ -n "$server_pid" ]] && kill -0 "$server_pid" 2>/dev/null; then
+        kill -TERM -- "-$server_pid" 2>/dev/null || true
+        for _ in $(seq 1 40); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.5; done
+        kill -KILL -- "-$server_pid" 2>/dev/null || true
+        wait "$server_pid" 2>/dev/null || true
+    fi
+    server_pid=""
+}
+ok=0
+cleanup() {
+    local rc=$?
+    stop_server
+    if [[ $ok -ne 1 ]]; then
+        echo "demo: FAILED (exit $rc); outputs and server logs in $out" >&2
+        local last
+        last=$(ls -t "$out"/server-*.log 2>/dev/null | head -n1 || true)
+        [[ -n "$last" ]] && { echo "demo: last 40 lines of $last:" >&2; tail -n 40 "$last" >&2; }
+    fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# start_server NAME [--kv-transfer-config JSON]
+start_server() {
+    local name=$1; shift
+    port=$("$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    local log="$out/server-$name.log" t0
+    t0=$(date +%s)
+    setsid "$py" -m vllm.entrypoints.openai.api_server "${serve_args[@]}" --port "$port" "$@" \
+        >"$log" 2>&1 </dev/null &
+    server_pid=$!
+    local deadline=$(( t0 + timeout_s ))
+    until curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1; do
+        kill -0 "$server_pid" 2>/dev/null || die "server '$name' exited during startup (log: $log)"
+        (( $(date +%s) < deadline )) || die "server '$name': /health not ready after ${timeout_s}s (log: $log)"
+        sleep 1
+    done
+    say "server '$name' up on port $port in $(( $(date +%s) - t0 )) s (log: $log)"
+}
+
+# bench LABEL PHASE SALT [extra args]
+bench() {
+    local label=$1 phase=$2 salt=$3; shift 3
+    say "bench: $label ($phase)"
+    "$py" -m kvtier.bench_longdoc --url "http://127.0.0.1:$port" --model tiny \
+        --doc-tokens "$doc_tokens" --num-docs "$num_docs" --query-tokens 16 --reuse-fraction "$reuse" \
+        --concurrency "$concurrency" --repeat-mode tile --max-tokens 4 --seed 0 --salt "$salt" \
+        --phase "$phase" --label "$label" --json "$out/$label.json" "$@" >&2
+}
+
+results=()
+if want recompute; then
+    start_server recompute
+    bench recompute both 0 --reset-prefix-cache --settle-s 1
+    results+=("$out/recompute.json")
+    stop_server
+fi
+
+if want disk; then
+    rm -rf "$kv_root"
+    mkdir -p "$kv_root"
+    start_server kvtier-store --kv-transfer-config "$(kvtier_config)"
+    bench kvtier-warmup warmup 0 --reset-prefix-cache
+    sleep 2   # let the last stores reach the disk before the server stops
+    stop_server
+    sync
+    if { echo 3 > /proc/sys/vm/drop_caches; } 2>/dev/null; then
+        say "dropped the page cache"
+    else
+        say "could not drop the page cache (not permitted); kvtier reads with O_DIRECT, so it is bypassed anyway"
+    fi
+    say "kvtier root after warm-up: $(du -sh "$kv_root" | cut -f1)"
+    start_server kvtier-load --kv-transfer-config "$(kvtier_config)"
+    bench kvtier-disk query 0
+    results+=("$out/kvtier-disk.json")
+    if want dram; then
+        sleep 1
+        bench kvtier-dram query 1 --reset-prefix-cache
+        results+=("$out/kvtier-dram.json")
+    fi
+    stop_server
+fi
+
+(( ${#results[@]} )) || die "no configuration selected (KVTIER_DEMO_CONFIGS=$KVTIER_DEMO_CONFIGS)"
+table=$("$py" -m kvtier.bench_longdoc summarize "${results[@]}" --baseline recompute)
+elapsed=$(( $(date +%s) - t_demo ))
+ok=1
+echo
+echo "kvtier long-document demo: $num_docs documents of $doc_tokens tokens, query reuses ${reuse} of each," \
+     "concurrency $concurrency, vLLM $("$py" -c 'import importlib.metadata as m; print(m.version("vllm-cpu"))') CPU," \
+     "tiny model ($(( kv_bytes_per_token * doc_tokens / 1048576 )) MiB of KV per document)"
+echo "query-phase TTFT:"
+echo "$table"
+echo "(${elapsed} s in all; JSON and server logs in $out)"
