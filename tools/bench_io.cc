@@ -17,6 +17,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <liburing.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -56,14 +57,47 @@ struct AlignedFree {
 };
 using Buffer = std::unique_ptr<uint8_t, AlignedFree>;
 
+void Fill(void* p, uint64_t cap, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  auto* words = static_cast<uint64_t*>(p);
+  for (uint64_t i = 0; i < cap / 8; ++i) words[i] = rng();  // touches every page, incompressible
+}
+
 Buffer AllocFilled(uint64_t bytes, uint64_t seed) {
   const uint64_t cap = (bytes + 4095) / 4096 * 4096;
   void* p = std::aligned_alloc(4096, cap);
   if (p == nullptr) throw CliError("out of memory allocating " + FormatSize(cap));
-  std::mt19937_64 rng(seed);
-  auto* words = static_cast<uint64_t*>(p);
-  for (uint64_t i = 0; i < cap / 8; ++i) words[i] = rng();  // touches every page, incompressible
+  Fill(p, cap, seed);
   return Buffer(static_cast<uint8_t*>(p));
+}
+
+// A buffer in POSIX shared memory, like the engine's staging pool (--raw-buffers shm: tells whether the kind of
+// memory, not the engine, changes the disk requests).
+struct ShmBuffer {
+  void* base = nullptr;
+  uint64_t bytes = 0;
+  ~ShmBuffer() {
+    if (base) munmap(base, bytes);
+  }
+};
+std::vector<std::unique_ptr<ShmBuffer>> g_shm;
+
+uint8_t* AllocShmFilled(uint64_t bytes, uint64_t seed) {
+  const uint64_t cap = (bytes + 4095) / 4096 * 4096;
+  const std::string name = "/kvtier-bench-raw-" + std::to_string(getpid()) + "-" + std::to_string(g_shm.size());
+  const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) throw CliError("shm_open " + name + ": " + std::strerror(errno));
+  shm_unlink(name.c_str());
+  if (ftruncate(fd, static_cast<off_t>(cap)) != 0) {
+    close(fd);
+    throw CliError("ftruncate " + name + ": " + std::strerror(errno));
+  }
+  void* p = mmap(nullptr, cap, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) throw CliError("mmap " + name + ": " + std::strerror(errno));
+  g_shm.push_back(std::make_unique<ShmBuffer>(ShmBuffer{p, cap}));
+  Fill(p, cap, seed);
+  return static_cast<uint8_t*>(p);
 }
 
 bool DropPageCache() {
@@ -170,16 +204,26 @@ std::string CpuSummary(const CpuSample& a, const CpuSample& b) {
 
 class RawBench {
  public:
-  RawBench(std::string dir, uint64_t file_bytes, uint32_t depth, bool direct)
+  RawBench(std::string dir, uint64_t file_bytes, uint32_t depth, bool direct, bool shm)
       : dir_(std::move(dir)), file_bytes_(file_bytes), depth_(depth), direct_(direct) {
     if (mkdir(dir_.c_str(), 0750) != 0 && errno != EEXIST) {
       throw CliError("cannot create " + dir_ + ": " + std::strerror(errno));
     }
     const int rc = io_uring_queue_init(depth_, &ring_, 0);
     if (rc < 0) throw CliError(std::string("io_uring_queue_init: ") + std::strerror(-rc));
-    for (uint32_t i = 0; i < depth_; ++i) buffers_.push_back(AllocFilled(file_bytes_, 1000 + i));
+    for (uint32_t i = 0; i < depth_; ++i) {
+      if (shm) {
+        buffers_.push_back(AllocShmFilled(file_bytes_, 1000 + i));
+      } else {
+        heap_.push_back(AllocFilled(file_bytes_, 1000 + i));
+        buffers_.push_back(heap_.back().get());
+      }
+    }
   }
-  ~RawBench() { io_uring_queue_exit(&ring_); }
+  ~RawBench() {
+    io_uring_queue_exit(&ring_);
+    g_shm.clear();
+  }
 
   double Write(uint64_t n, const std::string& tag) { return Run(n, tag, true); }
   double Read(uint64_t n, const std::string& tag) { return Run(n, tag, false); }
@@ -200,7 +244,7 @@ class RawBench {
     io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
     if (sqe == nullptr) throw CliError("io_uring: submission queue full");
     Slot& s = slots_[slot];
-    uint8_t* buf = buffers_[slot].get() + s.done;
+    uint8_t* buf = buffers_[slot] + s.done;
     const auto len = static_cast<unsigned>(file_bytes_ - s.done);
     if (write) {
       io_uring_prep_write(sqe, s.fd, buf, len, s.done);
@@ -259,7 +303,8 @@ class RawBench {
   uint32_t depth_;
   bool direct_;
   io_uring ring_{};
-  std::vector<Buffer> buffers_;
+  std::vector<Buffer> heap_;
+  std::vector<uint8_t*> buffers_;
   std::vector<Slot> slots_;
 };
 
@@ -415,6 +460,7 @@ int RunBenchIo(int argc, char** argv) {
              {"repeat", "N", "repetitions per configuration", "3"},
              {"backend", "auto|uring|posix", "engine I/O backend", "auto"},
              {"mode", "direct|buffered", "O_DIRECT or buffered I/O, for both raw and engine", "direct"},
+             {"raw-buffers", "heap|shm", "memory of the raw baseline's buffers (shm: like the engine's pool)", "heap"},
              {"keep-cache", "", "do not drop the page cache (and dentry/inode caches) before reads", ""},
              {"json", "OUT", "also write the results as JSON to OUT", ""},
              {"verbose", "", "print every run, CPU use per phase and this machine's memcpy/XXH3 speed", ""},
@@ -432,6 +478,7 @@ int RunBenchIo(int argc, char** argv) {
   const std::string backend_s = args.Choice("backend", "auto", {"auto", "uring", "posix"});
   const std::string mode_s = args.Choice("mode", "direct", {"direct", "buffered"});
   const bool verbose = args.Has("verbose");
+  const bool raw_shm = args.Choice("raw-buffers", "heap", {"heap", "shm"}) == "shm";
   for (uint64_t s : sizes) {
     if (s % kPayloadAlignment != 0) {
       throw UsageError("--chunk-sizes: " + FormatSize(s) + " is not a multiple of 4KiB (the payload alignment)");
@@ -491,7 +538,7 @@ int RunBenchIo(int argc, char** argv) {
         row.files = std::max<uint64_t>(1, total / chunk);
         const uint64_t file_bytes = kHeaderBytes + chunk;
         const double gb = static_cast<double>(row.files * file_bytes) / 1e9;
-        RawBench raw(base + "/raw", file_bytes, depth, direct);
+        RawBench raw(base + "/raw", file_bytes, depth, direct, raw_shm);
         EngineBench eng(base + "/engine", chunk, depth, backend, direct ? IoMode::kDirect : IoMode::kBuffered,
                         salt ^ (chunk * 1315423911u) ^ depth);
         row.pool = eng.pool_bytes();
