@@ -252,6 +252,26 @@ def check_hash_seed() -> bool:
     return seed is not None
 
 
+def default_revision(model: str) -> str:
+    """The weights revision in the cache identity when kvtier_revision is not given: for a local model directory,
+    a hash of its config.json and of the names and sizes of its weight files; otherwise 'unspecified' (then two
+    different weights under one hub name would share entries: set kvtier_revision)."""
+    if os.path.isdir(model):
+        h = hashlib.sha256()
+        try:
+            with open(os.path.join(model, "config.json"), "rb") as f:
+                h.update(f.read())
+        except OSError:
+            pass
+        for name in sorted(os.listdir(model)):
+            if name.endswith((".safetensors", ".bin", ".pt", ".gguf")):
+                h.update(f"{name}:{os.path.getsize(os.path.join(model, name))};".encode())
+        return "local-" + h.hexdigest()[:16]
+    logger.warning("kvtier: kvtier_revision is not set and %s is not a local directory: entries are keyed by "
+                   "the model name only; set kvtier_revision to the weights revision", model)
+    return "unspecified"
+
+
 def _import_ext():
     try:
         from kvtier import _kvtier  # type: ignore[attr-defined]
@@ -772,7 +792,7 @@ class KVTierSpec(OffloadingSpec):
         opts: dict[str, Any] = {
             "root": kv["kvtier_root"],
             "model": kv["kvtier_model_tag"] or self.config.model.name,
-            "revision": kv["kvtier_revision"],
+            "revision": kv["kvtier_revision"] or default_revision(self.config.model.name),
             "kv_dtype": self.config.model.dtype,
             "tokens_per_chunk": self.tokens_per_chunk(),
             "blocks_per_chunk": int(self.blocks_per_chunk),
