@@ -338,20 +338,16 @@ Result<JobId> EngineImpl::Enqueue(JobKind kind, std::vector<ChunkTransfer> chunk
   job->unfinished = static_cast<uint32_t>(job->chunks.size());
   JobId id = next_job_id_.fetch_add(1);
   job->id = id;
-  if (internal) {
-    // promotions and committed stores are counted by their own callers
-  } else if (kind == JobKind::kLoad) {
-    stats_.loads_started.Add(1);
+  std::lock_guard<std::mutex> cmd_lock(cmd_mu_);
+  if (stop_) return Status(StatusCode::kFailedPrecondition, "engine is shutting down");
+  if (kind == JobKind::kLoad) {
+    if (!internal) stats_.loads_started.Add(1);  // promotions are counted by Promote
   } else {
-    stats_.stores_started.Add(1);
+    if (!internal) stats_.stores_started.Add(1);  // committed stores are counted by CommitStore
     std::lock_guard<std::mutex> lock(index_mu_);
     for (auto& c : job->chunks) pending_stores_[c->req.key]++;
   }
-  {
-    std::lock_guard<std::mutex> lock(cmd_mu_);
-    if (stop_) return Status(StatusCode::kFailedPrecondition, "engine is shutting down");
-    commands_.push_back(std::move(job));
-  }
+  commands_.push_back(std::move(job));
   io_->Wake();
   return id;
 }
@@ -579,7 +575,6 @@ Result<std::vector<std::optional<SlotRef>>> EngineImpl::ReserveForStore(std::spa
         pool_->Release(r->second.slot);
         resident_.erase(r);
       }
-      stats_.stores_dropped.Add(0);
       return Status(StatusCode::kResourceExhausted, "staging pool has no free slot for " +
                                                         std::to_string(keys.size()) + " chunks; retry later");
     }
