@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Python tests: builds and installs the kvtier package (extension + CLI) into the project venv .venv (Python 3.11,
+# created on first use, ignored by git), then runs pytest on tests/python. Called by scripts/test.sh.
+#
+# Environment:
+#   KVTIER_PYTHON   interpreter to create .venv from (default: python3.11, else python3)
+#   KVTIER_SKIP_APT=1  do not run scripts/setup.sh (Debian packages: cmake, liburing, xxhash, python3-venv)
+#
+# The package is built with --no-build-isolation against the pinned python/requirements-dev.txt, in a CMake tree of
+# its own (build-python/dev-venv) so that reruns are incremental; `pip install .` without these flags works too.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ "${KVTIER_SKIP_APT:-0}" = 1 ] || scripts/setup.sh
+
+venv=.venv
+py=${KVTIER_PYTHON:-}
+if [ -z "$py" ]; then
+  if command -v python3.11 >/dev/null; then py=python3.11; else py=python3; fi
+fi
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import sys; assert sys.version_info >= (3, 10)' 2>/dev/null
+then
+  echo "=== python: creating $venv with $py ==="
+  rm -rf "$venv"
+  "$py" -m venv "$venv"
+fi
+"$venv/bin/python" -m pip install -q --disable-pip-version-check -r python/requirements-dev.txt
+
+echo "=== python: building the kvtier package ==="
+log=build-python/pip-install.log
+mkdir -p build-python
+start=$(date +%s)
+if ! CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) "$venv/bin/python" -m pip install -v --disable-pip-version-check \
+    --no-build-isolation --no-deps -C build-dir=build-python/dev-venv . >"$log" 2>&1; then
+  tail -n 60 "$log" >&2
+  echo "python: pip install failed (full log: $log)" >&2
+  exit 1
+fi
+echo "built in $(($(date +%s) - start)) s"
+
+echo "=== python: pytest tests/python ==="
+# Run from outside the repo so that `import kvtier` can only find the installed package.
+repo=$(pwd)
+rc=0
+(cd /tmp && "$repo/$venv/bin/python" -m pytest -q -p no:cacheprovider "$repo/tests/python") || rc=$?
+if [ "$rc" = 5 ]; then
+  echo "python: pytest collected no tests" >&2
+  exit 1
+fi
+[ "$rc" = 0 ] || exit "$rc"
+
+# --- vLLM tests (hook) ---
+# The vLLM end-to-end tests run in vLLM's own venv, outside the repo (VENV=$(scripts/setup_vllm.sh | tail -n1)):
+# install this package into it (same pip command as above with "$VENV/bin/python" and its own build-dir, e.g.
+# build-python/vllm-venv, after installing scikit-build-core and nanobind pinned above), then run
+# "$VENV/bin/python -m pytest -q tests/vllm" and treat exit code 5 as a failure, as above.
