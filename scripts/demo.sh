@@ -2,8 +2,8 @@
 # kvtier demo: serve a tiny local model with vLLM (CPU) with and without kvtier, run the long-document benchmark
 # (python -m kvtier.bench_longdoc) and print one TTFT table:
 #
-#   recompute    vLLM without kvtier. Warm-up phase, then vLLM's own prefix cache is reset (POST
-#                /reset_prefix_cache: the state of a fresh server), then the query phase: every query recomputes.
+#   recompute    vLLM without kvtier: the query phase on a fresh server (what a warm-up followed by a restart
+#                leaves without kvtier): every query recomputes its whole prompt.
 #   kvtier-disk  warm-up on a server with kvtier storing to a fresh root; that server is stopped, the page cache
 #                dropped where permitted (kvtier reads with O_DIRECT anyway), a new server on the same root runs the
 #                query phase: the reused prefix is loaded from disk (cold DRAM tier).
@@ -114,7 +114,7 @@ kv_bytes_per_token=$("$py" -c "import json; print(json.load(open('$model_dir/kvt
 pool_bytes=$(( kv_bytes_per_token * (doc_tokens + 1024) * num_docs * 2 ))
 (( pool_bytes >= 268435456 )) || pool_bytes=268435456
 kvtier_config() {
-    printf '{"kv_connector":"OffloadingConnector","kv_role":"kv_both","kv_connector_extra_config":{"spec_name":"KVTierSpec","spec_module_path":"kvtier.vllm","kvtier_root":"%s","kvtier_pool_bytes":%d}}' \
+    printf '{"kv_connector":"OffloadingConnector","kv_role":"kv_both","kv_connector_extra_config":{"spec_name":"KVTierSpec","spec_module_path":"kvtier.vllm","block_size":256,"kvtier_root":"%s","kvtier_pool_bytes":%d}}' \
         "$kv_root" "$pool_bytes"
 }
 
@@ -173,8 +173,10 @@ bench() {
 
 results=()
 if want recompute; then
+    # Without kvtier nothing survives a restart, so "warm-up, restart, query" is the query phase on a fresh
+    # server: vLLM's prefix cache is empty, exactly as on the kvtier-load server below.
     start_server recompute
-    bench recompute both 0 --reset-prefix-cache --settle-s 1
+    bench recompute query 0
     results+=("$out/recompute.json")
     stop_server
 fi

@@ -209,14 +209,29 @@ def _interesting(series: str) -> bool:
 
 
 def metric_deltas(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
-    """after - before for the interesting series (counters, histogram sums/counts, gauges), summed over labels
-    by metric name; series absent before count from 0."""
+    """after - before for the interesting counters (and histogram sums/counts), summed over labels by metric name;
+    series absent before count from 0. Gauges: metric_gauges."""
     out: dict[str, float] = {}
     for series, v in after.items():
         if not _interesting(series):
             continue
         name = series.split("{", 1)[0]
+        if not name.endswith(_COUNTER_SUFFIXES):
+            continue
         out[name] = out.get(name, 0.0) + v - before.get(series, 0.0)
+    return dict(sorted(out.items()))
+
+
+_COUNTER_SUFFIXES = ("_total", "_sum", "_count")
+
+
+def metric_gauges(after: dict[str, float]) -> dict[str, float]:
+    """Values of the interesting gauges (series that are not counters or histogram parts), summed over labels."""
+    out: dict[str, float] = {}
+    for series, v in after.items():
+        name = series.split("{", 1)[0]
+        if _interesting(series) and not name.endswith(_COUNTER_SUFFIXES):
+            out[name] = out.get(name, 0.0) + v
     return dict(sorted(out.items()))
 
 
@@ -347,6 +362,7 @@ class PhaseResult:
     wall_s: float = 0.0
     ttft: dict = field(default_factory=dict)
     metrics: dict | None = None
+    gauges: dict | None = None
 
 
 def run_phase(server: Server, name: str, prompts: list[tuple[int, int, list[int]]], concurrency: int,
@@ -374,6 +390,8 @@ def run_phase(server: Server, name: str, prompts: list[tuple[int, int, list[int]
     after = server.metrics(metrics_url)
     if before is not None and after is not None:
         res.metrics = metric_deltas(before, after)
+    if after is not None:
+        res.gauges = metric_gauges(after)
     return res
 
 
@@ -441,6 +459,8 @@ def run(a: argparse.Namespace, log=print) -> dict:
                 log(f"  {k} {v:g}")
         else:
             log(f"{p.name}: no prefix-cache/offload/kvtier counter changed")
+        if p.gauges:
+            log(f"{p.name} gauges at the end: " + ", ".join(f"{k}={v:g}" for k, v in p.gauges.items()))
     return result
 
 

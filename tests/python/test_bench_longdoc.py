@@ -134,6 +134,9 @@ vllm:kv_offload_load_bytes_total{transfer_type="b"} 20
 vllm:external_prefix_cache_hits_total{engine="0"} 4096
 kvtier_bytes_read_total 8192
 vllm:num_requests_running{engine="0"} 1
+vllm:kvtier_dram_entries 64
+vllm:kv_offload_load_time_sum 0.5
+vllm:kv_offload_load_time_count 2
 """
 
 
@@ -146,6 +149,9 @@ def test_metric_deltas():
     assert d["vllm:kv_offload_load_bytes_total"] == 120.0
     assert d["vllm:external_prefix_cache_hits_total"] == 4096
     assert "vllm:prefix_cache_queries_created" not in d and "vllm:num_requests_running" not in d
+    assert "vllm:kvtier_dram_entries" not in d
+    assert d["vllm:kv_offload_load_time_sum"] == 0.5 and d["vllm:kv_offload_load_time_count"] == 2
+    assert b.metric_gauges(after) == {"vllm:kvtier_dram_entries": 64}
     assert b.bytes_read(d) == 8192  # kvtier's own counter wins over vLLM's offload bytes
     del d["kvtier_bytes_read_total"]
     assert b.bytes_read(d) == 120.0
