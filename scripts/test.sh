@@ -21,6 +21,13 @@ if [ "${KVTIER_TEST_QUICK:-0}" != 1 ]; then
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 run_preset asan
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 run_preset tsan
 fi
+# The CUDA copier (src/cuda) compiles and links wherever nvcc is; nothing runs it here (scripts/gpu_bench.sh does, on a
+# GPU machine).
+if command -v nvcc >/dev/null; then
+  echo "=== build (cuda: kvtier_cuda, kvtier_gpu_bench) ==="
+  cmake --preset cuda >/dev/null
+  cmake --build --preset cuda -j"$jobs" --target kvtier_cuda kvtier_gpu_bench
+fi
 if [ -x scripts/test_python.sh ]; then
   scripts/test_python.sh
 fi

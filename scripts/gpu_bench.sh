@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# The GPU run of kvtier (issue 6; docs/gpu.md): on a machine with an NVIDIA GPU, nvcc, Python 3 with PyTorch, numpy
+# and nanobind, builds kvtier (engine, CUDA copier, the nanobind modules kvtier._kvtier and kvtier._kvtier_cuda, the
+# C++ GPU benchmark) against that machine's Python, then runs
+#   1. bench/gpu/gpu_check.py: store/poison/load correctness with vLLM-shaped KV (Llama-3.2-3B, Qwen3-4B, bf16, block
+#      size 16, 256-token chunks, scattered block ids, partial chunks) through both copy modes, and pool<->GPU copy
+#      bandwidth against raw pinned cudaMemcpyAsync;
+#   2. kvtier_gpu_bench: disk -> pool -> GPU through the engine with the CUDA copier against raw O_DIRECT reads, and
+#      DRAM tier -> GPU, per copy mode;
+# and prints the ratio table last. Full JSON and the log go to $OUT (default out/gpu).
+#
+# Missing system libraries (liburing, xxhash, pkg-config) are taken from Debian packages in .gpudeps/ when the
+# machine lacks them (fetch them on a networked machine with
+#   mkdir -p .gpudeps && cd .gpudeps && apt-get download liburing2 liburing-dev libxxhash0 libxxhash-dev \
+#       pkgconf pkgconf-bin libpkgconf3
+# and keep .gpudeps out of git with .git/info/exclude).
+#
+# Environment: OUT, KVTIER_GPU_CHUNKS (chunks per copy check, default 8), KVTIER_DISK_CHUNKS (chunks for the disk
+# benchmark, default 64), KVTIER_DISK_ROOT (a directory on the disk to measure, default /var/tmp/kvtier-gpu-bench),
+# KVTIER_GPU_MODES (default "kernel batch_api").
+set -uo pipefail
+cd "$(dirname "$0")/.."
+repo=$PWD
+OUT=${OUT:-$repo/out/gpu}
+mkdir -p "$OUT"
+exec > >(tee "$OUT/log.txt") 2>&1
+export PYTHONUNBUFFERED=1
+modes=${KVTIER_GPU_MODES:-kernel batch_api}
+disk_root=${KVTIER_DISK_ROOT:-/var/tmp/kvtier-gpu-bench}
+start=$(date +%s)
+step() { echo "=== [$(( $(date +%s) - start ))s] $*"; }
+
+step "machine"
+nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.current,pcie.link.width.current \
+  --format=csv,noheader 2>&1 || true
+nvcc --version | tail -1
+python3 -c 'import torch, numpy, nanobind; print("torch", torch.__version__, "cuda", torch.version.cuda, "numpy", numpy.__version__, "nanobind", nanobind.__version__)'
+uname -r; nproc; df -h "$(dirname "$disk_root")" /dev/shm | tail -n +1
+
+step "dependencies"
+sysroot=/tmp/kvtier-sysroot
+need_deps=0
+for pc in liburing libxxhash; do pkg-config --exists "$pc" 2>/dev/null || need_deps=1; done
+if [ "$need_deps" = 1 ]; then
+  if ! ls .gpudeps/*.deb >/dev/null 2>&1; then echo "missing liburing/xxhash and no .gpudeps/*.deb"; exit 1; fi
+  rm -rf "$sysroot" && mkdir -p "$sysroot"
+  for f in .gpudeps/*.deb; do dpkg -x "$f" "$sysroot"; done
+  libdir=$sysroot/usr/lib/x86_64-linux-gnu
+  sed -i "s|=/usr|=$sysroot/usr|" "$libdir"/pkgconfig/*.pc
+  export PKG_CONFIG_PATH=$libdir/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
+  export LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  export CMAKE_PREFIX_PATH=$sysroot/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}
+  command -v pkg-config >/dev/null || export PATH=$sysroot/usr/bin:$PATH
+  echo "using liburing/xxhash from .gpudeps ($sysroot)"
+fi
+pkg-config --modversion liburing libxxhash || exit 1
+
+step "build"
+gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
+build=$repo/build-gpu
+cmake -S . -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DKVTIER_WITH_CUDA=ON -DKVTIER_BUILD_PYTHON=ON \
+  -DKVTIER_BUILD_TESTS=OFF -DKVTIER_BUILD_TOOLS=OFF -DPython_EXECUTABLE="$(command -v python3)" \
+  >"$OUT/cmake.log" 2>&1 || { tail -40 "$OUT/cmake.log"; exit 1; }
+cmake --build "$build" --target _kvtier _kvtier_cuda kvtier_gpu_bench -j"$(nproc)" >"$OUT/build.log" 2>&1 \
+  || { grep -E "error|Error" -A3 "$OUT/build.log" | head -60; exit 1; }
+pkg=/tmp/kvtier-py
+rm -rf "$pkg" && mkdir -p "$pkg/kvtier"
+cp python/kvtier/*.py "$pkg/kvtier/"
+find "$build" -maxdepth 1 -name '_kvtier*.so' -exec cp {} "$pkg/kvtier/" \;
+export PYTHONPATH=$pkg${PYTHONPATH:+:$PYTHONPATH}
+python3 -c 'import kvtier, kvtier._kvtier_cuda as c; print("kvtier modules:", kvtier._kvtier.__file__, c.__file__)' || exit 1
+command -v cuobjdump >/dev/null && cuobjdump --list-elf --list-ptx "$build"/src/cuda/libkvtier_cuda.a 2>&1 | head -4
+
+rc=0
+step "correctness and pool<->GPU copies (gpu_check.py)"
+python3 bench/gpu/gpu_check.py --chunks "${KVTIER_GPU_CHUNKS:-8}" --modes "${modes// /,}" --json "$OUT/copy.json" \
+  || rc=1
+
+step "disk -> pool -> GPU through the engine (kvtier_gpu_bench)"
+disk_jsons=()
+for mode in $modes; do
+  root=$disk_root/$mode  # each mode stores its own chunks, so each one's loads are compared with what it stored
+  rm -rf "$root" && mkdir -p "$root"
+  "$build"/src/cuda/kvtier_gpu_bench --root "$root" --model llama-3.2-3b --chunks "${KVTIER_DISK_CHUNKS:-64}" \
+    --mode "$mode" --passes 3 >"$OUT/disk-$mode.json" || rc=1
+  rm -rf "$root"
+  disk_jsons+=("$OUT/disk-$mode.json")
+  python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print({k: d[k] for k in ('mode','load_exact','raw_disk_gbps','raw_h2d_gbps','engine_disk_to_gpu_gbps','engine_dram_to_gpu_gbps','disk_to_gpu_ratio','dram_to_gpu_ratio','bytes_read_by_disk_loads','bytes_read_by_dram_loads')})" "$OUT/disk-$mode.json" || rc=1
+done
+python3 - "$OUT/copy.json" "${disk_jsons[@]}" <<'EOF' || rc=1
+import json, sys
+import os
+out = json.load(open(sys.argv[1])) if os.path.exists(sys.argv[1]) else {"copy": []}
+out["disk"] = []
+for p in sys.argv[2:]:
+    try:
+        out["disk"].append(json.load(open(p)))
+    except (OSError, ValueError) as e:
+        print("no result in", p, e)
+json.dump(out, open(sys.argv[1].replace("copy.json", "gpu_bench.json"), "w"), indent=1)
+EOF
+
+step "table (rc=$rc)"
+python3 bench/gpu/gpu_check.py --report "$OUT/gpu_bench.json"
+exit $rc
