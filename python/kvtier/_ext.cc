@@ -641,7 +641,8 @@ class PyPool {
 
 // --- copy_batch ----------------------------------------------------------------------------------------------------
 
-using AnyArray = nb::ndarray<nb::device::cpu>;
+// Read-only views: the arrays hold addresses and sizes, only read here (so read-only arrays are accepted too).
+using AnyArray = nb::ndarray<nb::ro, nb::device::cpu>;
 
 void CheckU64Vector(const AnyArray& a, const char* name) {
   if (a.dtype() != nb::dtype<uint64_t>()) {

@@ -386,3 +386,17 @@ def test_the_console_script_runs_the_cli():
     assert "usage: kvtier" in r.stdout
     r = subprocess.run([exe, "no-such-command"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2
+
+
+def test_copy_batch_accepts_read_only_and_strided_arrays():
+    src = np.arange(64, dtype=np.uint8)
+    dst = np.zeros(64, np.uint8)
+    table = np.array([address(dst), 0, address(src) + 8, 0, 8, 0], dtype=np.uint64)
+    table.flags.writeable = False
+    assert kvtier.copy_batch(table[0:1], table[2:3], table[4:5]) == 8
+    strided = np.array([address(dst) + 16, 1, address(dst) + 32, 1], dtype=np.uint64)[::2]
+    assert kvtier.copy_batch(strided, np.array([address(src), address(src) + 1], np.uint64),
+                             np.array([2, 2], np.uint64)) == 4
+    np.testing.assert_array_equal(dst[:8], src[8:16])
+    np.testing.assert_array_equal(dst[16:18], src[0:2])
+    np.testing.assert_array_equal(dst[32:34], src[1:3])
