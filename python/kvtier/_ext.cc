@@ -6,9 +6,9 @@
 // OSError, kTimedOut -> TimeoutError, anything else -> RuntimeError, with Status::ToString() as the message.
 //
 // Lifetime: PyEngine and PyPool own their C++ object. close() (or the destructor) destroys it; a shared_mutex keeps
-// close() from destroying it under a call that runs on another Python thread with the GIL released. The lock is
-// only ever taken with the GIL released, so a thread holding the lock never waits for the GIL while another thread
-// holding the GIL waits for the lock.
+// close() from destroying it under a call that runs on another Python thread with the GIL released. close() takes
+// the lock exclusively only with the GIL released, and no thread ever waits for the GIL while it holds the lock
+// (calls that may wait release the GIL before taking it shared), so the two can never deadlock.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
