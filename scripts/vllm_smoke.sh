@@ -319,9 +319,16 @@ print(f"SMOKE long_prompt_tokens={len(long_ids)} prefix_hit_ttft_s={ttft_hit:.3f
 assert text_hit == text_cold, "prefix-cache hit changed the greedy output"
 
 if probe:
-    time.sleep(2.0)  # let the deferred store jobs of the last steps finish
-    with post(f"/reset_prefix_cache", {}) as r:
-        print(f"SMOKE reset_prefix_cache status={r.status}")
+    # Drop vLLM's own prefix cache (not the connector's). The reset is refused
+    # while blocks are held, e.g. by in-flight offload stores: retry.
+    for attempt in range(30):
+        time.sleep(1.0)
+        with post("/reset_prefix_cache", {}) as r:
+            if json.load(r).get("success"):
+                break
+    else:
+        raise SystemExit("reset_prefix_cache kept failing")
+    print(f"SMOKE reset_prefix_cache attempts={attempt + 1}")
     text_load, ttft_load, _ = complete(long_ids)
     print(f"SMOKE long_prompt_tokens={len(long_ids)} offload_load_ttft_s={ttft_load:.3f} "
           f"output={text_load!r}")
