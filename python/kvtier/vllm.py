@@ -379,7 +379,9 @@ class KVTierManager(OffloadingManager):
         pins = self._pins.get(req_context.req_id)
         if pins is not None and key in pins:
             return LookupResult.HIT
-        where = self.engine.lookup(key)
+        # A read this manager started: ask the read, not the index (keeps the engine's lookup counters honest
+        # while vLLM re-asks every step).
+        where = "disk" if key in self._promoting else self.engine.lookup(key)
         if where == "pending":
             self._mgr["lookup_pending"] += 1
             return LookupResult.HIT_PENDING
@@ -483,7 +485,7 @@ class KVTierManager(OffloadingManager):
 
     def on_schedule_end(self, context: ScheduleEndContext) -> None:
         if self._promoting:
-            done = [k for k in self._promoting if self.engine.lookup(k) != "pending"]
+            done = [k for k in self._promoting if self.engine.promote(k, False)[0] != "pending"]
             self._promoting.difference_update(done)
         self._maybe_log()
 
