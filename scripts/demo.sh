@@ -15,7 +15,7 @@
 #
 # Environment (all optional):
 #   KVTIER_DEMO_DOC_TOKENS    document length in tokens (default 8192)
-#   KVTIER_DEMO_NUM_DOCS      documents (default 3)
+#   KVTIER_DEMO_NUM_DOCS      documents (default 2)
 #   KVTIER_DEMO_CONCURRENCY   requests in flight (default 1)
 #   KVTIER_DEMO_REUSE         reuse fraction of the query phase (default 1.0)
 #   KVTIER_DEMO_CONFIGS       comma list of recompute,disk,dram (default all three; dram needs disk)
@@ -38,7 +38,7 @@ say() { echo "demo: $*" >&2; }
 die() { echo "demo: ERROR: $*" >&2; exit 1; }
 
 doc_tokens="${KVTIER_DEMO_DOC_TOKENS:-8192}"
-num_docs="${KVTIER_DEMO_NUM_DOCS:-3}"
+num_docs="${KVTIER_DEMO_NUM_DOCS:-2}"
 concurrency="${KVTIER_DEMO_CONCURRENCY:-1}"
 reuse="${KVTIER_DEMO_REUSE:-1.0}"
 configs=",${KVTIER_DEMO_CONFIGS:-recompute,disk,dram},"
