@@ -7,7 +7,7 @@
 // keys the index does not know, one stat of the chunk's file). Load and store jobs are queued to the reactor,
 // which alone touches the I/O engine; results come back through PollCompleted() or Wait().
 //
-// Data path of a load, per chunk: acquire a staging slot (never more than io_depth slots per job at once, so a
+// Data path of a load, per chunk: acquire a staging slot (never more than 2 x io_depth slots per job at once, so a
 // job larger than the pool streams through it), open the chunk file, read its header and only the GPU blocks
 // asked for, verify the header and each block's checksum, mark the slot ready, hand it to the device copier, and
 // release the slot when the copy completes. A store is the reverse: copy into a slot, write a uniquely named

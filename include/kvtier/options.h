@@ -39,7 +39,9 @@ struct EngineOptions {
   // I/O (I1-I4).
   IoBackend backend = IoBackend::kAuto;
   IoMode io_mode = IoMode::kAuto;
-  uint32_t io_depth = 16;             // ops in flight; also bounds the slots one job holds at once
+  uint32_t io_depth = 16;             // chunks whose reads/writes are at the disk at once (bounds bytes in
+                                      // flight); a job holds at most 2 x io_depth slots: io_depth at the disk
+                                      // while as many more are opened, verified or copied
   uint32_t posix_threads = 4;
   uint32_t op_timeout_ms = 10000;     // per-operation deadline (I4): a late read becomes a miss
   bool fsync_on_publish = false;      // L4: off by default; a torn entry after power loss fails its checksum

@@ -247,6 +247,10 @@ ChunkLocation EngineImpl::Lookup(const ChunkKey& key) {
       }
       negative_.erase(neg);
     }
+    if (evicting_.count(key)) {
+      stats_.lookup_misses.Add(1);
+      return ChunkLocation::kAbsent;
+    }
   }
   // Not known here: another instance (or process) may have published it under the same root.
   const std::string rel = ChunkRelPath(key);
@@ -381,15 +385,13 @@ Result<JobResult> EngineImpl::Wait(JobId id, int64_t timeout_ms) {
 // ---------------------------------------------------------------------------------------------------------------
 // Capacity (C1)
 
-uint64_t EngineImpl::EvictLocked(std::unique_lock<std::mutex>& lock, uint64_t target_bytes) {
-  std::vector<std::pair<ChunkKey, uint64_t>> victims;
+std::vector<EngineImpl::Victim> EngineImpl::TakeVictimsLocked(uint64_t target_bytes) {
+  std::vector<Victim> victims;
   auto it = lru_.begin();
-  uint64_t projected = disk_bytes_;
-  while (projected > target_bytes && it != lru_.end()) {
+  while (disk_bytes_ > target_bytes && it != lru_.end()) {
     auto e = index_.find(*it);
     if (e != index_.end() && e->second.pins == 0) {
-      projected -= e->second.bytes;
-      victims.emplace_back(*it, e->second.bytes);
+      victims.push_back(Victim{*it, e->second.bytes});
       disk_bytes_ -= e->second.bytes;
       index_.erase(e);
       it = lru_.erase(it);
@@ -399,15 +401,17 @@ uint64_t EngineImpl::EvictLocked(std::unique_lock<std::mutex>& lock, uint64_t ta
   }
   stats_.disk_entries.Set(index_.size());
   stats_.disk_bytes_used.Set(disk_bytes_);
-  lock.unlock();
+  stats_.evictions.Add(victims.size());
+  for (const Victim& v : victims) stats_.evicted_bytes.Add(v.bytes);
+  return victims;
+}
+
+uint64_t EngineImpl::UnlinkVictims(const std::vector<Victim>& victims) {
+  // A reader that opened the file before the unlink keeps reading valid bytes; new readers miss.
   uint64_t freed = 0;
-  for (auto& [key, bytes] : victims) {
-    // A reader that opened the file before the unlink keeps reading valid bytes; new readers miss.
-    if (unlinkat(ns_->dirfd(), ChunkRelPath(key).c_str(), 0) == 0 || errno == ENOENT) freed += bytes;
-    stats_.evictions.Add(1);
-    stats_.evicted_bytes.Add(bytes);
+  for (const Victim& v : victims) {
+    if (unlinkat(ns_->dirfd(), ChunkRelPath(v.key).c_str(), 0) == 0 || errno == ENOENT) freed += v.bytes;
   }
-  lock.lock();
   return freed;
 }
 
@@ -416,23 +420,39 @@ Result<uint64_t> EngineImpl::EvictToBudget() {
   std::unique_lock<std::mutex> lock(index_mu_);
   const auto low = static_cast<uint64_t>(options_.disk_budget_bytes * options_.low_watermark);
   if (disk_bytes_ <= low) return uint64_t{0};
-  return EvictLocked(lock, low);
+  std::vector<Victim> victims = TakeVictimsLocked(low);
+  lock.unlock();
+  return UnlinkVictims(victims);
 }
 
 void EngineImpl::PublishIndexed(const ChunkKey& key, uint64_t bytes) {
-  std::unique_lock<std::mutex> lock(index_mu_);
-  negative_.erase(key);
-  if (!index_.count(key)) {
-    lru_.push_back(key);
-    index_.emplace(key, IndexEntry{bytes, 0, std::prev(lru_.end())});
-    disk_bytes_ += bytes;
+  std::vector<Victim> victims;
+  {
+    std::lock_guard<std::mutex> lock(index_mu_);
+    negative_.erase(key);
+    if (!index_.count(key)) {
+      lru_.push_back(key);
+      index_.emplace(key, IndexEntry{bytes, 0, std::prev(lru_.end())});
+      disk_bytes_ += bytes;
+    }
+    if (options_.disk_budget_bytes &&
+        disk_bytes_ > static_cast<uint64_t>(options_.disk_budget_bytes * options_.high_watermark)) {
+      victims = TakeVictimsLocked(static_cast<uint64_t>(options_.disk_budget_bytes * options_.low_watermark));
+      for (const Victim& v : victims) evicting_[v.key]++;
+    }
+    stats_.disk_entries.Set(index_.size());
+    stats_.disk_bytes_used.Set(disk_bytes_);
   }
-  if (options_.disk_budget_bytes &&
-      disk_bytes_ > static_cast<uint64_t>(options_.disk_budget_bytes * options_.high_watermark)) {
-    EvictLocked(lock, static_cast<uint64_t>(options_.disk_budget_bytes * options_.low_watermark));
+  // On the reactor: unlink through the I/O engine so eviction never stalls other I/O.
+  for (const Victim& v : victims) {
+    io::IoOp op;
+    op.code = io::OpCode::kUnlinkAt;
+    op.dirfd = ns_->dirfd();
+    OpCtx ctx{OpRole::kUnlinkEvicted, nullptr};
+    ctx.path = ChunkRelPath(v.key);
+    ctx.key = v.key;
+    SubmitOp(std::move(ctx), op);
   }
-  stats_.disk_entries.Set(index_.size());
-  stats_.disk_bytes_used.Set(disk_bytes_);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -461,6 +481,7 @@ std::optional<uint32_t> EngineImpl::AcquireSlot(staging::Priority priority) {
 
 bool EngineImpl::OnDiskLocked(const ChunkKey& key) {
   if (index_.count(key)) return true;
+  if (evicting_.count(key)) return false;
   auto neg = negative_.find(key);
   if (neg != negative_.end() && neg->second > io::NowNs()) return false;
   struct stat st;

@@ -72,7 +72,7 @@ class EngineImpl final : public Engine {
   struct ReadShare;
 
   // One I/O operation in flight; user_data of the IoOp is its id in op_ctx_.
-  enum class OpRole { kOpen, kRead, kWrite, kFsync, kClose, kLink, kUnlinkTmp, kUnlinkCorrupt };
+  enum class OpRole { kOpen, kRead, kWrite, kFsync, kClose, kLink, kUnlinkTmp, kUnlinkCorrupt, kUnlinkEvicted };
   struct OpCtx {
     OpRole role;
     Chunk* chunk = nullptr;  // null for fire-and-forget ops (close of an abandoned fd, unlink of a corrupt file)
@@ -82,6 +82,7 @@ class EngineImpl final : public Engine {
     int64_t deadline_ns = 0;
     std::string path;        // kOpen / kLink (old) / kUnlink*
     std::string path2;       // kLink (new)
+    ChunkKey key;            // kUnlinkEvicted
     bool late = false;       // passed its deadline; the chunk already failed
     int64_t start_ns = 0;
   };
@@ -127,7 +128,15 @@ class EngineImpl final : public Engine {
   void QuarantineCorrupt(const ChunkKey& key, const std::string& rel_path, const Status& why);
   bool RetryStoreAfterEnospc(Chunk& c);
   void PublishIndexed(const ChunkKey& key, uint64_t bytes);
-  uint64_t EvictLocked(std::unique_lock<std::mutex>& lock, uint64_t target_bytes);
+  struct Victim {
+    ChunkKey key;
+    uint64_t bytes;
+  };
+  // Removes LRU unpinned entries from the index until usage <= target; the caller unlinks their files.
+  std::vector<Victim> TakeVictimsLocked(uint64_t target_bytes);
+  uint64_t UnlinkVictims(const std::vector<Victim>& victims);  // synchronous; not on the reactor's hot path
+  void PumpData();
+  void EndDataPhase(Chunk& c);  // starts queued chunks' data reads/writes while fewer than io_depth are at the disk
   int64_t Deadline() const;
   // A free slot, evicting the least recently used unpinned resident chunk if the pool has none (T1).
   std::optional<uint32_t> AcquireSlotLocked(staging::Priority priority);
@@ -167,6 +176,8 @@ class EngineImpl final : public Engine {
   std::unordered_map<ChunkKey, ReadShare*, ChunkKeyHash> read_shares_;
   std::unordered_map<ChunkKey, Chunk*, ChunkKeyHash> stores_in_flight_;
   std::deque<DeferredOp> deferred_ops_;
+  std::deque<Chunk*> data_queue_;   // chunks whose file is open, waiting for a data slot at the disk
+  uint32_t data_in_flight_ = 0;     // chunks with data reads/writes at the disk: <= io_depth (I1)
   FanoutDirCache fanout_cache_;
 
   // Index of published entries (C1): LRU order, most recent at the back.
@@ -180,6 +191,8 @@ class EngineImpl final : public Engine {
   std::list<ChunkKey> lru_;
   std::unordered_map<ChunkKey, int64_t, ChunkKeyHash> negative_;  // key -> expiry (ns)
   std::unordered_map<ChunkKey, int, ChunkKeyHash> pending_stores_;
+  // Evicted from the index, file not yet unlinked: the filesystem fallback of Lookup must not re-index them.
+  std::unordered_map<ChunkKey, int, ChunkKeyHash> evicting_;
   uint64_t disk_bytes_ = 0;
 
   // Slot-resident chunks (DRAM tier), also guarded by index_mu_. LRU order, most recent at the back.
@@ -208,7 +221,7 @@ struct EngineImpl::Job {
   int64_t start_ns = 0;
   std::vector<std::unique_ptr<Chunk>> chunks;
   size_t next_to_start = 0;
-  uint32_t slots_held = 0;  // bounded by io_depth (S1): a job larger than the pool streams through it
+  uint32_t slots_held = 0;  // <= 2 x io_depth (S1): a job larger than the pool streams through it
   uint32_t unfinished = 0;
   uint64_t bytes = 0;
   bool reported = false;
@@ -240,6 +253,7 @@ struct EngineImpl::Chunk {
   bool tmp_exists = false;
   bool enospc_retried = false;
   bool writes_done = false;
+  bool data_phase = false;      // counted in data_in_flight_
   int64_t started_ns = 0;
 };
 

@@ -37,6 +37,7 @@ void EngineImpl::ReactorMain() {
       stopping = stop_;
     }
     StartWaitingChunks();
+    PumpData();
     FlushCopies();
     RetryDeferredOps();
     io_->Flush();
@@ -61,6 +62,37 @@ void EngineImpl::ReactorMain() {
     copier_->Poll(&copies);
     for (const CopyDone& d : copies) OnCopyDone(d);
     CheckDeadlines();
+  }
+}
+
+void EngineImpl::EndDataPhase(Chunk& c) {
+  if (!c.data_phase) return;
+  c.data_phase = false;
+  data_in_flight_--;
+}
+
+void EngineImpl::PumpData() {
+  while (data_in_flight_ < options_.io_depth && !data_queue_.empty()) {
+    Chunk* c = data_queue_.front();
+    data_queue_.pop_front();
+    if (c->failed) {
+      Settle(*c);
+      continue;
+    }
+    c->data_phase = true;
+    data_in_flight_++;
+    if (c->job->kind == JobKind::kLoad) {
+      uint8_t* base = pool_->SlotData(c->share->slot);
+      if (c->first_block == 0) {  // header and blocks in one aligned read
+        SubmitRead(*c, base, kHeaderBytes + uint64_t(c->num_blocks) * block_stride_, 0);
+      } else {
+        SubmitRead(*c, base, kHeaderBytes, 0);
+        SubmitRead(*c, base + kHeaderBytes, uint64_t(c->num_blocks) * block_stride_,
+                   kHeaderBytes + uint64_t(c->first_block) * block_stride_);
+      }
+    } else {
+      SubmitWrite(*c, pool_->SlotData(c->slot), slot_bytes_, 0);
+    }
   }
 }
 
@@ -157,6 +189,11 @@ void EngineImpl::OnCompletion(const io::IoCompletion& cqe) {
     }
     if (res == -ENOSPC || res == -EDQUOT) stats_.enospc_events.Add(1);
   }
+  if (ctx.role == OpRole::kUnlinkEvicted) {
+    std::lock_guard<std::mutex> lock(index_mu_);
+    auto it = evicting_.find(ctx.key);
+    if (it != evicting_.end() && --it->second <= 0) evicting_.erase(it);
+  }
   Chunk* c = ctx.chunk;
   if (c == nullptr) return;  // fire-and-forget close or unlink
   c->ops_in_flight--;
@@ -187,18 +224,7 @@ void EngineImpl::OnCompletion(const io::IoCompletion& cqe) {
         }
         break;
       }
-      if (c->job->kind == JobKind::kLoad) {
-        uint8_t* base = pool_->SlotData(c->share->slot);
-        if (c->first_block == 0) {
-          SubmitRead(*c, base, kHeaderBytes + uint64_t(c->num_blocks) * block_stride_, 0);
-        } else {
-          SubmitRead(*c, base, kHeaderBytes, 0);
-          SubmitRead(*c, base + kHeaderBytes, uint64_t(c->num_blocks) * block_stride_,
-                     kHeaderBytes + uint64_t(c->first_block) * block_stride_);
-        }
-      } else {
-        SubmitWrite(*c, pool_->SlotData(c->slot), slot_bytes_, 0);
-      }
+      data_queue_.push_back(c);  // PumpData starts its reads or writes when the disk has room (io_depth)
       break;
 
     case OpRole::kRead:
@@ -262,8 +288,10 @@ void EngineImpl::OnCompletion(const io::IoCompletion& cqe) {
     case OpRole::kClose:
     case OpRole::kUnlinkTmp:
     case OpRole::kUnlinkCorrupt:
+    case OpRole::kUnlinkEvicted:
       break;
   }
+  if (c->ops_in_flight == 0 || c->writes_done || c->failed) EndDataPhase(*c);
   Settle(*c);
 }
 
@@ -332,7 +360,7 @@ bool EngineImpl::StartLoadChunk(Job& job, Chunk& c) {
   if (promotion) {
     slot = static_cast<uint32_t>(c.preset_slot);
   } else {
-    if (job.slots_held >= options_.io_depth) return false;
+    if (job.slots_held >= 2 * options_.io_depth) return false;
     auto got = AcquireSlot(staging::Priority::kDemand);
     if (!got) return false;
     slot = *got;
@@ -461,7 +489,7 @@ bool EngineImpl::StartStoreChunk(Job& job, Chunk& c) {
     BeginStoreWrite(c);
     return true;
   }
-  if (job.slots_held >= options_.io_depth) return false;
+  if (job.slots_held >= 2 * options_.io_depth) return false;
   auto slot = AcquireSlot(staging::Priority::kDemand);
   if (!slot) return false;
   job.slots_held++;
@@ -544,6 +572,16 @@ void EngineImpl::StoreWritesDone(Chunk& c) {
   c.writes_done = true;
   SubmitClose(c.fd);
   c.fd = -1;
+  if (c.preset_slot < 0 && c.slot >= 0) {
+    // The bytes are in the file: the slot can serve the next chunk while link and unlink finish.
+    pool_->MarkFree(c.slot);
+    pool_->Release(c.slot);
+    c.slot = -1;
+    if (c.counts_job_slot) {
+      c.job->slots_held--;
+      c.counts_job_slot = false;
+    }
+  }
   io::IoOp op;
   op.code = io::OpCode::kLinkAt;
   op.dirfd = ns_->dirfd();
@@ -556,9 +594,10 @@ void EngineImpl::StoreWritesDone(Chunk& c) {
 
 // C2: on ENOSPC evict and retry once; the caller drops the store when this returns false.
 bool EngineImpl::RetryStoreAfterEnospc(Chunk& c) {
-  stats_.enospc_events.Add(1);
-  if (c.enospc_retried || c.ops_in_flight > 0) return false;
+  // Once the slot went back (the data was written, the link failed) there is nothing left to rewrite from.
+  if (c.enospc_retried || c.ops_in_flight > 0 || c.slot < 0) return false;
   c.enospc_retried = true;
+  EndDataPhase(c);
   if (c.fd >= 0) {
     close(c.fd);
     c.fd = -1;
@@ -571,7 +610,9 @@ bool EngineImpl::RetryStoreAfterEnospc(Chunk& c) {
     std::unique_lock<std::mutex> lock(index_mu_);
     const uint64_t file = slot_bytes_;
     const uint64_t want = std::max<uint64_t>(4 * file, disk_bytes_ / 10);
-    EvictLocked(lock, disk_bytes_ > want ? disk_bytes_ - want : 0);
+    std::vector<Victim> victims = TakeVictimsLocked(disk_bytes_ > want ? disk_bytes_ - want : 0);
+    lock.unlock();
+    UnlinkVictims(victims);  // synchronously: the retry needs the space now
   }
   c.writes_done = false;
   OpenTemporary(c);
@@ -755,7 +796,8 @@ const char* EngineImpl::OpRoleName(OpRole r) {
     case OpRole::kClose: return "close";
     case OpRole::kLink: return "link";
     case OpRole::kUnlinkTmp:
-    case OpRole::kUnlinkCorrupt: return "unlink";
+    case OpRole::kUnlinkCorrupt:
+    case OpRole::kUnlinkEvicted: return "unlink";
   }
   return "op";
 }
