@@ -56,10 +56,16 @@ fi
 pkg-config --modversion liburing libxxhash || exit 1
 
 step "build"
+# Linker flags from the environment (an image's LDFLAGS may carry -static-libstdc++) would put a private copy of
+# libstdc++ into the Python modules; in a process that has loaded the shared one already (numpy, torch), their first
+# use of iostreams then crashed (seen on the H200 box). Build with the plain toolchain defaults.
+env | grep -E '^(LDFLAGS|CXXFLAGS|CFLAGS|CPPFLAGS)=' || true
+unset LDFLAGS CXXFLAGS CFLAGS CPPFLAGS
 gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
 build=$repo/build-gpu
 cmake -S . -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DKVTIER_WITH_CUDA=ON -DKVTIER_BUILD_PYTHON=ON \
   -DKVTIER_BUILD_TESTS=OFF -DKVTIER_BUILD_TOOLS=OFF -DPython_EXECUTABLE="$(command -v python3)" \
+  -DCMAKE_SHARED_LINKER_FLAGS= -DCMAKE_MODULE_LINKER_FLAGS= -DCMAKE_EXE_LINKER_FLAGS= \
   >"$OUT/cmake.log" 2>&1 || { tail -40 "$OUT/cmake.log"; exit 1; }
 cmake --build "$build" --target _kvtier _kvtier_cuda kvtier_gpu_bench -j"$(nproc)" >"$OUT/build.log" 2>&1 \
   || { grep -E "error|Error" -A3 "$OUT/build.log" | head -60; exit 1; }
@@ -68,12 +74,21 @@ rm -rf "$pkg" && mkdir -p "$pkg/kvtier"
 cp python/kvtier/*.py "$pkg/kvtier/"
 find "$build" -maxdepth 1 -name '_kvtier*.so' -exec cp {} "$pkg/kvtier/" \;
 export PYTHONPATH=$pkg${PYTHONPATH:+:$PYTHONPATH}
-python3 -c 'import kvtier, kvtier._kvtier_cuda as c; print("kvtier modules:", kvtier._kvtier.__file__, c.__file__)' || exit 1
+for so in "$pkg"/kvtier/_kvtier*.so; do
+  if ! ldd "$so" | grep -q 'libstdc++'; then
+    # still private: make the process load the shared libstdc++ first so there is one copy (and say so)
+    echo "WARNING: $so carries its own libstdc++; preloading the shared one"
+    export LD_PRELOAD=$(ldconfig -p | awk '/libstdc\+\+\.so\.6 .*x86-64/ {print $NF; exit}')
+  fi
+done
+python3 -c 'import kvtier._kvtier as k, kvtier._kvtier_cuda as c; print("kvtier modules:", k.__file__, c.__file__)' || exit 1
 command -v cuobjdump >/dev/null && cuobjdump --list-elf --list-ptx "$build"/src/cuda/libkvtier_cuda.a 2>&1 | head -4
+
+[ "${KVTIER_GPU_BUILD_ONLY:-0}" = 1 ] && exit 0
 
 rc=0
 step "correctness and pool<->GPU copies (gpu_check.py)"
-python3 bench/gpu/gpu_check.py --chunks "${KVTIER_GPU_CHUNKS:-8}" --modes "${modes// /,}" --json "$OUT/copy.json" \
+python3 -X faulthandler bench/gpu/gpu_check.py --chunks "${KVTIER_GPU_CHUNKS:-8}" --modes "${modes// /,}" --json "$OUT/copy.json" \
   || rc=1
 
 step "disk -> pool -> GPU through the engine (kvtier_gpu_bench)"

@@ -245,7 +245,7 @@ int main(int argc, char** argv) {
   o.identity.blocks_per_chunk = kBlocksPerChunk;
   o.identity.block_bytes = g.block_bytes();
   o.io_depth = a.io_depth;
-  o.io_mode = IoMode::kDirect;
+  o.io_mode = IoMode::kAuto;  // O_DIRECT where the filesystem allows it (Describe() in the JSON says which)
   const uint64_t slot_bytes = 4096 + kBlocksPerChunk * ((g.block_bytes() + 4095) / 4096 * 4096);
   o.pool_bytes = (uint64_t(a.chunks) + 2 * a.io_depth + 4) * (slot_bytes + 4096);
   cuda::CudaCopierOptions co;
