@@ -35,6 +35,8 @@ struct EngineOptions {
   uint64_t pool_bytes = 1ull << 30;
   uint32_t demand_reserve_slots = 0;  // slots speculative work can never take; 0 picks io_depth
   std::string pool_name;              // POSIX shm name; empty: a unique one
+  bool pool_populate = true;          // fault the whole pool in at open: memory is committed up front (the pool
+                                      // is the bound anyway), no page faults on the I/O path, larger DMA segments
 
   // I/O (I1-I4).
   IoBackend backend = IoBackend::kAuto;
@@ -45,6 +47,8 @@ struct EngineOptions {
   uint32_t posix_threads = 4;
   uint32_t op_timeout_ms = 10000;     // per-operation deadline (I4): a late read becomes a miss
   bool fsync_on_publish = false;      // L4: off by default; a torn entry after power loss fails its checksum
+  bool anonymous_temporaries = true;  // L4 via O_TMPFILE + linkat where the filesystem has it (a crash leaves
+                                      // nothing); false: named temporaries (create, write, link, unlink)
 
   // Capacity (C1, C2).
   uint64_t disk_budget_bytes = 0;     // 0: unlimited

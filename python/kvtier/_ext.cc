@@ -106,7 +106,7 @@ constexpr const char* kOptionNames[] = {
     "pool_bytes",    "demand_reserve_slots", "pool_name",   "backend",         "io_mode",
     "io_depth",      "posix_threads",  "op_timeout_ms",     "fsync_on_publish", "disk_budget_bytes",
     "high_watermark", "low_watermark", "dir_mode",          "negative_cache_ms", "temp_max_age_s",
-    "trace_path",
+    "trace_path",    "pool_populate", "anonymous_temporaries",
 };
 
 std::string AcceptedOptions() {
@@ -196,6 +196,10 @@ EngineOptions OptionsFromDict(const nb::dict& d) {
       o.demand_reserve_slots = OptU32(name, v);
     } else if (name == "pool_name") {
       o.pool_name = OptString(name, v);
+    } else if (name == "pool_populate") {
+      o.pool_populate = OptBool(name, v);
+    } else if (name == "anonymous_temporaries") {
+      o.anonymous_temporaries = OptBool(name, v);
     } else if (name == "backend") {
       const std::string s = OptString(name, v);
       if (s == "auto") o.backend = IoBackend::kAuto;

@@ -113,6 +113,11 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
     io_mode_why = "buffered (O_DIRECT unavailable: " + dio.how + ")";
   }
   open_flags_extra_ = direct ? O_DIRECT : 0;
+  if (options.anonymous_temporaries) {
+    const int fd = openat(ns_->dirfd(), ".", O_TMPFILE | O_WRONLY | O_CLOEXEC | open_flags_extra_, file_mode_);
+    tmpfile_publish_ = fd >= 0 && access("/proc/self/fd", F_OK) == 0;
+    if (fd >= 0) close(fd);
+  }
 
   io::EngineConfig io_cfg;
   io_cfg.kind = options.backend == IoBackend::kUring   ? io::EngineKind::kUring
@@ -146,6 +151,7 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
                                  ? std::min(options.demand_reserve_slots, pool_opts.num_slots)
                                  : std::min(options.io_depth, pool_opts.num_slots / 4);
   pool_opts.name = options.pool_name;
+  pool_opts.populate = options.pool_populate;
   // Pools of engines that died without closing (SIGKILL) would hold shared memory forever: reclaim them.
   if (auto orphans = StagingPool::RemoveOrphans(); orphans.ok() && orphans.value() > 0) {
     orphan_pools_removed_ = orphans.value();
@@ -167,7 +173,8 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
 
   std::ostringstream d;
   d << "root " << options.root << " namespace " << ns_->path() << "; I/O " << io_->name() << " (" << backend_why
-    << "), " << io_mode_why << ", depth " << options.io_depth << "; pool " << pool_->name() << " "
+    << "), " << io_mode_why << ", depth " << options.io_depth << ", publish via "
+    << (tmpfile_publish_ ? "O_TMPFILE + linkat" : "named temporary + link") << "; pool " << pool_->name() << " "
     << pool_->num_slots() << " slots x " << slot_bytes_ << " B (reserve " << pool_opts.demand_reserve
     << "); index " << index_.size() << " entries, " << disk_bytes_ << " B; copier " << copier_->name();
   if (options.disk_budget_bytes) d << "; budget " << options.disk_budget_bytes << " B";

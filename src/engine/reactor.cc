@@ -206,7 +206,7 @@ void EngineImpl::OnCompletion(const io::IoCompletion& cqe) {
     case OpRole::kOpen:
       if (res >= 0) {
         c->fd = static_cast<int>(res);
-        if (c->job->kind == JobKind::kStore) c->tmp_exists = true;
+        if (c->job->kind == JobKind::kStore) c->tmp_exists = !c->tmp_anonymous;
       }
       if (c->failed) break;  // late: Settle() closes the fd
       if (res < 0) {
@@ -219,6 +219,10 @@ void EngineImpl::OnCompletion(const io::IoCompletion& cqe) {
           }
         } else if ((res == -ENOSPC || res == -EDQUOT) && RetryStoreAfterEnospc(*c)) {
           // retried
+        } else if (res == -ENOENT && !c->enoent_retried) {
+          c->enoent_retried = true;  // the fan-out directory went away (gc): create it again, once
+          fanout_cache_.Forget(c->req.key);
+          OpenTemporary(*c);
         } else {
           FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "create " + c->tmp_path));
         }
@@ -277,7 +281,11 @@ void EngineImpl::OnCompletion(const io::IoCompletion& cqe) {
         if (res == -EEXIST) stats_.stores_deduplicated.Add(1);
         PublishIndexed(c->req.key, kHeaderBytes + uint64_t(options_.identity.blocks_per_chunk) * block_stride_);
         c->job->bytes += slot_bytes_;
-        FinishChunk(*c);  // Settle() removes the temporary name
+        if (c->fd >= 0) {  // an anonymous temporary's fd, kept open for linkat
+          SubmitClose(c->fd);
+          c->fd = -1;
+        }
+        FinishChunk(*c);  // Settle() removes a named temporary
       } else if ((res == -ENOSPC || res == -EDQUOT) && RetryStoreAfterEnospc(*c)) {
         // retried
       } else {
@@ -546,13 +554,20 @@ void EngineImpl::OpenTemporary(Chunk& c) {
     FailChunk(c, s);
     return;
   }
-  c.tmp_path = TempRelPath(c.req.key);
   io::IoOp op;
   op.code = io::OpCode::kOpenAt;
   op.dirfd = ns_->dirfd();
-  op.flags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW | open_flags_extra_;
   op.mode = file_mode_;
   OpCtx ctx{OpRole::kOpen, &c};
+  if (tmpfile_publish_) {
+    c.tmp_anonymous = true;
+    c.tmp_path = FanoutDir(c.req.key);
+    op.flags = O_TMPFILE | O_WRONLY | O_CLOEXEC | open_flags_extra_;
+  } else {
+    c.tmp_anonymous = false;
+    c.tmp_path = TempRelPath(c.req.key);
+    op.flags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW | open_flags_extra_;
+  }
   ctx.path = c.tmp_path;
   ctx.deadline_ns = Deadline();
   SubmitOp(std::move(ctx), op);
@@ -570,10 +585,8 @@ void EngineImpl::StoreWritesDone(Chunk& c) {
     return;
   }
   c.writes_done = true;
-  SubmitClose(c.fd);
-  c.fd = -1;
   if (c.preset_slot < 0 && c.slot >= 0) {
-    // The bytes are in the file: the slot can serve the next chunk while link and unlink finish.
+    // The bytes are in the file: the slot can serve the next chunk while the link finishes.
     pool_->MarkFree(c.slot);
     pool_->Release(c.slot);
     c.slot = -1;
@@ -586,7 +599,15 @@ void EngineImpl::StoreWritesDone(Chunk& c) {
   op.code = io::OpCode::kLinkAt;
   op.dirfd = ns_->dirfd();
   OpCtx ctx{OpRole::kLink, &c};
-  ctx.path = c.tmp_path;
+  if (c.tmp_anonymous) {
+    // The open fd is the file's only name: link it through /proc (AT_SYMLINK_FOLLOW, no privilege needed).
+    ctx.path = "/proc/self/fd/" + std::to_string(c.fd);
+    op.flags = AT_SYMLINK_FOLLOW;
+  } else {
+    SubmitClose(c.fd);
+    c.fd = -1;
+    ctx.path = c.tmp_path;
+  }
   ctx.path2 = c.rel_path;
   ctx.deadline_ns = Deadline();
   SubmitOp(std::move(ctx), op);

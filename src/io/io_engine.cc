@@ -105,7 +105,7 @@ int64_t ExecuteBlocking(const IoOp& op) {
     case OpCode::kClose:
       return ::close(op.fd) == 0 ? 0 : -errno;
     case OpCode::kLinkAt:
-      return retry([&] { return int64_t{::linkat(op.dirfd, op.path, op.dirfd, op.path2, 0)}; });
+      return retry([&] { return int64_t{::linkat(op.dirfd, op.path, op.dirfd, op.path2, op.flags)}; });
     case OpCode::kUnlinkAt:
       return retry([&] { return int64_t{::unlinkat(op.dirfd, op.path, op.flags)}; });
   }

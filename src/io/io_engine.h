@@ -35,7 +35,7 @@ enum class OpCode : uint8_t {
   kWrite,     // pwrite(fd, buf, len, offset) -> bytes (may be short)
   kFsync,     // fsync(fd) -> 0
   kClose,     // close(fd) -> 0
-  kLinkAt,    // linkat(dirfd, path, dirfd, path2, 0) -> 0
+  kLinkAt,    // linkat(dirfd, path, dirfd, path2, flags) -> 0 (flags: 0 or AT_SYMLINK_FOLLOW)
   kUnlinkAt,  // unlinkat(dirfd, path, flags) -> 0
 };
 
@@ -50,7 +50,7 @@ struct IoOp {
   int fd = -1;                   // kRead, kWrite, kFsync, kClose
   const char* path = nullptr;    // kOpenAt, kLinkAt (old), kUnlinkAt
   const char* path2 = nullptr;   // kLinkAt (new)
-  int flags = 0;                 // kOpenAt open flags, kUnlinkAt flags
+  int flags = 0;                 // kOpenAt open flags, kLinkAt and kUnlinkAt flags
   mode_t mode = 0;               // kOpenAt
   void* buf = nullptr;           // kRead, kWrite
   uint32_t len = 0;              // kRead, kWrite

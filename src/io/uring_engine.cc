@@ -116,7 +116,7 @@ class UringEngine final : public IoEngine {
       case OpCode::kWrite: io_uring_prep_write(sqe, op.fd, op.buf, op.len, op.offset); break;
       case OpCode::kFsync: io_uring_prep_fsync(sqe, op.fd, 0); break;
       case OpCode::kClose: io_uring_prep_close(sqe, op.fd); break;
-      case OpCode::kLinkAt: io_uring_prep_linkat(sqe, op.dirfd, op.path, op.dirfd, op.path2, 0); break;
+      case OpCode::kLinkAt: io_uring_prep_linkat(sqe, op.dirfd, op.path, op.dirfd, op.path2, op.flags); break;
       case OpCode::kUnlinkAt: io_uring_prep_unlinkat(sqe, op.dirfd, op.path, op.flags); break;
     }
     sqe->user_data = index;

@@ -65,8 +65,10 @@ std::vector<CopySegment> Segments(std::vector<uint8_t>& bytes, uint64_t stride) 
 }
 
 // Child body: store keys [first, first + n) in small jobs until done or killed. Never returns.
-[[noreturn]] void WriterProcess(const std::string& root, uint64_t first, uint64_t n, bool budget) {
+[[noreturn]] void WriterProcess(const std::string& root, uint64_t first, uint64_t n, bool budget,
+                                bool named_temporaries = false) {
   EngineOptions o = Options(root);
+  o.anonymous_temporaries = !named_temporaries;
   if (budget) o.disk_budget_bytes = 24 * (4096 + kBlocks * kBlockBytes);  // eviction runs during the stores
   auto e = Engine::Open(o);
   if (!e.ok()) _exit(3);
@@ -125,7 +127,7 @@ TEST(CrashConsistency, WritersKilledAtRandomPointsNeverLeaveABadEntry) {
     const bool budget = round % 3 == 0;
     pid_t pid = fork();
     ASSERT_GE(pid, 0);
-    if (pid == 0) WriterProcess(dir.path(), first, 12, budget);
+    if (pid == 0) WriterProcess(dir.path(), first, 12, budget, /*named_temporaries=*/round % 2 == 1);
     usleep(std::uniform_int_distribution<int>(0, full_run_us)(rng));
     if (kill(pid, SIGKILL) == 0) ++killed;
     int status = 0;
@@ -166,7 +168,7 @@ TEST(PublicationRace, TwoProcessesPublishingTheSameKeysBothSucceedWithOneValidEn
     pid_t a = fork();
     if (a == 0) WriterProcess(dir.path(), first, 16, false);
     pid_t b = fork();
-    if (b == 0) WriterProcess(dir.path(), first, 16, false);
+    if (b == 0) WriterProcess(dir.path(), first, 16, false, /*named_temporaries=*/true);
     int sa = 0, sb = 0;
     ASSERT_EQ(waitpid(a, &sa, 0), a);
     ASSERT_EQ(waitpid(b, &sb, 0), b);

@@ -273,6 +273,23 @@ TEST_F(EngineTest, DiskBudgetEvictsLeastRecentlyUsedDownToTheLowWatermark) {
   EXPECT_EQ(e->Lookup(Key(1)), ChunkLocation::kAbsent);  // oldest went first
 }
 
+TEST_F(EngineTest, AFanoutDirectoryRemovedBehindTheEnginesBackIsCreatedAgain) {
+  auto e = Open(Options(root_));
+  std::vector<HostChunk> src(1);
+  src[0].Fill(1);
+  ASSERT_TRUE(Store(*e, src, 0).all_ok());
+  // Key(65536) shares Key(0)'s fan-out directory (same first two bytes). Remove that directory (as an operator
+  // or a foreign gc might), then store into it again.
+  std::string fanout;
+  for (auto& p : std::filesystem::recursive_directory_iterator(root_)) {
+    if (p.path().extension() == ".kvc") fanout = p.path().parent_path();
+  }
+  ASSERT_FALSE(fanout.empty());
+  std::filesystem::remove_all(fanout);
+  ASSERT_TRUE(Store(*e, src, 65536).all_ok());
+  EXPECT_EQ(e->Lookup(Key(65536)), ChunkLocation::kDisk);
+}
+
 TEST_F(EngineTest, BadOptionsNameTheField) {
   EngineOptions o = Options(root_);
   o.io_depth = 0;
@@ -337,7 +354,9 @@ TEST_F(EngineFaultTest, EnospcOnWriteEvictsAndRetriesOnce) {
 }
 
 TEST_F(EngineFaultTest, PersistentEnospcDropsTheStoreAndLeavesNoTemporary) {
-  auto e = OpenWithFaults({io::FaultRule::FailEvery(io::OpCode::kWrite, ENOSPC)}, Options(root_));
+  EngineOptions o = Options(root_);
+  o.anonymous_temporaries = false;  // a named temporary is the one that could be left behind
+  auto e = OpenWithFaults({io::FaultRule::FailEvery(io::OpCode::kWrite, ENOSPC)}, o);
   std::vector<HostChunk> src(1);
   src[0].Fill(1);
   JobResult r = Store(*e, src);
@@ -384,12 +403,14 @@ TEST_F(EngineFaultTest, ShortReadsAndWritesAreCompleted) {
 }
 
 // The same engine behaviour on every backend and I/O mode the machine offers.
-class EngineBackendTest : public EngineTest, public ::testing::WithParamInterface<std::pair<IoBackend, IoMode>> {};
+class EngineBackendTest : public EngineTest,
+                          public ::testing::WithParamInterface<std::tuple<IoBackend, IoMode, bool>> {};
 
 TEST_P(EngineBackendTest, RoundTripOnThisBackendAndMode) {
   EngineOptions o = Options(root_);
-  o.backend = GetParam().first;
-  o.io_mode = GetParam().second;
+  o.backend = std::get<0>(GetParam());
+  o.io_mode = std::get<1>(GetParam());
+  o.anonymous_temporaries = std::get<2>(GetParam());
   if (o.backend == IoBackend::kUring && !io::UringAvailable()) GTEST_SKIP() << "io_uring unavailable on this kernel";
   auto opened = Engine::Open(o);
   if (!opened.ok() && opened.status().code() == StatusCode::kUnsupported) {
@@ -408,10 +429,9 @@ TEST_P(EngineBackendTest, RoundTripOnThisBackendAndMode) {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, EngineBackendTest,
-                         ::testing::Values(std::make_pair(IoBackend::kUring, IoMode::kDirect),
-                                           std::make_pair(IoBackend::kUring, IoMode::kBuffered),
-                                           std::make_pair(IoBackend::kPosix, IoMode::kDirect),
-                                           std::make_pair(IoBackend::kPosix, IoMode::kBuffered)));
+                         ::testing::Combine(::testing::Values(IoBackend::kUring, IoBackend::kPosix),
+                                            ::testing::Values(IoMode::kDirect, IoMode::kBuffered),
+                                            ::testing::Bool()));
 
 }  // namespace
 }  // namespace kvtier
