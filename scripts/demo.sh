@@ -66,10 +66,12 @@ if want disk; then
             | xargs -d '\n' sha256sum | sha256sum | cut -c1-16)
     if [[ "$(cat "$stamp_file" 2>/dev/null)" != "$stamp" ]] || ! "$py" -c "import kvtier._kvtier" 2>/dev/null; then
         say "installing kvtier into $venv (C++ build, a few minutes the first time)"
-        "$py" -m pip install -q --disable-pip-version-check "scikit-build-core>=0.10" "nanobind>=2.0" >&2 \
+        "$py" -c "import scikit_build_core, nanobind" 2>/dev/null \
+            || "$py" -m pip install -q --disable-pip-version-check "scikit-build-core>=0.10" "nanobind>=2.0" >&2 \
             || die "could not install the build requirements (scikit-build-core, nanobind) into $venv"
-        "$py" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation \
-            -C build-dir="build-python/vllm-{wheel_tag}" . >&2 \
+        # Same CMake tree as scripts/test_vllm.sh (incremental rebuilds).
+        CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) "$py" -m pip install -q --disable-pip-version-check --no-deps \
+            --no-build-isolation -C build-dir="build-vllm/{wheel_tag}" . >&2 \
             || die "the kvtier package does not build (pip install . failed above); the kvtier configurations need it.
       Run only the recompute configuration with KVTIER_DEMO_CONFIGS=recompute."
         echo "$stamp" > "$stamp_file"
