@@ -18,6 +18,8 @@
 #   KVTIER_SMOKE_TOKENS   long-prompt length in tokens (default 8192)
 #   KVTIER_SMOKE_TIMEOUT  seconds to wait for /health (default 300)
 #   KVTIER_SMOKE_LOG      server log path (default: a file in a temp dir, kept on failure)
+#   KVTIER_SMOKE_BLOCKS_PER_CHUNK  probe spec's blocks_per_chunk (default 1); with > 1 the
+#                         probe also checks a load whose first chunk is partly on the GPU
 set -Eeuo pipefail
 
 probe=0
@@ -205,8 +207,9 @@ class ProbeWorker(OffloadingWorker):
                 t[bid].copy_(row)
                 nbytes += row.numel()
         self.done.append(TransferResult(job_id, True, nbytes, time.perf_counter() - t0))
-        logger.info("KVTIER_PROBE submit_load job=%d blocks=%d skip=%d bytes=%d",
-                    job_id, len(ids), skip, nbytes)
+        logger.info("KVTIER_PROBE submit_load job=%d blocks=%d chunks=%d group_sizes=%s "
+                    "block_indices=%s skip=%d bytes=%d", job_id, len(ids), len(src_spec.keys),
+                    list(dst_spec.group_sizes), list(dst_spec.block_indices), skip, nbytes)
         return True
 
     def get_finished(self):
@@ -248,7 +251,7 @@ PYEOF
     export PYTHONPATH="$work/probe${PYTHONPATH:+:$PYTHONPATH}"
     export VLLM_SERVER_DEV_MODE=1   # enables POST /reset_prefix_cache
     serve_args+=(--kv-transfer-config
-        '{"kv_connector":"OffloadingConnector","kv_role":"kv_both","kv_connector_extra_config":{"spec_name":"KVTierProbeSpec","spec_module_path":"kvtier_probe_spec"}}')
+        '{"kv_connector":"OffloadingConnector","kv_role":"kv_both","kv_connector_extra_config":{"spec_name":"KVTierProbeSpec","spec_module_path":"kvtier_probe_spec","blocks_per_chunk":'"${KVTIER_SMOKE_BLOCKS_PER_CHUNK:-1}"'}}')
 fi
 
 echo "vllm_smoke.sh: venv $venv" >&2
@@ -319,21 +322,32 @@ print(f"SMOKE long_prompt_tokens={len(long_ids)} prefix_hit_ttft_s={ttft_hit:.3f
 assert text_hit == text_cold, "prefix-cache hit changed the greedy output"
 
 if probe:
-    # Drop vLLM's own prefix cache (not the connector's). The reset is refused
-    # while blocks are held, e.g. by in-flight offload stores: retry.
-    for attempt in range(30):
-        time.sleep(1.0)
-        with post("/reset_prefix_cache", {}) as r:
-            if json.load(r).get("success"):
-                break
-    else:
+    def reset_gpu_prefix_cache():
+        # Drop vLLM's own prefix cache (not the connector's). The reset is
+        # refused while blocks are held, e.g. by in-flight offload stores.
+        for attempt in range(30):
+            time.sleep(1.0)
+            with post("/reset_prefix_cache", {}) as r:
+                if json.load(r).get("success"):
+                    print(f"SMOKE reset_prefix_cache attempts={attempt + 1}")
+                    return
         raise SystemExit("reset_prefix_cache kept failing")
-    print(f"SMOKE reset_prefix_cache attempts={attempt + 1}")
+
+    reset_gpu_prefix_cache()
     text_load, ttft_load, _ = complete(long_ids)
     print(f"SMOKE long_prompt_tokens={len(long_ids)} offload_load_ttft_s={ttft_load:.3f} "
           f"output={text_load!r}")
     assert text_load == text_cold, (
         f"output after loading offloaded KV differs: {text_load!r} vs {text_cold!r}")
+    # Partial first chunk: put the first 1000 tokens (62 full blocks) back on
+    # the GPU, then the full prompt loads blocks 62.. from the spec, which
+    # starts inside a chunk when blocks_per_chunk > 1.
+    reset_gpu_prefix_cache()
+    complete(long_ids[:1000], max_tokens=1)
+    text_part, ttft_part, _ = complete(long_ids)
+    print(f"SMOKE long_prompt_tokens={len(long_ids)} partial_gpu_hit_load_ttft_s={ttft_part:.3f}")
+    assert text_part == text_cold, (
+        f"output after a partial load differs: {text_part!r} vs {text_cold!r}")
     metrics = urllib.request.urlopen(base + "/metrics", timeout=30).read().decode()
     for line in metrics.splitlines():
         if line.startswith(("vllm:kvtier_probe_lookups", "vllm:kv_offload_store_bytes",
@@ -346,7 +360,8 @@ if [[ $probe -eq 1 ]]; then
     sleep 1
     grep -c "KVTIER_PROBE" "$log" | sed 's/^/SMOKE probe_log_lines=/'
     grep -E "KVTIER_PROBE (spec init|tensor|get_worker)" "$log" | sed 's/^/SMOKE log: /' | cut -c1-400
-    grep -E "KVTIER_PROBE submit_(store|load)" "$log" | head -n 3 | sed 's/^/SMOKE log: /' | cut -c1-300
+    grep -E "KVTIER_PROBE submit_store" "$log" | head -n 2 | sed 's/^/SMOKE log: /' | cut -c1-300
+    grep -E "KVTIER_PROBE (submit_load|prepare_load)" "$log" | sed 's/^/SMOKE log: /' | cut -c1-300
     grep -q "KVTIER_PROBE submit_load" "$log" || { echo "vllm_smoke.sh: probe never loaded" >&2; exit 1; }
 fi
 ok=1
