@@ -698,7 +698,6 @@ void EngineImpl::FinishChunk(Chunk& c) {
   }
   if (job.unfinished == 0 && !job.reported) {
     job.reported = true;
-    if (job.internal) return;  // promotions and committed stores report through the resident map
     JobResult r;
     r.id = job.id;
     r.kind = job.kind;
@@ -710,7 +709,9 @@ void EngineImpl::FinishChunk(Chunk& c) {
       if (!ch->failed) r.chunks_ok++;
     }
     const uint64_t us = static_cast<uint64_t>(r.latency_ns / 1000);
-    if (job.kind == JobKind::kLoad) {
+    if (job.kind == JobKind::kLoad && job.internal) {
+      stats_.read_latency_us.Record(us);  // a promotion: disk -> verified resident slot
+    } else if (job.kind == JobKind::kLoad) {
       stats_.load_latency_us.Record(us);
       (r.all_ok() ? stats_.loads_completed : stats_.loads_failed).Add(1);
     } else {
@@ -721,6 +722,7 @@ void EngineImpl::FinishChunk(Chunk& c) {
       trace_->Complete(job.kind == JobKind::kLoad ? "load_job" : "store_job", "job", job.start_ns, r.latency_ns, 0,
                        {{"chunks", r.chunks.size()}, {"ok", r.chunks_ok}, {"bytes", r.bytes}});
     }
+    if (job.internal) return;  // promotions and committed stores report through the resident map
     {
       std::lock_guard<std::mutex> lock(done_mu_);
       done_order_.push_back(r.id);

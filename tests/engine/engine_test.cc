@@ -509,6 +509,8 @@ TEST_F(ResidentTest, AWorkerFilledSlotIsPublishedAndServedAfterARestart) {
     }
     e->CommitStore(keys, true);
     EXPECT_EQ(e->Lookup(Key(0)), ChunkLocation::kDram);  // write-through: resident while it is written
+    for (int i = 0; i < 500 && e->Stats().stores_completed == 0; ++i) usleep(2000);
+    EXPECT_EQ(e->Stats().stores_completed, 1u);  // committed stores are counted like any other
     // A second reservation of the same keys needs no write.
     auto again = e->ReserveForStore(keys);
     ASSERT_TRUE(again.ok());
