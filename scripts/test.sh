@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: C++ unit, contract, multi-process and crash tests in the dev build, then the same suites
 # under AddressSanitizer (+LeakSanitizer, UBSan) and ThreadSanitizer, then the Python/vLLM end-to-end tests.
-# Fails on the first failure. KVTIER_TEST_QUICK=1 skips the sanitizer builds (for a fast local loop).
+# Fails on the first failure. For a fast local loop: KVTIER_TEST_QUICK=1 skips the sanitizer builds and
+# KVTIER_TEST_VLLM=0 the vLLM tests (CI=true runs everything).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -17,7 +18,7 @@ run_preset() {
 }
 
 run_preset dev
-if [ "${KVTIER_TEST_QUICK:-0}" != 1 ]; then
+if [ "${KVTIER_TEST_QUICK:-0}" != 1 ] || [ "${CI:-}" = true ]; then
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 run_preset asan
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 run_preset tsan
 fi
@@ -28,7 +29,12 @@ if command -v nvcc >/dev/null; then
   cmake --preset cuda >/dev/null
   cmake --build --preset cuda -j"$jobs" --target kvtier_cuda kvtier_gpu_bench
 fi
-if [ -x scripts/test_python.sh ]; then
-  scripts/test_python.sh
+echo "=== python: extension and package tests ==="
+KVTIER_TEST_VLLM=0 scripts/test_python.sh
+# vLLM (pinned, CPU platform) with kvtier as its offloading spec: unit tests of the adapter, then real servers.
+# KVTIER_TEST_VLLM=0 skips them for a fast local loop; CI always runs them.
+if [ "${KVTIER_TEST_VLLM:-1}" != 0 ] || [ "${CI:-}" = true ]; then
+  echo "=== vLLM: adapter and end-to-end tests ==="
+  scripts/test_vllm.sh
 fi
 echo "=== all tests passed ==="

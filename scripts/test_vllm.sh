@@ -24,7 +24,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
 
 if ! "$py" -c "import scikit_build_core, nanobind, pytest" 2>/dev/null; then
     echo "=== installing build/test tools into $venv ===" >&2
-    "$py" -m pip install -q "scikit-build-core>=0.10" "nanobind>=2.0" pytest >&2
+    "$py" -m pip install -q scikit-build-core==1.1.2 nanobind==3.1.0 pytest==9.2.0 >&2
 fi
 echo "=== installing kvtier into $venv ===" >&2
 "$py" -m pip install -q --no-deps --no-build-isolation -Cbuild-dir=build-vllm/{wheel_tag} . >&2
