@@ -115,6 +115,9 @@ class Engine {
   // kMiss: not on disk, failed verification, or no slot could be had (speculative promotions never take the
   // demand reserve, S2).
   virtual PromoteResult Promote(const ChunkKey& key, bool speculative) = 0;
+  // Where a chunk stands in the DRAM tier, without touching its recency or any counter (the preload planner polls
+  // its reads with it). kReady: resident and readable; kPending: being read or filled; kMiss: not resident.
+  virtual PromoteState Residency(const ChunkKey& key) = 0;
   // Pins resident chunks for a transfer (a pinned slot is never evicted or reused). kNotFound names the first key
   // that is not resident and ready; nothing is pinned then.
   virtual Result<std::vector<SlotRef>> PinResident(std::span<const ChunkKey> keys) = 0;

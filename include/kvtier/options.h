@@ -34,6 +34,10 @@ struct EngineOptions {
   // Staging pool (S1, S2): pool_bytes / slot size slots, one chunk payload each.
   uint64_t pool_bytes = 1ull << 30;
   uint32_t demand_reserve_slots = 0;  // slots speculative work can never take; 0 picks io_depth
+  // DRAM tier (T1): completed slots kept as a cache, at most dram_max_slots of them (0: the whole pool), replaced
+  // by dram_policy ("lru" or "arc"). In-use slots (pinned, loading, filling, writing) are never evicted.
+  std::string dram_policy = "lru";
+  uint32_t dram_max_slots = 0;
   std::string pool_name;              // POSIX shm name; empty: a unique one
   bool pool_populate = true;          // fault the whole pool in at open: memory is committed up front (the pool
                                       // is the bound anyway), no page faults on the I/O path, larger DMA segments
@@ -55,8 +59,17 @@ struct EngineOptions {
   double high_watermark = 0.95;       // evict when usage > high * budget ...
   double low_watermark = 0.85;        // ... down to low * budget
 
-  // Security (K2).
+  // Security (K2, K3).
   mode_t dir_mode = 0750;             // files get the same mode without execute bits
+  // Open refuses a root that is world-writable without the sticky bit, or owned by a user other than this process's
+  // effective user or root: anyone who can write there could plant entries or symlinks. true skips that check.
+  bool allow_insecure_root = false;
+  // K3: keyed checksums. Empty: off (checksum_kind 1, unkeyed XXH3). Otherwise the secret shared by the trusted
+  // instances, either "file:<path>" (the key file's bytes; it must not be readable by others) or the secret itself
+  // (at least 16 bytes). Entries are then written with checksum_kind 2 (HMAC-SHA256 of the header, XXH3 of every
+  // block under a secret derived from the key); entries written without the secret or with another one fail
+  // verification and are misses (K1). docs/file-format.md has the construction.
+  std::string checksum_secret;
 
   // Lookups of keys not in the in-memory index stat the file (entries published by other instances); a miss
   // is remembered this long before the filesystem is asked again.

@@ -1,6 +1,7 @@
 // The engine's reactor: one thread drives every disk operation through the IoEngine, hands ready slots to the
 // device copier in batches, and publishes finished jobs. See engine_impl.h for threads and ownership.
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -62,8 +63,65 @@ Status EngineOptions::Validate() const {
     return bad("dir_mode", "must be a permission mode that gives the owner rwx (e.g. 0750, 0770)");
   }
   if (pool_bytes == 0) return bad("pool_bytes", "must be > 0");
+  if (auto p = tier::ParseDramPolicy(dram_policy); !p.ok()) return bad("dram_policy", "must be lru or arc");
+  if (!checksum_secret.empty()) {
+    if (checksum_secret.rfind("file:", 0) == 0) {
+      if (checksum_secret.size() == 5) return bad("checksum_secret", "\"file:\" must be followed by a key file's path");
+    } else if (checksum_secret.size() < 16) {
+      return bad("checksum_secret", "must be at least 16 bytes, or \"file:<path of a key file>\" (empty: off)");
+    }
+  }
   return Status::Ok();
 }
+
+namespace {
+
+// K2: a root that others can write to lets them plant entries or symlinks: refuse it unless told otherwise.
+Status CheckRootOwnership(const EngineOptions& o) {
+  struct stat st;
+  if (stat(o.root.c_str(), &st) != 0) return Status::Ok();  // Namespace::Open reports a missing root
+  if (o.allow_insecure_root) return Status::Ok();
+  if ((st.st_mode & S_IWOTH) && !(st.st_mode & S_ISVTX)) {
+    return Status(StatusCode::kFailedPrecondition,
+                  "storage root " + o.root + " is world-writable without the sticky bit (mode " +
+                      std::to_string(st.st_mode & 07777) + " decimal): anyone could plant entries; chmod o-w it, " +
+                      "or set allow_insecure_root to accept it");
+  }
+  if (st.st_uid != geteuid() && st.st_uid != 0) {
+    return Status(StatusCode::kFailedPrecondition,
+                  "storage root " + o.root + " is owned by uid " + std::to_string(st.st_uid) + ", not by this user (" +
+                      std::to_string(geteuid()) + ") or root; set allow_insecure_root to accept it");
+  }
+  return Status::Ok();
+}
+
+// K3: the secret itself, or the bytes of the key file "file:<path>" names (which others must not be able to read).
+Result<std::string> LoadChecksumSecret(const std::string& spec) {
+  if (spec.rfind("file:", 0) != 0) return spec;
+  const std::string path = spec.substr(5);
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return Status::FromErrno(errno, "option checksum_secret: key file " + path);
+  struct stat st;
+  std::string bytes;
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size <= 65536) {
+    bytes.resize(st.st_size);
+    const ssize_t n = read(fd, bytes.data(), bytes.size());
+    bytes.resize(n > 0 ? n : 0);
+  }
+  close(fd);
+  if (!S_ISREG(st.st_mode) || st.st_size > 65536) {
+    return Status(StatusCode::kInvalidArgument, "option checksum_secret: key file " + path +
+                                                    " must be a regular file of at most 64 KiB");
+  }
+  if (st.st_mode & S_IROTH) {
+    return Status(StatusCode::kFailedPrecondition,
+                  "option checksum_secret: key file " + path + " is readable by others; chmod o-r it");
+  }
+  while (!bytes.empty() && (bytes.back() == '\n' || bytes.back() == '\r')) bytes.pop_back();
+  return bytes;
+}
+
+}  // namespace
 
 Result<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& options) {
   return EngineImpl::Create(options, CreateHostCopier());
@@ -88,6 +146,15 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
   KVTIER_RETURN_IF_ERROR(options.Validate());
   options_ = options;
   file_mode_ = options.dir_mode & 0666;
+  KVTIER_RETURN_IF_ERROR(CheckRootOwnership(options));
+  if (!options.checksum_secret.empty()) {
+    auto secret = LoadChecksumSecret(options.checksum_secret);
+    if (!secret.ok()) return secret.status();
+    auto key = DeriveChecksumKey(secret.value());
+    if (!key.ok()) return key.status().WithContext("option checksum_secret");
+    checksum_key_ = std::make_unique<ChecksumKey>(key.value());
+  }
+  open_resolve_ = io::Openat2Available() ? (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS) : 0;
 
   NamespaceOpenOptions ns_opts;
   ns_opts.create = true;
@@ -159,6 +226,9 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
   auto pool = StagingPool::Create(pool_opts);
   if (!pool.ok()) return pool.status();
   pool_ = std::move(pool.value());
+  dram_max_slots_ = options.dram_max_slots ? std::min(options.dram_max_slots, pool_->num_slots()) : pool_->num_slots();
+  dram_ = tier::DramTier::Make(tier::ParseDramPolicy(options.dram_policy).value(), dram_max_slots_);
+  max_unused_preloads_ = std::max<uint32_t>(1, (pool_->num_slots() - pool_opts.demand_reserve) / 2);
 
   copier_ = std::move(copier);
   if (!options.trace_path.empty()) {
@@ -174,9 +244,11 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
   std::ostringstream d;
   d << "root " << options.root << " namespace " << ns_->path() << "; I/O " << io_->name() << " (" << backend_why
     << "), " << io_mode_why << ", depth " << options.io_depth << ", publish via "
-    << (tmpfile_publish_ ? "O_TMPFILE + linkat" : "named temporary + link") << "; pool " << pool_->name() << " "
+    << (tmpfile_publish_ ? "O_TMPFILE + linkat" : "named temporary + link") << ", opens via "
+    << (open_resolve_ ? "openat2 (RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS)" : "openat (O_NOFOLLOW)")
+    << (checksum_key_ ? ", keyed checksums" : "") << "; pool " << pool_->name() << " "
     << pool_->num_slots() << " slots x " << slot_bytes_ << " B (reserve " << pool_opts.demand_reserve
-    << "); index " << index_.size() << " entries, " << disk_bytes_ << " B; copier " << copier_->name();
+    << "), DRAM tier " << tier::DramPolicyName(dram_->policy()) << " " << dram_max_slots_ << " slots; index " << index_.size() << " entries, " << disk_bytes_ << " B; copier " << copier_->name();
   if (options.disk_budget_bytes) d << "; budget " << options.disk_budget_bytes << " B";
   if (orphan_pools_removed_) d << "; removed " << orphan_pools_removed_ << " orphaned pools of dead engines";
   describe_ = d.str();
@@ -233,7 +305,7 @@ ChunkLocation EngineImpl::Lookup(const ChunkKey& key) {
     auto r = resident_.find(key);
     if (r != resident_.end()) {
       if (r->second.state == Resident::State::kReady || r->second.state == Resident::State::kWriting) {
-        resident_lru_.splice(resident_lru_.end(), resident_lru_, r->second.lru);
+        dram_->Touch(key);
         stats_.lookup_hits_dram.Add(1);
         return ChunkLocation::kDram;
       }
@@ -465,20 +537,54 @@ void EngineImpl::PublishIndexed(const ChunkKey& key, uint64_t bytes) {
 // ---------------------------------------------------------------------------------------------------------------
 // Slot-resident chunks (DRAM tier)
 
-std::optional<uint32_t> EngineImpl::AcquireSlotLocked(staging::Priority priority) {
-  if (auto slot = pool_->Acquire(priority)) return slot;
-  for (auto it = resident_lru_.begin(); it != resident_lru_.end(); ++it) {
-    auto r = resident_.find(*it);
-    if (r == resident_.end() || r->second.pins > 0 || r->second.state != Resident::State::kReady) continue;
-    const uint32_t slot = r->second.slot;
-    resident_.erase(r);
-    resident_lru_.erase(it);
-    pool_->MarkFree(slot);
-    pool_->Release(slot);
-    stats_.dram_entries.Set(resident_.size());
-    return pool_->Acquire(priority);
+bool EngineImpl::EvictResidentLocked(bool for_speculative) {
+  auto evictable = [this](bool preloads_too) {
+    return [this, preloads_too](const ChunkKey& k) {
+      auto r = resident_.find(k);
+      return r != resident_.end() && r->second.pins == 0 && r->second.state == Resident::State::kReady &&
+             (preloads_too || !r->second.speculative);
+    };
+  };
+  std::optional<ChunkKey> victim = dram_->Victim(evictable(false));
+  if (!victim && !for_speculative) victim = dram_->Victim(evictable(true));
+  if (!victim) return false;
+  auto r = resident_.find(*victim);
+  if (r->second.speculative) {
+    stats_.preload_wasted.Add(1);
+    unused_preloads_--;
   }
-  return std::nullopt;
+  const uint32_t slot = r->second.slot;
+  resident_.erase(r);
+  dram_->Evict(*victim);
+  pool_->MarkFree(slot);
+  pool_->Release(slot);
+  stats_.dram_entries.Set(resident_.size());
+  return true;
+}
+
+void EngineImpl::UsePreloadLocked(Resident& r) {
+  if (!r.speculative) return;
+  r.speculative = false;
+  unused_preloads_--;
+  stats_.preload_used.Add(1);
+}
+
+std::optional<uint32_t> EngineImpl::AcquireSlotLocked(staging::Priority priority, bool for_resident) {
+  const bool speculative = priority == staging::Priority::kSpeculative;
+  if (for_resident && resident_.size() >= dram_max_slots_) EvictResidentLocked(speculative);
+  if (auto slot = pool_->Acquire(priority)) return slot;
+  if (!EvictResidentLocked(speculative)) return std::nullopt;
+  return pool_->Acquire(priority);
+}
+
+PromoteState EngineImpl::Residency(const ChunkKey& key) {
+  std::lock_guard<std::mutex> lock(index_mu_);
+  auto r = resident_.find(key);
+  if (r == resident_.end()) return PromoteState::kMiss;
+  if (r->second.state == Resident::State::kReady || r->second.state == Resident::State::kWriting) {
+    return PromoteState::kReady;
+  }
+  return PromoteState::kPending;
 }
 
 std::optional<uint32_t> EngineImpl::AcquireSlot(staging::Priority priority) {
@@ -509,18 +615,23 @@ PromoteResult EngineImpl::Promote(const ChunkKey& key, bool speculative) {
     std::lock_guard<std::mutex> lock(index_mu_);
     auto r = resident_.find(key);
     if (r != resident_.end()) {
-      resident_lru_.splice(resident_lru_.end(), resident_lru_, r->second.lru);
+      dram_->Touch(key);
+      if (!speculative) UsePreloadLocked(r->second);
       if (r->second.state == Resident::State::kReady || r->second.state == Resident::State::kWriting) {
         return PromoteResult{PromoteState::kReady, SlotRef{r->second.slot, r->second.generation}};
       }
       return PromoteResult{PromoteState::kPending, {}};
     }
     if (!OnDiskLocked(key)) return PromoteResult{PromoteState::kMiss, {}};
-    auto got = AcquireSlotLocked(speculative ? staging::Priority::kSpeculative : staging::Priority::kDemand);
+    // R2: unused preloads hold at most half of the non-reserved slots, so they never crowd out the DRAM tier.
+    if (speculative && unused_preloads_ >= max_unused_preloads_) return PromoteResult{PromoteState::kMiss, {}};
+    auto got = AcquireSlotLocked(speculative ? staging::Priority::kSpeculative : staging::Priority::kDemand,
+                                 /*for_resident=*/true);
     if (!got) return PromoteResult{PromoteState::kMiss, {}};
     slot = *got;
-    resident_lru_.push_back(key);
-    resident_.emplace(key, Resident{slot, 0, Resident::State::kLoading, 0, std::prev(resident_lru_.end())});
+    dram_->Insert(key);
+    resident_.emplace(key, Resident{slot, 0, Resident::State::kLoading, 0, speculative});
+    if (speculative) unused_preloads_++;
   }
   if (speculative) stats_.preload_started.Add(1);
   auto id = Enqueue(JobKind::kLoad, {ChunkTransfer{key, 0, 0, {}}}, {static_cast<int>(slot)}, /*internal=*/true);
@@ -539,7 +650,8 @@ void EngineImpl::ResidentLoaded(const ChunkKey& key, uint32_t slot, uint32_t gen
     r->second.state = Resident::State::kReady;
     r->second.generation = generation;
   } else {
-    resident_lru_.erase(r->second.lru);
+    if (r->second.speculative) unused_preloads_--;
+    dram_->Erase(key);
     resident_.erase(r);
     pool_->MarkFree(slot);
     pool_->Release(slot);
@@ -568,7 +680,8 @@ Result<std::vector<SlotRef>> EngineImpl::PinResident(std::span<const ChunkKey> k
   for (const ChunkKey& k : keys) {
     auto& r = resident_[k];
     r.pins++;
-    resident_lru_.splice(resident_lru_.end(), resident_lru_, r.lru);
+    dram_->Touch(k);
+    UsePreloadLocked(r);
   }
   return refs;
 }
@@ -594,11 +707,11 @@ Result<std::vector<std::optional<SlotRef>>> EngineImpl::ReserveForStore(std::spa
     bool dup = false;
     for (size_t j : taken) dup |= keys[j] == k;
     if (dup) continue;
-    auto slot = AcquireSlotLocked(staging::Priority::kDemand);
+    auto slot = AcquireSlotLocked(staging::Priority::kDemand, /*for_resident=*/true);
     if (!slot) {
       for (size_t j : taken) {
         auto r = resident_.find(keys[j]);
-        resident_lru_.erase(r->second.lru);
+        dram_->Erase(keys[j]);
         pool_->MarkFree(r->second.slot);
         pool_->Release(r->second.slot);
         resident_.erase(r);
@@ -607,8 +720,8 @@ Result<std::vector<std::optional<SlotRef>>> EngineImpl::ReserveForStore(std::spa
                                                         std::to_string(keys.size()) + " chunks; retry later");
     }
     const uint32_t gen = pool_->BeginFill(*slot);
-    resident_lru_.push_back(k);
-    resident_.emplace(k, Resident{*slot, gen, Resident::State::kFilling, 0, std::prev(resident_lru_.end())});
+    dram_->Insert(k);
+    resident_.emplace(k, Resident{*slot, gen, Resident::State::kFilling, 0});
     out[i] = SlotRef{*slot, gen};
     taken.push_back(i);
   }
@@ -627,7 +740,7 @@ void EngineImpl::CommitStore(std::span<const ChunkKey> keys, bool success) {
       if (!success) {
         pool_->MarkFree(r->second.slot);
         pool_->Release(r->second.slot);
-        resident_lru_.erase(r->second.lru);
+        dram_->Erase(k);
         resident_.erase(r);
         stats_.stores_dropped.Add(1);
         continue;

@@ -29,6 +29,7 @@
 #include "layout/namespace.h"
 #include "staging/staging_pool.h"
 #include "stats/stats.h"
+#include "tier/dram_tier.h"
 #include "trace/trace_recorder.h"
 #include "transfer/device_copier.h"
 
@@ -55,6 +56,7 @@ class EngineImpl final : public Engine {
   Result<JobResult> Wait(JobId id, int64_t timeout_ms) override;
   Result<uint64_t> EvictToBudget() override;
   PromoteResult Promote(const ChunkKey& key, bool speculative) override;
+  PromoteState Residency(const ChunkKey& key) override;
   Result<std::vector<SlotRef>> PinResident(std::span<const ChunkKey> keys) override;
   void Unpin(std::span<const ChunkKey> keys) override;
   Result<std::vector<std::optional<SlotRef>>> ReserveForStore(std::span<const ChunkKey> keys) override;
@@ -125,7 +127,11 @@ class EngineImpl final : public Engine {
   void FinishChunk(Chunk& c);
   void MaybeFinishJob(Job& job);
   void FlushCopies();
-  void QuarantineCorrupt(const ChunkKey& key, const std::string& rel_path, const Status& why);
+  void QuarantineCorrupt(const ChunkKey& key, const std::string& rel_path, const Status& why,
+                         bool directory = false);
+  // A load's freshly opened chunk: a regular file of exactly a chunk's size (else kCorrupt; errno EISDIR for a
+  // directory); clears the O_NONBLOCK the open used.
+  Status CheckOpenedChunk(int fd) const;
   bool RetryStoreAfterEnospc(Chunk& c);
   void PublishIndexed(const ChunkKey& key, uint64_t bytes);
   struct Victim {
@@ -139,7 +145,11 @@ class EngineImpl final : public Engine {
   void EndDataPhase(Chunk& c);  // starts queued chunks' data reads/writes while fewer than io_depth are at the disk
   int64_t Deadline() const;
   // A free slot, evicting the least recently used unpinned resident chunk if the pool has none (T1).
-  std::optional<uint32_t> AcquireSlotLocked(staging::Priority priority);
+  // for_resident: the slot becomes a DRAM-tier entry, so the tier's own bound (dram_max_slots) applies first.
+  std::optional<uint32_t> AcquireSlotLocked(staging::Priority priority, bool for_resident = false);
+  // Evicts one unpinned ready resident chunk in the policy's order; unused preloads go only for demand work and
+  // only after everything else (R2). False when nothing can go.
+  bool EvictResidentLocked(bool for_speculative);
   std::optional<uint32_t> AcquireSlot(staging::Priority priority);
   bool OnDiskLocked(const ChunkKey& key);
   // Reactor: a resident chunk's read finished (ok) or failed.
@@ -157,6 +167,8 @@ class EngineImpl final : public Engine {
   uint64_t block_stride_ = 0;
   uint64_t slot_bytes_ = 0;  // kHeaderBytes + payload
   int open_flags_extra_ = 0;  // O_DIRECT when direct I/O is on
+  uint64_t open_resolve_ = 0; // RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS where the kernel has openat2 (K2)
+  std::unique_ptr<ChecksumKey> checksum_key_;  // K3: set when options.checksum_secret is
   mode_t file_mode_ = 0640;
   uint32_t orphan_pools_removed_ = 0;
   // L4 with an anonymous temporary: O_TMPFILE in the fan-out directory, write, linkat() it into place. A crash
@@ -206,10 +218,15 @@ class EngineImpl final : public Engine {
     uint32_t generation = 0;
     State state = State::kLoading;
     uint32_t pins = 0;
-    std::list<ChunkKey>::iterator lru;
+    bool speculative = false;  // a preload no demand load has used yet (R3: preload_used/wasted)
   };
+  // The first demand use of a preloaded entry (R3). Requires index_mu_.
+  void UsePreloadLocked(Resident& r);
   std::unordered_map<ChunkKey, Resident, ChunkKeyHash> resident_;
-  std::list<ChunkKey> resident_lru_;
+  std::unique_ptr<tier::DramTier> dram_;  // replacement order of resident_ (T1)
+  uint32_t dram_max_slots_ = 0;
+  uint32_t unused_preloads_ = 0;      // resident entries with speculative set
+  uint32_t max_unused_preloads_ = 0;  // (slots - demand reserve) / 2: preloads never crowd out the tier
 
   std::mutex done_mu_;
   std::condition_variable done_cv_;

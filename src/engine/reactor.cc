@@ -6,7 +6,9 @@
 // A chunk that fails is finished at once (its job can complete with a miss), but its slot, fd and temporary are
 // released only when every operation it started has come back: the kernel may still be writing into the slot.
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -211,7 +213,14 @@ void EngineImpl::OnCompletion(const io::IoCompletion& cqe) {
       if (c->failed) break;  // late: Settle() closes the fd
       if (res < 0) {
         if (c->job->kind == JobKind::kLoad) {
-          if (res == -ENOENT) {
+          if (res == -ELOOP || res == -EXDEV || res == -ENOTDIR || res == -ENXIO || res == -EISDIR) {
+            // Something other than a regular file or a real directory path (K1, K2): never followed, removed.
+            Status why(StatusCode::kCorrupt,
+                       "open " + c->rel_path + " refused (" + std::string(strerror(static_cast<int>(-res))) +
+                           "): a symlink or special file where a chunk belongs", static_cast<int>(-res));
+            QuarantineCorrupt(c->req.key, c->rel_path, why);
+            FailChunk(*c, why);
+          } else if (res == -ENOENT) {
             ForgetEntry(c->req.key);  // evicted by another instance, or never there
             FailChunk(*c, Status(StatusCode::kNotFound, "chunk file absent"));
           } else {
@@ -227,6 +236,14 @@ void EngineImpl::OnCompletion(const io::IoCompletion& cqe) {
           FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "create " + c->tmp_path));
         }
         break;
+      }
+      if (c->job->kind == JobKind::kLoad) {
+        Status shape = CheckOpenedChunk(c->fd);
+        if (!shape.ok()) {
+          QuarantineCorrupt(c->req.key, c->rel_path, shape, shape.error_number() == EISDIR);
+          FailChunk(*c, shape.WithContext(c->rel_path));
+          break;
+        }
       }
       data_queue_.push_back(c);  // PumpData starts its reads or writes when the disk has room (io_depth)
       break;
@@ -330,7 +347,8 @@ bool EngineImpl::StartLoadChunk(Job& job, Chunk& c) {
       if (r != resident_.end() &&
           (r->second.state == Resident::State::kReady || r->second.state == Resident::State::kWriting)) {
         r->second.pins++;
-        resident_lru_.splice(resident_lru_.end(), resident_lru_, r->second.lru);
+        dram_->Touch(c.req.key);
+        UsePreloadLocked(r->second);
         dram = SlotRef{r->second.slot, r->second.generation};
       }
     }
@@ -398,7 +416,11 @@ bool EngineImpl::StartLoadChunk(Job& job, Chunk& c) {
   io::IoOp op;
   op.code = io::OpCode::kOpenAt;
   op.dirfd = ns_->dirfd();
-  op.flags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW | open_flags_extra_;
+  // K2: no symlink anywhere on the path and nothing outside the namespace (openat2; O_NOFOLLOW where the kernel
+  // lacks it). O_NONBLOCK: a FIFO planted under a chunk's name must not block the open (it is cleared again once
+  // fstat has shown a regular file, since io_uring would return EAGAIN for reads of a non-blocking file).
+  op.flags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | open_flags_extra_;
+  op.resolve = open_resolve_;
   OpCtx ctx{OpRole::kOpen, &c};
   ctx.path = c.rel_path;
   ctx.deadline_ns = Deadline();
@@ -412,9 +434,12 @@ void EngineImpl::LoadReadsDone(Chunk& c) {
   c.fd = -1;
   const uint8_t* base = pool_->SlotData(s->slot);
   const ChunkGeometry geometry = ns_->geometry();
-  auto header = DecodeHeader(std::span<const uint8_t>(base, kHeaderBytes), ns_->fingerprint(), c.req.key, &geometry);
+  auto header = DecodeHeader(std::span<const uint8_t>(base, kHeaderBytes), ns_->fingerprint(), c.req.key, &geometry,
+                             checksum_key_.get());
   Status verdict = header.status();
-  if (verdict.ok()) verdict = VerifyBlocks(*header, c.first_block, c.num_blocks, base + kHeaderBytes);
+  if (verdict.ok()) {
+    verdict = VerifyBlocks(*header, c.first_block, c.num_blocks, base + kHeaderBytes, checksum_key_.get());
+  }
   if (!verdict.ok()) {
     QuarantineCorrupt(c.req.key, c.rel_path, verdict);
     FailChunk(c, verdict.WithContext(c.rel_path));
@@ -535,11 +560,11 @@ void EngineImpl::BeginStoreWrite(Chunk& c) {
       std::memset(base + kHeaderBytes + uint64_t(b) * block_stride_ + bb, 0, block_stride_ - bb);
     }
   }
-  if (Status fs = FillPayloadFields(&h, base + kHeaderBytes); !fs.ok()) {
+  if (Status fs = FillPayloadFields(&h, base + kHeaderBytes, checksum_key_.get()); !fs.ok()) {
     FailChunk(c, fs);
     return;
   }
-  Status s = EncodeHeader(h, std::span<uint8_t>(base, kHeaderBytes));
+  Status s = EncodeHeader(h, std::span<uint8_t>(base, kHeaderBytes), checksum_key_.get());
   if (!s.ok()) {
     FailChunk(c, s);
     return;
@@ -568,6 +593,7 @@ void EngineImpl::OpenTemporary(Chunk& c) {
     c.tmp_path = TempRelPath(c.req.key);
     op.flags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW | open_flags_extra_;
   }
+  op.resolve = open_resolve_;
   ctx.path = c.tmp_path;
   ctx.deadline_ns = Deadline();
   SubmitOp(std::move(ctx), op);
@@ -786,16 +812,56 @@ void EngineImpl::MaybeRetireShare(ReadShare* s) {
   delete s;
 }
 
-void EngineImpl::QuarantineCorrupt(const ChunkKey& key, const std::string& rel_path, const Status& why) {
+Status EngineImpl::CheckOpenedChunk(int fd) const {
+  struct stat st;
+  if (fstat(fd, &st) != 0) return Status::FromErrno(errno, "fstat");
+  if (!S_ISREG(st.st_mode)) {
+    return Status(StatusCode::kCorrupt,
+                  std::string("not a regular file (") + (S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode)
+                                                                                   ? "a FIFO"
+                                                                                   : "a special file") +
+                      ") where a chunk belongs",
+                  S_ISDIR(st.st_mode) ? EISDIR : 0);
+  }
+  if (static_cast<uint64_t>(st.st_size) != slot_bytes_) {
+    return Status(StatusCode::kCorrupt, "file has " + std::to_string(st.st_size) + " bytes, a chunk has " +
+                                            std::to_string(slot_bytes_) +
+                                            (static_cast<uint64_t>(st.st_size) < slot_bytes_ ? " (truncated)" : ""));
+  }
+  const int fl = fcntl(fd, F_GETFL);
+  if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) return Status::FromErrno(errno, "fcntl");
+  return Status::Ok();
+}
+
+void EngineImpl::QuarantineCorrupt(const ChunkKey& key, const std::string& rel_path, const Status& why,
+                                   bool directory) {
   // K1: a bad entry is removed so no reader sees it again; the miss and the counter tell the operator.
   stats_.corrupt_entries.Add(1);
   ForgetEntry(key);
-  io::IoOp op;
-  op.code = io::OpCode::kUnlinkAt;
-  op.dirfd = ns_->dirfd();
-  OpCtx ctx{OpRole::kUnlinkCorrupt, nullptr};
-  ctx.path = rel_path;
-  SubmitOp(std::move(ctx), op);
+  // Removed by name in its fan-out directory opened without following symlinks (K2): a symlink planted on the path
+  // is never followed to delete something outside the root. Synchronous: corrupt entries are rare. A directory is
+  // removed only when empty.
+  const std::string dir = FanoutDir(key);
+  int dfd = -1;
+  if (open_resolve_ != 0) {
+    open_how how{};
+    how.flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC;
+    how.resolve = open_resolve_;
+    dfd = static_cast<int>(syscall(SYS_openat2, ns_->dirfd(), dir.c_str(), &how, sizeof(how)));
+  } else {
+    const int first = openat(ns_->dirfd(), dir.substr(0, 2).c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (first >= 0) {
+      dfd = openat(first, dir.substr(3).c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      close(first);
+    }
+  }
+  if (dfd >= 0) {
+    const std::string name = rel_path.substr(rel_path.rfind('/') + 1);
+    if (unlinkat(dfd, name.c_str(), directory ? AT_REMOVEDIR : 0) != 0 && errno != ENOENT) {
+      stats_.io_errors.Add(1);
+    }
+    close(dfd);
+  }
   if (trace_ && trace_->enabled()) trace_->Instant("corrupt_entry", "integrity", io::NowNs(), 1);
 }
 

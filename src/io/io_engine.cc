@@ -1,6 +1,8 @@
 #include "io/io_engine.h"
 
 #include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -21,6 +23,18 @@ std::string_view OpCodeName(OpCode code) {
     case OpCode::kUnlinkAt: return "unlinkat";
   }
   return "unknown";
+}
+
+bool Openat2Available() {
+  static const bool available = [] {
+    open_how how{};
+    how.flags = O_RDONLY | O_CLOEXEC | O_DIRECTORY;
+    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS;
+    const long fd = ::syscall(SYS_openat2, AT_FDCWD, ".", &how, sizeof(how));
+    if (fd >= 0) ::close(static_cast<int>(fd));
+    return fd >= 0 || (errno != ENOSYS && errno != EPERM);  // EPERM: a seccomp filter refusing the call
+  }();
+  return available;
 }
 
 int64_t NowNs() {
@@ -88,6 +102,13 @@ int64_t ExecuteBlocking(const IoOp& op) {
   };
   switch (op.code) {
     case OpCode::kOpenAt:
+      if (op.resolve != 0) {
+        open_how how{};
+        how.flags = static_cast<uint64_t>(static_cast<uint32_t>(op.flags));
+        how.mode = op.mode;
+        how.resolve = op.resolve;
+        return retry([&] { return int64_t{::syscall(SYS_openat2, op.dirfd, op.path, &how, sizeof(how))}; });
+      }
       return retry([&] { return int64_t{::openat(op.dirfd, op.path, op.flags, op.mode)}; });
     // Pipes and FIFOs refuse pread (ESPIPE); io_uring reads them at the current position, so do the same.
     case OpCode::kRead: {

@@ -30,7 +30,8 @@
 namespace kvtier::io {
 
 enum class OpCode : uint8_t {
-  kOpenAt,    // openat(dirfd, path, flags, mode) -> fd
+  kOpenAt,    // openat(dirfd, path, flags, mode) -> fd; with resolve != 0: openat2(dirfd, path, {flags, mode,
+              // resolve}) -> fd (-ENOSYS where the kernel lacks openat2: see Openat2Available())
   kRead,      // pread(fd, buf, len, offset) -> bytes (may be short)
   kWrite,     // pwrite(fd, buf, len, offset) -> bytes (may be short)
   kFsync,     // fsync(fd) -> 0
@@ -51,7 +52,9 @@ struct IoOp {
   const char* path = nullptr;    // kOpenAt, kLinkAt (old), kUnlinkAt
   const char* path2 = nullptr;   // kLinkAt (new)
   int flags = 0;                 // kOpenAt open flags, kLinkAt and kUnlinkAt flags
-  mode_t mode = 0;               // kOpenAt
+  mode_t mode = 0;               // kOpenAt (must be 0 with resolve unless flags has O_CREAT or O_TMPFILE)
+  uint64_t resolve = 0;          // kOpenAt: RESOLVE_* flags (linux/openat2.h), e.g. RESOLVE_BENEATH |
+                                 // RESOLVE_NO_SYMLINKS: no path component may be a symlink or leave dirfd (K2)
   void* buf = nullptr;           // kRead, kWrite
   uint32_t len = 0;              // kRead, kWrite
   uint64_t offset = 0;           // kRead, kWrite
@@ -109,6 +112,8 @@ Result<std::unique_ptr<IoEngine>> CreateEngine(const EngineConfig& config, std::
 Result<std::unique_ptr<IoEngine>> CreateUringEngine(uint32_t depth);
 Result<std::unique_ptr<IoEngine>> CreatePosixEngine(uint32_t depth, uint32_t threads);
 bool UringAvailable(std::string* why = nullptr);
+// True when the kernel has the openat2 system call (Linux 5.6+, which also has IORING_OP_OPENAT2). Probed once.
+bool Openat2Available();
 
 // Direct I/O capability of the filesystem holding dirfd (I2): statx STATX_DIOALIGN where the kernel reports it,
 // otherwise a probe write of a temporary file with O_DIRECT at decreasing alignments.

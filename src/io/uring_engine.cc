@@ -4,6 +4,7 @@
 // (< depth), which holds the caller's user_data and whether a deadline was attached; link timeouts, the wake read
 // and the shutdown cancel carry reserved tags above every slot index. That keeps caller user_data unrestricted and
 // lets Reap swallow internal CQEs.
+#include <linux/openat2.h>
 #include <liburing.h>
 #include <sys/eventfd.h>
 #include <sys/syscall.h>
@@ -111,7 +112,18 @@ class UringEngine final : public IoEngine {
 
     io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
     switch (op.code) {
-      case OpCode::kOpenAt: io_uring_prep_openat(sqe, op.dirfd, op.path, op.flags, op.mode); break;
+      case OpCode::kOpenAt:
+        if (op.resolve != 0) {
+          // The kernel copies open_how when the SQE is consumed (at Flush): it lives in the slot until then.
+          slot.how = open_how{};
+          slot.how.flags = static_cast<uint64_t>(static_cast<uint32_t>(op.flags));
+          slot.how.mode = op.mode;
+          slot.how.resolve = op.resolve;
+          io_uring_prep_openat2(sqe, op.dirfd, op.path, &slot.how);
+        } else {
+          io_uring_prep_openat(sqe, op.dirfd, op.path, op.flags, op.mode);
+        }
+        break;
       case OpCode::kRead: io_uring_prep_read(sqe, op.fd, op.buf, op.len, op.offset); break;
       case OpCode::kWrite: io_uring_prep_write(sqe, op.fd, op.buf, op.len, op.offset); break;
       case OpCode::kFsync: io_uring_prep_fsync(sqe, op.fd, 0); break;
@@ -177,6 +189,7 @@ class UringEngine final : public IoEngine {
     uint64_t user_data = 0;
     bool has_deadline = false;
     __kernel_timespec deadline{};  // read by the kernel at submit: must live in the slot, not on the stack
+    open_how how{};                // kOpenAt with resolve: read by the kernel at submit, like deadline
   };
 
   // Binds the ring to the calling thread (SINGLE_ISSUER) and arms the wake read; idempotent.

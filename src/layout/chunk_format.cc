@@ -1,5 +1,8 @@
 #include "layout/chunk_format.h"
 
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <xxhash.h>
 
 #include <cstring>
@@ -65,7 +68,38 @@ std::string GeometryProblem(uint32_t num_blocks, uint64_t block_bytes, uint64_t 
   return {};
 }
 
+std::array<uint8_t, 32> HmacSha256(std::span<const uint8_t> key, std::string_view label, const uint8_t* data = nullptr,
+                                   size_t len = 0) {
+  std::array<uint8_t, 32> out{};
+  unsigned int out_len = 0;
+  std::string msg(label);
+  if (data != nullptr) msg.append(reinterpret_cast<const char*>(data), len);
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), reinterpret_cast<const uint8_t*>(msg.data()),
+       msg.size(), out.data(), &out_len);
+  return out;
+}
+
+uint64_t KeyedBlockChecksum(const ChunkHeader& h, uint32_t index, const uint8_t* block, const ChecksumKey& key) {
+  return XXH3_64bits_withSecret(block, h.block_bytes, key.xxh3_secret.data(), key.xxh3_secret.size()) ^
+         BlockChecksumSeed(h, index);
+}
+
 }  // namespace
+
+Result<ChecksumKey> DeriveChecksumKey(std::string_view secret) {
+  if (secret.size() < 16) {
+    return Status(StatusCode::kInvalidArgument,
+                  "checksum secret has " + std::to_string(secret.size()) + " bytes; at least 16 are needed");
+  }
+  std::span<const uint8_t> k(reinterpret_cast<const uint8_t*>(secret.data()), secret.size());
+  ChecksumKey out;
+  out.mac_key = HmacSha256(k, "kvtier-k3-header-mac");
+  for (size_t i = 0; i < out.xxh3_secret.size() / 32; ++i) {
+    auto part = HmacSha256(k, "kvtier-k3-block-secret-" + std::to_string(i));
+    std::memcpy(out.xxh3_secret.data() + 32 * i, part.data(), 32);
+  }
+  return out;
+}
 
 uint64_t BlockChecksum(const void* data, size_t len, uint64_t seed) {
   return XXH3_64bits_withSeed(data, len, seed);
@@ -86,7 +120,8 @@ uint64_t BlockChecksumSeed(const ChunkHeader& header, uint32_t index) {
   return XXH3_64bits(buf, n);
 }
 
-Status FillPayloadFields(ChunkHeader* header, const uint8_t* payload) {
+Status FillPayloadFields(ChunkHeader* header, const uint8_t* payload, const ChecksumKey* key) {
+  header->checksum_kind = key != nullptr ? kChecksumKeyed : kChecksumXxh3Seeded;
   header->block_stride = BlockStride(header->block_bytes);
   header->payload_bytes = uint64_t{header->num_blocks} * header->block_stride;
   std::string problem =
@@ -94,13 +129,14 @@ Status FillPayloadFields(ChunkHeader* header, const uint8_t* payload) {
   if (!problem.empty()) return Status(StatusCode::kInvalidArgument, "chunk header: " + problem);
   header->block_checksums.fill(0);
   for (uint32_t i = 0; i < header->num_blocks; ++i) {
-    header->block_checksums[i] = BlockChecksum(payload + uint64_t{i} * header->block_stride, header->block_bytes,
-                                               BlockChecksumSeed(*header, i));
+    const uint8_t* block = payload + uint64_t{i} * header->block_stride;
+    header->block_checksums[i] = key != nullptr ? KeyedBlockChecksum(*header, i, block, *key)
+                                                : BlockChecksum(block, header->block_bytes, BlockChecksumSeed(*header, i));
   }
   return Status::Ok();
 }
 
-Status EncodeHeader(const ChunkHeader& h, std::span<uint8_t> out) {
+Status EncodeHeader(const ChunkHeader& h, std::span<uint8_t> out, const ChecksumKey* key) {
   if (out.size() != kHeaderBytes) {
     return Status(StatusCode::kInvalidArgument,
                   "chunk header buffer has " + std::to_string(out.size()) + " bytes, not " +
@@ -109,9 +145,10 @@ Status EncodeHeader(const ChunkHeader& h, std::span<uint8_t> out) {
   if (h.key.empty()) return Status(StatusCode::kInvalidArgument, "chunk header: key is empty");
   std::string problem = GeometryProblem(h.num_blocks, h.block_bytes, h.block_stride, h.payload_bytes);
   if (!problem.empty()) return Status(StatusCode::kInvalidArgument, "chunk header: " + problem);
-  if (h.checksum_kind != kChecksumXxh3Seeded) {
+  if (h.checksum_kind != kChecksumXxh3Seeded && !(h.checksum_kind == kChecksumKeyed && key != nullptr)) {
     return Status(StatusCode::kInvalidArgument,
-                  "chunk header: unsupported checksum_kind " + std::to_string(h.checksum_kind));
+                  "chunk header: unsupported checksum_kind " + std::to_string(h.checksum_kind) +
+                      (h.checksum_kind == kChecksumKeyed ? " without a checksum key" : ""));
   }
   for (uint32_t i = h.num_blocks; i < kMaxBlocksPerChunk; ++i) {
     if (h.block_checksums[i] != 0) {
@@ -135,12 +172,17 @@ Status EncodeHeader(const ChunkHeader& h, std::span<uint8_t> out) {
   PutU64(p + kOffPayloadBytes, h.payload_bytes);
   PutU64(p + kOffCreatedNs, h.created_unix_ns);
   for (uint32_t i = 0; i < kMaxBlocksPerChunk; ++i) PutU64(p + kOffBlockChecksums + 8 * i, h.block_checksums[i]);
+  if (h.checksum_kind == kChecksumKeyed) {
+    auto mac = HmacSha256(key->mac_key, "", p, kOffHeaderMac);
+    std::memcpy(p + kOffHeaderMac, mac.data(), kHeaderMacBytes);
+  }
   PutU64(p + kOffHeaderChecksum, XXH3_64bits(p, kOffHeaderChecksum));
   return Status::Ok();
 }
 
 Result<ChunkHeader> DecodeHeader(std::span<const uint8_t> bytes, std::span<const uint8_t, 16> expected_fingerprint,
-                                 const ChunkKey& expected_key, const ChunkGeometry* expected) {
+                                 const ChunkKey& expected_key, const ChunkGeometry* expected,
+                                 const ChecksumKey* checksum_key) {
   if (bytes.size() != kHeaderBytes) {
     return Corrupt("chunk header has " + std::to_string(bytes.size()) + " bytes, expected " +
                    std::to_string(kHeaderBytes) + " (truncated file?)");
@@ -161,9 +203,25 @@ Result<ChunkHeader> DecodeHeader(std::span<const uint8_t> bytes, std::span<const
   if (GetU32(p + kOffHeaderBytes) != kHeaderBytes) {
     return Corrupt("chunk header: header_bytes " + std::to_string(GetU32(p + kOffHeaderBytes)) + " is not 4096");
   }
+  const uint32_t kind = GetU32(p + kOffChecksumKind);
+  // K3: the kind is checked before anything else a forger controls; with a key, the MAC decides.
+  if (checksum_key != nullptr && kind != kChecksumKeyed) {
+    return Corrupt("chunk header: checksum_kind " + std::to_string(kind) +
+                   " is not keyed, and this reader requires keyed checksums (written without the secret)");
+  }
+  if (checksum_key == nullptr && kind == kChecksumKeyed) {
+    return Corrupt("chunk header: keyed checksums (kind 2) but this reader has no checksum secret");
+  }
+  const size_t reserved_begin = kind == kChecksumKeyed ? kOffHeaderMac + kHeaderMacBytes : kOffReservedBegin;
   if (!AllZero(p + kOffKeySize + 1, kOffKey - kOffKeySize - 1) ||
-      !AllZero(p + kOffReservedBegin, kOffHeaderChecksum - kOffReservedBegin)) {
+      !AllZero(p + reserved_begin, kOffHeaderChecksum - reserved_begin)) {
     return Corrupt("chunk header: reserved bytes are not zero");
+  }
+  if (kind == kChecksumKeyed) {
+    auto mac = HmacSha256(checksum_key->mac_key, "", p, kOffHeaderMac);
+    if (CRYPTO_memcmp(mac.data(), p + kOffHeaderMac, kHeaderMacBytes) != 0) {
+      return Corrupt("chunk header: header MAC mismatch (written with another checksum secret, or forged)");
+    }
   }
   if (std::memcmp(p + kOffFingerprint, expected_fingerprint.data(), 16) != 0) {
     return Corrupt("chunk header: foreign namespace (fingerprint " +
@@ -186,9 +244,10 @@ Result<ChunkHeader> DecodeHeader(std::span<const uint8_t> bytes, std::span<const
   h.block_stride = GetU64(p + kOffBlockStride);
   h.payload_bytes = GetU64(p + kOffPayloadBytes);
   h.created_unix_ns = GetU64(p + kOffCreatedNs);
-  if (h.checksum_kind != kChecksumXxh3Seeded) {
+  if (h.checksum_kind != kChecksumXxh3Seeded && h.checksum_kind != kChecksumKeyed) {
     return Corrupt("chunk header: unsupported checksum_kind " + std::to_string(h.checksum_kind));
   }
+  if (h.checksum_kind == kChecksumKeyed) std::memcpy(h.header_mac.data(), p + kOffHeaderMac, kHeaderMacBytes);
   std::string problem = GeometryProblem(h.num_blocks, h.block_bytes, h.block_stride, h.payload_bytes);
   if (!problem.empty()) return Corrupt("chunk header: geometry out of range: " + problem);
   if (expected != nullptr && (h.num_blocks != expected->num_blocks || h.block_bytes != expected->block_bytes)) {
@@ -206,7 +265,11 @@ Result<ChunkHeader> DecodeHeader(std::span<const uint8_t> bytes, std::span<const
   return h;
 }
 
-Status VerifyBlocks(const ChunkHeader& header, uint32_t first_block, uint32_t n, const uint8_t* data) {
+Status VerifyBlocks(const ChunkHeader& header, uint32_t first_block, uint32_t n, const uint8_t* data,
+                    const ChecksumKey* key) {
+  if (header.checksum_kind == kChecksumKeyed && key == nullptr) {
+    return Status(StatusCode::kInvalidArgument, "keyed chunk (kind 2) verified without a checksum key");
+  }
   if (uint64_t{first_block} + n > header.num_blocks) {
     return Status(StatusCode::kInvalidArgument,
                   "blocks [" + std::to_string(first_block) + ", " + std::to_string(uint64_t{first_block} + n) +
@@ -214,8 +277,10 @@ Status VerifyBlocks(const ChunkHeader& header, uint32_t first_block, uint32_t n,
   }
   for (uint32_t j = 0; j < n; ++j) {
     uint32_t i = first_block + j;
-    uint64_t sum = BlockChecksum(data + uint64_t{j} * header.block_stride, header.block_bytes,
-                                 BlockChecksumSeed(header, i));
+    const uint8_t* block = data + uint64_t{j} * header.block_stride;
+    uint64_t sum = header.checksum_kind == kChecksumKeyed
+                       ? KeyedBlockChecksum(header, i, block, *key)
+                       : BlockChecksum(block, header.block_bytes, BlockChecksumSeed(header, i));
     if (sum != header.block_checksums[i]) {
       return Corrupt("chunk " + header.key.Hex() + ": checksum mismatch in block " + std::to_string(i));
     }

@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string_view>
 
 #include "kvtier/chunk_key.h"
 #include "kvtier/status.h"
@@ -31,8 +32,10 @@ inline constexpr uint32_t kMaxBlocksPerChunk = 256;
 // Upper bound on one block's bytes accepted from a header (guards size arithmetic against hostile headers).
 inline constexpr uint64_t kMaxBlockBytes = uint64_t{1} << 32;
 // ChunkHeader::checksum_kind values. 1: unkeyed XXH3-64 seeded by (fingerprint, key, block index).
-// (Keyed checksums, SPEC K3, will take a new value.)
+// 2: keyed (SPEC K3): an HMAC-SHA256 of the header at kOffHeaderMac, and per block XXH3-64 under a 192-byte secret
+// derived from the key, XORed with kind 1's seed (which binds namespace, key and position).
 inline constexpr uint32_t kChecksumXxh3Seeded = 1;
+inline constexpr uint32_t kChecksumKeyed = 2;
 
 // Byte offsets inside the header (see docs/file-format.md). All integers little-endian.
 inline constexpr size_t kOffMagic = 0;            // 8 bytes
@@ -49,9 +52,19 @@ inline constexpr size_t kOffPayloadBytes = 128;   // u64
 inline constexpr size_t kOffCreatedNs = 136;      // u64
 inline constexpr size_t kOffBlockChecksums = 144; // kMaxBlocksPerChunk x u64 (unused slots zero)
 inline constexpr size_t kOffReservedBegin = kOffBlockChecksums + 8 * kMaxBlocksPerChunk;  // 2192: zeros up to...
+inline constexpr size_t kOffHeaderMac = kOffReservedBegin;  // kind 2 only: 32 bytes HMAC-SHA256 of [0, 2192)
+inline constexpr size_t kHeaderMacBytes = 32;
 inline constexpr size_t kOffHeaderChecksum = kHeaderBytes - 8;                            // 4088: u64
 
 using Fingerprint16 = std::array<uint8_t, 16>;
+
+// The keys of checksum_kind 2, derived once from the operator's secret (EngineOptions::checksum_secret).
+struct ChecksumKey {
+  std::array<uint8_t, 32> mac_key{};        // HMAC-SHA256(secret, "kvtier-k3-header-mac")
+  std::array<uint8_t, 192> xxh3_secret{};   // HMAC-SHA256(secret, "kvtier-k3-block-secret-<i>"), i = 0..5
+};
+// kInvalidArgument for a secret shorter than 16 bytes.
+Result<ChecksumKey> DeriveChecksumKey(std::string_view secret);
 
 struct ChunkHeader {
   Fingerprint16 fingerprint{};  // the namespace's 128-bit fingerprint (Namespace::fingerprint())
@@ -63,6 +76,7 @@ struct ChunkHeader {
   uint64_t created_unix_ns = 0;  // informational only (eviction uses the index, not this)
   uint32_t checksum_kind = kChecksumXxh3Seeded;
   std::array<uint64_t, kMaxBlocksPerChunk> block_checksums{};  // [i] for i < num_blocks; zero beyond
+  std::array<uint8_t, kHeaderMacBytes> header_mac{};           // kind 2: filled by EncodeHeader
   uint64_t header_checksum = 0;  // filled by EncodeHeader, verified by DecodeHeader
 };
 
@@ -91,26 +105,32 @@ uint64_t BlockChecksum(const void* data, size_t len, uint64_t seed = 0);
 // The seed of block `index`'s checksum for kChecksumXxh3Seeded: derived from the fingerprint, the key and the index.
 uint64_t BlockChecksumSeed(const ChunkHeader& header, uint32_t index);
 
-// Fills header->block_stride, payload_bytes and block_checksums[0, num_blocks) from a payload laid out as above
-// (num_blocks * block_stride bytes; only block_bytes of each block are summed). fingerprint, key, num_blocks and
-// block_bytes must be set. Returns kInvalidArgument for out-of-range geometry.
-Status FillPayloadFields(ChunkHeader* header, const uint8_t* payload);
+// Fills header->block_stride, payload_bytes, checksum_kind (2 with a key, else 1) and block_checksums[0,
+// num_blocks) from a payload laid out as above (num_blocks * block_stride bytes; only block_bytes of each block
+// are summed). fingerprint, key, num_blocks and block_bytes must be set. Returns kInvalidArgument for out-of-range
+// geometry.
+Status FillPayloadFields(ChunkHeader* header, const uint8_t* payload, const ChecksumKey* key = nullptr);
 
-// Encodes the header into out (exactly kHeaderBytes, else kInvalidArgument), computing the header checksum last.
-// Validates geometry first (kInvalidArgument). header.header_checksum is ignored.
-Status EncodeHeader(const ChunkHeader& header, std::span<uint8_t> out);
+// Encodes the header into out (exactly kHeaderBytes, else kInvalidArgument), computing the header MAC (kind 2,
+// which needs `key`) and the header checksum last. Validates geometry first (kInvalidArgument).
+// header.header_checksum and header_mac are ignored.
+Status EncodeHeader(const ChunkHeader& header, std::span<uint8_t> out, const ChecksumKey* key = nullptr);
 
 // Decodes and verifies a header read from a chunk file. Returns kCorrupt with a precise message on: size other
 // than kHeaderBytes, bad magic, unsupported version, bad header checksum, non-zero reserved bytes, foreign
 // namespace (fingerprint differs), key mismatch (e.g. a file swapped with another entry's), geometry out of range
-// or, when `expected` is given, different from it.
+// or, when `expected` is given, different from it. With `checksum_key` (K3) only kind 2 with a valid MAC is
+// accepted; without it kind 2 is refused (the reader cannot verify it). Either way a mismatch is kCorrupt.
 Result<ChunkHeader> DecodeHeader(std::span<const uint8_t> bytes, std::span<const uint8_t, 16> expected_fingerprint,
-                                 const ChunkKey& expected_key, const ChunkGeometry* expected = nullptr);
+                                 const ChunkKey& expected_key, const ChunkGeometry* expected = nullptr,
+                                 const ChecksumKey* checksum_key = nullptr);
 
 // Verifies blocks [first_block, first_block + n) against the header's checksums. `data` holds n * block_stride
 // bytes as read from BlockRangeOffset(first_block). kCorrupt names the first failing block; kInvalidArgument if the
 // range is outside [0, num_blocks).
-Status VerifyBlocks(const ChunkHeader& header, uint32_t first_block, uint32_t n, const uint8_t* data);
+// A kind-2 header needs the key (kInvalidArgument without it).
+Status VerifyBlocks(const ChunkHeader& header, uint32_t first_block, uint32_t n, const uint8_t* data,
+                    const ChecksumKey* key = nullptr);
 
 // kCorrupt unless file_bytes == ChunkFileBytes(header.num_blocks, header.block_bytes) (truncated or extended file).
 Status CheckFileSize(const ChunkHeader& header, uint64_t file_bytes);

@@ -1,6 +1,7 @@
 // The IoEngine contract: every backend (io_uring, POSIX pool, fake, fault-injecting wrapper with no rules) must
 // pass this suite. Backend-specific behaviour (how a deadline is honoured) is spelled out per backend below.
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -159,6 +160,45 @@ TEST_P(IoEngineContract, OpenOfAMissingFileReturnsEnoent) {
   MAKE_ENGINE_OR_SKIP(engine, 8);
   EXPECT_EQ(RunOne(*engine, OpenOp(dir_.dirfd(), "no/such/file", O_RDONLY, 1)), -ENOENT);
   EXPECT_EQ(engine->in_flight(), 0u);
+}
+
+TEST_P(IoEngineContract, OpenWithResolveRefusesSymlinksAndEscapesAndOpensPlainFiles) {
+  MAKE_ENGINE_OR_SKIP(engine, 8);
+  if (!Openat2Available()) GTEST_SKIP() << "kernel without openat2";
+  ASSERT_EQ(mkdirat(dir_.dirfd(), "sub", 0700), 0);
+  int64_t fd = RunOne(*engine, OpenOp(dir_.dirfd(), "sub/plain", O_CREAT | O_WRONLY, 1));
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(RunOne(*engine, FdOp(OpCode::kClose, static_cast<int>(fd), 2)), 0);
+  ASSERT_EQ(symlinkat("plain", dir_.dirfd(), "sub/link"), 0);
+  ASSERT_EQ(symlinkat("sub", dir_.dirfd(), "dirlink"), 0);
+  const uint64_t resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS;
+  auto open2 = [&](const char* path, int flags, mode_t mode, uint64_t ud) {
+    IoOp op = OpenOp(dir_.dirfd(), path, flags, ud, mode);
+    op.resolve = resolve;
+    return RunOne(*engine, op);
+  };
+  int64_t ok = open2("sub/plain", O_RDONLY | O_CLOEXEC, 0, 3);
+  ASSERT_GE(ok, 0) << std::strerror(static_cast<int>(-ok));
+  EXPECT_EQ(RunOne(*engine, FdOp(OpCode::kClose, static_cast<int>(ok), 4)), 0);
+  EXPECT_EQ(open2("sub/link", O_RDONLY, 0, 5), -ELOOP) << "a symlink as the last component";
+  EXPECT_EQ(open2("dirlink/plain", O_RDONLY, 0, 6), -ELOOP) << "a symlink as a directory component";
+  EXPECT_EQ(open2("../x", O_RDONLY, 0, 7), -EXDEV) << "a path leaving dirfd";
+  int64_t created = open2("sub/new", O_CREAT | O_EXCL | O_WRONLY, 0600, 8);
+  ASSERT_GE(created, 0) << std::strerror(static_cast<int>(-created));
+  EXPECT_EQ(RunOne(*engine, FdOp(OpCode::kClose, static_cast<int>(created), 9)), 0);
+  EXPECT_EQ(engine->in_flight(), 0u);
+}
+
+TEST_P(IoEngineContract, NonBlockingOpenOfAFifoWithoutWriterReturnsAndReadsEof) {
+  // The engine opens chunk files O_NONBLOCK so a FIFO planted in the cache cannot hang an open forever.
+  MAKE_ENGINE_OR_SKIP(engine, 8);
+  ASSERT_EQ(mkfifoat(dir_.dirfd(), "fifo", 0600), 0);
+  int64_t fd = RunOne(*engine, OpenOp(dir_.dirfd(), "fifo", O_RDONLY | O_NONBLOCK | O_CLOEXEC, 1), 2'000 * kMs);
+  ASSERT_GE(fd, 0) << std::strerror(static_cast<int>(-fd));
+  char buf[16];
+  const int64_t r = RunOne(*engine, ReadOp(static_cast<int>(fd), buf, sizeof(buf), 0, 2), 2'000 * kMs);
+  EXPECT_TRUE(r == 0 || r == -EAGAIN) << r;
+  EXPECT_EQ(RunOne(*engine, FdOp(OpCode::kClose, static_cast<int>(fd), 3)), 0);
 }
 
 TEST_P(IoEngineContract, MalformedOpsAreRefusedWithEinvalWithoutTakingASlot) {
