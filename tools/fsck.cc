@@ -59,6 +59,7 @@ struct EntryCheck {
 
 class Verifier {
  public:
+  explicit Verifier(const ChecksumKey* key) : key_(key) {}
   EntryCheck Check(const Namespace& ns, const std::string& rel, const ChunkKey& key) {
     EntryCheck out;
     int fd = openat(ns.dirfd(), rel.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_DIRECT);
@@ -93,7 +94,8 @@ class Verifier {
       return Status(StatusCode::kCorrupt, "file of " + std::to_string(file_bytes) + " B is shorter than a header");
     }
     const ChunkGeometry geometry = ns.geometry();
-    auto header = DecodeHeader(std::span<const uint8_t>(buf_.get(), kHeaderBytes), ns.fingerprint(), key, &geometry);
+    auto header =
+        DecodeHeader(std::span<const uint8_t>(buf_.get(), kHeaderBytes), ns.fingerprint(), key, &geometry, key_);
     if (!header.ok()) return header.status();
     KVTIER_RETURN_IF_ERROR(CheckFileSize(*header, file_bytes));
     const uint64_t stride = header->block_stride;
@@ -107,7 +109,7 @@ class Verifier {
       if (static_cast<uint64_t>(n) < len) {
         return Status(StatusCode::kCorrupt, "truncated at block " + std::to_string(first));
       }
-      KVTIER_RETURN_IF_ERROR(VerifyBlocks(*header, first, count, buf_.get()));
+      KVTIER_RETURN_IF_ERROR(VerifyBlocks(*header, first, count, buf_.get(), key_));
     }
     return Status::Ok();
   }
@@ -123,6 +125,7 @@ class Verifier {
 
   AlignedBuffer buf_;
   uint64_t cap_ = 0;
+  const ChecksumKey* key_ = nullptr;  // K3: entries must then be keyed with it
 };
 
 struct Found {
@@ -143,6 +146,8 @@ int RunFsck(int argc, char** argv) {
              {"namespace", "NS", "check only this namespace directory (ns-<16 hex>)", "all"},
              {"repair", "", "remove corrupt entries and stale temporaries", ""},
              {"temp-max-age", "SECONDS", "a temporary older than this is stale (a crashed writer's)", "600"},
+             {"checksum-secret", "SECRET", "the engines' checksum_secret (file:<path> or the secret): entries must "
+              "be keyed with it; without it keyed entries are reported corrupt", ""},
              {"progress", "", "show a progress bar even when stderr is not a terminal", ""}});
   args.Parse(argc, argv);
   if (args.help()) {
@@ -156,7 +161,13 @@ int RunFsck(int argc, char** argv) {
 
   uint64_t entries = 0, corrupt = 0, corrupt_left = 0, temporaries = 0, removed = 0, foreign = 0;
   int rc = 0;
-  Verifier verifier;
+  std::unique_ptr<ChecksumKey> checksum_key;
+  if (args.Has("checksum-secret")) {
+    auto k = ChecksumKeyFromOption(args.Str("checksum-secret"));
+    if (!k.ok()) throw UsageError("--checksum-secret: " + k.status().message());
+    checksum_key = std::make_unique<ChecksumKey>(k.value());
+  }
+  Verifier verifier(checksum_key.get());
   const int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                              std::chrono::system_clock::now().time_since_epoch())
                              .count();

@@ -106,7 +106,7 @@ constexpr const char* kOptionNames[] = {
     "pool_bytes",    "demand_reserve_slots", "pool_name",   "backend",         "io_mode",
     "io_depth",      "posix_threads",  "op_timeout_ms",     "fsync_on_publish", "disk_budget_bytes",
     "high_watermark", "low_watermark", "dir_mode",          "negative_cache_ms", "temp_max_age_s",
-    "trace_path",    "pool_populate", "anonymous_temporaries",
+    "trace_path",    "pool_populate", "anonymous_temporaries", "allow_insecure_root", "checksum_secret",
 };
 
 std::string AcceptedOptions() {
@@ -234,6 +234,14 @@ EngineOptions OptionsFromDict(const nb::dict& d) {
       o.temp_max_age_s = OptU32(name, v);
     } else if (name == "trace_path") {
       o.trace_path = OptString(name, v);
+    } else if (name == "allow_insecure_root") {
+      o.allow_insecure_root = OptBool(name, v);
+    } else if (name == "checksum_secret") {
+      if (PyBytes_Check(v.ptr())) {
+        o.checksum_secret = std::string(PyBytes_AsString(v.ptr()), PyBytes_Size(v.ptr()));
+      } else {
+        o.checksum_secret = OptString(name, v);  // the secret, or "file:<path>"
+      }
     } else {
       throw nb::value_error(("unknown kvtier option '" + name + "'; accepted: " + AcceptedOptions()).c_str());
     }

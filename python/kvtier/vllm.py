@@ -125,6 +125,11 @@ KVTIER_KEYS: dict[str, _Key] = {
     "kvtier_negative_cache_ms": _Key("int", 1000, "how long a miss is remembered before the filesystem is asked "
                                      "again", lo=0, hi=3_600_000, engine_key="negative_cache_ms"),
     "kvtier_fsync": _Key("bool", False, "fsync each entry before publishing it", engine_key="fsync_on_publish"),
+    "kvtier_allow_insecure_root": _Key("bool", False, "accept a root that is world-writable (no sticky bit) or owned "
+                                       "by another user", engine_key="allow_insecure_root"),
+    "kvtier_checksum_secret": _Key("str", "", "keyed checksums (K3): 'file:<path>' of a key file not readable by "
+                                   "others, or the secret itself (>= 16 bytes); '' = off",
+                                   engine_key="checksum_secret"),
     "kvtier_trace_path": _Key("str", "", "Chrome trace JSON of every engine operation ('' = off)",
                               engine_key="trace_path"),
     "kvtier_model_tag": _Key("str", "", "model name in the cache identity (default: vLLM's model name/path); set "
@@ -231,6 +236,15 @@ def parse_config(extra: Mapping[str, Any]) -> dict[str, Any]:
         raise ValueError(f"kvtier: kv_connector_extra_config key 'kvtier_low_watermark' "
                          f"({out['kvtier_low_watermark']}) must not exceed 'kvtier_high_watermark' "
                          f"({out['kvtier_high_watermark']})")
+    secret = out["kvtier_checksum_secret"]
+    if secret.startswith("file:"):
+        if not os.path.isfile(secret[5:]):
+            raise ValueError(f"kvtier: kv_connector_extra_config key 'kvtier_checksum_secret' names a key file "
+                             f"{secret[5:]!r} that does not exist; accepted: "
+                             + KVTIER_KEYS["kvtier_checksum_secret"].accepted() + " 'file:<path>' or >= 16 bytes")
+    elif secret and len(secret.encode()) < 16:
+        raise ValueError("kvtier: kv_connector_extra_config key 'kvtier_checksum_secret' is shorter than 16 bytes; "
+                         "accepted: 'file:<path of a key file>' or a secret of at least 16 bytes ('' = off)")
     return out
 
 

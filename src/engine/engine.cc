@@ -95,32 +95,6 @@ Status CheckRootOwnership(const EngineOptions& o) {
   return Status::Ok();
 }
 
-// K3: the secret itself, or the bytes of the key file "file:<path>" names (which others must not be able to read).
-Result<std::string> LoadChecksumSecret(const std::string& spec) {
-  if (spec.rfind("file:", 0) != 0) return spec;
-  const std::string path = spec.substr(5);
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) return Status::FromErrno(errno, "option checksum_secret: key file " + path);
-  struct stat st;
-  std::string bytes;
-  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size <= 65536) {
-    bytes.resize(st.st_size);
-    const ssize_t n = read(fd, bytes.data(), bytes.size());
-    bytes.resize(n > 0 ? n : 0);
-  }
-  close(fd);
-  if (!S_ISREG(st.st_mode) || st.st_size > 65536) {
-    return Status(StatusCode::kInvalidArgument, "option checksum_secret: key file " + path +
-                                                    " must be a regular file of at most 64 KiB");
-  }
-  if (st.st_mode & S_IROTH) {
-    return Status(StatusCode::kFailedPrecondition,
-                  "option checksum_secret: key file " + path + " is readable by others; chmod o-r it");
-  }
-  while (!bytes.empty() && (bytes.back() == '\n' || bytes.back() == '\r')) bytes.pop_back();
-  return bytes;
-}
-
 }  // namespace
 
 Result<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& options) {
@@ -148,9 +122,7 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
   file_mode_ = options.dir_mode & 0666;
   KVTIER_RETURN_IF_ERROR(CheckRootOwnership(options));
   if (!options.checksum_secret.empty()) {
-    auto secret = LoadChecksumSecret(options.checksum_secret);
-    if (!secret.ok()) return secret.status();
-    auto key = DeriveChecksumKey(secret.value());
+    auto key = ChecksumKeyFromOption(options.checksum_secret);
     if (!key.ok()) return key.status().WithContext("option checksum_secret");
     checksum_key_ = std::make_unique<ChecksumKey>(key.value());
   }

@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "kvtier/chunk_key.h"
@@ -65,6 +66,10 @@ struct ChecksumKey {
 };
 // kInvalidArgument for a secret shorter than 16 bytes.
 Result<ChecksumKey> DeriveChecksumKey(std::string_view secret);
+// The key of an option value (EngineOptions::checksum_secret, fsck --checksum-secret): "file:<path>" reads the key
+// file (a regular file <= 64 KiB, not readable by others; trailing newlines dropped), anything else is the secret.
+// Unlike the rest of this header this reads a file (checksum_secret.cc).
+Result<ChecksumKey> ChecksumKeyFromOption(const std::string& spec);
 
 struct ChunkHeader {
   Fingerprint16 fingerprint{};  // the namespace's 128-bit fingerprint (Namespace::fingerprint())
