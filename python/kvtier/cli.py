@@ -21,8 +21,13 @@ def binary_path() -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    # Python-side subcommands go here, e.g.:
-    #   if args[:2] == ["bench", "longdoc"]: return bench_longdoc(args[2:])
+    # Python-side subcommands (they drive vLLM over HTTP; the C++ CLI does not know them).
+    if args[:1] == ["calibrate"]:
+        from kvtier import calibrate
+        return calibrate.main(args[1:])
+    if args[:1] == ["replay"]:
+        from kvtier import replay
+        return replay.main(args[1:])
     exe = binary_path()
     if not os.access(exe, os.X_OK):
         print(f"kvtier: the C++ CLI is missing at {exe}; reinstall with pip install .", file=sys.stderr)
