@@ -212,6 +212,11 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
   auto swept = SweepTemporaries(*ns_, std::chrono::seconds(options.temp_max_age_s));
   if (swept.ok()) stats_.temporaries_swept.Add(swept->removed);
   KVTIER_RETURN_IF_ERROR(RebuildIndex());
+  // C1 across instances: a fresh scan's total also repairs drift of the shared counter (see usage_counter.h).
+  if (auto usage = SharedUsage::Open(*ns_); usage.ok()) {
+    usage_ = std::move(usage.value());
+    usage_->Reset(disk_bytes_);
+  }
 
   std::ostringstream d;
   d << "root " << options.root << " namespace " << ns_->path() << "; I/O " << io_->name() << " (" << backend_why
@@ -461,7 +466,12 @@ uint64_t EngineImpl::UnlinkVictims(const std::vector<Victim>& victims) {
   // A reader that opened the file before the unlink keeps reading valid bytes; new readers miss.
   uint64_t freed = 0;
   for (const Victim& v : victims) {
-    if (unlinkat(ns_->dirfd(), ChunkRelPath(v.key).c_str(), 0) == 0 || errno == ENOENT) freed += v.bytes;
+    if (unlinkat(ns_->dirfd(), ChunkRelPath(v.key).c_str(), 0) == 0) {
+      freed += v.bytes;
+      if (usage_) usage_->Add(-static_cast<int64_t>(v.bytes));
+    } else if (errno == ENOENT) {
+      freed += v.bytes;
+    }
   }
   return freed;
 }
@@ -470,25 +480,71 @@ Result<uint64_t> EngineImpl::EvictToBudget() {
   if (options_.disk_budget_bytes == 0) return uint64_t{0};
   std::unique_lock<std::mutex> lock(index_mu_);
   const auto low = static_cast<uint64_t>(options_.disk_budget_bytes * options_.low_watermark);
-  if (disk_bytes_ <= low) return uint64_t{0};
-  std::vector<Victim> victims = TakeVictimsLocked(low);
+  const uint64_t used = UsageLocked();
+  if (used <= low) return uint64_t{0};
+  std::vector<Victim> victims = TakeExcessLocked(used - low, lock);
+  for (const Victim& v : victims) evicting_[v.key]++;
   lock.unlock();
-  return UnlinkVictims(victims);
+  const uint64_t freed = UnlinkVictims(victims);
+  lock.lock();
+  for (const Victim& v : victims) {
+    auto it = evicting_.find(v.key);
+    if (it != evicting_.end() && --it->second <= 0) evicting_.erase(it);
+  }
+  return freed;
 }
 
-void EngineImpl::PublishIndexed(const ChunkKey& key, uint64_t bytes) {
+void EngineImpl::MergeTreeIntoIndex() {
+  struct Found {
+    ChunkKey key;
+    uint64_t bytes;
+    int64_t mtime;
+  };
+  std::vector<Found> found;
+  Status s = ScanEntries(*ns_, [&](const EntryInfo& e) {
+    if (!e.is_temporary && !e.is_foreign) found.push_back(Found{e.key, e.size_bytes, e.mtime_ns});
+  });
+  if (!s.ok()) return;
+  // Newest first, each pushed to the front: entries this instance never used are evicted first, oldest first.
+  std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) { return a.mtime > b.mtime; });
+  std::lock_guard<std::mutex> lock(index_mu_);
+  for (const Found& f : found) {
+    if (index_.count(f.key) || evicting_.count(f.key)) continue;
+    lru_.push_front(f.key);
+    index_.emplace(f.key, IndexEntry{f.bytes, 0, lru_.begin()});
+    disk_bytes_ += f.bytes;
+  }
+  stats_.disk_entries.Set(index_.size());
+  stats_.disk_bytes_used.Set(disk_bytes_);
+}
+
+std::vector<EngineImpl::Victim> EngineImpl::TakeExcessLocked(uint64_t excess, std::unique_lock<std::mutex>& lock) {
+  const int64_t now = io::NowNs();
+  if (usage_ && excess > disk_bytes_ && now - last_merge_ns_ > 500 * kMsToNs) {
+    last_merge_ns_ = now;
+    lock.unlock();
+    MergeTreeIntoIndex();
+    lock.lock();
+  }
+  return TakeVictimsLocked(disk_bytes_ > excess ? disk_bytes_ - excess : 0);
+}
+
+void EngineImpl::PublishIndexed(const ChunkKey& key, uint64_t bytes, bool linked) {
   std::vector<Victim> victims;
+  if (linked && usage_) usage_->Add(static_cast<int64_t>(bytes));
   {
-    std::lock_guard<std::mutex> lock(index_mu_);
+    std::unique_lock<std::mutex> lock(index_mu_);
     negative_.erase(key);
     if (!index_.count(key)) {
       lru_.push_back(key);
       index_.emplace(key, IndexEntry{bytes, 0, std::prev(lru_.end())});
       disk_bytes_ += bytes;
     }
+    const uint64_t used = UsageLocked();
     if (options_.disk_budget_bytes &&
-        disk_bytes_ > static_cast<uint64_t>(options_.disk_budget_bytes * options_.high_watermark)) {
-      victims = TakeVictimsLocked(static_cast<uint64_t>(options_.disk_budget_bytes * options_.low_watermark));
+        used > static_cast<uint64_t>(options_.disk_budget_bytes * options_.high_watermark)) {
+      victims = TakeExcessLocked(used - static_cast<uint64_t>(options_.disk_budget_bytes * options_.low_watermark),
+                                 lock);
       for (const Victim& v : victims) evicting_[v.key]++;
     }
     stats_.disk_entries.Set(index_.size());
@@ -500,6 +556,7 @@ void EngineImpl::PublishIndexed(const ChunkKey& key, uint64_t bytes) {
     op.code = io::OpCode::kUnlinkAt;
     op.dirfd = ns_->dirfd();
     OpCtx ctx{OpRole::kUnlinkEvicted, nullptr};
+    ctx.len = v.bytes;  // subtracted from the shared usage when this unlink removes the file
     ctx.path = ChunkRelPath(v.key);
     ctx.key = v.key;
     SubmitOp(std::move(ctx), op);

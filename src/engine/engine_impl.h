@@ -27,6 +27,7 @@
 #include "layout/chunk_format.h"
 #include "layout/chunk_path.h"
 #include "layout/namespace.h"
+#include "layout/usage_counter.h"
 #include "staging/staging_pool.h"
 #include "stats/stats.h"
 #include "tier/dram_tier.h"
@@ -133,7 +134,11 @@ class EngineImpl final : public Engine {
   // directory); clears the O_NONBLOCK the open used.
   Status CheckOpenedChunk(int fd) const;
   bool RetryStoreAfterEnospc(Chunk& c);
-  void PublishIndexed(const ChunkKey& key, uint64_t bytes);
+  // linked: this engine's link() created the entry (false: EEXIST, another writer's), so it counts in usage_.
+  void PublishIndexed(const ChunkKey& key, uint64_t bytes, bool linked = true);
+  // Disk usage compared with the budget: the namespace's shared counter when there is one (C1), else the index's.
+  uint64_t UsageLocked() const { return usage_ ? usage_->Load() : disk_bytes_; }
+  void MergeTreeIntoIndex();
   struct Victim {
     ChunkKey key;
     uint64_t bytes;
@@ -141,6 +146,9 @@ class EngineImpl final : public Engine {
   // Removes LRU unpinned entries from the index until usage <= target; the caller unlinks their files.
   std::vector<Victim> TakeVictimsLocked(uint64_t target_bytes);
   uint64_t UnlinkVictims(const std::vector<Victim>& victims);  // synchronous; not on the reactor's hot path
+  // Victims worth `excess` bytes of the local LRU; when the index knows too little (entries of other instances),
+  // first merges the tree into it (at most every 500 ms; drops and retakes the lock).
+  std::vector<Victim> TakeExcessLocked(uint64_t excess, std::unique_lock<std::mutex>& lock);
   void PumpData();
   void EndDataPhase(Chunk& c);  // starts queued chunks' data reads/writes while fewer than io_depth are at the disk
   int64_t Deadline() const;
@@ -168,6 +176,8 @@ class EngineImpl final : public Engine {
   uint64_t slot_bytes_ = 0;  // kHeaderBytes + payload
   int open_flags_extra_ = 0;  // O_DIRECT when direct I/O is on
   uint64_t open_resolve_ = 0; // RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS where the kernel has openat2 (K2)
+  std::unique_ptr<SharedUsage> usage_;  // C1: the namespace's usage shared by every engine on this host
+  int64_t last_merge_ns_ = 0;           // guarded by index_mu_
   std::unique_ptr<ChecksumKey> checksum_key_;  // K3: set when options.checksum_secret is
   mode_t file_mode_ = 0640;
   uint32_t orphan_pools_removed_ = 0;

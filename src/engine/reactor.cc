@@ -192,6 +192,7 @@ void EngineImpl::OnCompletion(const io::IoCompletion& cqe) {
     if (res == -ENOSPC || res == -EDQUOT) stats_.enospc_events.Add(1);
   }
   if (ctx.role == OpRole::kUnlinkEvicted) {
+    if (res == 0 && usage_) usage_->Add(-static_cast<int64_t>(ctx.len));
     std::lock_guard<std::mutex> lock(index_mu_);
     auto it = evicting_.find(ctx.key);
     if (it != evicting_.end() && --it->second <= 0) evicting_.erase(it);
@@ -296,7 +297,8 @@ void EngineImpl::OnCompletion(const io::IoCompletion& cqe) {
       if (res == 0 || res == -EEXIST) {
         // EEXIST: another writer published the same key first; its bytes are equally valid (L4).
         if (res == -EEXIST) stats_.stores_deduplicated.Add(1);
-        PublishIndexed(c->req.key, kHeaderBytes + uint64_t(options_.identity.blocks_per_chunk) * block_stride_);
+        PublishIndexed(c->req.key, kHeaderBytes + uint64_t(options_.identity.blocks_per_chunk) * block_stride_,
+                       /*linked=*/res == 0);
         c->job->bytes += slot_bytes_;
         if (c->fd >= 0) {  // an anonymous temporary's fd, kept open for linkat
           SubmitClose(c->fd);
