@@ -128,10 +128,10 @@ class EngineImpl final : public Engine {
   void FinishChunk(Chunk& c);
   void MaybeFinishJob(Job& job);
   void FlushCopies();
-  void QuarantineCorrupt(const ChunkKey& key, const std::string& rel_path, const Status& why,
-                         bool directory = false);
-  // A load's freshly opened chunk: a regular file of exactly a chunk's size (else kCorrupt; errno EISDIR for a
-  // directory); clears the O_NONBLOCK the open used.
+  // Counts, forgets and removes a bad entry (an empty directory too; a non-empty one stays and misses each time).
+  void QuarantineCorrupt(const ChunkKey& key, const std::string& rel_path, const Status& why);
+  // A load's freshly opened chunk: a regular file of exactly a chunk's size (else kCorrupt); clears the
+  // O_NONBLOCK the open used.
   Status CheckOpenedChunk(int fd) const;
   bool RetryStoreAfterEnospc(Chunk& c);
   // linked: this engine's link() created the entry (false: EEXIST, another writer's), so it counts in usage_.

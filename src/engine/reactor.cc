@@ -214,7 +214,10 @@ void EngineImpl::OnCompletion(const io::IoCompletion& cqe) {
       if (c->failed) break;  // late: Settle() closes the fd
       if (res < 0) {
         if (c->job->kind == JobKind::kLoad) {
-          if (res == -ELOOP || res == -EXDEV || res == -ENOTDIR || res == -ENXIO || res == -EISDIR) {
+          // EINVAL: O_DIRECT refused, which on a filesystem that passed the O_DIRECT probe means a directory or
+          // a FIFO under the chunk's name.
+          if (res == -ELOOP || res == -EXDEV || res == -ENOTDIR || res == -ENXIO || res == -EISDIR ||
+              res == -EINVAL) {
             // Something other than a regular file or a real directory path (K1, K2): never followed, removed.
             Status why(StatusCode::kCorrupt,
                        "open " + c->rel_path + " refused (" + std::string(strerror(static_cast<int>(-res))) +
@@ -241,7 +244,7 @@ void EngineImpl::OnCompletion(const io::IoCompletion& cqe) {
       if (c->job->kind == JobKind::kLoad) {
         Status shape = CheckOpenedChunk(c->fd);
         if (!shape.ok()) {
-          QuarantineCorrupt(c->req.key, c->rel_path, shape, shape.error_number() == EISDIR);
+          QuarantineCorrupt(c->req.key, c->rel_path, shape);
           FailChunk(*c, shape.WithContext(c->rel_path));
           break;
         }
@@ -835,8 +838,7 @@ Status EngineImpl::CheckOpenedChunk(int fd) const {
   return Status::Ok();
 }
 
-void EngineImpl::QuarantineCorrupt(const ChunkKey& key, const std::string& rel_path, const Status& why,
-                                   bool directory) {
+void EngineImpl::QuarantineCorrupt(const ChunkKey& key, const std::string& rel_path, const Status& why) {
   // K1: a bad entry is removed so no reader sees it again; the miss and the counter tell the operator.
   stats_.corrupt_entries.Add(1);
   ForgetEntry(key);
@@ -859,7 +861,9 @@ void EngineImpl::QuarantineCorrupt(const ChunkKey& key, const std::string& rel_p
   }
   if (dfd >= 0) {
     const std::string name = rel_path.substr(rel_path.rfind('/') + 1);
-    if (unlinkat(dfd, name.c_str(), directory ? AT_REMOVEDIR : 0) != 0 && errno != ENOENT) {
+    struct stat st;
+    const bool directory = fstatat(dfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode);
+    if (unlinkat(dfd, name.c_str(), directory ? AT_REMOVEDIR : 0) != 0 && errno != ENOENT && errno != ENOTEMPTY) {
       stats_.io_errors.Add(1);
     }
     close(dfd);
