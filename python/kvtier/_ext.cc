@@ -39,6 +39,7 @@
 #include "kvtier/stats.h"
 #include "kvtier/status.h"
 #include "layout/chunk_format.h"
+#include "policy/preload_planner.h"
 #include "staging/staging_pool.h"
 
 namespace nb = nanobind;
@@ -107,6 +108,7 @@ constexpr const char* kOptionNames[] = {
     "io_depth",      "posix_threads",  "op_timeout_ms",     "fsync_on_publish", "disk_budget_bytes",
     "high_watermark", "low_watermark", "dir_mode",          "negative_cache_ms", "temp_max_age_s",
     "trace_path",    "pool_populate", "anonymous_temporaries", "allow_insecure_root", "checksum_secret",
+    "dram_policy",   "dram_max_slots",
 };
 
 std::string AcceptedOptions() {
@@ -194,6 +196,13 @@ EngineOptions OptionsFromDict(const nb::dict& d) {
       o.pool_bytes = OptUint(name, v, std::numeric_limits<uint64_t>::max());
     } else if (name == "demand_reserve_slots") {
       o.demand_reserve_slots = OptU32(name, v);
+    } else if (name == "dram_policy") {
+      o.dram_policy = OptString(name, v);
+      if (o.dram_policy != "lru" && o.dram_policy != "arc") {
+        throw nb::value_error(("kvtier option 'dram_policy' is '" + o.dram_policy + "'; accepted: lru, arc").c_str());
+      }
+    } else if (name == "dram_max_slots") {
+      o.dram_max_slots = OptU32(name, v);
     } else if (name == "pool_name") {
       o.pool_name = OptString(name, v);
     } else if (name == "pool_populate") {
@@ -418,6 +427,7 @@ class PyEngine {
 
   void Close() {
     std::unique_lock lock(mu_);
+    planner_.reset();
     engine_.reset();  // waits for in-flight I/O, joins the reactor
   }
 
@@ -435,6 +445,57 @@ class PyEngine {
     ChunkKey k = KeyFromBytes(key);
     PromoteResult p = Call([&](Engine& e) { return e.Promote(k, speculative); });
     return {PromoteStateName(p.state), p.ref.slot, p.ref.generation};
+  }
+
+  // --- Preload planner (R1-R3, src/policy): one per engine, configured once -----------------------------------
+  void preload_configure(uint32_t max_inflight, int64_t max_queue_age_ms) {
+    Call([&](Engine& e) {
+      planner_ = std::make_unique<policy::PreloadPlanner>(&e, policy::PlannerOptions{max_inflight, max_queue_age_ms});
+    });
+  }
+  policy::PreloadPlanner& Planner() {
+    if (!planner_) throw nb::value_error("kvtier: preload_configure() was not called");
+    return *planner_;
+  }
+  void preload_enqueue(const std::string& request, const std::vector<nb::bytes>& keys) {
+    std::vector<ChunkKey> ks = KeysFromList(keys);
+    auto& p = Planner();
+    Call([&](Engine&) { p.Enqueue(request, ks); });
+  }
+  void preload_forget(const std::string& request) {
+    auto& p = Planner();
+    Call([&](Engine&) { p.Forget(request); });
+  }
+  std::tuple<std::string, uint32_t, uint32_t> preload_demand(const nb::bytes& key) {
+    ChunkKey k = KeyFromBytes(key);
+    auto& p = Planner();
+    PromoteResult r = Call([&](Engine&) { return p.Demand(k); });
+    return {PromoteStateName(r.state), r.ref.slot, r.ref.generation};
+  }
+  void preload_pump() {
+    auto& p = Planner();
+    Call([&](Engine&) { p.Pump(); });
+  }
+  nb::dict preload_stats() {
+    auto& p = Planner();
+    policy::PlannerStats st = Call([&](Engine&) { return p.stats(); });
+    nb::dict d;
+    d["enqueued"] = st.enqueued;
+    d["started"] = st.started;
+    d["already_resident"] = st.already_resident;
+    d["joined_in_flight"] = st.joined_in_flight;
+    d["deferred_for_demand"] = st.deferred_for_demand;
+    d["refused_no_room"] = st.refused_no_room;
+    d["dropped"] = st.dropped;
+    d["demand_promotions"] = st.demand_promotions;
+    d["inflight"] = p.inflight();
+    d["queued"] = p.queued();
+    d["demand_pending"] = p.demand_pending();
+    return d;
+  }
+  std::string residency(const nb::bytes& key) {
+    ChunkKey k = KeyFromBytes(key);
+    return PromoteStateName(Call([&](Engine& e) { return e.Residency(k); }));
   }
 
   std::vector<std::tuple<uint32_t, uint32_t>> pin(const std::vector<nb::bytes>& keys) {
@@ -557,6 +618,7 @@ class PyEngine {
  private:
   std::shared_mutex mu_;
   std::unique_ptr<Engine> engine_;  // null once closed
+  std::unique_ptr<policy::PreloadPlanner> planner_;  // null until preload_configure; reset before engine_
 };
 
 // --- Pool ----------------------------------------------------------------------------------------------------------
@@ -740,6 +802,13 @@ NB_MODULE(_kvtier, m) {
       .def("lookup", &PyEngine::lookup, "key"_a)
       .def("lookup_prefix", &PyEngine::lookup_prefix, "keys"_a)
       .def("promote", &PyEngine::promote, "key"_a, "speculative"_a = false)
+      .def("preload_configure", &PyEngine::preload_configure, "max_inflight"_a = 1, "max_queue_age_ms"_a = 0)
+      .def("preload_enqueue", &PyEngine::preload_enqueue, "request"_a, "keys"_a)
+      .def("preload_forget", &PyEngine::preload_forget, "request"_a)
+      .def("preload_demand", &PyEngine::preload_demand, "key"_a)
+      .def("preload_pump", &PyEngine::preload_pump)
+      .def("preload_stats", &PyEngine::preload_stats)
+      .def("residency", &PyEngine::residency, "key"_a)
       .def("pin", &PyEngine::pin, "keys"_a)
       .def("unpin", &PyEngine::unpin, "keys"_a)
       .def("reserve_for_store", &PyEngine::reserve_for_store, "keys"_a)

@@ -136,6 +136,13 @@ KVTIER_KEYS: dict[str, _Key] = {
                              "it when instances load the same weights from different paths"),
     "kvtier_revision": _Key("str", "", "weights revision (or any hash) in the cache identity"),
     "kvtier_copy_threads": _Key("int", 1, "memcpy threads per worker copy", lo=1, hi=64),
+    "kvtier_dram_policy": _Key("str", "lru", "replacement policy of the DRAM tier (pool slots kept as a cache)",
+                               choices=("lru", "arc"), engine_key="dram_policy"),
+    "kvtier_dram_max_slots": _Key("int", 0, "most pool slots the DRAM tier keeps (0: the whole pool)", lo=0,
+                                  hi=1 << 20, engine_key="dram_max_slots"),
+    "kvtier_preload_max_inflight": _Key("int", 1, "speculative chunk reads in flight for waiting requests "
+                                        "(R2; 0 turns preload off)", lo=0, hi=1 << 20),
+    "kvtier_thresholds_path": _Key("str", "", "break-even thresholds file (docs/break-even.md); '' = gate off"),
     "kvtier_attach_timeout_s": _Key("float", 60.0, "how long a worker waits for the scheduler's pool", lo=0.1,
                                     hi=3600.0),
     "kvtier_stats_interval_s": _Key("float", 10.0, "log a stats line and rewrite the stats file this often "
@@ -352,6 +359,9 @@ _MANAGER_COUNTERS = {
     "promotions": "chunks the manager asked kvtier to read from disk for a waiting request",
     "lookup_pending": "manager lookups answered HIT_PENDING (a read or a store in flight)",
     "store_pool_full": "store attempts refused because the staging pool was full (vLLM retries later)",
+    "declined_loads": "hits the break-even gate reported as misses (recomputed instead; docs/break-even.md)",
+    "stores_declined": "store requests below the gate's store_min_tokens (not written)",
+    "load_bytes_needed": "payload bytes of the chunks handed to loads (bytes the admitted requests needed)",
 }
 
 
@@ -363,11 +373,85 @@ def _metric(name: str) -> str:
 # Scheduler side
 # ---------------------------------------------------------------------------------------------------------------
 
+def load_thresholds(path: str, model: str | None = None) -> dict[str, int]:
+    """Reads a break-even thresholds file (format version 1, docs/break-even.md). Returns
+    {"dram": N, "disk": M, "store": K} (minimum tokens). Any problem raises ValueError naming the file and field."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"kvtier: kvtier_thresholds_path {path!r}: cannot read it: {e}") from e
+
+    def bad(field: str, why: str) -> ValueError:
+        return ValueError(f"kvtier: thresholds file {path!r}: field '{field}' {why}")
+
+    if not isinstance(data, dict):
+        raise bad("(top level)", "must be a JSON object")
+    if data.get("version") != 1:
+        raise bad("version", f"is {data.get('version')!r}; this kvtier reads version 1")
+    if not isinstance(data.get("model"), str):
+        raise bad("model", "must be a string")
+    tpc = data.get("tokens_per_chunk")
+    if type(tpc) is not int or tpc <= 0:
+        raise bad("tokens_per_chunk", "must be an integer > 0")
+    tiers = data.get("tiers")
+    if not isinstance(tiers, dict):
+        raise bad("tiers", "must be an object with 'dram' and 'disk'")
+    out: dict[str, int] = {}
+    for tier in ("dram", "disk"):
+        t = tiers.get(tier)
+        v = t.get("min_load_tokens") if isinstance(t, dict) else None
+        if type(v) is not int or v < 0:
+            raise bad(f"tiers.{tier}.min_load_tokens", "must be an integer >= 0")
+        out[tier] = v
+    store = data.get("store_min_tokens", out["disk"])
+    if type(store) is not int or store < 0:
+        raise bad("store_min_tokens", "must be an integer >= 0")
+    out["store"] = store
+    if "frontier" in data and not isinstance(data["frontier"], dict):
+        raise bad("frontier", "must be an object")
+    if model is not None and data["model"] != model:
+        logger.warning("kvtier: thresholds file %s was calibrated on model %r, serving %r: the break-even points "
+                       "are a property of model and machine", path, data["model"], model)
+    return out
+
+
+def _request_from_caller(req_id: str) -> Any:
+    """The vLLM Request behind on_new_request: the manager's API passes only a ReqContext, but its caller
+    (OffloadingConnectorScheduler.on_new_request(self, request)) holds the request, whose block_hashes are
+    computed at construction. None where that frame is not there (tests, other vLLM versions)."""
+    import sys
+    try:
+        frame = sys._getframe(2)
+    except ValueError:
+        return None
+    for _ in range(3):
+        if frame is None:
+            break
+        req = frame.f_locals.get("request")
+        if req is not None and getattr(req, "request_id", None) == req_id and hasattr(req, "block_hashes"):
+            return req
+        frame = frame.f_back
+    return None
+
+
 class KVTierManager(OffloadingManager):
     """The scheduler-side manager: wraps one kvtier Engine (one per vLLM instance)."""
 
-    def __init__(self, engine: Any, stats_interval_s: float = 10.0, stats_path: str | None = None):
+    def __init__(self, engine: Any, stats_interval_s: float = 10.0, stats_path: str | None = None,
+                 preload_max_inflight: int = 0, thresholds: dict[str, int] | None = None,
+                 hashes_per_chunk: Iterable[int] = (), tokens_per_chunk: int = 0):
         self.engine = engine
+        # Preload (R1-R3): the engine's PreloadPlanner (src/policy), fed from on_new_request; off at 0.
+        self._preload = preload_max_inflight > 0
+        if self._preload:
+            engine.preload_configure(int(preload_max_inflight))
+        # Break-even gate (G1): {"dram": N, "disk": M, "store": K} min tokens, or None (off).
+        self._gate = thresholds
+        self._hashes_per_chunk = [int(h) for h in hashes_per_chunk]  # per KV-cache group
+        self._tokens_per_chunk = int(tokens_per_chunk)
+        self._req_keys: dict[str, list[bytes]] = {}   # req_id -> its chunk keys (group by group), from on_new_request
+        self._gate_ok: dict[str, dict[int, bool]] = {}  # req_id -> {first chunk index: load allowed}
         self.pool_name: str = engine.pool_name
         self.block_stride: int = int(engine.block_stride)
         self.payload_offset: int = int(engine.payload_offset)
@@ -380,6 +464,8 @@ class KVTierManager(OffloadingManager):
         self._promoting: set[bytes] = set()
         self._storing: set[bytes] = set()
         self._mgr = dict.fromkeys(_MANAGER_COUNTERS, 0)
+        self._chunk_payload_bytes = int(getattr(engine, "chunk_payload_bytes", 0) or 0)
+        self.load_bytes_needed = 0  # payload bytes of chunks handed to loads (the figure read amplification uses)
         self._last_engine: dict[str, float] = {}
         self._last_stats_t = 0.0
         self._stats_interval_s = stats_interval_s
@@ -393,6 +479,10 @@ class KVTierManager(OffloadingManager):
         pins = self._pins.get(req_context.req_id)
         if pins is not None and key in pins:
             return LookupResult.HIT
+        if self._gate is not None and not self._gate_allows(key, req_context.req_id):
+            return LookupResult.MISS
+        if self._preload and req_context.req_id in self._req_keys:
+            self.engine.preload_forget(req_context.req_id)  # being admitted: demand reads take over
         # A read this manager started: ask the read, not the index (keeps the engine's lookup counters honest
         # while vLLM re-asks every step).
         where = "disk" if key in self._promoting else self.engine.lookup(key)
@@ -404,7 +494,7 @@ class KVTierManager(OffloadingManager):
                 return LookupResult.HIT
             where = "disk"  # lost its slot since: read it again
         if where == "disk":
-            state, _, _ = self.engine.promote(key, False)
+            state, _, _ = self.engine.preload_demand(key) if self._preload else self.engine.promote(key, False)
             if state == "ready":
                 self._promoting.discard(key)
                 if self._pin_for(req_context.req_id, key):
@@ -419,6 +509,47 @@ class KVTierManager(OffloadingManager):
             self._promoting.discard(key)
             return LookupResult.MISS  # failed verification, vanished, or no slot to read into: recompute
         return LookupResult.MISS
+
+    def _gate_allows(self, key: bytes, req_id: str) -> bool:
+        """G1: would this hit load enough tokens from its tier to beat recomputing them? Decided once per
+        request and starting chunk (vLLM asks again every step), over the run of cached chunks from key on."""
+        keys = self._req_keys.get(req_id)
+        if not keys or key not in keys or self._tokens_per_chunk <= 0:
+            return True  # request not seen by on_new_request: no basis to decline
+        idx = keys.index(key)
+        decided = self._gate_ok.setdefault(req_id, {})
+        for start, ok in decided.items():
+            if start <= idx:
+                return ok
+        rest = keys[idx:]
+        n = int(self.engine.lookup_prefix(rest))
+        tokens = n * self._tokens_per_chunk
+        dram = all(self.engine.residency(k) == "ready" for k in rest[:n])
+        need = self._gate["dram" if dram else "disk"]
+        ok = tokens >= need
+        decided[idx] = ok
+        if not ok:
+            self._mgr["declined_loads"] += 1
+            logger.debug("kvtier: request %s: declined a %s load of %d tokens (< %d)", req_id,
+                         "DRAM" if dram else "disk", tokens, need)
+        return ok
+
+    def _keys_of(self, request: Any) -> list[bytes]:
+        """The request's chunk keys exactly as OffloadingConnectorScheduler derives them (RequestOffloadState.
+        update_offload_keys): per group g, make_offload_key(block_hashes[h-1 + i*h], g) with h = hashes_per_chunk,
+        over full chunks only; a chunk that ends at the prompt's last token is left out (vLLM always computes the
+        last token, so it is never loaded)."""
+        hashes = list(request.block_hashes)
+        n_tokens = int(getattr(request, "num_prompt_tokens", 0) or getattr(request, "num_tokens", 0))
+        out: list[bytes] = []
+        for g, h in enumerate(self._hashes_per_chunk):
+            if h <= 0:
+                continue
+            for i in range(h - 1, len(hashes), h):
+                if n_tokens and (i + 1) // h * self._tokens_per_chunk >= n_tokens:
+                    break
+                out.append(bytes(hashes[i]) + g.to_bytes(4, "big", signed=False))
+        return out
 
     def _pin_for(self, req_id: str, key: bytes) -> bool:
         try:
@@ -443,6 +574,8 @@ class KVTierManager(OffloadingManager):
             slots.append(ref[0])
             gens.append(ref[1])
         self._loading[req_id] = self._loading.get(req_id, 0) + 1
+        self.load_bytes_needed += len(slots) * self._chunk_payload_bytes
+        self._mgr["load_bytes_needed"] = self.load_bytes_needed
         return KVTierLoadStoreSpec(self.pool_name, self.block_stride, self.payload_offset, slots, gens)
 
     def complete_load(self, keys: Collection[OffloadKey], req_context: ReqContext):
@@ -466,6 +599,14 @@ class KVTierManager(OffloadingManager):
     # -- stores --------------------------------------------------------------------------------------------
     def prepare_store(self, keys: Collection[OffloadKey], req_context: ReqContext) -> PrepareStoreOutput | None:
         klist = [bytes(k) for k in keys]
+        if self._gate is not None and self._gate["store"] > 0:
+            rkeys = self._req_keys.get(req_context.req_id)
+            storable = len(rkeys) * self._tokens_per_chunk if rkeys else None
+            if storable is not None and storable < self._gate["store"]:
+                self._mgr["stores_declined"] += 1  # G1: an entry this short could only produce declined loads
+                return PrepareStoreOutput(keys_to_store=[], evicted_keys=[],
+                                          store_spec=KVTierLoadStoreSpec(self.pool_name, self.block_stride,
+                                                                         self.payload_offset, [], []))
         refs = self.engine.reserve_for_store(klist)
         if refs is None:
             self._mgr["store_pool_full"] += 1
@@ -488,16 +629,32 @@ class KVTierManager(OffloadingManager):
 
     # -- lifecycle -----------------------------------------------------------------------------------------
     def on_new_request(self, req_context: ReqContext) -> RequestOffloadingContext:
+        if self._preload or self._gate is not None:
+            req = _request_from_caller(req_context.req_id)
+            if req is not None:
+                keys = self._keys_of(req)
+                self._req_keys[req_context.req_id] = keys
+                # R1: start reading its cached prefix while it waits (bounded by the planner, R2).
+                if self._preload and keys and (self._gate is None or
+                                               len(keys) * self._tokens_per_chunk >= min(self._gate["dram"],
+                                                                                         self._gate["disk"])):
+                    self.engine.preload_enqueue(req_context.req_id, keys)
+                    self.engine.preload_pump()
         return RequestOffloadingContext()
 
     def on_request_finished(self, req_context: ReqContext) -> None:
         req_id = req_context.req_id
+        if self._req_keys.pop(req_id, None) is not None and self._preload:
+            self.engine.preload_forget(req_id)
+        self._gate_ok.pop(req_id, None)
         if self._loading.get(req_id):
             self._finished.add(req_id)  # complete_load will release its pins
         else:
             self._release(req_id)
 
     def on_schedule_end(self, context: ScheduleEndContext) -> None:
+        if self._preload:
+            self.engine.preload_pump()
         if self._promoting:
             done = [k for k in self._promoting if self.engine.promote(k, False)[0] != "pending"]
             self._promoting.difference_update(done)
@@ -837,7 +994,20 @@ class KVTierSpec(OffloadingSpec):
                     stats_path = os.path.join(stats_dir, f"{opts['pool_name'].lstrip('/')}.json")
                 except OSError as e:
                     logger.warning("kvtier: no stats file (%s)", e)
-            self._manager = KVTierManager(engine, self.kv["kvtier_stats_interval_s"], stats_path)
+            thresholds = None
+            if self.kv["kvtier_thresholds_path"]:
+                thresholds = load_thresholds(self.kv["kvtier_thresholds_path"],
+                                             self.kv["kvtier_model_tag"] or self.config.model.name)
+                logger.info("kvtier: break-even gate on (%s): min load tokens dram=%d disk=%d, store_min_tokens=%d",
+                            self.kv["kvtier_thresholds_path"], thresholds["dram"], thresholds["disk"],
+                            thresholds["store"])
+            else:
+                logger.info("kvtier: break-even gate off (no kvtier_thresholds_path)")
+            hpc = [int(tpb) * int(self.blocks_per_chunk) // int(self.tokens_per_hash) for tpb in self.tokens_per_block]
+            self._manager = KVTierManager(engine, self.kv["kvtier_stats_interval_s"], stats_path,
+                                          preload_max_inflight=self.kv["kvtier_preload_max_inflight"],
+                                          thresholds=thresholds, hashes_per_chunk=hpc,
+                                          tokens_per_chunk=self.tokens_per_chunk())
         return self._manager
 
     def get_worker(self, kv_caches: CanonicalKVCaches) -> OffloadingWorker:

@@ -109,6 +109,14 @@ class Engine:
         self.counters["lookup_misses"] += 1
         return "absent"
 
+    def lookup_prefix(self, keys):
+        n = 0
+        for k in keys:
+            if self.lookup(k) not in ("dram", "disk"):
+                break
+            n += 1
+        return n
+
     def promote(self, key, speculative=False):
         r = self.resident.get(key)
         if r is not None:
@@ -129,6 +137,36 @@ class Engine:
         self.counters["bytes_read"] += self.chunk_payload_bytes
         self.resident[key] = [slot, "ready", 0]
         return ("ready", slot, self._mem.gen[slot])
+
+    # Preload planner stand-in (the real one is src/policy/preload_planner.cc): a FIFO, K promotions per pump.
+    def preload_configure(self, max_inflight=1, max_queue_age_ms=0):
+        self.preload_k = int(max_inflight)
+        self.preload_queue = []
+        self.preload_log = []
+
+    def preload_enqueue(self, request, keys):
+        self.preload_queue += [(request, bytes(k)) for k in keys]
+        self.preload_log.append(("enqueue", request, len(keys)))
+
+    def preload_forget(self, request):
+        self.preload_queue = [(r, k) for r, k in self.preload_queue if r != request]
+        self.preload_log.append(("forget", request))
+
+    def preload_demand(self, key):
+        self.preload_queue = [(r, k) for r, k in self.preload_queue if k != key]
+        return self.promote(key, False)
+
+    def preload_pump(self):
+        for _ in range(min(self.preload_k, len(self.preload_queue))):
+            _, k = self.preload_queue.pop(0)
+            self.promote(k, True)
+
+    def preload_stats(self):
+        return {"queued": len(self.preload_queue)}
+
+    def residency(self, key):
+        r = self.resident.get(key)
+        return "miss" if r is None else ("ready" if r[1] == "ready" else "pending")
 
     def pin(self, keys):
         out = []
