@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cinttypes>
 #include <cstring>
 #include <sstream>
@@ -121,6 +122,18 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
   options_ = options;
   file_mode_ = options.dir_mode & 0666;
   KVTIER_RETURN_IF_ERROR(CheckRootOwnership(options));
+  {
+    // The umask, read without changing it (umask(2) cannot be read atomically from a threaded process).
+    mode_t mask = 022;
+    if (FILE* f = fopen("/proc/self/status", "re")) {
+      char line[256];
+      while (fgets(line, sizeof(line), f)) {
+        if (strncmp(line, "Umask:", 6) == 0) mask = static_cast<mode_t>(strtoul(line + 6, nullptr, 8));
+      }
+      fclose(f);
+    }
+    fchmod_files_ = (file_mode_ & mask) != 0;
+  }
   if (!options.checksum_secret.empty()) {
     auto key = ChecksumKeyFromOption(options.checksum_secret);
     if (!key.ok()) return key.status().WithContext("option checksum_secret");

@@ -180,6 +180,7 @@ class EngineImpl final : public Engine {
   int64_t last_merge_ns_ = 0;           // guarded by index_mu_
   std::unique_ptr<ChecksumKey> checksum_key_;  // K3: set when options.checksum_secret is
   mode_t file_mode_ = 0640;
+  bool fchmod_files_ = false;  // the process umask strips bits of file_mode_: chmod each new temporary
   uint32_t orphan_pools_removed_ = 0;
   // L4 with an anonymous temporary: O_TMPFILE in the fan-out directory, write, linkat() it into place. A crash
   // leaves nothing behind and publication costs one metadata operation fewer. Probed at open; named temporaries

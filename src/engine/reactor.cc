@@ -209,7 +209,11 @@ void EngineImpl::OnCompletion(const io::IoCompletion& cqe) {
     case OpRole::kOpen:
       if (res >= 0) {
         c->fd = static_cast<int>(res);
-        if (c->job->kind == JobKind::kStore) c->tmp_exists = !c->tmp_anonymous;
+        if (c->job->kind == JobKind::kStore) {
+          c->tmp_exists = !c->tmp_anonymous;
+          // K2: the umask stripped bits of file_mode_ (e.g. group write of a 0770 deployment): set it exactly.
+          if (fchmod_files_ && !c->failed && fchmod(c->fd, file_mode_) != 0) stats_.io_errors.Add(1);
+        }
       }
       if (c->failed) break;  // late: Settle() closes the fd
       if (res < 0) {

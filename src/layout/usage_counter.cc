@@ -17,6 +17,7 @@ Result<std::unique_ptr<SharedUsage>> SharedUsage::Open(const Namespace& ns) {
     close(fd);
     return Status(StatusCode::kFailedPrecondition, ns.path() + "/" + kUsageFileName + " is not a regular file");
   }
+  if ((st.st_mode & 07777) != ns.file_mode() && st.st_uid == geteuid()) fchmod(fd, ns.file_mode());  // umask
   // Extending a short file is idempotent (zeros): concurrent creators agree.
   if (st.st_size < 4096 && ftruncate(fd, 4096) != 0) {
     const int err = errno;

@@ -1,0 +1,189 @@
+// Security (SPEC K2, K3): refused roots, group-shared modes, keyed checksums against a writer without the key.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "reliability/reliability_util.h"
+#include "support/temp_dir.h"
+
+namespace kvtier::rel {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST(InsecureRoot, AWorldWritableRootWithoutStickyBitIsRefusedUnlessAllowed) {
+  test::TempDir dir;
+  ASSERT_EQ(chmod(dir.path().c_str(), 0777), 0);
+  EngineOptions o = Options(dir.path());
+  auto e = Engine::Open(o);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(e.status().message().find("world-writable"), std::string::npos) << e.status().ToString();
+  EXPECT_NE(e.status().message().find("allow_insecure_root"), std::string::npos);
+  o.allow_insecure_root = true;
+  EXPECT_TRUE(Engine::Open(o).ok());
+  // With the sticky bit (like /tmp) others cannot remove or rename our files: accepted.
+  ASSERT_EQ(chmod(dir.path().c_str(), 01777), 0);
+  o.allow_insecure_root = false;
+  EXPECT_TRUE(Engine::Open(o).ok());
+}
+
+TEST(InsecureRoot, ARootOwnedByAnotherUserIsRefusedUnlessAllowed) {
+  test::TempDir dir;
+  if (chown(dir.path().c_str(), 4242, 4242) != 0) GTEST_SKIP() << "cannot chown (not root)";
+  EngineOptions o = Options(dir.path());
+  auto e = Engine::Open(o);
+  if (geteuid() == 4242) GTEST_SKIP();
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("owned by uid 4242"), std::string::npos) << e.status().ToString();
+  o.allow_insecure_root = true;
+  EXPECT_TRUE(Engine::Open(o).ok()) << "root (uid 0) may still write there";
+}
+
+class GroupShared : public ::testing::TestWithParam<bool> {};
+
+TEST_P(GroupShared, DirectoriesAndFilesGetTheConfiguredModeWhateverTheUmask) {
+  test::TempDir dir;
+  const mode_t old_umask = umask(077);
+  EngineOptions o = Options(dir.path());
+  o.dir_mode = 0770;
+  o.anonymous_temporaries = GetParam();
+  {
+    auto e = Engine::Open(o);
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    ASSERT_TRUE(StoreOne(*e.value(), 1).ok());
+  }
+  umask(old_umask);
+  auto mode = [](const std::string& p) {
+    struct stat st;
+    EXPECT_EQ(lstat(p.c_str(), &st), 0) << p;
+    return st.st_mode & 07777;
+  };
+  const std::string ns = NsPath(o);
+  EXPECT_EQ(mode(ns), 0770u);
+  const std::string fan = FanoutDir(Key(1));
+  EXPECT_EQ(mode(ns + "/" + fan.substr(0, 2)), 0770u);
+  EXPECT_EQ(mode(ns + "/" + fan), 0770u);
+  EXPECT_EQ(mode(ChunkFile(o, Key(1))), 0660u);
+  EXPECT_EQ(mode(ns + "/MANIFEST"), 0660u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Temporaries, GroupShared, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "Anonymous" : "Named"; });
+
+TEST(KeyedChecksums, EntriesWrittenWithoutTheKeyOrWithAnotherAreMissesAndWithItLoadByteForByte) {
+  test::TempDir dir;
+  const std::string key_a = "0123456789abcdef-secret-A";
+  EngineOptions plain = Options(dir.path());
+  EngineOptions with_a = plain;
+  with_a.checksum_secret = key_a;
+  EngineOptions with_b = plain;
+  with_b.checksum_secret = "another-secret-of-16+bytes";
+  // Key file form: a file others cannot read.
+  const std::string key_file = dir.path() + "/k3.key";
+  {
+    std::ofstream(key_file) << key_a << "\n";
+  }
+  ASSERT_EQ(chmod(key_file.c_str(), 0600), 0);
+  EngineOptions with_a_file = plain;
+  with_a_file.checksum_secret = "file:" + key_file;
+
+  {
+    auto w = Engine::Open(with_a);
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    EXPECT_NE(w.value()->Describe().find("keyed checksums"), std::string::npos);
+    for (uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(StoreOne(*w.value(), i).ok());
+    auto p = Engine::Open(plain);
+    ASSERT_TRUE(p.ok());
+    for (uint64_t i = 100; i < 104; ++i) ASSERT_TRUE(StoreOne(*p.value(), i).ok());  // unkeyed entries
+  }
+  std::vector<uint8_t> got;
+  {
+    auto r = Engine::Open(with_a_file);  // the same key, from the file
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_TRUE(LoadOne(*r.value(), Key(0), &got).ok());
+    EXPECT_EQ(got, ContentFor(0));
+    // An unkeyed entry (a writer without the secret) is rejected as corrupt, counted and removed.
+    Status s = LoadOne(*r.value(), Key(100), &got);
+    EXPECT_EQ(s.code(), StatusCode::kCorrupt) << s.ToString();
+    EXPECT_TRUE(AllSentinel(got));
+    EXPECT_EQ(r.value()->Stats().corrupt_entries, 1u);
+  }
+  {
+    auto r = Engine::Open(with_b);  // another secret
+    ASSERT_TRUE(r.ok());
+    Status s = LoadOne(*r.value(), Key(1), &got);
+    EXPECT_EQ(s.code(), StatusCode::kCorrupt) << s.ToString();
+    EXPECT_NE(s.message().find("MAC"), std::string::npos) << s.ToString();
+    EXPECT_TRUE(AllSentinel(got));
+  }
+  {
+    auto r = Engine::Open(plain);  // no secret: keyed entries are not verifiable, so not trusted either
+    ASSERT_TRUE(r.ok());
+    Status s = LoadOne(*r.value(), Key(2), &got);
+    EXPECT_EQ(s.code(), StatusCode::kCorrupt) << s.ToString();
+    EXPECT_TRUE(AllSentinel(got));
+  }
+  {
+    // A forger without the key who copies a valid keyed header onto other payload bytes is caught by the blocks.
+    const std::string victim = ChunkFile(with_a, Key(3));
+    const int fd = open(victim.c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    std::vector<uint8_t> other = ContentFor(77);
+    ASSERT_EQ(pwrite(fd, other.data(), kBlockBytes, 4096), static_cast<ssize_t>(kBlockBytes));
+    close(fd);
+    auto r = Engine::Open(with_a);
+    ASSERT_TRUE(r.ok());
+    Status s = LoadOne(*r.value(), Key(3), &got);
+    EXPECT_EQ(s.code(), StatusCode::kCorrupt) << s.ToString();
+    EXPECT_TRUE(AllSentinel(got));
+  }
+}
+
+TEST(KeyedChecksums, BadSecretsAreRefusedAtOpenNamingTheOption) {
+  test::TempDir dir;
+  EngineOptions o = Options(dir.path());
+  o.checksum_secret = "short";
+  auto e = Engine::Open(o);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("checksum_secret"), std::string::npos);
+  const std::string key_file = dir.path() + "/open.key";
+  {
+    std::ofstream(key_file) << "0123456789abcdef0123";
+  }
+  ASSERT_EQ(chmod(key_file.c_str(), 0644), 0);
+  o.checksum_secret = "file:" + key_file;
+  e = Engine::Open(o);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("readable by others"), std::string::npos) << e.status().ToString();
+  o.checksum_secret = "file:" + dir.path() + "/missing.key";
+  e = Engine::Open(o);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("checksum_secret"), std::string::npos) << e.status().ToString();
+}
+
+TEST(NoSymlinkFollowed, StoresRefuseASymlinkedFanoutDirectoryAndWriteNothingOutsideTheRoot) {
+  test::TempDir dir, outside;
+  EngineOptions o = Options(dir.path());
+  auto e = Engine::Open(o);
+  ASSERT_TRUE(e.ok());
+  ASSERT_TRUE(StoreOne(*e.value(), 5).ok());  // creates the namespace
+  const std::string fan = NsPath(o) + "/" + FanoutDir(Key(6));
+  fs::create_directories(fs::path(fan).parent_path());
+  if (fs::exists(fan)) fs::remove_all(fan);
+  ASSERT_EQ(symlink(outside.path().c_str(), fan.c_str()), 0);
+  // A fresh engine (no cached fan-out directories) must not write through the symlink.
+  e.value().reset();
+  auto e2 = Engine::Open(o);
+  ASSERT_TRUE(e2.ok());
+  EXPECT_FALSE(StoreOne(*e2.value(), 6).ok());
+  EXPECT_TRUE(fs::is_empty(outside.path())) << "a file was written outside the root";
+  EXPECT_EQ(e2.value()->Stats().stores_dropped, 1u);
+}
+
+}  // namespace
+}  // namespace kvtier::rel
