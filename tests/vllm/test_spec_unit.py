@@ -4,6 +4,7 @@ The protocol and address-math tests run against a pure-Python stand-in of the ex
 restart test runs against the real kvtier._kvtier and is skipped when it is not built."""
 
 import hashlib
+import json
 import os
 import time
 
@@ -329,3 +330,111 @@ def test_real_engine_restart_serves_from_disk(tmp_path):
     assert m2.engine.stats()["bytes_read"] > 0
     m2.shutdown()
     w2.shutdown()
+
+
+# ------------------------------------------------------------------------------------------ preload and gate (R1, G1)
+class _Req:
+    """The fields of vllm.v1.request.Request that the manager reads."""
+
+    def __init__(self, req_id, n_blocks, salt=b""):
+        self.request_id = req_id
+        self.block_hashes = [hashlib.sha256(salt + bytes([i])).digest() for i in range(n_blocks)]
+        self.num_prompt_tokens = n_blocks * TOKENS + 1
+
+
+def _scheduler_on_new_request(manager, request):
+    """Stands in for OffloadingConnectorScheduler.on_new_request(self, request): the manager finds `request` in
+    its caller's frame."""
+    return manager.on_new_request(ReqContext(req_id=request.request_id))
+
+
+def _connector_keys(request, hashes_per_chunk):
+    """vLLM's own derivation (RequestOffloadState.update_offload_keys), for comparison."""
+    from itertools import islice
+    return [make_offload_key(h, 0) for h in islice(request.block_hashes, hashes_per_chunk - 1, None,
+                                                   hashes_per_chunk)]
+
+
+def test_new_request_keys_match_the_connector_and_are_preloaded(fake, tmp_path):
+    spec = kv.KVTierSpec(make_config(tmp_path, bpc=2, extra={"kvtier_preload_max_inflight": 2}))
+    manager = spec.get_manager()
+    req = _Req("r1", 8)
+    _scheduler_on_new_request(manager, req)
+    assert manager._req_keys["r1"] == [bytes(k) for k in _connector_keys(req, 2)]
+    assert manager.engine.preload_log[0] == ("enqueue", "r1", 4)
+    manager.on_request_finished(ReqContext(req_id="r1"))
+    assert manager.engine.preload_log[-1] == ("forget", "r1")
+
+
+def test_preload_off_enqueues_nothing(fake, tmp_path):
+    spec = kv.KVTierSpec(make_config(tmp_path, bpc=2, extra={"kvtier_preload_max_inflight": 0}))
+    manager = spec.get_manager()
+    _scheduler_on_new_request(manager, _Req("r1", 8))
+    assert not hasattr(manager.engine, "preload_log")
+
+
+def _thresholds(tmp_path, dram, disk, store=0, **extra):
+    p = tmp_path / "thresholds.json"
+    p.write_text(json.dumps({"version": 1, "model": "tiny-test", "tokens_per_chunk": 64,
+                             "tiers": {"dram": {"min_load_tokens": dram}, "disk": {"min_load_tokens": disk}},
+                             "store_min_tokens": store, **extra}))
+    return str(p)
+
+
+def test_gate_declines_short_disk_loads_and_admits_long_ones(fake, tmp_path):
+    bpc = 1  # 16-token chunks
+    root = tmp_path / "root"
+    root.mkdir()
+    thr = _thresholds(tmp_path, dram=0, disk=5 * TOKENS)
+    spec = kv.KVTierSpec(make_config(root, bpc=bpc, extra={"kvtier_thresholds_path": thr}))
+    manager = spec.get_manager()
+    _, src_kv = make_kv(1)
+    worker = spec.get_worker(src_kv)
+    short, long = _Req("short", 4, salt=b"s"), _Req("long", 8, salt=b"l")
+    for r in (short, long):
+        keys = [make_offload_key(h, 0) for h in r.block_hashes]
+        _store(manager, worker, keys, list(range(1, 1 + len(keys))), req="store-" + r.request_id)
+    manager.engine.drop_dram()
+    for r in (short, long):
+        _scheduler_on_new_request(manager, r)
+    k_short = make_offload_key(short.block_hashes[0], 0)
+    k_long = make_offload_key(long.block_hashes[0], 0)
+    assert manager.lookup(k_short, ReqContext(req_id="short")) == LookupResult.MISS  # 4 chunks = 64 tokens < 80
+    assert manager.lookup(k_short, ReqContext(req_id="short")) == LookupResult.MISS  # decided once
+    assert manager._mgr["declined_loads"] == 1
+    assert manager.lookup(k_long, ReqContext(req_id="long")) in (LookupResult.HIT, LookupResult.HIT_PENDING)
+
+
+def test_gate_store_admission(fake, tmp_path):
+    root = tmp_path / "root"
+    root.mkdir()
+    thr = _thresholds(tmp_path, dram=0, disk=0, store=6 * 2 * TOKENS)
+    spec = kv.KVTierSpec(make_config(root, bpc=2, extra={"kvtier_thresholds_path": thr}))
+    manager = spec.get_manager()
+    short = _Req("short", 8, salt=b"x")  # 4 chunks of 32 tokens: below 6 chunks
+    _scheduler_on_new_request(manager, short)
+    out = manager.prepare_store(keys_for(2, b"x"), ReqContext(req_id="short"))
+    assert out is not None and list(out.keys_to_store) == []
+    assert manager._mgr["stores_declined"] == 1
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"version": 2}, "version"),
+    ({"version": 1, "model": "m", "tokens_per_chunk": 0}, "tokens_per_chunk"),
+    ({"version": 1, "model": "m", "tokens_per_chunk": 64, "tiers": {"dram": {"min_load_tokens": 1}}},
+     "tiers.disk.min_load_tokens"),
+    ({"version": 1, "model": "m", "tokens_per_chunk": 64,
+      "tiers": {"dram": {"min_load_tokens": 1}, "disk": {"min_load_tokens": -1}}}, "tiers.disk.min_load_tokens"),
+])
+def test_bad_thresholds_file_names_the_field(tmp_path, body, field):
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(body))
+    with pytest.raises(ValueError, match=field.replace(".", r"\.")):
+        kv.load_thresholds(str(p))
+
+
+def test_thresholds_defaults_store_to_disk_threshold(tmp_path):
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({"version": 1, "model": "m", "tokens_per_chunk": 64, "future_key": 1,
+                             "tiers": {"dram": {"min_load_tokens": 10}, "disk": {"min_load_tokens": 99}}}))
+    assert kv.load_thresholds(str(p)) == {"dram": 10, "disk": 99, "store": 99}
