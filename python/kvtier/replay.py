@@ -237,6 +237,9 @@ def metrics_report(before: dict[str, float], after: dict[str, float]) -> dict:
     put("kvtier_misses", "vllm:kvtier_lookup_misses")
     put("kvtier_lookup_pending", "vllm:kvtier_lookup_pending")
     put("kvtier_declined_loads", "vllm:kvtier_declined_loads")
+    put("kvtier_stores_declined", "vllm:kvtier_stores_declined")
+    for k in ("started", "used", "wasted"):
+        put(f"kvtier_preload_{k}", f"vllm:kvtier_preload_{k}")
     if lookups:
         out["kvtier_hit_rate_dram"] = (hd or 0.0) / lookups
         out["kvtier_hit_rate_disk"] = (hk or 0.0) / lookups
@@ -370,7 +373,11 @@ def format_report(result: dict) -> str:
             f"{_pct(m.get('external_hit_rate'))} ({m.get('external_hits_tokens', 0):.0f} tokens); kvtier chunk "
             f"lookups {m.get('kvtier_lookups', 0):.0f}: DRAM {_pct(m.get('kvtier_hit_rate_dram'))}, disk "
             f"{_pct(m.get('kvtier_hit_rate_disk'))}, misses {m.get('kvtier_misses', 0):.0f}; read "
-            f"{bl._fmt_bytes(m.get('kvtier_bytes_read'))}, written {bl._fmt_bytes(m.get('kvtier_bytes_written'))}")
+            f"{bl._fmt_bytes(m.get('kvtier_bytes_read'))}, written {bl._fmt_bytes(m.get('kvtier_bytes_written'))}"
+            + (f"; declined loads {m['kvtier_declined_loads']:.0f}" if m.get("kvtier_declined_loads") else "")
+            + (f"; preloads started/used/wasted {m.get('kvtier_preload_started', 0):.0f}/"
+               f"{m.get('kvtier_preload_used', 0):.0f}/{m.get('kvtier_preload_wasted', 0):.0f}"
+               if m.get("kvtier_preload_started") else ""))
     return "\n".join(lines)
 
 
