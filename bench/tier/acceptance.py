@@ -1,0 +1,235 @@
+"""Acceptance runs of the DRAM tier, preload and break-even gate (issue 3) on real vLLM (CPU platform, tiny model).
+
+    $VLLM_VENV/bin/python bench/tier/acceptance.py preload   # query TTFT with preload off vs on, under queueing
+    $VLLM_VENV/bin/python bench/tier/acceptance.py bound     # round-robin multi-turn: disk bytes vs bytes needed
+    $VLLM_VENV/bin/python bench/tier/acceptance.py gate      # thresholds file: short prompts recomputed, outputs same
+    $VLLM_VENV/bin/python bench/tier/acceptance.py all
+
+scripts/test_vllm.sh installs kvtier into the pinned vLLM venv first; this script only drives servers
+(tests/vllm/server.py) and prints figures. Every server is killed on exit. Figures go to docs/performance.md.
+"""
+
+import argparse
+import concurrent.futures as cf
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "tests", "vllm"))
+
+from server import Server, kvtier_transfer_config  # noqa: E402
+from kvtier.tiny_model import synthetic_token_ids  # noqa: E402
+
+CHUNK_TOKENS = 256
+
+
+def model_dir() -> str:
+    import hashlib
+    d = os.environ.get("KVTIER_MODEL_DIR")
+    if not d:
+        with open(os.path.join(REPO, "python", "kvtier", "tiny_model.py"), "rb") as f:
+            h = hashlib.sha256(f.read()).hexdigest()[:12]
+        d = os.path.expanduser(f"~/.cache/kvtier/models/tiny-llama-{h}")
+    if not os.path.exists(os.path.join(d, "kvtier_tiny_model.json")):
+        subprocess.run([sys.executable, "-m", "kvtier.tiny_model", d], check=True, timeout=600)
+    return d
+
+
+def say(*a):
+    print("[tier]", *a, flush=True)
+
+
+def engine_stats(root: str, timeout_s: float = 10.0) -> dict:
+    """The newest stats file the manager wrote (kvtier_stats_interval_s=1)."""
+    d = os.path.join(root, ".kvtier-stats")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        files = [os.path.join(d, f) for f in os.listdir(d) if f.endswith(".json")] if os.path.isdir(d) else []
+        if files:
+            newest = max(files, key=os.path.getmtime)
+            try:
+                with open(newest) as f:
+                    return json.load(f)
+            except (OSError, ValueError):
+                pass
+        if time.monotonic() > deadline:
+            return {}
+        time.sleep(0.5)
+
+
+def pool_slots(log_path: str) -> int:
+    with open(log_path) as f:
+        m = re.search(r"pool \S+ (\d+) slots x", f.read())
+    return int(m.group(1)) if m else -1
+
+
+def run_concurrent(server, prompts, concurrency, max_tokens=2):
+    with cf.ThreadPoolExecutor(concurrency) as ex:
+        return list(ex.map(lambda p: server.complete(p, max_tokens=max_tokens), prompts))
+
+
+def settle(server, seconds=2.5):
+    """Lets the last stores finish and the stats file catch up (vLLM steps only with work: poke it)."""
+    t_end = time.monotonic() + seconds
+    while time.monotonic() < t_end:
+        server.complete([1, 2, 3, 4], max_tokens=1)
+        time.sleep(0.5)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+def preload(work: str, args) -> dict:
+    """Long documents on disk, cold DRAM tier, more concurrent requests than vLLM admits: preload off vs on."""
+    md = model_dir()
+    root = os.path.join(work, "root-preload")
+    os.makedirs(root)
+    docs = [synthetic_token_ids(args.doc_tokens, seed=100 + i) for i in range(args.num_docs)]
+    queries = [d + synthetic_token_ids(16, seed=900 + i)[1:] for i, d in enumerate(docs)]
+    with Server(md, os.path.join(work, "preload-warm.log"),
+                kvtier_transfer_config(root, kvtier_preload_max_inflight=0)) as s:
+        s.wait_healthy()
+        run_concurrent(s, docs, 2, max_tokens=1)
+        settle(s, 4)
+    out = {}
+    for k in (0, 1):
+        log = os.path.join(work, f"preload-k{k}.log")
+        with Server(md, log, kvtier_transfer_config(root, kvtier_preload_max_inflight=k)) as s:
+            s.wait_healthy()
+            t0 = time.monotonic()
+            res = run_concurrent(s, queries, args.concurrency, max_tokens=2)
+            wall = time.monotonic() - t0
+            ttfts = sorted(r[1] for r in res)
+            settle(s, 2.5)
+            st = engine_stats(root)
+        mean = sum(ttfts) / len(ttfts)
+        out[f"k{k}"] = {"mean_ttft_s": mean, "p50_ttft_s": ttfts[len(ttfts) // 2], "wall_s": wall,
+                        "preload_started": st.get("preload_started"), "preload_used": st.get("preload_used"),
+                        "preload_wasted": st.get("preload_wasted"), "bytes_read": st.get("bytes_read")}
+        say(f"preload_max_inflight={k}: query TTFT mean {mean * 1000:.0f} ms p50 {ttfts[len(ttfts) // 2] * 1000:.0f}"
+            f" ms, wall {wall:.1f} s, preload started/used/wasted {st.get('preload_started')}/"
+            f"{st.get('preload_used')}/{st.get('preload_wasted')}")
+    out["speedup"] = out["k0"]["mean_ttft_s"] / out["k1"]["mean_ttft_s"]
+    say(f"PRELOAD query TTFT off {out['k0']['mean_ttft_s'] * 1000:.0f} ms, on {out['k1']['mean_ttft_s'] * 1000:.0f} ms"
+        f" ({out['speedup']:.2f}x)")
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------------------
+def bound(work: str, args) -> dict:
+    """Round-robin multi-turn conversations whose working set is several times the DRAM tier and the pool; vLLM's
+    own prefix cache is reset every round so every turn's history comes from kvtier."""
+    md = model_dir()
+    out = {}
+    for k in (1, 1000):
+        root = os.path.join(work, f"root-bound-k{k}")
+        os.makedirs(root)
+        log = os.path.join(work, f"bound-k{k}.log")
+        cfg = kvtier_transfer_config(root, kvtier_preload_max_inflight=k, kvtier_pool_bytes=args.pool_mib << 20,
+                                     kvtier_dram_max_slots=args.dram_slots, kvtier_dram_policy=args.policy)
+        with Server(md, log, cfg) as s:
+            s.wait_healthy()
+            slots = pool_slots(log)
+            hist = [synthetic_token_ids(args.turn_tokens, seed=500 + c) for c in range(args.conversations)]
+            for turn in range(args.turns):
+                if turn:
+                    hist = [h + synthetic_token_ids(args.turn_tokens, seed=1000 * turn + c)[1:]
+                            for c, h in enumerate(hist)]
+                run_concurrent(s, hist, args.concurrency, max_tokens=1)
+                settle(s, 1.5)
+                s.reset_prefix_cache()
+            settle(s, 2.5)
+            st = engine_stats(root)
+        mgr = st.get("manager", {})
+        needed = mgr.get("load_bytes_needed", 0)
+        read = st.get("bytes_read", 0)
+        ws_chunks = args.conversations * (args.turns * (args.turn_tokens - 1) // CHUNK_TOKENS)
+        r = {"pool_slots": slots, "dram_max_slots": args.dram_slots, "working_set_chunks": ws_chunks,
+             "bytes_read": read, "bytes_needed": needed, "ratio": (read / needed) if needed else None,
+             "pool_peak_slots": st.get("pool_peak_slots"), "preload_started": st.get("preload_started"),
+             "preload_used": st.get("preload_used"), "preload_wasted": st.get("preload_wasted"),
+             "dram_hits": st.get("lookup_hits_dram"), "disk_hits": st.get("lookup_hits_disk")}
+        out[f"k{k}"] = r
+        ratio = f"{r['ratio']:.3f}" if r["ratio"] else "n/a"
+        say(f"BOUND preload_max_inflight={k}: read {read} B, needed {needed} B, ratio {ratio}; pool peak "
+            f"{r['pool_peak_slots']}/{slots} slots; working set {ws_chunks} chunks vs DRAM {args.dram_slots} / "
+            f"pool {slots}; preload started/used/wasted {r['preload_started']}/{r['preload_used']}/"
+            f"{r['preload_wasted']}")
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------------------
+def gate(work: str, args) -> dict:
+    """Disk loads below N tokens are unprofitable: prompts below N recompute (declined loads), above N load; the
+    outputs are the same either way."""
+    md = model_dir()
+    n = args.gate_tokens
+    root = os.path.join(work, "root-gate")
+    os.makedirs(root)
+    short = synthetic_token_ids(n - CHUNK_TOKENS, seed=71)      # its hit would be below N tokens
+    long = synthetic_token_ids(n + 2 * CHUNK_TOKENS, seed=72)  # above N
+    thr = os.path.join(work, "thresholds.json")
+    with open(thr, "w") as f:
+        json.dump({"version": 1, "model": "tiny", "tokens_per_chunk": CHUNK_TOKENS,
+                   "tiers": {"dram": {"min_load_tokens": n}, "disk": {"min_load_tokens": n}},
+                   "store_min_tokens": 0}, f)
+    with Server(md, os.path.join(work, "gate-store.log"), kvtier_transfer_config(root)) as s:
+        s.wait_healthy()
+        ref = {name: s.complete(p, max_tokens=8)[0] for name, p in (("short", short), ("long", long))}
+        settle(s, 3)
+    with Server(md, os.path.join(work, "gate-load.log"),
+                kvtier_transfer_config(root, kvtier_thresholds_path=thr)) as s:
+        s.wait_healthy()
+        got = {name: s.complete(p, max_tokens=8)[0] for name, p in (("short", short), ("long", long))}
+        settle(s, 2.5)
+        st = engine_stats(root)
+    mgr = st.get("manager", {})
+    out = {"threshold_tokens": n, "short_tokens": len(short), "long_tokens": len(long),
+           "declined_loads": mgr.get("declined_loads"), "disk_hits": st.get("lookup_hits_disk"),
+           "bytes_read": st.get("bytes_read"), "identical": got == ref}
+    say(f"GATE N={n}: short {len(short)} tokens, long {len(long)} tokens: declined_loads {out['declined_loads']}, "
+        f"bytes read {out['bytes_read']}, outputs identical {out['identical']}")
+    return out
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("what", choices=("preload", "bound", "gate", "all"))
+    p.add_argument("--doc-tokens", type=int, default=4096)
+    p.add_argument("--num-docs", type=int, default=8)
+    p.add_argument("--concurrency", type=int, default=8, help="above the servers' --max-num-seqs 4")
+    p.add_argument("--conversations", type=int, default=6)
+    p.add_argument("--turns", type=int, default=4)
+    p.add_argument("--turn-tokens", type=int, default=513)
+    p.add_argument("--pool-mib", type=int, default=24)
+    p.add_argument("--dram-slots", type=int, default=6)
+    p.add_argument("--policy", default="lru", choices=("lru", "arc"))
+    p.add_argument("--gate-tokens", type=int, default=1536)
+    p.add_argument("--json", help="write the figures here")
+    args = p.parse_args()
+    work = tempfile.mkdtemp(prefix="kvtier-tier-")
+    say("work dir", work)
+    res = {}
+    for what in (("preload", "bound", "gate") if args.what == "all" else (args.what,)):
+        res[what] = globals()[what](work, args)
+    print(json.dumps(res, indent=1))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(res, f, indent=1)
+    ok = True
+    if "preload" in res:
+        ok &= res["preload"]["speedup"] > 1.0
+    if "bound" in res:
+        for r in res["bound"].values():
+            ok &= r["ratio"] is not None and r["ratio"] <= 1.2 and 0 <= (r["pool_peak_slots"] or 0) <= r["pool_slots"]
+    if "gate" in res:
+        ok &= bool(res["gate"]["identical"]) and (res["gate"]["declined_loads"] or 0) >= 1
+    say("PASS" if ok else "FAIL")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
