@@ -484,6 +484,9 @@ uint64_t EngineImpl::UnlinkVictims(const std::vector<Victim>& victims) {
       if (usage_) usage_->Add(-static_cast<int64_t>(v.bytes));
     } else if (errno == ENOENT) {
       freed += v.bytes;
+    } else {
+      std::lock_guard<std::mutex> lock(index_mu_);
+      ReindexLocked(v.key, v.bytes);  // still on disk (and counted): a later eviction retries it
     }
   }
   return freed;
@@ -505,6 +508,15 @@ Result<uint64_t> EngineImpl::EvictToBudget() {
     if (it != evicting_.end() && --it->second <= 0) evicting_.erase(it);
   }
   return freed;
+}
+
+void EngineImpl::ReindexLocked(const ChunkKey& key, uint64_t bytes) {
+  if (index_.count(key)) return;
+  lru_.push_front(key);  // first in line for the next eviction
+  index_.emplace(key, IndexEntry{bytes, 0, lru_.begin()});
+  disk_bytes_ += bytes;
+  stats_.disk_entries.Set(index_.size());
+  stats_.disk_bytes_used.Set(disk_bytes_);
 }
 
 void EngineImpl::MergeTreeIntoIndex() {

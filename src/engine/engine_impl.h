@@ -139,6 +139,8 @@ class EngineImpl final : public Engine {
   // Disk usage compared with the budget: the namespace's shared counter when there is one (C1), else the index's.
   uint64_t UsageLocked() const { return usage_ ? usage_->Load() : disk_bytes_; }
   void MergeTreeIntoIndex();
+  // An evicted entry whose unlink failed goes back to the index (LRU front): it still takes space.
+  void ReindexLocked(const ChunkKey& key, uint64_t bytes);
   struct Victim {
     ChunkKey key;
     uint64_t bytes;

@@ -194,6 +194,7 @@ void EngineImpl::OnCompletion(const io::IoCompletion& cqe) {
   if (ctx.role == OpRole::kUnlinkEvicted) {
     if (res == 0 && usage_) usage_->Add(-static_cast<int64_t>(ctx.len));
     std::lock_guard<std::mutex> lock(index_mu_);
+    if (res < 0 && res != -ENOENT) ReindexLocked(ctx.key, ctx.len);  // still on disk: a later eviction retries
     auto it = evicting_.find(ctx.key);
     if (it != evicting_.end() && --it->second <= 0) evicting_.erase(it);
   }

@@ -76,13 +76,13 @@ inline std::vector<CopySegment> Segments(std::vector<uint8_t>& bytes, uint64_t s
   return s;
 }
 
-// Stores key i with ContentFor(i, writer). Returns the chunk's status (kTimedOut if the job did not finish in 30 s).
+// Stores key i with ContentFor(i, writer). Returns the chunk's status (kInternal if the job did not finish in 30 s).
 inline Status StoreOne(Engine& e, uint64_t i, uint64_t writer = 0, uint8_t tag = 0x3c) {
   std::vector<uint8_t> data = ContentFor(i, writer);
   auto id = e.SubmitStore({{Key(i, tag), 0, 0, Segments(data, e.block_stride())}});
   if (!id.ok()) return id.status();
   auto r = e.Wait(id.value(), 30000);
-  if (!r.ok()) return r.status();
+  if (!r.ok()) return Status(StatusCode::kInternal, "job did not finish: " + r.status().ToString());
   return r->chunks[0].status;
 }
 
@@ -92,7 +92,7 @@ inline Status LoadOne(Engine& e, const ChunkKey& key, std::vector<uint8_t>* out)
   auto id = e.SubmitLoad({{key, 0, 0, Segments(*out, e.block_stride())}});
   if (!id.ok()) return id.status();
   auto r = e.Wait(id.value(), 30000);
-  if (!r.ok()) return r.status();
+  if (!r.ok()) return Status(StatusCode::kInternal, "job did not finish: " + r.status().ToString());
   return r->chunks[0].status;
 }
 
