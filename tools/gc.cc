@@ -18,6 +18,7 @@
 #include "cli_util.h"
 #include "commands.h"
 #include "layout/scan.h"
+#include "layout/usage_counter.h"
 #include "root.h"
 
 namespace kvtier::cli {
@@ -138,7 +139,12 @@ int RunGc(int argc, char** argv) {
       if (total <= target) break;
       auto& r = spaces[c.ns_index];
       bool gone = true;
-      if (!dry && unlinkat(r.ns->dirfd(), c.rel.c_str(), 0) != 0 && errno != ENOENT) {
+      const bool unlinked = !dry && unlinkat(r.ns->dirfd(), c.rel.c_str(), 0) == 0;
+      if (unlinked) {
+        // Engines compare the namespace's shared usage counter with their budget (layout/usage_counter.h).
+        if (auto usage = SharedUsage::Open(*r.ns); usage.ok()) usage.value()->Add(-static_cast<int64_t>(c.bytes));
+      }
+      if (!dry && !unlinked && errno != ENOENT) {
         std::fprintf(stderr, "kvtier: error: cannot remove %s/%s: %s\n", r.dir_name.c_str(), c.rel.c_str(),
                      std::strerror(errno));
         gone = false;
