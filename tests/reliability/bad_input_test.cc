@@ -1,0 +1,124 @@
+// Bad input (SPEC V4): every engine option with invalid values, and CLI misuse. Each is refused with a clear
+// message naming the option or flag. (The Python option dict and the vLLM kvtier_* keys have the same table in
+// tests/vllm/test_bad_config.py.)
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <functional>
+
+#include "reliability/reliability_util.h"
+#include "support/temp_dir.h"
+
+namespace kvtier::rel {
+namespace {
+
+struct BadOption {
+  const char* names;  // what the message must mention
+  std::function<void(EngineOptions&)> set;
+};
+
+TEST(BadInput, EveryEngineOptionWithAnInvalidValueIsRefusedNamingIt) {
+  test::TempDir dir;
+  const std::string file = dir.path() + "/plain-file";
+  { FILE* f = fopen(file.c_str(), "w"); if (f) fclose(f); }
+  const std::vector<BadOption> table = {
+      {"root", [](EngineOptions& o) { o.root = ""; }},
+      {"does not exist", [](EngineOptions& o) { o.root = "/nonexistent/kvtier-root"; }},
+      {"not a directory", [&](EngineOptions& o) { o.root = file; }},
+      {"identity.model", [](EngineOptions& o) { o.identity.model = ""; }},
+      {"revision", [](EngineOptions& o) { o.identity.revision = ""; }},
+      {"identity.kv_dtype", [](EngineOptions& o) { o.identity.kv_dtype = ""; }},
+      {"identity.blocks_per_chunk", [](EngineOptions& o) { o.identity.blocks_per_chunk = 0; }},
+      {"identity.blocks_per_chunk", [](EngineOptions& o) { o.identity.blocks_per_chunk = 257; }},
+      {"identity.block_bytes", [](EngineOptions& o) { o.identity.block_bytes = 0; }},
+      {"identity.block_bytes", [](EngineOptions& o) { o.identity.block_bytes = 1ull << 33; }},
+      {"identity.tokens_per_chunk", [](EngineOptions& o) { o.identity.tokens_per_chunk = 0; }},
+      {"tokens_per_chunk", [](EngineOptions& o) { o.identity.tokens_per_chunk = 63; }},
+      {"tp_size", [](EngineOptions& o) { o.identity.tp_size = 0; }},
+      {"pp_size", [](EngineOptions& o) { o.identity.pp_size = 0; }},
+      {"layout_tag", [](EngineOptions& o) { o.identity.layout_tag = ""; }},
+      {"io_depth", [](EngineOptions& o) { o.io_depth = 0; }},
+      {"io_depth", [](EngineOptions& o) { o.io_depth = 100000; }},
+      {"posix_threads", [](EngineOptions& o) { o.posix_threads = 0; }},
+      {"posix_threads", [](EngineOptions& o) { o.posix_threads = 1000; }},
+      {"op_timeout_ms", [](EngineOptions& o) { o.op_timeout_ms = 0; }},
+      {"watermark", [](EngineOptions& o) { o.low_watermark = 0.9; o.high_watermark = 0.8; }},
+      {"watermark", [](EngineOptions& o) { o.high_watermark = 1.5; }},
+      {"watermark", [](EngineOptions& o) { o.low_watermark = 0; }},
+      {"watermark", [](EngineOptions& o) { o.low_watermark = -1; }},
+      {"dir_mode", [](EngineOptions& o) { o.dir_mode = 0640; }},
+      {"dir_mode", [](EngineOptions& o) { o.dir_mode = 010750; }},
+      {"pool_bytes", [](EngineOptions& o) { o.pool_bytes = 0; }},
+      {"pool_bytes", [](EngineOptions& o) { o.pool_bytes = 4096; }},
+      {"checksum_secret", [](EngineOptions& o) { o.checksum_secret = "too-short"; }},
+      {"checksum_secret", [](EngineOptions& o) { o.checksum_secret = "file:"; }},
+      {"checksum_secret", [](EngineOptions& o) { o.checksum_secret = "file:/nonexistent/key"; }},
+      {"trace_path", [](EngineOptions& o) { o.trace_path = "/nonexistent/dir/trace.json"; }},
+  };
+  for (const BadOption& b : table) {
+    EngineOptions o = Options(dir.path());
+    b.set(o);
+    auto e = Engine::Open(o);
+    ASSERT_FALSE(e.ok()) << "accepted a bad value for " << b.names;
+    EXPECT_NE(e.status().message().find(b.names), std::string::npos)
+        << "the message does not name " << b.names << ": " << e.status().ToString();
+  }
+  std::printf("bad input: %zu invalid engine option values, each refused naming the option\n", table.size());
+}
+
+#ifdef KVTIER_CLI_PATH
+struct CliRun {
+  int code;
+  std::string out;
+};
+
+CliRun Cli(const std::string& args) {
+  const std::string cmd = std::string(KVTIER_CLI_PATH) + " " + args + " 2>&1";
+  CliRun r{-1, ""};
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
+  const int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+TEST(BadInput, CliMisuseExitsNonZeroNamingTheArgument) {
+  test::TempDir dir;
+  const std::string root = dir.path();
+  struct Case {
+    std::string args;
+    int code;
+    const char* mentions;
+  };
+  const std::vector<Case> table = {
+      {"", 2, "command"},
+      {"no-such-command", 2, "no-such-command"},
+      {"fsck", 2, "--root"},
+      {"fsck --root", 2, "--root"},
+      {"fsck --root " + root + " --bogus", 2, "--bogus"},
+      {"fsck --root " + root + " --repair=yes", 2, "--repair"},
+      {"fsck --root " + root + " --temp-max-age -5", 2, "--temp-max-age"},
+      {"fsck --root " + root + " --checksum-secret short", 2, "--checksum-secret"},
+      {"fsck --root /nonexistent/kvtier-root", 1, "/nonexistent/kvtier-root"},
+      {"gc --root " + root, 2, "--budget"},
+      {"gc --root " + root + " --budget lots", 2, "--budget"},
+      {"gc --root " + root + " --budget 1GiB --low-watermark 2", 2, "watermark"},
+      {"stats --root /nonexistent/kvtier-root", 1, "/nonexistent/kvtier-root"},
+      {"stats --root " + root + " extra-positional", 2, "extra-positional"},
+      {"bench io --dir " + root + " --total zero", 2, "--total"},
+  };
+  for (const Case& c : table) {
+    CliRun r = Cli(c.args);
+    EXPECT_EQ(r.code, c.code) << "kvtier " << c.args << "\n" << r.out;
+    EXPECT_NE(r.out.find(c.mentions), std::string::npos) << "kvtier " << c.args << " does not name " << c.mentions
+                                                         << ":\n" << r.out;
+  }
+  std::printf("bad input: %zu CLI misuses, each refused naming the argument\n", table.size());
+}
+#endif
+
+}  // namespace
+}  // namespace kvtier::rel
