@@ -711,10 +711,34 @@ class Sweep:
         self._send(server, doc_prompt(self.a.seed, "overhead", 16, 999, int(time.monotonic() * 1000), self.a.vocab_size))
         time.sleep(self.a.settle_s)
 
+    def _bytes_written(self, server: bl.Server) -> float | None:
+        m = server.metrics(None)
+        if m is None:
+            return None
+        return sum(v for k, v in m.items() if k.split("{")[0].startswith("vllm:kvtier_bytes_written"))
+
+    def quiesce(self, server: bl.Server) -> None:
+        """Before a measured request: wait until kvtier's writes of the previous requests are done (its
+        bytes_written counter stops moving), so that no file write competes with the measurement. Each check
+        pokes the server with a 16-token request (counters move only while vLLM steps) and waits > 1 s (kvtier
+        samples its engine once a second)."""
+        if not self.a.quiesce:
+            return
+        last = self._bytes_written(server)
+        deadline = time.monotonic() + self.a.quiesce_timeout_s
+        while time.monotonic() < deadline:
+            self._send(server, doc_prompt(self.a.seed, "overhead", 16, 998, time.monotonic_ns(), self.a.vocab_size))
+            time.sleep(max(self.a.settle_s, 1.1))
+            w = self._bytes_written(server)
+            if w is None or w == last:
+                return
+            last = w
+
     def hit(self, server: bl.Server, tier: str, doc: list[int], fi: int, frac: float, rep: int, name: str) -> None:
         a = self.a
         d = len(doc)
         prefix = max(1, min(d, round(frac * d)))
+        self.quiesce(server)
         self.reset(server)
         before = self._ext_hits(server)
         t = self._send(server, hit_prompt(doc, prefix, a.seed, a.salt * 100 + rep, a.vocab_size))
@@ -726,6 +750,7 @@ class Sweep:
     def cold(self, server: bl.Server, tier: str, d: int, fi: int, rep: int, name: str) -> list[int]:
         a = self.a
         doc = doc_prompt(a.seed + 7919 * a.salt, tier, d, fi, rep, a.vocab_size)
+        self.quiesce(server)
         t = self._send(server, doc)
         self.record("cold", None, d, None, None, t, rep, name)
         self.progress.update(f"cold D={d} {t * 1000:.0f}ms")
@@ -739,7 +764,6 @@ class Sweep:
             self.settle(server)
             m = server.metrics(None) or {}
             w = sum(v for k, v in m.items() if k.split("{")[0].startswith("vllm:kvtier_bytes_written"))
-            pending = sum(v for k, v in m.items() if k.split("{")[0].startswith("vllm:kvtier_pool_slots_in_use"))
             if w != last:
                 last, stable_since = w, time.monotonic()
             elif time.monotonic() - stable_since >= 3:
@@ -767,7 +791,8 @@ class Sweep:
             for d in order:
                 doc = self.cold(server, "dram", d, 0, rep, name)
                 if "dram" in a.tiers:
-                    self.settle(server)
+                    if not a.quiesce:
+                        self.settle(server)
                     for fi, frac in enumerate(a.fractions):
                         self.hit(server, "dram", doc, fi, frac, rep, name)
                 if "disk" in a.tiers:
@@ -946,6 +971,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--salt", type=int, default=0, help="varies every prompt (to rerun against the same root)")
     p.add_argument("--vocab-size", type=int, default=DEFAULTS["vocab"])
     p.add_argument("--settle-s", type=float, default=0.5, help="pause after a store before the DRAM queries")
+    p.add_argument("--no-quiesce", dest="quiesce", action="store_false",
+                   help="do not wait for kvtier's writes to finish before each measured request (faster, noisier)")
+    p.add_argument("--quiesce-timeout-s", type=float, default=30.0)
     p.add_argument("--flush-tokens", type=int, default=0,
                    help="--url with the disk tier: filler tokens that push the documents out of the DRAM tier")
     srv = p.add_argument_group("--serve")
