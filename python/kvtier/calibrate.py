@@ -109,13 +109,14 @@ def recompute_curve(f_by_size: dict[int, float]) -> Curve:
 
 
 def hit_curve(g_by_size: dict[int, float], t0: float | None) -> Curve:
-    """g through (0, min(t0, g at the smallest size)) and the measured (P, g(P))."""
+    """g through (0, min(t0, g at the smallest size)) and the measured (P, g(P)); without t0, the first segment
+    extended to 0 (floored at 0)."""
     pts = [(p, t) for p, t in g_by_size.items() if p > 0]
     if not pts:
         raise ValueError("no hit measurements")
-    g_min = min(pts)[1]
-    g0 = g_min if t0 is None or math.isnan(t0) else min(t0, g_min)
-    return Curve([(0, g0)] + pts)
+    if t0 is None or math.isnan(t0):
+        return Curve(pts)
+    return Curve([(0, min(t0, min(pts)[1]))] + pts)
 
 
 def speedup(f: Curve, g: Curve, d: float, p: float) -> float:
@@ -400,7 +401,8 @@ def plot_speedup_map(model: dict, path: Path, title: str = "") -> Path:
         mlt = e["min_load_tokens"]
         ax.set_title(f"{tier}: load beats recompute above the line\nmin_load_tokens = "
                      f"{'never' if mlt == NEVER else mlt}", fontsize=10)
-        ax.legend(loc="lower left", fontsize=7, framealpha=0.8)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="lower left", fontsize=7, framealpha=0.8)
         fig.colorbar(mesh, ax=ax, label="log2 TTFT speedup vs recompute")
     if title:
         fig.suptitle(title, fontsize=10)

@@ -193,3 +193,10 @@ def test_progress_without_tqdm(capsys, monkeypatch):
         p.update("x")
     p.close()
     assert "3/3" in capsys.readouterr().err
+
+
+def test_hit_curve_without_t0_extends_the_first_segment():
+    g = c.hit_curve({128: 0.05, 256: 0.10}, None)
+    assert g(0) == pytest.approx(0.0) and g(64) == pytest.approx(0.025)
+    g = c.hit_curve({128: 0.05, 256: 0.10}, 0.5)  # t0 above the fastest hit: capped at it
+    assert g(0) == pytest.approx(0.05)
