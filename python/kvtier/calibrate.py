@@ -955,7 +955,10 @@ def parser() -> argparse.ArgumentParser:
     src.add_argument("--replot", metavar="JSON", help="recompute the model and redraw from a measurements.json")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--model", default="tiny", help="served model name (and the thresholds file's model)")
-    p.add_argument("--model-tag", default=None, help="model name written to the thresholds file (default --model)")
+    p.add_argument("--model-tag", default=None,
+                   help="model written to the thresholds file; the gate warns when it differs from the server's "
+                        "kvtier_model_tag, else its --model (default: the --serve/--offline-recompute directory, "
+                        "else --model)")
     p.add_argument("--sizes", type=_int_list, default=[512, 1024, 2048, 4096], help="document sizes (tokens; 4k ok)")
     p.add_argument("--fractions", type=_float_list, default=[0.25, 0.5, 0.75, 1.0],
                    help="cached prefix fractions (1.0 is always added: it gives g)")
@@ -1106,7 +1109,9 @@ def main(argv: list[str] | None = None) -> int:
     samples: list[dict] = []
     meta: dict = {"sizes": a.sizes, "fractions": a.fractions, "reps": a.reps, "tiers": a.tiers,
                   "max_tokens": a.max_tokens, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                  "argv": sys.argv[1:] if argv is None else list(argv), "model": a.model_tag or a.model}
+                  "argv": sys.argv[1:] if argv is None else list(argv),
+                  # what the gate compares with: kvtier_model_tag, else vLLM's model (the path given to --model)
+                  "model": a.model_tag or a.serve or a.offline_recompute or a.model}
     phases = {}
     if a.serve or a.url:
         samples, phases = run_vllm(a, log)
