@@ -29,6 +29,17 @@ if command -v nvcc >/dev/null; then
   cmake --preset cuda >/dev/null
   cmake --build --preset cuda -j"$jobs" --target kvtier_cuda kvtier_gpu_bench
 fi
+# libFuzzer targets (fuzz/): chunk header, MANIFEST, config parsers, 30 s each from the committed seed corpus.
+# Needs clang with -fsanitize=fuzzer (scripts/setup.sh installs clang); skipped where it does not link.
+if [ "${KVTIER_TEST_FUZZ:-1}" != 0 ] && command -v clang++ >/dev/null &&
+   echo 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }' |
+     clang++ -x c++ -fsanitize=fuzzer - -o /tmp/kvtier-fuzz-probe.$$ 2>/dev/null; then
+  rm -f /tmp/kvtier-fuzz-probe.$$
+  echo "=== fuzz (${KVTIER_FUZZ_SECONDS:-30} s per target) ==="
+  scripts/fuzz.sh
+else
+  echo "=== fuzz: skipped (no clang++ with -fsanitize=fuzzer, or KVTIER_TEST_FUZZ=0) ==="
+fi
 echo "=== python: extension and package tests ==="
 KVTIER_TEST_VLLM=0 scripts/test_python.sh
 # vLLM (pinned, CPU platform) with kvtier as its offloading spec: unit tests of the adapter, then real servers.
