@@ -132,3 +132,66 @@ def test_bad_config_stops_startup(model_dir, tmp_path, extra, needle):
         assert f"'{needle}'" in log and "accepted" in log
     finally:
         s.stop()
+
+
+def _mount(*args):
+    return subprocess.run(["mount", *args], capture_output=True, text=True)
+
+
+def test_root_turns_read_only_then_fills_up_mid_run_and_outputs_stay_identical(model_dir, baseline, tmp_path):
+    """I4/C2/V3 under real filesystem failures (docs/reliability.md): the root is a size-limited tmpfs. While the
+    server serves the long document it is remounted read-only (every store fails with EROFS: dropped), then
+    read-write but filled up (stores hit ENOSPC: evict and retry once, then dropped). vLLM keeps serving and every
+    output equals the run without kvtier. chmod cannot make a root-owned process see EROFS; a remount can."""
+    root = tmp_path / "root"
+    root.mkdir()
+    size = 48 << 20  # the long document is 11 chunks of 2 MiB; room for it, not for everything
+    if os.geteuid() != 0 or _mount("-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(root)).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs root / CAP_SYS_ADMIN)")
+    try:
+        tc = kvtier_transfer_config(root, kvtier_op_timeout_ms=2000)
+        with Server(model_dir, tmp_path / "faults.log", tc) as s:
+            s.wait_healthy()
+            assert s.complete(LONG)[0] == baseline["long"]
+            wait_metric(s, "vllm:kvtier_bytes_written_total", LONG_CHUNKS * CHUNK_BYTES)
+
+            # Read-only in the middle of a run: a long request is in flight when the remount happens.
+            import threading
+            results = {}
+            s.reset_prefix_cache()
+            t = threading.Thread(target=lambda: results.setdefault("long", s.complete(LONG)[0]))
+            t.start()
+            time.sleep(0.3)
+            assert _mount("-o", "remount,ro", str(root)).returncode == 0
+            t.join(timeout=300)
+            assert results.get("long") == baseline["long"]
+            assert s.complete(OTHER)[0] == baseline["other"]  # its stores fail: EROFS
+            s.reset_prefix_cache()
+            assert s.complete(LONG)[0] == baseline["long"]  # reads still work on a read-only root
+            dropped_ro = wait_metric(s, "vllm:kvtier_stores_dropped_total", 1)
+
+            # Writable again, but full: a filler takes all the space the entries do not.
+            assert _mount("-o", "remount,rw", str(root)).returncode == 0
+            filler = root / "filler"
+            with open(filler, "wb") as f:
+                try:
+                    while True:
+                        f.write(b"\0" * (1 << 20))
+                        f.flush()
+                except OSError:
+                    pass
+            s.reset_prefix_cache()
+            assert s.complete(OTHER)[0] == baseline["other"]  # ENOSPC: evict + retry, or dropped
+            assert s.complete(SHORT)[0] == baseline["short"]
+            s.reset_prefix_cache()
+            assert s.complete(LONG)[0] == baseline["long"]
+            assert s.complete(OTHER)[0] == baseline["other"]
+            m = s.metrics()
+            assert s.proc.poll() is None, "the server died"
+            print(f"E2E read-only then full root: outputs identical; stores dropped (read-only phase) "
+                  f"{dropped_ro:.0f}, total {m.get('vllm:kvtier_stores_dropped_total', 0):.0f}; enospc events "
+                  f"{m.get('vllm:kvtier_enospc_events_total', 0):.0f}; io errors "
+                  f"{m.get('vllm:kvtier_io_errors_total', 0):.0f}; corrupt "
+                  f"{m.get('vllm:kvtier_corrupt_entries_total', 0):.0f}")
+    finally:
+        subprocess.run(["umount", "-l", str(root)], capture_output=True)
