@@ -137,7 +137,7 @@ TEST_P(FaultSuite, EveryPathEveryErrorKeepsTheEngineServingWithNoWrongBytes) {
       o.op_timeout_ms = c.timeout_ms;
       o.temp_max_age_s = 0;
       if (c.budget) o.disk_budget_bytes = 6 * kChunkFileBytes;
-      constexpr uint64_t kPreset = 8, kNew = 8;
+      constexpr uint64_t kPreset = 5, kNew = 5;
       {
         auto clean = Engine::Open(o);  // entries for the loads, written without faults
         ASSERT_TRUE(clean.ok()) << clean.status().ToString();
