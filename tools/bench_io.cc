@@ -211,6 +211,9 @@ class RawBench {
     }
     const int rc = io_uring_queue_init(depth_, &ring_, 0);
     if (rc < 0) throw CliError(std::string("io_uring_queue_init: ") + std::strerror(-rc));
+    // Same io-wq worker allowance as the engine (one per op in flight), so neither side is capped at 4 per CPU.
+    unsigned workers[2] = {depth_, 0};
+    io_uring_register_iowq_max_workers(&ring_, workers);
     for (uint32_t i = 0; i < depth_; ++i) {
       if (shm) {
         buffers_.push_back(AllocShmFilled(file_bytes_, 1000 + i));

@@ -202,6 +202,11 @@ class UringEngine final : public IoEngine {
       }
     }
     started_ = true;
+    // Ops the kernel cannot complete inline (opens, links, extending O_DIRECT writes) go to io_uring's worker
+    // threads, by default at most 4 per CPU: 8 on a 2-core machine, fewer than the ops we keep in flight. Allow
+    // one worker per op in flight. The limit belongs to the issuing thread, which is why it is set here.
+    unsigned workers[2] = {depth_, 0};  // bounded (regular file I/O), unbounded (unchanged)
+    io_uring_register_iowq_max_workers(&ring_, workers);  // best effort: older kernels keep their default
     ArmWake();
     return 0;
   }
