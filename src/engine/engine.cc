@@ -555,7 +555,6 @@ std::vector<EngineImpl::Victim> EngineImpl::TakeExcessLocked(uint64_t excess, st
 }
 
 void EngineImpl::PublishIndexed(const ChunkKey& key, uint64_t bytes, bool linked) {
-  std::vector<Victim> victims;
   if (linked && usage_) usage_->Add(static_cast<int64_t>(bytes));
   {
     std::unique_lock<std::mutex> lock(index_mu_);
@@ -565,15 +564,23 @@ void EngineImpl::PublishIndexed(const ChunkKey& key, uint64_t bytes, bool linked
       index_.emplace(key, IndexEntry{bytes, 0, std::prev(lru_.end())});
       disk_bytes_ += bytes;
     }
+    stats_.disk_entries.Set(index_.size());
+    stats_.disk_bytes_used.Set(disk_bytes_);
+  }
+  EvictAboveHighWatermark();
+}
+
+void EngineImpl::EvictAboveHighWatermark() {
+  if (!options_.disk_budget_bytes) return;
+  std::vector<Victim> victims;
+  {
+    std::unique_lock<std::mutex> lock(index_mu_);
     const uint64_t used = UsageLocked();
-    if (options_.disk_budget_bytes &&
-        used > static_cast<uint64_t>(options_.disk_budget_bytes * options_.high_watermark)) {
+    if (used > static_cast<uint64_t>(options_.disk_budget_bytes * options_.high_watermark)) {
       victims = TakeExcessLocked(used - static_cast<uint64_t>(options_.disk_budget_bytes * options_.low_watermark),
                                  lock);
       for (const Victim& v : victims) evicting_[v.key]++;
     }
-    stats_.disk_entries.Set(index_.size());
-    stats_.disk_bytes_used.Set(disk_bytes_);
   }
   // On the reactor: unlink through the I/O engine so eviction never stalls other I/O.
   for (const Victim& v : victims) {

@@ -134,8 +134,11 @@ class EngineImpl final : public Engine {
   // O_NONBLOCK the open used.
   Status CheckOpenedChunk(int fd) const;
   bool RetryStoreAfterEnospc(Chunk& c);
-  // linked: this engine's link() created the entry (false: EEXIST, another writer's), so it counts in usage_.
+  // linked: this engine's link() created the entry and its bytes were not reserved in usage_ yet (see
+  // Chunk::usage_reserved); false: EEXIST (another writer's entry) or already reserved.
   void PublishIndexed(const ChunkKey& key, uint64_t bytes, bool linked = true);
+  // C1: usage above the high watermark evicts LRU entries down to the low one (unlinks through the ring).
+  void EvictAboveHighWatermark();
   // Disk usage compared with the budget: the namespace's shared counter when there is one (C1), else the index's.
   uint64_t UsageLocked() const { return usage_ ? usage_->Load() : disk_bytes_; }
   void MergeTreeIntoIndex();
@@ -287,6 +290,8 @@ struct EngineImpl::Chunk {
   bool tmp_exists = false;      // a named temporary to remove
   bool tmp_anonymous = false;   // O_TMPFILE: the fd is the only name until linkat
   bool enospc_retried = false;
+  bool usage_reserved = false;  // C1: a store's bytes are counted in the shared usage from its first write on,
+                                // so instances evict before the files exist rather than after
   bool enoent_retried = false;
   bool writes_done = false;
   bool data_phase = false;      // counted in data_in_flight_

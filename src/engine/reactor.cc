@@ -305,8 +305,10 @@ void EngineImpl::OnCompletion(const io::IoCompletion& cqe) {
       if (res == 0 || res == -EEXIST) {
         // EEXIST: another writer published the same key first; its bytes are equally valid (L4).
         if (res == -EEXIST) stats_.stores_deduplicated.Add(1);
+        if (res != 0 && c->usage_reserved) usage_->Add(-static_cast<int64_t>(slot_bytes_));  // not ours
         PublishIndexed(c->req.key, kHeaderBytes + uint64_t(options_.identity.blocks_per_chunk) * block_stride_,
-                       /*linked=*/res == 0);
+                       /*linked=*/res == 0 && !c->usage_reserved);
+        c->usage_reserved = false;
         c->job->bytes += slot_bytes_;
         if (c->fd >= 0) {  // an anonymous temporary's fd, kept open for linkat
           SubmitClose(c->fd);
@@ -579,6 +581,11 @@ void EngineImpl::BeginStoreWrite(Chunk& c) {
     FailChunk(c, s);
     return;
   }
+  if (usage_ && options_.disk_budget_bytes && !c.usage_reserved) {
+    usage_->Add(static_cast<int64_t>(slot_bytes_));
+    c.usage_reserved = true;
+    EvictAboveHighWatermark();
+  }
   OpenTemporary(c);
 }
 
@@ -792,6 +799,10 @@ void EngineImpl::Settle(Chunk& c) {
     c.counts_job_slot = false;
   }
   if (c.job->kind == JobKind::kStore) {
+    if (c.usage_reserved) {  // dropped: its bytes never became an entry
+      usage_->Add(-static_cast<int64_t>(slot_bytes_));
+      c.usage_reserved = false;
+    }
     if (c.preset_slot >= 0) {
       ResidentWritten(c.req.key);  // written or not, the slot's bytes stay valid in the DRAM tier
     } else if (c.slot >= 0) {
