@@ -64,7 +64,7 @@ class Walker {
     errno = 0;
     while (struct dirent* e = readdir(top.get())) {
       const char* name = e->d_name;
-      if (!IsDotOrDotDot(name) && std::strcmp(name, "MANIFEST") != 0 && std::strcmp(name, "USAGE") != 0) {
+      if (!IsDotOrDotDot(name) && std::strcmp(name, "MANIFEST") != 0) {
         if (IsFanoutName(name) && (e->d_type == DT_DIR || e->d_type == DT_UNKNOWN)) {
           KVTIER_RETURN_IF_ERROR(WalkFirstLevel(top.fd(), name));
         } else {
