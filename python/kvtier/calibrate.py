@@ -21,7 +21,7 @@ What is measured against vLLM with kvtier (streamed TTFT, greedy, `--max-tokens`
   documents out of the DRAM tier (use more than the pool holds).
 * the per-request overhead t0: median TTFT of a 16-token prompt.
 
-Every value is the median of --reps repetitions. g(P) is the full-hit TTFT (fraction 1); the other fractions are
+Every value is the median of --reps repetitions (--stat min: the minimum). g(P) is the full-hit TTFT (fraction 1); the other fractions are
 measured too and drawn on the map to check the model. The model is interpolated piecewise linearly: f through
 (0, 0) and the measured sizes, g through (0, min(t0, g(smallest))) and the measured sizes, both extended linearly
 past the largest size. From it:
@@ -103,6 +103,13 @@ def median(values: list[float]) -> float:
     return statistics.median(values) if values else math.nan
 
 
+def minimum(values: list[float]) -> float:
+    return min(values) if values else math.nan
+
+
+STATS = {"median": median, "min": minimum}
+
+
 def recompute_curve(f_by_size: dict[int, float]) -> Curve:
     """f through (0, 0) and the measured (D, f(D))."""
     return Curve([(0, 0.0)] + [(d, t) for d, t in f_by_size.items() if d > 0])
@@ -176,8 +183,11 @@ def measured_break_even(fractions: list[float], speedups: list[float | None]) ->
 # Measurements -> model -> thresholds
 # --------------------------------------------------------------------------------------------------------------
 
-def summarize(samples: list[dict]) -> dict:
-    """Medians of the raw samples: recompute {D: f}, hit {tier: {(D, frac): h}}, t0."""
+def summarize(samples: list[dict], stat: str = "median") -> dict:
+    """Medians (or minima: stat="min") of the raw samples: recompute {D: f}, hit {tier: {(D, frac): h}}, t0."""
+    if stat not in STATS:
+        raise ValueError(f"stat must be one of {', '.join(STATS)}")
+    median = STATS[stat]
     cold: dict[int, list[float]] = {}
     hits: dict[str, dict[tuple[int, float], list[float]]] = {}
     t0s: list[float] = []
@@ -879,23 +889,39 @@ def run_vllm(a: argparse.Namespace, log) -> tuple[list[dict], dict]:
 # --------------------------------------------------------------------------------------------------------------
 
 def offline_recompute(model_dir: str, sizes: list[int], reps: int, device: str | None = None,
-                      random_weights: bool = False, progress: Progress | None = None) -> list[dict]:
+                      random_weights: bool = False, progress: Progress | None = None,
+                      max_rep_s: float | None = None, stop_on_oom: bool = False) -> list[dict]:
     """f(D) samples from a transformers forward pass over D tokens (the prefill a cold request does), timed as
-    shared/baselines/h200_baseline.py does: decoder + lm_head of the last position, one warm-up per size."""
+    shared/baselines/h200_baseline.py does: decoder + lm_head of the last position, one warm-up per size.
+
+    max_rep_s: fewer timed repetitions at sizes whose warm-up took long (at least one, at most `reps`, about this
+    many seconds each size). stop_on_oom: a size that runs out of device memory ends the sweep (an "oom" sample
+    records it) instead of raising."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+
+    def build(fn, *args):
+        try:  # transformers >= 4.56 names it dtype; older ones torch_dtype
+            return fn(*args, dtype=torch.bfloat16)
+        except TypeError:
+            return fn(*args, torch_dtype=torch.bfloat16)
+
+    t_build = time.perf_counter()
     if random_weights:
         cfg = AutoConfig.from_pretrained(model_dir)
         torch.manual_seed(0)
         with dev:
-            model = AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.bfloat16)
-        model = model.to(torch.bfloat16)
+            model = build(AutoModelForCausalLM.from_config, cfg)
+        model = model.to(device=dev, dtype=torch.bfloat16)
     else:
-        model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.bfloat16).to(dev)
+        model = build(AutoModelForCausalLM.from_pretrained, model_dir).to(dev)
     model.eval()
     vocab = model.config.vocab_size
+    info = {"attn_implementation": getattr(model.config, "_attn_implementation", None),
+            "build_s": round(time.perf_counter() - t_build, 2),
+            "params": sum(p.numel() for p in model.parameters())}
 
     def sync():
         if dev.type == "cuda":
@@ -904,21 +930,42 @@ def offline_recompute(model_dir: str, sizes: list[int], reps: int, device: str |
     samples = []
     for d in sizes:
         ids = torch.randint(0, vocab, (1, d), device=dev, generator=None)
+        oom = False
         with torch.inference_mode():
             def fwd():
                 h = model.model(input_ids=ids, use_cache=False).last_hidden_state
                 return model.lm_head(h[:, -1:])
-            fwd()
-            sync()
-            for r in range(reps):
+            try:
                 t0 = time.perf_counter()
                 fwd()
                 sync()
-                samples.append({"kind": "cold", "tier": None, "doc_tokens": d, "fraction": None,
-                                "prefix_tokens": None, "ttft_s": time.perf_counter() - t0, "rep": r,
-                                "server": "offline"})
-                if progress:
-                    progress.update(f"offline D={d}")
+                warm = time.perf_counter() - t0
+                n = reps if not max_rep_s else max(1, min(reps, int(max_rep_s // max(warm, 1e-9))))
+                for r in range(n):
+                    t0 = time.perf_counter()
+                    fwd()
+                    sync()
+                    samples.append(dict({"kind": "cold", "tier": None, "doc_tokens": d, "fraction": None,
+                                         "prefix_tokens": None, "ttft_s": time.perf_counter() - t0, "rep": r,
+                                         "server": "offline", "warmup_s": warm}, **info))
+                    if progress:
+                        progress.update(f"offline D={d}")
+            except torch.OutOfMemoryError:
+                if not stop_on_oom:
+                    raise
+                oom = True
+        if oom:  # out of the except block, so its traceback no longer holds the activations
+            del ids
+            torch.cuda.empty_cache()
+            samples.append(dict({"kind": "oom", "tier": None, "doc_tokens": d, "fraction": None,
+                                 "prefix_tokens": None, "ttft_s": None, "server": "offline"}, **info))
+            break
+        if dev.type == "cuda":
+            samples[-1]["peak_gib"] = round(torch.cuda.max_memory_allocated(dev) / 2**30, 2)
+    del model
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(dev)
     return samples
 
 
@@ -963,6 +1010,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--fractions", type=_float_list, default=[0.25, 0.5, 0.75, 1.0],
                    help="cached prefix fractions (1.0 is always added: it gives g)")
     p.add_argument("--reps", type=int, default=3, help="repetitions per point (medians)")
+    p.add_argument("--stat", choices=tuple(STATS), default="median",
+                   help="statistic over the repetitions (min: the least disturbed sample on a busy machine)")
     p.add_argument("--tiers", default="dram,disk", help="tiers to measure: dram,disk")
     p.add_argument("--max-tokens", type=int, default=1, help="output tokens per request")
     p.add_argument("--chunk-tokens", type=int, default=256, help="kvtier chunk size (block_size) in tokens")
@@ -1000,9 +1049,10 @@ def finish(a: argparse.Namespace, samples: list[dict], meta: dict, log) -> dict:
         or model_kv_bytes_per_token(a.serve or a.offline_recompute)
     if not kvb:
         raise SystemExit("kvtier calibrate: KV bytes per token unknown: pass --kv-bytes-per-token")
-    summary = summarize(samples)
+    summary = summarize(samples, a.stat)
     model = build_model(summary, kvb, a.chunk_tokens, parse_bandwidths(a.tier_bandwidth))
     model["measured_with"] = meta.get("measured_with")
+    model["statistic"] = a.stat
     name = a.model_tag or meta.get("model") or a.model
     th = _json_safe(thresholds(model, name))
     write_json(out / "thresholds.json", th)

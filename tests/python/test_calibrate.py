@@ -200,3 +200,10 @@ def test_hit_curve_without_t0_extends_the_first_segment():
     assert g(0) == pytest.approx(0.0) and g(64) == pytest.approx(0.025)
     g = c.hit_curve({128: 0.05, 256: 0.10}, 0.5)  # t0 above the fastest hit: capped at it
     assert g(0) == pytest.approx(0.05)
+
+
+def test_stat_min():
+    samples = [{"kind": "cold", "doc_tokens": 512, "ttft_s": v} for v in (3.0, 1.0, 2.0)]
+    assert c.summarize(samples, "min")["f"] == {512: 1.0}
+    with pytest.raises(ValueError):
+        c.summarize(samples, "mean")
