@@ -78,7 +78,8 @@ DEFAULT_SERVE_ARGS = ("--dtype bfloat16 --enforce-eager --block-size 16 --max-nu
 # --------------------------------------------------------------------------------------------------------------
 
 class Curve:
-    """Piecewise-linear y(x) through sorted points, extended linearly beyond both ends (never below 0)."""
+    """Piecewise-linear y(x) through sorted points, extended linearly beyond both ends (never below 0; beyond the
+    last point never below the last value, so a noisy falling last segment does not run to 0)."""
 
     def __init__(self, points: list[tuple[float, float]]):
         pts = sorted((float(x), float(y)) for x, y in points)
@@ -96,7 +97,10 @@ class Curve:
         i = bisect.bisect_right(xs, x) - 1
         i = min(max(i, 0), len(xs) - 2)
         x0, x1, y0, y1 = xs[i], xs[i + 1], ys[i], ys[i + 1]
-        return max(0.0, y0 + (y1 - y0) * (x - x0) / (x1 - x0))
+        y = y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+        if x > xs[-1]:
+            y = max(y, ys[-1])
+        return max(0.0, y)
 
 
 def median(values: list[float]) -> float:
@@ -378,10 +382,10 @@ def plot_speedup_map(model: dict, path: Path, title: str = "") -> Path:
     for tier in tiers:
         e = model["tiers"][tier]
         g = hit_curve(dict(zip(e["hit_sizes"], e["g"])), model.get("t0"))
-        z = [[math.log2(max(1e-6, speedup(f, g, x, y))) for x in xs] for y in ys]
+        z = [[math.log2(min(1e6, max(1e-6, speedup(f, g, x, y)))) for x in xs] for y in ys]
         grids[tier] = (g, z)
-        vmax = max(vmax, max(abs(v) for row in z for v in row))
-    vmax = max(vmax, 0.1)
+        vmax = max([vmax] + [abs(v) for row in z for v in row if math.isfinite(v)])
+    vmax = min(max(vmax, 0.1), 8.0)
     norm = TwoSlopeNorm(vmin=-vmax, vcenter=0.0, vmax=vmax)
     for ax, tier in zip(axes[0], tiers):
         e = model["tiers"][tier]
@@ -902,21 +906,24 @@ def offline_recompute(model_dir: str, sizes: list[int], reps: int, device: str |
 
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
 
-    def build(fn, *args):
-        try:  # transformers >= 4.56 names it dtype; older ones torch_dtype
-            return fn(*args, dtype=torch.bfloat16)
-        except TypeError:
-            return fn(*args, torch_dtype=torch.bfloat16)
-
     t_build = time.perf_counter()
     if random_weights:
         cfg = AutoConfig.from_pretrained(model_dir)
         torch.manual_seed(0)
-        with dev:
-            model = build(AutoModelForCausalLM.from_config, cfg)
+        prev = torch.get_default_dtype()
+        torch.set_default_dtype(torch.bfloat16)  # parameters are created in bf16 (a 32B model has no room for fp32)
+        try:
+            with dev:
+                model = AutoModelForCausalLM.from_config(cfg)
+        finally:
+            torch.set_default_dtype(prev)
         model = model.to(device=dev, dtype=torch.bfloat16)
     else:
-        model = build(AutoModelForCausalLM.from_pretrained, model_dir).to(dev)
+        try:  # transformers >= 4.56 names it dtype; older ones torch_dtype
+            model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16)
+        except TypeError:
+            model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.bfloat16)
+        model = model.to(dev)
     model.eval()
     vocab = model.config.vocab_size
     info = {"attn_implementation": getattr(model.config, "_attn_implementation", None),

@@ -47,6 +47,7 @@ def test_curve_interpolates_and_extends():
     assert cu(5) == pytest.approx(0.5)
     assert cu(15) == pytest.approx(2.0)
     assert cu(30) == pytest.approx(5.0)  # extended with the last segment
+    assert c.Curve([(0, 1.0), (10, 2.0), (20, 1.0)])(40) == 1.0  # a falling last segment is held flat
     assert cu(-10) == 0.0  # never below 0
     assert c.Curve([(4, 2.0)])(100) == 2.0
     with pytest.raises(ValueError):
