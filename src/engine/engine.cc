@@ -599,11 +599,12 @@ void EngineImpl::EvictAboveHighWatermark() {
 // Slot-resident chunks (DRAM tier)
 
 bool EngineImpl::EvictResidentLocked(bool for_speculative) {
-  auto evictable = [this](bool preloads_too) {
-    return [this, preloads_too](const ChunkKey& k) {
+  const int64_t now = io::NowNs();
+  auto evictable = [this, now](bool preloads_too) {
+    return [this, preloads_too, now](const ChunkKey& k) {
       auto r = resident_.find(k);
       return r != resident_.end() && r->second.pins == 0 && r->second.state == Resident::State::kReady &&
-             (preloads_too || !r->second.speculative);
+             r->second.awaited_until_ns <= now && (preloads_too || !r->second.speculative);
     };
   };
   std::optional<ChunkKey> victim = dram_->Victim(evictable(false));
@@ -677,7 +678,10 @@ PromoteResult EngineImpl::Promote(const ChunkKey& key, bool speculative) {
     auto r = resident_.find(key);
     if (r != resident_.end()) {
       dram_->Touch(key);
-      if (!speculative) UsePreloadLocked(r->second);
+      if (!speculative) {
+        UsePreloadLocked(r->second);
+        if (r->second.pins == 0) r->second.awaited_until_ns = io::NowNs() + kAwaitedProtectionNs;
+      }
       if (r->second.state == Resident::State::kReady || r->second.state == Resident::State::kWriting) {
         return PromoteResult{PromoteState::kReady, SlotRef{r->second.slot, r->second.generation}};
       }
@@ -691,7 +695,8 @@ PromoteResult EngineImpl::Promote(const ChunkKey& key, bool speculative) {
     if (!got) return PromoteResult{PromoteState::kMiss, {}};
     slot = *got;
     dram_->Insert(key);
-    resident_.emplace(key, Resident{slot, 0, Resident::State::kLoading, 0, speculative});
+    resident_.emplace(key, Resident{slot, 0, Resident::State::kLoading, 0, speculative,
+                                    speculative ? 0 : io::NowNs() + kAwaitedProtectionNs});
     if (speculative) unused_preloads_++;
   }
   if (speculative) stats_.preload_started.Add(1);
@@ -710,6 +715,8 @@ void EngineImpl::ResidentLoaded(const ChunkKey& key, uint32_t slot, uint32_t gen
   if (ok) {
     r->second.state = Resident::State::kReady;
     r->second.generation = generation;
+    // The protection window of an awaited promotion starts when its bytes are ready.
+    if (r->second.awaited_until_ns != 0) r->second.awaited_until_ns = io::NowNs() + kAwaitedProtectionNs;
   } else {
     if (r->second.speculative) unused_preloads_--;
     dram_->Erase(key);
@@ -741,6 +748,7 @@ Result<std::vector<SlotRef>> EngineImpl::PinResident(std::span<const ChunkKey> k
   for (const ChunkKey& k : keys) {
     auto& r = resident_[k];
     r.pins++;
+    r.awaited_until_ns = 0;  // delivered: ordinary LRU/ARC order from now on
     dram_->Touch(k);
     UsePreloadLocked(r);
   }

@@ -235,7 +235,11 @@ class EngineImpl final : public Engine {
     State state = State::kLoading;
     uint32_t pins = 0;
     bool speculative = false;  // a preload no demand load has used yet (R3: preload_used/wasted)
+    // A demand promotion someone waits for: not evicted until it is pinned (the scheduler's next lookup) or this
+    // passes, so another request's promotion cannot take the slot between the read and the load (no re-reads).
+    int64_t awaited_until_ns = 0;
   };
+  static constexpr int64_t kAwaitedProtectionNs = 2'000'000'000;
   // The first demand use of a preloaded entry (R3). Requires index_mu_.
   void UsePreloadLocked(Resident& r);
   std::unordered_map<ChunkKey, Resident, ChunkKeyHash> resident_;

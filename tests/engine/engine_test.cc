@@ -483,6 +483,34 @@ TEST_F(ResidentTest, ADramHitNeverTouchesTheDisk) {
   EXPECT_EQ(e->Stats().bytes_read, read_before);
 }
 
+TEST_F(ResidentTest, AnAwaitedPromotionIsNotEvictedBeforeItIsPinned) {
+  EngineOptions o = Options(root_);
+  o.pool_bytes = 3 * (4096 + kBlocks * 12288);  // 3 slots
+  o.demand_reserve_slots = 1;
+  auto e = Open(o);
+  std::vector<HostChunk> src(4);
+  for (int i = 0; i < 4; ++i) src[i].Fill(i);
+  ASSERT_TRUE(Store(*e, src).all_ok());
+  auto ready = [&](int k) {
+    PromoteResult p;
+    for (int i = 0; i < 500 && (p = e->Promote(Key(k), false)).state == PromoteState::kPending; ++i) usleep(2000);
+    return p.state;
+  };
+  ASSERT_EQ(ready(0), PromoteState::kReady);
+  ASSERT_EQ(ready(1), PromoteState::kReady);
+  ASSERT_EQ(ready(2), PromoteState::kReady);
+  // The pool is full of promotions nobody has pinned yet: a fourth has no slot rather than evicting one of them
+  // (which would be read again when its request comes to load it).
+  EXPECT_EQ(e->Promote(Key(3), false).state, PromoteState::kMiss);
+  EXPECT_EQ(e->Lookup(Key(0)), ChunkLocation::kDram);
+  // Once pinned and released they are ordinary DRAM-tier entries again and give way.
+  std::vector<ChunkKey> first{Key(0)};
+  ASSERT_TRUE(e->PinResident(first).ok());
+  e->Unpin(first);
+  EXPECT_EQ(ready(3), PromoteState::kReady);
+  EXPECT_EQ(e->Lookup(Key(0)), ChunkLocation::kDisk);  // Key(0) gave its slot to Key(3)
+}
+
 TEST_F(ResidentTest, PromotingAnAbsentChunkIsAMiss) {
   auto e = Open(Options(root_));
   EXPECT_EQ(e->Promote(Key(77), false).state, PromoteState::kMiss);
