@@ -56,9 +56,10 @@ fi
 pkg-config --modversion liburing libxxhash || exit 1
 
 step "build"
-# Linker flags from the environment (an image's LDFLAGS may carry -static-libstdc++) would put a private copy of
-# libstdc++ into the Python modules; in a process that has loaded the shared one already (numpy, torch), their first
-# use of iostreams then crashed (seen on the H200 box). Build with the plain toolchain defaults.
+# A private copy of libstdc++ in the Python modules crashes in a process that loaded the shared one already (numpy,
+# torch). On the H200 box the cause is the toolchain (a dangling libstdc++.so in /opt/gcc: static by default), which
+# CMakeLists.txt handles by linking the shared one explicitly (docs/gpu.md); environment linker flags could do the
+# same harm, so build with the plain toolchain defaults.
 env | grep -E '^(LDFLAGS|CXXFLAGS|CFLAGS|CPPFLAGS)=' || true
 unset LDFLAGS CXXFLAGS CFLAGS CPPFLAGS
 gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
@@ -76,7 +77,8 @@ find "$build" -maxdepth 1 -name '_kvtier*.so' -exec cp {} "$pkg/kvtier/" \;
 export PYTHONPATH=$pkg${PYTHONPATH:+:$PYTHONPATH}
 for so in "$pkg"/kvtier/_kvtier*.so; do
   if ! ldd "$so" | grep -q 'libstdc++'; then
-    # still private: make the process load the shared libstdc++ first so there is one copy (and say so)
+    # still private (CMake found no shared libstdc++ to link, see docs/gpu.md): make the process load the shared one
+    # first so there is one copy (and say so)
     echo "WARNING: $so carries its own libstdc++; preloading the shared one"
     export LD_PRELOAD=$(ldconfig -p | awk '/libstdc\+\+\.so\.6 .*x86-64/ {print $NF; exit}')
   fi

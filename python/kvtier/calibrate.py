@@ -957,7 +957,7 @@ def offline_recompute(model_dir: str, sizes: list[int], reps: int, device: str |
                                          "server": "offline", "warmup_s": warm}, **info))
                     if progress:
                         progress.update(f"offline D={d}")
-            except torch.OutOfMemoryError:
+            except torch.cuda.OutOfMemoryError:
                 if not stop_on_oom:
                     raise
                 oom = True
