@@ -43,7 +43,7 @@ def baseline(model_dir, tmp_path_factory):
     with Server(model_dir, log) as s:
         s.wait_healthy()
         out = {}
-        for name, p in (("short", SHORT), ("long", LONG), ("other", OTHER)):
+        for name, p in (("short", SHORT), ("long", LONG), ("other", OTHER), ("long2", LONG2)):
             out[name], ttft = s.complete(p)
             print(f"E2E baseline {name} ttft_s={ttft:.3f}")
         return out
@@ -181,16 +181,29 @@ def test_root_turns_read_only_then_fills_up_mid_run_and_outputs_stay_identical(m
                 except OSError:
                     pass
             s.reset_prefix_cache()
-            assert s.complete(OTHER)[0] == baseline["other"]  # ENOSPC: evict + retry, or dropped
+            # A new long document: its 11 chunks (22 MiB) meet a full root: ENOSPC, evict + retry once, or dropped.
+            assert s.complete(LONG2)[0] == baseline["long2"]
+            assert s.complete(OTHER)[0] == baseline["other"]
             assert s.complete(SHORT)[0] == baseline["short"]
+            # ENOSPC was met: with no budget configured, only the ENOSPC path evicts (C2), or the store was dropped.
+            deadline = time.monotonic() + 120
+            while True:
+                m = s.metrics()
+                if (m.get("vllm:kvtier_evictions_total", 0) >= 1
+                        or m.get("vllm:kvtier_stores_dropped_total", 0) > dropped_ro):
+                    break
+                assert time.monotonic() < deadline, f"no ENOSPC handling seen:\n{s.log_tail(30)}"
+                s.complete(SHORT, max_tokens=2)
+                time.sleep(0.5)
             s.reset_prefix_cache()
             assert s.complete(LONG)[0] == baseline["long"]
+            assert s.complete(LONG2)[0] == baseline["long2"]
             assert s.complete(OTHER)[0] == baseline["other"]
             m = s.metrics()
             assert s.proc.poll() is None, "the server died"
             print(f"E2E read-only then full root: outputs identical; stores dropped (read-only phase) "
-                  f"{dropped_ro:.0f}, total {m.get('vllm:kvtier_stores_dropped_total', 0):.0f}; enospc events "
-                  f"{m.get('vllm:kvtier_enospc_events_total', 0):.0f}; io errors "
+                  f"{dropped_ro:.0f}, total {m.get('vllm:kvtier_stores_dropped_total', 0):.0f}; evicted on ENOSPC "
+                  f"{m.get('vllm:kvtier_evictions_total', 0):.0f}; io errors "
                   f"{m.get('vllm:kvtier_io_errors_total', 0):.0f}; corrupt "
                   f"{m.get('vllm:kvtier_corrupt_entries_total', 0):.0f}")
     finally:
