@@ -79,6 +79,10 @@ VLLM_KEYS = {
 }
 
 _IO_MODES = ("auto", "direct", "buffered")
+# A scheduler step that ends this soon after the previous one ran no forward pass (none takes under half a
+# millisecond); while such steps only wait for our reads, each one yields the CPU this long.
+_IDLE_STEP_S = 0.0005
+_IDLE_BACKOFF_S = 0.001
 _BACKENDS = ("auto", "uring", "posix")
 _SIZE_SUFFIXES = {"": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20, "g": 1 << 30,
                   "gib": 1 << 30, "t": 1 << 40, "tib": 1 << 40}
@@ -468,6 +472,7 @@ class KVTierManager(OffloadingManager):
         self.load_bytes_needed = 0  # payload bytes of chunks handed to loads (the figure read amplification uses)
         self._last_engine: dict[str, float] = {}
         self._last_stats_t = 0.0
+        self._last_schedule_end = 0.0
         self._stats_interval_s = stats_interval_s
         self._stats_path = stats_path
         self._last_log_t = time.monotonic()
@@ -658,6 +663,13 @@ class KVTierManager(OffloadingManager):
         if self._promoting:
             done = [k for k in self._promoting if self.engine.promote(k, False)[0] != "pending"]
             self._promoting.difference_update(done)
+            # Requests waiting on our reads (HIT_PENDING) keep vLLM's engine loop stepping. When steps come back
+            # faster than any forward pass (nothing else was scheduled), yield the CPU briefly instead of spinning
+            # a core that the reads, the copies and the other requests need.
+            now = time.monotonic()
+            if self._promoting and now - self._last_schedule_end < _IDLE_STEP_S:
+                time.sleep(_IDLE_BACKOFF_S)
+        self._last_schedule_end = time.monotonic()
         self._maybe_log()
 
     def has_pending_work(self) -> bool:
