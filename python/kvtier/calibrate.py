@@ -130,27 +130,36 @@ def hit_curve(g_by_size: dict[int, float], t0: float | None) -> Curve:
     return Curve([(0, min(t0, min(pts)[1]))] + pts)
 
 
-def speedup(f: Curve, g: Curve, d: float, p: float) -> float:
-    """f(D) / (g(pD) + f((1-p)D)): > 1 when loading the prefix beats recomputing the whole prompt."""
+MAP_MODELS = ("paper", "suffix")
+
+
+def speedup(f: Curve, g: Curve, d: float, p: float, kind: str = "paper") -> float:
+    """Predicted TTFT speedup of loading a prefix of p*D tokens over recomputing the whole prompt (> 1: load wins).
+
+    paper:  f(D) / (g(pD) + f((1-p)D))         (the paper's criterion g(P) + f(D - P) < f(D));
+    suffix: f(D) / (g(pD) + f(D) - f(pD))      (the rest computed after the prefix, attending to it)."""
     p = min(1.0, max(0.0, p))
-    den = g(p * d) + f((1.0 - p) * d)
+    if kind == "suffix":
+        den = g(p * d) + max(0.0, f(d) - f(p * d))
+    else:
+        den = g(p * d) + f((1.0 - p) * d)
     return f(d) / den if den > 0 else math.inf
 
 
-def break_even_fraction(f: Curve, g: Curve, d: float, steps: int = 400) -> float | None:
+def break_even_fraction(f: Curve, g: Curve, d: float, steps: int = 400, kind: str = "paper") -> float | None:
     """Smallest prefix fraction p in (0, 1] with speedup >= 1 for a document of d tokens (None: never).
 
     Scans p on a grid, then bisects the first crossing."""
     prev = 0.0
     for i in range(1, steps + 1):
         p = i / steps
-        if speedup(f, g, d, p) >= 1.0:
+        if speedup(f, g, d, p, kind) >= 1.0:
             lo, hi = prev, p
-            if lo == 0.0 and speedup(f, g, d, 1e-9) >= 1.0:
+            if lo == 0.0 and speedup(f, g, d, 1e-9, kind) >= 1.0:
                 return 0.0
             for _ in range(40):
                 mid = (lo + hi) / 2
-                if speedup(f, g, d, mid) >= 1.0:
+                if speedup(f, g, d, mid, kind) >= 1.0:
                     hi = mid
                 else:
                     lo = mid
@@ -231,7 +240,7 @@ def parse_bandwidths(text: str | None) -> dict[str, float]:
 
 
 def build_model(summary: dict, kv_bytes_per_token: int, tokens_per_chunk: int,
-                bandwidths: dict[str, float] | None = None) -> dict:
+                bandwidths: dict[str, float] | None = None, map_model: str = "paper") -> dict:
     """The frontier model: per tier g(P) points, break-even fractions, min_load_tokens; bandwidth curves."""
     f_by = {d: v for d, v in summary["f"].items() if not math.isnan(v)}
     if not f_by:
@@ -241,7 +250,7 @@ def build_model(summary: dict, kv_bytes_per_token: int, tokens_per_chunk: int,
     t0 = summary.get("t0")
     if t0 is not None and math.isnan(t0):
         t0 = None
-    model = {"sizes": sizes, "f": [f_by[d] for d in sizes], "t0": t0, "tiers": {},
+    model = {"sizes": sizes, "f": [f_by[d] for d in sizes], "t0": t0, "tiers": {}, "map_model": map_model,
              "kv_bytes_per_token": kv_bytes_per_token, "tokens_per_chunk": tokens_per_chunk}
     tiers_g: dict[str, dict[int, float]] = {}
     sources: dict[str, str] = {}
@@ -272,7 +281,7 @@ def build_model(summary: dict, kv_bytes_per_token: int, tokens_per_chunk: int,
         gs = tiers_g[tier]
         entry = {"source": sources[tier],
                  "hit_sizes": sorted(gs), "g": [gs[d] for d in sorted(gs)],
-                 "break_even_fraction": [break_even_fraction(f, g, d) for d in sizes],
+                 "break_even_fraction": [break_even_fraction(f, g, d, kind=map_model) for d in sizes],
                  "min_load_tokens": min_load_tokens(f, g, max_tokens, tokens_per_chunk,
                                                     step=max(1, tokens_per_chunk // 16))}
         exact = None
@@ -382,7 +391,8 @@ def plot_speedup_map(model: dict, path: Path, title: str = "") -> Path:
     for tier in tiers:
         e = model["tiers"][tier]
         g = hit_curve(dict(zip(e["hit_sizes"], e["g"])), model.get("t0"))
-        z = [[math.log2(min(1e6, max(1e-6, speedup(f, g, x, y)))) for x in xs] for y in ys]
+        kind = model.get("map_model", "paper")
+        z = [[math.log2(min(1e6, max(1e-6, speedup(f, g, x, y, kind)))) for x in xs] for y in ys]
         grids[tier] = (g, z)
         vmax = max([vmax] + [abs(v) for row in z for v in row if math.isfinite(v)])
     vmax = min(max(vmax, 0.1), 8.0)
@@ -393,7 +403,7 @@ def plot_speedup_map(model: dict, path: Path, title: str = "") -> Path:
         mesh = ax.pcolormesh(xs, ys, z, cmap="RdBu", norm=norm, shading="auto")
         cs = ax.contour(xs, ys, z, levels=[0.0], colors="k", linewidths=2)
         if cs.allsegs and any(len(s) for s in cs.allsegs[0]):
-            ax.plot([], [], "k-", lw=2, label="break-even (model)")
+            ax.plot([], [], "k-", lw=2, label=f"break-even ({model.get('map_model', 'paper')} model)")
         mf = e.get("measured_fractions")
         if mf:
             for d, row in zip(sizes, e["measured_speedup"]):
@@ -1006,7 +1016,8 @@ def parser() -> argparse.ArgumentParser:
                      help="measure f(D) with transformers on this model instead of through vLLM")
     src.add_argument("--random-weights", action="store_true", help="--offline-recompute: config.json only")
     src.add_argument("--device", default=None, help="--offline-recompute: torch device (default cuda if present)")
-    src.add_argument("--replot", metavar="JSON", help="recompute the model and redraw from a measurements.json")
+    src.add_argument("--replot", metavar="JSON", nargs="+",
+                     help="recompute the model and redraw from measurements.json files (several: samples pooled)")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--model", default="tiny", help="served model name (and the thresholds file's model)")
     p.add_argument("--model-tag", default=None,
@@ -1019,6 +1030,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--reps", type=int, default=3, help="repetitions per point (medians)")
     p.add_argument("--stat", choices=tuple(STATS), default="median",
                    help="statistic over the repetitions (min: the least disturbed sample on a busy machine)")
+    p.add_argument("--map-model", choices=MAP_MODELS, default="paper",
+                   help="speedup model of the map and break-even fractions: paper = g(P) + f(D-P) vs f(D); "
+                        "suffix = g(P) + f(D) - f(P) vs f(D) (the rest attends to the prefix)")
     p.add_argument("--tiers", default="dram,disk", help="tiers to measure: dram,disk")
     p.add_argument("--max-tokens", type=int, default=1, help="output tokens per request")
     p.add_argument("--chunk-tokens", type=int, default=256, help="kvtier chunk size (block_size) in tokens")
@@ -1057,7 +1071,7 @@ def finish(a: argparse.Namespace, samples: list[dict], meta: dict, log) -> dict:
     if not kvb:
         raise SystemExit("kvtier calibrate: KV bytes per token unknown: pass --kv-bytes-per-token")
     summary = summarize(samples, a.stat)
-    model = build_model(summary, kvb, a.chunk_tokens, parse_bandwidths(a.tier_bandwidth))
+    model = build_model(summary, kvb, a.chunk_tokens, parse_bandwidths(a.tier_bandwidth), a.map_model)
     model["measured_with"] = meta.get("measured_with")
     model["statistic"] = a.stat
     name = a.model_tag or meta.get("model") or a.model
@@ -1156,11 +1170,21 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     if a.replot:
-        with open(a.replot) as fh:
-            data = json.load(fh)
-        meta = data.get("meta", {})
+        samples, meta = [], {}
+        for i, path in enumerate(a.replot):
+            with open(path) as fh:
+                data = json.load(fh)
+            for smp in data["samples"]:
+                samples.append(dict(smp, run=i) if len(a.replot) > 1 else smp)
+            m = data.get("meta", {})
+            if meta and m.get("tokens_per_chunk") != meta.get("tokens_per_chunk"):
+                p.error(f"--replot: {path} has another chunk size than {a.replot[0]}")
+            meta = meta or dict(m)
+        if len(a.replot) > 1:
+            meta["pooled_runs"] = [str(x) for x in a.replot]
+            meta["reps"] = sum(1 for smp in samples if smp["kind"] == "cold") // max(1, len(meta.get("sizes", [1])))
         a.chunk_tokens = meta.get("tokens_per_chunk", a.chunk_tokens)
-        finish(a, data["samples"], meta, log)
+        finish(a, samples, meta, log)
         return 0
     t_start = time.monotonic()
     samples: list[dict] = []

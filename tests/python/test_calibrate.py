@@ -208,3 +208,15 @@ def test_stat_min():
     assert c.summarize(samples, "min")["f"] == {512: 1.0}
     with pytest.raises(ValueError):
         c.summarize(samples, "mean")
+
+
+def test_suffix_model():
+    f = c.recompute_curve({d: f_true(d) for d in SIZES})
+    g = c.hit_curve({d: g_true(d) for d in SIZES}, 0.05)
+    d, p = 4096, 0.5
+    assert c.speedup(f, g, d, p, "suffix") == pytest.approx(f(d) / (g(p * d) + f(d) - f(p * d)))
+    # with a convex f the rest of the prompt costs more than f(D - P): the suffix model is the more cautious
+    assert c.speedup(f, g, d, p, "suffix") < c.speedup(f, g, d, p, "paper")
+    be = c.break_even_fraction(f, g, d, kind="suffix")
+    exact = next(x for x in range(1, 4097) if g(x) <= f(x))
+    assert be * d == pytest.approx(exact, abs=16)  # the suffix frontier is min_load_tokens / D
