@@ -224,7 +224,7 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
 
   auto swept = SweepTemporaries(*ns_, std::chrono::seconds(options.temp_max_age_s));
   if (swept.ok()) stats_.temporaries_swept.Add(swept->removed);
-  KVTIER_RETURN_IF_ERROR(RebuildIndex());
+  KVTIER_RETURN_IF_ERROR(MergeTreeIntoIndex());
   // C1 across instances: a fresh scan's total also repairs drift of the shared counter (see usage_counter.h).
   if (auto usage = SharedUsage::Open(*ns_); usage.ok()) {
     usage_ = std::move(usage.value());
@@ -258,31 +258,6 @@ EngineImpl::~EngineImpl() {
   copier_.reset();  // joins the copier thread before the pool goes away
 }
 
-Status EngineImpl::RebuildIndex() {
-  struct Found {
-    ChunkKey key;
-    uint64_t bytes;
-    int64_t mtime;
-  };
-  std::vector<Found> found;
-  Status s = ScanEntries(*ns_, [&](const EntryInfo& e) {
-    if (e.is_temporary || e.is_foreign) return;
-    found.push_back(Found{e.key, e.size_bytes, e.mtime_ns});
-  });
-  if (!s.ok()) return s.WithContext("rebuilding the index of " + ns_->path());
-  // Oldest first, so the LRU order at start follows modification time (C1: not atime).
-  std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) { return a.mtime < b.mtime; });
-  std::lock_guard<std::mutex> lock(index_mu_);
-  for (const Found& f : found) {
-    if (index_.count(f.key)) continue;
-    lru_.push_back(f.key);
-    index_.emplace(f.key, IndexEntry{f.bytes, 0, std::prev(lru_.end())});
-    disk_bytes_ += f.bytes;
-  }
-  stats_.disk_entries.Set(index_.size());
-  stats_.disk_bytes_used.Set(disk_bytes_);
-  return Status::Ok();
-}
 
 // ---------------------------------------------------------------------------------------------------------------
 // Lookup (caller threads)
@@ -519,7 +494,7 @@ void EngineImpl::ReindexLocked(const ChunkKey& key, uint64_t bytes) {
   stats_.disk_bytes_used.Set(disk_bytes_);
 }
 
-void EngineImpl::MergeTreeIntoIndex() {
+Status EngineImpl::MergeTreeIntoIndex() {
   struct Found {
     ChunkKey key;
     uint64_t bytes;
@@ -529,8 +504,9 @@ void EngineImpl::MergeTreeIntoIndex() {
   Status s = ScanEntries(*ns_, [&](const EntryInfo& e) {
     if (!e.is_temporary && !e.is_foreign) found.push_back(Found{e.key, e.size_bytes, e.mtime_ns});
   });
-  if (!s.ok()) return;
-  // Newest first, each pushed to the front: entries this instance never used are evicted first, oldest first.
+  if (!s.ok()) return s.WithContext("scanning " + ns_->path());
+  // Newest first, each pushed to the LRU front: entries this instance never used are evicted first, oldest first
+  // (C1: modification time, not atime). At open the index is empty and this is the whole LRU order.
   std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) { return a.mtime > b.mtime; });
   std::lock_guard<std::mutex> lock(index_mu_);
   for (const Found& f : found) {
@@ -541,6 +517,7 @@ void EngineImpl::MergeTreeIntoIndex() {
   }
   stats_.disk_entries.Set(index_.size());
   stats_.disk_bytes_used.Set(disk_bytes_);
+  return Status::Ok();
 }
 
 std::vector<EngineImpl::Victim> EngineImpl::TakeExcessLocked(uint64_t excess, std::unique_lock<std::mutex>& lock) {
@@ -548,7 +525,7 @@ std::vector<EngineImpl::Victim> EngineImpl::TakeExcessLocked(uint64_t excess, st
   if (usage_ && excess > disk_bytes_ && now - last_merge_ns_ > 500 * kMsToNs) {
     last_merge_ns_ = now;
     lock.unlock();
-    MergeTreeIntoIndex();
+    static_cast<void>(MergeTreeIntoIndex());  // best effort: a failed rescan leaves the index as it was
     lock.lock();
   }
   return TakeVictimsLocked(disk_bytes_ > excess ? disk_bytes_ - excess : 0);

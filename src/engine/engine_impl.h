@@ -96,7 +96,6 @@ class EngineImpl final : public Engine {
 
   EngineImpl() = default;
   Status Init(const EngineOptions& options, std::unique_ptr<DeviceCopier> copier, std::unique_ptr<io::IoEngine> io);
-  Status RebuildIndex();
   Result<JobId> Enqueue(JobKind kind, std::vector<ChunkTransfer> chunks, std::vector<int> preset_slots = {},
                         bool internal = false);
   Status ValidateTransfer(JobKind kind, const ChunkTransfer& t) const;
@@ -141,7 +140,9 @@ class EngineImpl final : public Engine {
   void EvictAboveHighWatermark();
   // Disk usage compared with the budget: the namespace's shared counter when there is one (C1), else the index's.
   uint64_t UsageLocked() const { return usage_ ? usage_->Load() : disk_bytes_; }
-  void MergeTreeIntoIndex();
+  // Adds the entries of a scan of the tree that the index lacks (at open: all of them; later: what other
+  // instances published), oldest at the LRU front.
+  Status MergeTreeIntoIndex();
   // An evicted entry whose unlink failed goes back to the index (LRU front): it still takes space.
   void ReindexLocked(const ChunkKey& key, uint64_t bytes);
   struct Victim {
