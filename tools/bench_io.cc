@@ -562,48 +562,39 @@ int RunBenchIo(int argc, char** argv) {
         eng.Read(warm, 1000);
         eng.Remove(warm, 1000);
         for (uint32_t rep = 0; rep < repeat; ++rep) {
-          auto run_raw = [&] {
-            const std::string tag = "r" + std::to_string(rep);
+          // Both sides write, then both read, then both remove; the side that goes first alternates. Neither side
+          // reads right after its own writes, so a host-side cache of recent writes (virtual disks) and a drift of
+          // the disk during the run favour neither.
+          const std::string tag = "r" + std::to_string(rep);
+          double raw_w = 0, raw_r = 0, eng_w = 0, eng_r = 0;
+          std::string raw_wc, raw_rc, eng_wc, eng_rc;
+          auto timed = [](auto&& fn, std::string* cpu) {
             CpuSample c0 = CpuSample::Now();
-            const double w = raw.Write(row.files, tag);
-            CpuSample c1 = CpuSample::Now();
-            if (drop_ok) DropPageCache();
-            CpuSample c2 = CpuSample::Now();
-            const double r = raw.Read(row.files, tag);
-            CpuSample c3 = CpuSample::Now();
-            raw.Remove(row.files, tag);
-            row.raw_w.push_back(gb / w);
-            row.raw_r.push_back(gb / r);
-            if (verbose) {
-              std::printf("  %s qd %u rep %u raw    write %.3f GB/s (%s)\n  %s qd %u rep %u raw    read  %.3f GB/s (%s)\n",
-                          FormatSize(chunk).c_str(), depth, rep, gb / w, CpuSummary(c0, c1).c_str(),
-                          FormatSize(chunk).c_str(), depth, rep, gb / r, CpuSummary(c2, c3).c_str());
-            }
+            const double secs = fn();
+            *cpu = CpuSummary(c0, CpuSample::Now());
+            return secs;
           };
-          auto run_engine = [&] {
-            CpuSample c0 = CpuSample::Now();
-            const double w = eng.Write(row.files, rep);
-            CpuSample c1 = CpuSample::Now();
-            if (drop_ok) DropPageCache();
-            CpuSample c2 = CpuSample::Now();
-            const double r = eng.Read(row.files, rep);
-            CpuSample c3 = CpuSample::Now();
-            eng.Remove(row.files, rep);
-            row.eng_w.push_back(gb / w);
-            row.eng_r.push_back(gb / r);
-            if (verbose) {
-              std::printf("  %s qd %u rep %u engine write %.3f GB/s (%s)\n  %s qd %u rep %u engine read  %.3f GB/s (%s)\n",
-                          FormatSize(chunk).c_str(), depth, rep, gb / w, CpuSummary(c0, c1).c_str(),
-                          FormatSize(chunk).c_str(), depth, rep, gb / r, CpuSummary(c2, c3).c_str());
-            }
-          };
-          // Alternate which side goes first, so a drift of the disk during the run favours neither.
-          if (rep % 2 == 0) {
-            run_raw();
-            run_engine();
-          } else {
-            run_engine();
-            run_raw();
+          auto write_raw = [&] { raw_w = timed([&] { return raw.Write(row.files, tag); }, &raw_wc); };
+          auto write_eng = [&] { eng_w = timed([&] { return eng.Write(row.files, rep); }, &eng_wc); };
+          auto read_raw = [&] { raw_r = timed([&] { return raw.Read(row.files, tag); }, &raw_rc); };
+          auto read_eng = [&] { eng_r = timed([&] { return eng.Read(row.files, rep); }, &eng_rc); };
+          const bool raw_first = rep % 2 == 0;
+          if (raw_first) { write_raw(); write_eng(); } else { write_eng(); write_raw(); }
+          if (drop_ok) DropPageCache();
+          if (raw_first) { read_raw(); read_eng(); } else { read_eng(); read_raw(); }
+          raw.Remove(row.files, tag);
+          eng.Remove(row.files, rep);
+          row.raw_w.push_back(gb / raw_w);
+          row.raw_r.push_back(gb / raw_r);
+          row.eng_w.push_back(gb / eng_w);
+          row.eng_r.push_back(gb / eng_r);
+          if (verbose) {
+            const std::string sz = FormatSize(chunk);
+            const char* size = sz.c_str();
+            std::printf("  %s qd %u rep %u raw    write %.3f GB/s (%s)\n  %s qd %u rep %u raw    read  %.3f GB/s (%s)\n"
+                        "  %s qd %u rep %u engine write %.3f GB/s (%s)\n  %s qd %u rep %u engine read  %.3f GB/s (%s)\n",
+                        size, depth, rep, gb / raw_w, raw_wc.c_str(), size, depth, rep, gb / raw_r, raw_rc.c_str(),
+                        size, depth, rep, gb / eng_w, eng_wc.c_str(), size, depth, rep, gb / eng_r, eng_rc.c_str());
           }
           std::fflush(stdout);
           progress.Set(++steps);
