@@ -100,15 +100,6 @@ uint8_t* AllocShmFilled(uint64_t bytes, uint64_t seed) {
   return static_cast<uint8_t*>(p);
 }
 
-bool DropPageCache() {
-  sync();
-  std::ofstream f("/proc/sys/vm/drop_caches");
-  if (!f) return false;
-  f << "3\n";
-  f.flush();
-  return static_cast<bool>(f);
-}
-
 // CPU time of every thread of this process, by thread id, with its name (io_uring's kernel workers are
 // "iou-wrk-<tid>"), for "is a thread CPU-bound?" (--verbose).
 struct ThreadTime {

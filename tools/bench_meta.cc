@@ -52,15 +52,6 @@ ChunkKey MakeKey(uint64_t salt, uint64_t i) {
   return ChunkKey::FromBytes(std::span<const uint8_t>(b, sizeof(b))).value();
 }
 
-bool DropPageCache() {
-  sync();
-  std::ofstream f("/proc/sys/vm/drop_caches");
-  if (!f) return false;
-  f << "3\n";
-  f.flush();
-  return static_cast<bool>(f);
-}
-
 struct Result_ {
   uint64_t entries = 0;
   double publish_s = 0;

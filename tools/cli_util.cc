@@ -396,4 +396,13 @@ std::string FormatTime(int64_t unix_ns) {
   return buf;
 }
 
+bool DropPageCache() {
+  sync();
+  std::ofstream f("/proc/sys/vm/drop_caches");
+  if (!f) return false;
+  f << "3\n";
+  f.flush();
+  return static_cast<bool>(f);
+}
+
 }  // namespace kvtier::cli

@@ -76,6 +76,9 @@ class Args {
 bool ParseSize(std::string_view text, uint64_t* out);
 // 29360128 -> "28MiB" when exact, else "28.0MiB"-style with one decimal.
 std::string FormatSize(uint64_t bytes);
+
+// sync(), then drops the page, dentry and inode caches (root only). False when not permitted.
+bool DropPageCache();
 // Fixed-point with `decimals` digits.
 std::string Fixed(double v, int decimals);
 // Rates with a sensible number of digits: 1234567 -> "1.23M", 12345 -> "12.3k", 12.3 -> "12.3".
