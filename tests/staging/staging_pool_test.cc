@@ -220,7 +220,8 @@ TEST(StagingPool, RemoveOrphansUnlinksPoolsOfDeadOwnersOnly) {
 
   auto removed = StagingPool::RemoveOrphans();
   ASSERT_TRUE(removed.ok()) << removed.status().ToString();
-  EXPECT_GE(*removed, 1u);
+  // Not EXPECT_GE(*removed, 1): under ctest -j another test's engine may open (and sweep orphans) first. What
+  // matters is below: the orphan is gone, the live pools are not.
   auto gone = StagingPool::Attach(orphan_name);
   EXPECT_EQ(gone.status().code(), StatusCode::kNotFound) << gone.status().ToString();
   EXPECT_TRUE(StagingPool::Attach(live->name()).ok());
