@@ -33,7 +33,7 @@ import os
 import threading
 import time
 from collections.abc import Collection, Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -758,21 +758,172 @@ class KVTierManager(OffloadingManager):
 # Worker side
 # ---------------------------------------------------------------------------------------------------------------
 
+# The copier seam: KVTierWorker does the bookkeeping (slot checks, address math, job tracking) and hands the bytes
+# to a _Copier. Two real ones: _HostCopier (host KV tensors, vLLM's CPU platform: a synchronous memcpy) and
+# _CudaCopier (KV tensors on a CUDA device: kvtier._kvtier_cuda, asynchronous). Tests add a fake asynchronous one.
+class _Copier(Protocol):
+    """Moves scattered segments between pool slots and KV tensors.
+
+    copy(direction, dst, src, sizes) -> ticket: direction "h2d" (load: dst = KV side, src = slot side) or "d2h"
+    (store: dst = slot side, src = KV side); 1-D uint64 arrays of equal length. Raises if the copy cannot be
+    queued. done(ticket): True once the copy finished (also when it failed). wait(ticket): blocks until it
+    finished; raises if it failed (so done() then wait() is how a finished job learns its outcome).
+    attach(pool) / detach(pool): a staging pool becomes / stops being a copy endpoint (the pool outlives detach).
+    asynchronous: False when copy() returns only after the bytes moved."""
+
+    asynchronous: bool
+
+    def attach(self, pool: Any) -> None: ...
+
+    def detach(self, pool: Any) -> None: ...
+
+    def copy(self, direction: str, dst: np.ndarray, src: np.ndarray, sizes: np.ndarray) -> Any: ...
+
+    def done(self, ticket: Any) -> bool: ...
+
+    def wait(self, ticket: Any) -> None: ...
+
+    def close(self) -> None: ...
+
+    def describe(self) -> str: ...
+
+
+class _HostCopier:
+    """Host KV tensors: memcpy through kvtier._kvtier.copy_batch (GIL released, `threads` threads), synchronous."""
+
+    asynchronous = False
+
+    def __init__(self, ext: Any, threads: int = 1):
+        self._ext = ext
+        self._threads = int(threads)
+
+    def attach(self, pool: Any) -> None:
+        return
+
+    def detach(self, pool: Any) -> None:
+        return
+
+    def copy(self, direction: str, dst: np.ndarray, src: np.ndarray, sizes: np.ndarray) -> Any:
+        return self._ext.copy_batch(dst, src, sizes, self._threads)  # the bytes copied; nothing left to wait for
+
+    def done(self, ticket: Any) -> bool:
+        return True
+
+    def wait(self, ticket: Any) -> None:
+        return
+
+    def close(self) -> None:
+        return
+
+    def describe(self) -> str:
+        return f"host memcpy, {self._threads} thread(s)"
+
+
+def _import_cuda_ext():
+    try:
+        from kvtier import _kvtier_cuda  # type: ignore[attr-defined]
+    except ImportError as e:
+        raise ImportError("kvtier: vLLM's KV cache is on a CUDA device but kvtier's CUDA copier "
+                          "(kvtier._kvtier_cuda) is not built or cannot be loaded in this Python; build kvtier with "
+                          "CUDA: pip install --no-deps --no-build-isolation "
+                          "-C cmake.define.KVTIER_WITH_CUDA=ON <kvtier repo> (needs nvcc; docs/gpu.md)") from e
+    return _kvtier_cuda
+
+
+class _CudaCopier:
+    """KV tensors on CUDA device `device`: kvtier._kvtier_cuda.CudaCopier (docs/gpu.md), asynchronous.
+
+    Every copy is queued behind the work queued so far on the caller's current stream (the copier records an event
+    there and its own per-direction stream waits for it on the device), then runs on the copier's stream; the ticket
+    is that launch's completion event. The staging pool's whole mapping is registered (cudaHostRegister) when the
+    worker attaches it: the copy kernel addresses host memory through its mapped device pointer."""
+
+    asynchronous = True
+
+    def __init__(self, device: int, ext: Any = None, current_stream: Any = None):
+        self._ext = ext if ext is not None else _import_cuda_ext()
+        self.device = int(device)
+        self._c = self._ext.CudaCopier(device=self.device)
+        if current_stream is None:
+            import torch
+
+            def current_stream() -> int:
+                return int(torch.cuda.current_stream(self.device).cuda_stream)
+        self._current_stream = current_stream
+
+    def attach(self, pool: Any) -> None:
+        base, size = int(pool.base_address), int(pool.mapped_bytes)
+        if not self._c.is_registered(base, size):
+            t0 = time.perf_counter()
+            self._c.register_host(base, size)
+            logger.info("kvtier worker: registered the staging pool with CUDA (%d bytes, %.3f s)", size,
+                        time.perf_counter() - t0)
+
+    def detach(self, pool: Any) -> None:
+        # CudaCopier unregisters only on destruction: start a fresh one, so the old mapping is unregistered before
+        # the caller unmaps it. The caller has waited for every ticket (tickets do not survive this).
+        self._c.close()
+        self._c = self._ext.CudaCopier(device=self.device)
+
+    def copy(self, direction: str, dst: np.ndarray, src: np.ndarray, sizes: np.ndarray) -> Any:
+        return self._c.copy_batch(direction, dst, src, sizes, stream=self._current_stream())
+
+    def done(self, ticket: Any) -> bool:
+        return bool(self._c.query(ticket))
+
+    def wait(self, ticket: Any) -> None:
+        self._c.wait(ticket)
+
+    def close(self) -> None:
+        self._c.close()
+
+    def describe(self) -> str:
+        return f"CUDA copier: {self._c.describe()}"
+
+
+def _make_copier(tensors: list[Any], ext: Any, copy_threads: int) -> _Copier:
+    """The copier for this rank's KV tensors: all on the host -> _HostCopier; all on one CUDA device ->
+    _CudaCopier for that device; anything else is refused."""
+    types = {t.device.type for t in tensors}
+    if types <= {"cpu"}:
+        return _HostCopier(ext, copy_threads)
+    if types == {"cuda"}:
+        indices = {t.device.index for t in tensors}
+        if len(indices) != 1:
+            raise NotImplementedError(f"kvtier: this rank's KV tensors are on several CUDA devices {sorted(indices)}")
+        (index,) = indices
+        if index is None:
+            import torch
+            index = torch.cuda.current_device()
+        return _CudaCopier(int(index))
+    raise NotImplementedError("kvtier: KV tensors must all be on the host (vLLM's CPU platform) or all on one "
+                              f"CUDA device; got {sorted({str(t.device) for t in tensors})}")
+
+
+class _Job:
+    """A submitted transfer whose copy may still be running."""
+
+    __slots__ = ("job_id", "load", "ticket", "nbytes", "t0", "pool", "slots", "gens")
+
+    def __init__(self, job_id: int, load: bool, ticket: Any, nbytes: int, t0: float, pool: Any,
+                 spec: KVTierLoadStoreSpec):
+        self.job_id, self.load, self.ticket, self.nbytes, self.t0, self.pool = job_id, load, ticket, nbytes, t0, pool
+        self.slots, self.gens = spec.slots.tolist(), spec.gens.tolist()
+
+
 class KVTierWorker(OffloadingWorker):
-    """Copies chunks between pool slots and this rank's KV tensors (host memcpy; vLLM's CPU platform)."""
+    """Copies chunks between pool slots and this rank's KV tensors: host memcpy for host tensors (vLLM's CPU
+    platform), the CUDA copier for tensors on a CUDA device (docs/vllm-integration.md, "The CUDA worker")."""
 
     def __init__(self, kv_caches: CanonicalKVCaches, blocks_per_chunk: int, rank: int, rank_block_bytes: int,
-                 copy_threads: int = 1, attach_timeout_s: float = 60.0):
+                 copy_threads: int = 1, attach_timeout_s: float = 60.0, copier: _Copier | None = None):
         self._ext = _import_ext()
         self.bpc = int(blocks_per_chunk)
         self.rank_offset = int(rank) * int(rank_block_bytes)
         self.copy_threads = int(copy_threads)
         self.attach_timeout_s = float(attach_timeout_s)
         tensors = [t.tensor for t in kv_caches.tensors]
-        for t in tensors:
-            if t.device.type != "cpu":
-                raise NotImplementedError("kvtier: only host KV tensors (vLLM's CPU platform) are supported by "
-                                          f"this worker; got a tensor on {t.device}")
+        self._copier: _Copier = copier if copier is not None else _make_copier(tensors, self._ext, copy_threads)
         self._tensors = tensors  # keep them alive
         self._bases = np.array([t.data_ptr() for t in tensors], dtype=np.uint64)
         self._row_strides = np.array([t.stride(0) * t.element_size() for t in tensors], dtype=np.uint64)
@@ -799,30 +950,41 @@ class KVTierWorker(OffloadingWorker):
         self._pool = None
         self._pool_name: str | None = None
         self._finished: list[TransferResult] = []
+        self._pending: dict[int, _Job] = {}  # asynchronous copies not yet seen complete, in submission order
         self._lock = threading.Lock()
-        logger.info("kvtier worker: %d KV tensors, %d groups, %d bytes/block for this rank, blocks_per_chunk=%d",
-                    len(tensors), len(self._groups), int(sum(int(s.sum()) for _, s, _ in self._groups)), self.bpc)
+        logger.info("kvtier worker: %d KV tensors, %d groups, %d bytes/block for this rank, blocks_per_chunk=%d, %s",
+                    len(tensors), len(self._groups), int(sum(int(s.sum()) for _, s, _ in self._groups)), self.bpc,
+                    self._copier.describe())
 
     # -- pool ----------------------------------------------------------------------------------------------
     def _attach(self, name: str):
         if self._pool is not None and self._pool_name == name:
             return self._pool
         if self._pool is not None:
+            # Another pool (a new scheduler-side engine): nothing may still copy from or into the old mapping.
+            self._drain()
+            self._copier.detach(self._pool)
             self._pool.close()
             self._pool = None
         deadline = time.monotonic() + self.attach_timeout_s
         delay = 0.01
         while True:
             try:
-                self._pool = self._ext.Pool.attach(name)
-                self._pool_name = name
-                return self._pool
+                pool = self._ext.Pool.attach(name)
+                break
             except (OSError, ValueError, RuntimeError) as e:
                 if time.monotonic() >= deadline:
                     raise RuntimeError(f"kvtier worker: cannot attach the staging pool {name} within "
                                        f"{self.attach_timeout_s}s (kvtier_attach_timeout_s): {e}") from e
                 time.sleep(delay)
                 delay = min(delay * 2, 0.5)
+        try:
+            self._copier.attach(pool)  # CUDA: register the mapping (once per attached pool)
+        except BaseException:
+            pool.close()
+            raise
+        self._pool, self._pool_name = pool, name
+        return pool
 
     def _slot_addresses(self, pool, spec: KVTierLoadStoreSpec) -> np.ndarray:
         return np.array([pool.slot_address(int(s)) for s in spec.slots], dtype=np.uint64) + \
@@ -837,7 +999,8 @@ class KVTierWorker(OffloadingWorker):
 
     def _addresses(self, spec: KVTierLoadStoreSpec, gpu: GPULoadStoreSpec, slot_addr: np.ndarray):
         """(slot-side addresses, KV-side addresses, sizes) of every page of the transfer, in vLLM's semantics:
-        group by group, the first chunk of a group skips block_indices[g] % blocks_per_chunk blocks."""
+        group by group, the first chunk of a group skips block_indices[g] % blocks_per_chunk blocks. KV-side
+        addresses are tensor.data_ptr() + block id * row stride: device addresses for CUDA tensors."""
         block_ids = np.asarray(gpu.block_ids, dtype=np.uint64)
         group_sizes = list(gpu.group_sizes)
         block_indices = list(gpu.block_indices)
@@ -873,6 +1036,28 @@ class KVTierWorker(OffloadingWorker):
             return e, e, e
         return np.concatenate(slot_parts), np.concatenate(kv_parts), np.concatenate(size_parts)
 
+    # -- transfers -----------------------------------------------------------------------------------------
+    #
+    # Ordering with the CUDA copier (mirrors vLLM 0.26's own CPU offloading worker, kv_offload/cpu/gpu_worker.py,
+    # where it matters, and is stricter where that is cheap):
+    # * Store (d2h): queued behind the caller's current stream, i.e. behind the forward pass that wrote the KV
+    #   (vLLM submits stores at the start of the next step, before that step's forward is queued, exactly as its
+    #   own worker does with stream.wait_stream(current_stream)). vLLM keeps the GPU blocks of a store from reuse
+    #   until the job is reported (completed_jobs) or flushed through wait(jobs_to_flush): wait() must block.
+    # * Load (h2d): also queued behind the current stream. vLLM's own worker does not do this for loads; we do, so
+    #   that a destination block freed by a preemption while an earlier step's forward pass is still queued (async
+    #   scheduling) is not written before that pass is done with it. The cost is at most one step's queued work of
+    #   delay before the copy starts; the copy still overlaps the forward pass of the step it is submitted in.
+    # * No stream_wait after a load: vLLM schedules the loaded request only after get_finished() reported the job,
+    #   which happens only after query() saw the copy complete on the device, so any later forward pass that reads
+    #   the blocks is queued after the bytes landed. Making the compute stream wait on the ticket at submit time
+    #   would instead stall this step's forward pass (which does not read those blocks) for the whole copy.
+    # * Slots stay valid while a copy runs: a load's slots stay pinned until complete_load, a store's slot stays
+    #   `filling` until complete_store, and vLLM calls those only after get_finished() reported the job (a request
+    #   finished during its load keeps its pins until then: KVTierManager.on_request_finished). The exception is
+    #   reset_cache, which releases everything at once while the workers learn of the flush one step later; the
+    #   generation re-check at completion (_finish) keeps a load whose slot was refilled meanwhile from reporting
+    #   success.
     def _transfer(self, job_id: int, spec: LoadStoreSpec, gpu: GPULoadStoreSpec, load: bool) -> bool:
         t0 = time.perf_counter()
         assert isinstance(spec, KVTierLoadStoreSpec), type(spec)
@@ -892,9 +1077,14 @@ class KVTierWorker(OffloadingWorker):
                 else:
                     slot_side, kv_side, sizes = self._addresses(spec, gpu, self._slot_addresses(pool, spec))
                     if load:
-                        nbytes = self._ext.copy_batch(kv_side, slot_side, sizes, self.copy_threads)
+                        ticket = self._copier.copy("h2d", kv_side, slot_side, sizes)
                     else:
-                        nbytes = self._ext.copy_batch(slot_side, kv_side, sizes, self.copy_threads)
+                        ticket = self._copier.copy("d2h", slot_side, kv_side, sizes)
+                    if self._copier.asynchronous:
+                        with self._lock:
+                            self._pending[job_id] = _Job(job_id, load, ticket, int(sizes.sum()), t0, pool, spec)
+                        return True
+                    nbytes = int(ticket)  # _HostCopier: the bytes copied
         except Exception:
             logger.exception("kvtier worker: %s job %d failed", "load" if load else "store", job_id)
             ok = False
@@ -902,6 +1092,47 @@ class KVTierWorker(OffloadingWorker):
             self._finished.append(TransferResult(job_id=job_id, success=ok, transfer_size=int(nbytes),
                                                  transfer_time=time.perf_counter() - t0))
         return True
+
+    def _finish(self, job: _Job) -> None:
+        """Completes an asynchronous job (its copy is done, or wait() blocks until it is) and queues its result.
+        transfer_time runs from submission to the moment completion was seen (includes the wait for the stream's
+        earlier work and the polling interval: an upper bound of the copy time). A job is finished once: the
+        caller that takes it out of _pending does it."""
+        with self._lock:
+            if self._pending.pop(job.job_id, None) is None:
+                return
+        ok = True
+        try:
+            self._copier.wait(job.ticket)  # raises if the copy failed
+        except Exception:
+            logger.exception("kvtier worker: %s job %d: the copy failed", "load" if job.load else "store", job.job_id)
+            ok = False
+        if ok:
+            problem = None
+            for s, g in zip(job.slots, job.gens):
+                gen, state = job.pool.observe(int(s))
+                if gen != g:  # the slot was refilled while we copied (only after vLLM's reset_cache)
+                    problem = f"slot {s}: generation {gen} state {state}, expected generation {g}"
+                    break
+            if problem is not None and job.load:
+                logger.error("kvtier worker: load job %d: slot reused during the copy, bytes not trusted: %s",
+                             job.job_id, problem)
+                ok = False
+            elif problem is not None:
+                # The reservation was given back by reset_cache and the slot handed to another chunk before this
+                # store's copy finished; vLLM has dropped the job. Say so: the other chunk's bytes may be affected.
+                logger.error("kvtier worker: store job %d: slot reassigned before its copy finished (after a "
+                             "cache reset): %s", job.job_id, problem)
+        with self._lock:
+            self._finished.append(TransferResult(job_id=job.job_id, success=ok,
+                                                 transfer_size=int(job.nbytes) if ok else 0,
+                                                 transfer_time=time.perf_counter() - job.t0))
+
+    def _drain(self) -> None:
+        with self._lock:
+            jobs = list(self._pending.values())
+        for job in jobs:
+            self._finish(job)
 
     def submit_store(self, job_id: int, src_spec: GPULoadStoreSpec, dst_spec: LoadStoreSpec) -> bool:
         return self._transfer(job_id, dst_spec, src_spec, load=False)
@@ -911,13 +1142,25 @@ class KVTierWorker(OffloadingWorker):
 
     def get_finished(self) -> list[TransferResult]:
         with self._lock:
+            jobs = list(self._pending.values())
+        for job in jobs:
+            if self._copier.done(job.ticket):
+                self._finish(job)
+        with self._lock:
             out, self._finished = self._finished, []
         return out
 
     def wait(self, job_ids: set[int]) -> None:
-        return  # copies are synchronous: every submitted job is already done
+        # Host copies are synchronous (nothing pending). Asynchronous ones: block on each job's own ticket; the
+        # result is reported by the next get_finished(), as vLLM's own worker does.
+        with self._lock:
+            jobs = [self._pending[j] for j in job_ids if j in self._pending]
+        for job in jobs:
+            self._finish(job)
 
     def shutdown(self) -> None:
+        self._drain()
+        self._copier.close()
         if self._pool is not None:
             self._pool.close()
             self._pool = None

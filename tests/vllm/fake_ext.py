@@ -25,6 +25,7 @@ class Pool:
         self._mem = mem
         self.num_slots, self.slot_stride = mem.nslots, mem.slot_stride
         self.base_address = mem.buf.ctypes.data
+        self.mapped_bytes = mem.buf.nbytes
 
     @staticmethod
     def attach(name):
