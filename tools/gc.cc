@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -135,14 +136,23 @@ int RunGc(int argc, char** argv) {
     std::sort(candidates.begin(), candidates.end(),
               [](const Candidate& a, const Candidate& b) { return a.mtime_ns < b.mtime_ns; });
     Progress progress(dry ? "selecting" : "removing", 0, force_progress);
+    std::vector<std::unique_ptr<SharedUsage>> usages(spaces.size());
     for (const Candidate& c : candidates) {
       if (total <= target) break;
       auto& r = spaces[c.ns_index];
       bool gone = true;
       const bool unlinked = !dry && unlinkat(r.ns->dirfd(), c.rel.c_str(), 0) == 0;
       if (unlinked) {
-        // Engines compare the namespace's shared usage counter with their budget (layout/usage_counter.h).
-        if (auto usage = SharedUsage::Open(*r.ns); usage.ok()) usage.value()->Add(-static_cast<int64_t>(c.bytes));
+        // Engines compare the namespace's shared usage counter with their budget (layout/usage_counter.h). Held
+        // until gc ends; if no engine holds it, it starts from this scan (minus what gc removed before this file).
+        auto& usage = usages[c.ns_index];
+        if (!usage) {
+          const PerNs& p = per[c.ns_index];
+          if (auto u = SharedUsage::Open(*r.ns, p.bytes > p.removed_bytes ? p.bytes - p.removed_bytes : 0); u.ok()) {
+            usage = std::move(u.value());
+          }
+        }
+        if (usage) usage->Add(-static_cast<int64_t>(c.bytes));
       }
       if (!dry && !unlinked && errno != ENOENT) {
         std::fprintf(stderr, "kvtier: error: cannot remove %s/%s: %s\n", r.dir_name.c_str(), c.rel.c_str(),

@@ -225,11 +225,9 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
   auto swept = SweepTemporaries(*ns_, std::chrono::seconds(options.temp_max_age_s));
   if (swept.ok()) stats_.temporaries_swept.Add(swept->removed);
   KVTIER_RETURN_IF_ERROR(MergeTreeIntoIndex());
-  // C1 across instances: a fresh scan's total also repairs drift of the shared counter (see usage_counter.h).
-  if (auto usage = SharedUsage::Open(*ns_); usage.ok()) {
-    usage_ = std::move(usage.value());
-    usage_->Reset(disk_bytes_);
-  }
+  // C1 across instances. The first engine to hold the namespace's counter sets it from this scan (which also
+  // repairs drift); later ones join it as it is (see usage_counter.h).
+  if (auto usage = SharedUsage::Open(*ns_, disk_bytes_); usage.ok()) usage_ = std::move(usage.value());
 
   std::ostringstream d;
   d << "root " << options.root << " namespace " << ns_->path() << "; I/O " << io_->name() << " (" << backend_why

@@ -29,11 +29,9 @@ int FakeEngine::Submit(const IoOp& op) {
 
 int FakeEngine::Flush() {
   std::vector<IoOp> ops;
-  bool hold = false;
   {
     std::lock_guard lock(mu_);
     ops.swap(queued_);
-    hold = hold_;
   }
   // Syscalls run outside the lock so a FIFO read that blocks cannot freeze Wake() or the test controls.
   std::vector<Held> done;
@@ -42,10 +40,13 @@ int FakeEngine::Flush() {
     done.push_back(Held{IoCompletion{op.user_data, internal::ExecuteBlocking(op)}, op.code, op.deadline_ns});
   }
   {
+    // hold_ is read now, not before the syscalls ran: a test that stops holding and releases everything while this
+    // Flush is executing must not have these completions parked in held_ after its ReleaseAll() (they would never
+    // be reaped).
     std::lock_guard lock(mu_);
     for (size_t i = 0; i < ops.size(); ++i) {
       executed_.push_back(ops[i]);
-      if (hold) {
+      if (hold_) {
         held_.push_back(done[i]);
       } else {
         ready_.push_back(done[i].completion);

@@ -2,7 +2,8 @@
 //
 // Flush() runs each queued op with the real blocking syscall, inline, in submission order; completions are then
 // returned by Reap() in that same order. No threads are started. Test controls simulate slow I/O:
-//   HoldCompletions(true)  completions of ops flushed from now on are held, not reaped;
+//   HoldCompletions(true)  completions Flush() produces from now on are held, not reaped (the flag is read when
+//                          an op's syscall has run, so a release racing a Flush never strands a completion);
 //   ReleaseAll()/Release() make held completions reapable (in order);
 //   a held op whose deadline passes is reported with -ETIMEDOUT by the next Reap (the op did run; an fd it
 //   opened is closed so nothing leaks);

@@ -9,10 +9,18 @@
 // under the root: a root that turns read-only can still be remounted so (a writable shared mapping of a file there
 // would hold the mount busy).
 //
+// Lifetime and reuse: every holder keeps the object open with a shared flock(2) for as long as it uses the counter.
+// The first holder (an exclusive lock succeeds: nobody else has it) sets the counter to its own scan's total and
+// records the namespace's path in the object; later holders take the counter as it is, so a new engine never
+// erases the reservations of running ones. A counter nobody holds is disposable (the next first holder rebuilds it
+// from a scan), and Open sweeps those whose namespace is gone; it unlinks one only while holding its exclusive
+// lock, and an opener re-checks after locking that the name still refers to the object it locked, so no two live
+// engines ever count in different objects. (Directory inodes are reused: a new namespace may get the name of a
+// deleted one's counter, which is harmless because the first holder resets it and rewrites the path.)
+//
 // Limits: shared only by processes of one host (and one /dev/shm: containers with private /dev/shm each count
 // their own); hosts sharing a network filesystem each see their own writers. A process killed between its write
-// and its link, or unlink and subtract, leaves the counter off by one file; `Reset` with a fresh scan's total
-// (engine open) repairs the drift.
+// and its link, or unlink and subtract, leaves the counter off by one file until no engine holds it any more.
 //
 // Thread and process safety: Add and Load are lock-free atomics on the shared page; any thread, any process.
 #pragma once
@@ -29,8 +37,9 @@ namespace kvtier {
 
 class SharedUsage {
  public:
-  // Opens (creating with the namespace's file mode) the namespace's counter and maps it. A new one starts at 0.
-  static Result<std::unique_ptr<SharedUsage>> Open(const Namespace& ns);
+  // Opens (creating with the namespace's file mode) the namespace's counter, maps it and holds it until destroyed.
+  // When no other process or engine holds it, it is set to bytes_if_first (the caller's scan of the namespace).
+  static Result<std::unique_ptr<SharedUsage>> Open(const Namespace& ns, uint64_t bytes_if_first);
   // "/kvtier-usage-<dev hex>-<ino hex>" of the namespace directory ("" if it cannot be stat'ed).
   static std::string ShmName(const Namespace& ns);
   ~SharedUsage();
@@ -40,10 +49,13 @@ class SharedUsage {
   // Bytes of published chunk files (never negative: a drift below 0 reads as 0).
   uint64_t Load() const;
   void Add(int64_t delta);
-  void Reset(uint64_t bytes);
+  // Whether Open found no other holder and set the counter.
+  bool first_holder() const { return first_holder_; }
 
  private:
   SharedUsage() = default;
+  int fd_ = -1;  // held open with a shared flock for the counter's lifetime
+  bool first_holder_ = false;
   std::atomic<int64_t>* counter_ = nullptr;  // in the shared mapping
   void* map_ = nullptr;
 };
