@@ -1,0 +1,494 @@
+"""The paper's headline experiment on one GPU box (issue 8): TTFT of a long-document workload in a real vLLM with
+kvtier, vLLM's native offload (CPU + filesystem tier) and LMCache (CPU + disk), against recompute and the GPU prefix
+cache. Run on the GPU box by scripts/h200/headline.sh; `summarize` and `plot` run anywhere.
+
+    python3 bench/h200/headline.py run --out DIR [--systems a,b] [--sizes 1k,10k,40k,80k] [--deadline-s 480]
+    python3 bench/h200/headline.py summarize DIR/headline.json
+    python3 bench/h200/headline.py plot DIR/headline.json --png out.png
+    python3 bench/h200/headline.py run --dry-run ...    # print the servers' command lines and exit
+
+What runs. One model directory with Llama-3.2-3B's published shape (config.json only, weights are `--load-format
+dummy`) and a word-level tokenizer over a synthetic vocabulary (kvtier.tiny_model), so nothing is downloaded. One
+vLLM OpenAI server per system, all started at once with the same flags except the KV connector (staggered by a few
+seconds; each gets a fixed KV cache, --kv-cache-memory-bytes, so they share the GPU), then benchmarked one after
+the other with kvtier.bench_longdoc (token-id prompts, streaming TTFT): per document size a warm-up phase (each
+document once: this is what fills the caches) and a query phase (each document again with the whole document
+reused and a new question), `--concurrency` requests in flight.
+
+  baseline             no connector. Its warm-up TTFT is the full recompute; its query TTFT is the GPU prefix cache.
+  kvtier-dram          kvtier, pool large enough for every document of a size: the query finds the prefix in the
+                       DRAM tier (vLLM's prefix cache is reset before the query phase).
+  kvtier-disk          kvtier, DRAM tier limited to one slot (kvtier_dram_max_slots=1): every hit is read from disk
+                       (O_DIRECT); page cache dropped before the query phase; preload on (1 speculative read).
+  kvtier-disk-nopreload  the same with kvtier_preload_max_inflight=0.
+  native               vLLM's OffloadingConnector with TieringOffloadingSpec: CPU tier + its "fs" tier on the same disk.
+  lmcache              LMCacheConnectorV1: LMCache local CPU + local disk.
+
+Between warm-up and query the harness waits for stores to reach disk (a settle time from the bytes written at the
+box's ~1.5 GB/s) for the disk systems, resets vLLM's prefix cache (VLLM_SERVER_DEV_MODE) and drops the page cache
+where it may (root). The results (per system and size: TTFT of both phases, vLLM/kvtier counter deltas, errors)
+are written to OUT/headline.json after every run, so a run cut short keeps what it measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "python"))
+
+SHAPES = {}
+SHAPES["llama-3.2-3b"] = {
+    "name": "llama-3.2-3b",
+    "kv_bytes_per_token": 28 * 2 * 8 * 128 * 2,
+    "config": {
+        "model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 3072,
+        "intermediate_size": 8192, "num_hidden_layers": 28, "num_attention_heads": 24, "num_key_value_heads": 8,
+        "head_dim": 128, "vocab_size": 128256, "max_position_embeddings": 131072, "rope_theta": 500000.0,
+        "rms_norm_eps": 1e-5, "tie_word_embeddings": True, "bos_token_id": 1, "eos_token_id": 2,
+        "pad_token_id": 3, "torch_dtype": "bfloat16", "hidden_act": "silu", "attention_bias": False,
+        "mlp_bias": False},
+}
+# For checking the harness on a CPU machine with vLLM's CPU build (`--shape tiny`): the same architecture, tiny.
+SHAPES["tiny"] = {
+    "name": "tiny-llama",
+    "kv_bytes_per_token": 2 * 2 * 2 * 64 * 2,
+    "config": {**SHAPES["llama-3.2-3b"]["config"], "hidden_size": 256, "intermediate_size": 512,
+               "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+               "vocab_size": 4096, "max_position_embeddings": 32768, "tie_word_embeddings": False},
+}
+MODEL = SHAPES["llama-3.2-3b"]
+GIB = 1 << 30
+DISK_BPS = 1.5e9  # the box's virtual disk, for settle times only
+SYSTEMS = ("baseline", "kvtier-dram", "native", "lmcache", "kvtier-disk", "kvtier-disk-nopreload")
+DOCS_PER_SIZE = {1024: 8, 10240: 4, 40960: 2, 81920: 2}
+
+
+def parse_size(text: str) -> int:
+    t = text.strip().lower()
+    return int(float(t[:-1]) * 1024) if t.endswith("k") else int(t)
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Model directory
+# ------------------------------------------------------------------------------------------------------------------
+
+def build_model_dir(path: Path, max_len: int) -> Path:
+    stamp = path / "kvtier_headline_model.json"
+    if stamp.exists() and json.loads(stamp.read_text()).get("model") == MODEL["name"]:
+        return path
+    from kvtier.tiny_model import build_tokenizer
+
+    path.mkdir(parents=True, exist_ok=True)
+    cfg = dict(MODEL["config"])
+    (path / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    (path / "generation_config.json").write_text(json.dumps({"bos_token_id": 1, "eos_token_id": 2}) + "\n")
+    build_tokenizer(path, cfg["vocab_size"], max(max_len, cfg["max_position_embeddings"]))
+    stamp.write_text(json.dumps({"model": MODEL["name"], "kv_bytes_per_token": MODEL["kv_bytes_per_token"]}) + "\n")
+    return path
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Systems
+# ------------------------------------------------------------------------------------------------------------------
+
+def system_config(name: str, a: argparse.Namespace, work: Path) -> tuple[list[str], dict[str, str], dict]:
+    """(extra server args, extra environment, bench knobs) of one system."""
+    tiered = int(a.tiered_gib * GIB)
+    knobs = {"reset": True, "settle_s": 2.0, "drop_caches": False, "disk": False}
+    env: dict[str, str] = {}
+    if name == "baseline":
+        return [], env, {"reset": False, "settle_s": 0.0, "drop_caches": False, "disk": False}
+    if name.startswith("kvtier"):
+        root = work / name
+        root.mkdir(parents=True, exist_ok=True)
+        extra = {"spec_name": "KVTierSpec", "spec_module_path": "kvtier.vllm", "block_size": 256,
+                 "kvtier_root": str(root), "kvtier_stats_interval_s": 5}
+        if name == "kvtier-dram":
+            extra["kvtier_pool_bytes"] = tiered
+        else:
+            extra["kvtier_pool_bytes"] = int(a.disk_pool_gib * GIB)
+            extra["kvtier_dram_max_slots"] = 1
+            if name.endswith("nopreload"):
+                extra["kvtier_preload_max_inflight"] = 0
+            knobs.update(drop_caches=True, disk=True)
+        gate = a.thresholds if name == "kvtier-dram" else a.disk_thresholds
+        if gate:
+            extra["kvtier_thresholds_path"] = gate
+        cfg = {"kv_connector": "OffloadingConnector", "kv_role": "kv_both", "kv_connector_extra_config": extra}
+        return ["--kv-transfer-config", json.dumps(cfg)], env, knobs
+    if name == "native":
+        root = work / "native"
+        root.mkdir(parents=True, exist_ok=True)
+        extra = {"spec_name": "TieringOffloadingSpec", "cpu_bytes_to_use": tiered, "block_size": 256,
+                 "secondary_tiers": [{"type": "fs", "root_dir": str(root)}]}
+        cfg = {"kv_connector": "OffloadingConnector", "kv_role": "kv_both", "kv_connector_extra_config": extra}
+        return ["--kv-transfer-config", json.dumps(cfg)], env, knobs
+    if name == "lmcache":
+        root = work / "lmcache"
+        root.mkdir(parents=True, exist_ok=True)
+        conf = work / "lmcache.yaml"
+        conf.write_text(f"chunk_size: 256\nlocal_cpu: true\nmax_local_cpu_size: {a.tiered_gib}\n"
+                        f"local_disk: \"file://{root}/\"\nmax_local_disk_size: 400\n")
+        env["LMCACHE_CONFIG_FILE"] = str(conf)
+        env["LMCACHE_USE_EXPERIMENTAL"] = "True"
+        cfg = {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}
+        return ["--kv-transfer-config", json.dumps(cfg)], env, knobs
+    raise ValueError(f"unknown system {name!r}; known: {', '.join(SYSTEMS)}")
+
+
+class Server:
+    def __init__(self, name: str, port: int, argv: list[str], env: dict[str, str], log_path: Path):
+        self.name, self.port, self.argv, self.env, self.log_path = name, port, argv, env, log_path
+        self.proc: subprocess.Popen | None = None
+        self.ready = False
+        self.error = ""
+        self.started = 0.0
+        self.ready_s = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self.started = time.monotonic()
+        out = open(self.log_path, "w")
+        self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **self.env},
+                                     start_new_session=True)
+
+    def poll_ready(self) -> bool:
+        if self.ready or self.error:
+            return self.ready
+        if self.proc.poll() is not None:
+            self.error = f"exited with {self.proc.returncode} before /health: " + tail(self.log_path, 6)
+            return False
+        try:
+            with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
+                if r.status == 200:
+                    self.ready = True
+                    self.ready_s = time.monotonic() - self.started
+        except Exception:
+            pass
+        return self.ready
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                self.proc.wait(timeout=15)
+            except Exception:
+                try:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                except Exception:
+                    pass
+
+
+def tail(path: Path, n: int) -> str:
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    keep = [ln for ln in lines if ln.strip()][-n:]
+    return " | ".join(keep)[-1500:]
+
+
+def drop_caches() -> bool:
+    try:
+        os.sync()
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+        return True
+    except OSError:
+        return False
+
+
+def metrics_text(url: str) -> str:
+    try:
+        with urllib.request.urlopen(url + "/metrics", timeout=5) as r:
+            return r.read().decode()
+    except Exception:
+        return ""
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# run
+# ------------------------------------------------------------------------------------------------------------------
+
+def run(a: argparse.Namespace) -> int:
+    global MODEL
+    MODEL = SHAPES[a.shape]
+    out = Path(a.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path(a.work)
+    sizes = [parse_size(s) for s in a.sizes.split(",")]
+    systems = [s for s in a.systems.split(",") if s]
+    max_len = max(sizes) + 1024
+    t0 = time.monotonic()
+    deadline = t0 + a.deadline_s
+    model_dir = build_model_dir(Path(a.model_dir), max_len)
+    py = a.python
+    common = [py, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir), "--served-model-name", "m",
+              "--load-format", "dummy", "--dtype", "bfloat16", "--block-size", "16", "--max-model-len", str(max_len),
+              "--max-num-seqs", str(a.max_num_seqs), "--kv-cache-memory-bytes", str(int(a.gpu_kv_gib * GIB)),
+              "--enable-prefix-caching", "--seed", "0",
+              "--host", "127.0.0.1"]
+    if a.enforce_eager:
+        common.append("--enforce-eager")
+    if not a.no_gpu_flags:
+        common += ["--gpu-memory-utilization", str(a.gpu_util)]
+    env_common = {"PYTHONHASHSEED": "0", "VLLM_SERVER_DEV_MODE": "1", "HF_HUB_OFFLINE": "1",
+                  "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "VLLM_USE_FLASHINFER_SAMPLER": "0",
+                  "PYTHONUNBUFFERED": "1"}
+    servers: list[Server] = []
+    knobs: dict[str, dict] = {}
+    for i, name in enumerate(systems):
+        extra, env, kn = system_config(name, a, work)
+        knobs[name] = kn
+        servers.append(Server(name, a.port + i, common + ["--port", str(a.port + i)] + extra, {**env_common, **env},
+                              out / f"server-{name}.log"))
+    if a.dry_run:
+        for s in servers:
+            print(" ".join(f"{k}={shlex.quote(v)}" for k, v in s.env.items()), shlex.join(s.argv))
+        return 0
+
+    result = {"what": "headline: long-document TTFT in vLLM on one GPU (issue 8)", "model": MODEL["name"],
+              "kv_bytes_per_token": MODEL["kv_bytes_per_token"], "sizes": sizes, "docs_per_size": {},
+              "concurrency": a.concurrency, "systems": systems, "argv": sys.argv, "started": time.strftime(
+                  "%Y-%m-%dT%H:%M:%S%z"), "versions": versions(py), "servers": {}, "runs": []}
+    save = lambda: (out / "headline.json").write_text(json.dumps(result, indent=1) + "\n")  # noqa: E731
+    save()
+    try:
+        for s in servers:  # staggered: the GPU memory checks of concurrent starts stay apart
+            s.start()
+            log(f"started {s.name} on :{s.port}")
+            time.sleep(a.stagger_s)
+        while time.monotonic() < t0 + a.start_timeout_s and not all(s.ready or s.error for s in servers):
+            for s in servers:
+                if not s.ready and not s.error and s.poll_ready():
+                    log(f"{s.name} ready after {s.ready_s:.0f} s")
+            time.sleep(1)
+        for s in servers:
+            if not s.ready and not s.error:
+                s.error = f"not ready after {a.start_timeout_s} s: " + tail(s.log_path, 6)
+            result["servers"][s.name] = {"ready": s.ready, "ready_s": s.ready_s, "error": s.error,
+                                         "argv": shlex.join(s.argv)}
+            if s.error:
+                log(f"{s.name}: {s.error}")
+        save()
+        for s in servers:
+            if not s.ready:
+                continue
+            kn = knobs[s.name]
+            for size in sizes:
+                if time.monotonic() > deadline:
+                    log(f"deadline reached: skipping {s.name} {size}")
+                    result["runs"].append({"system": s.name, "doc_tokens": size, "skipped": "deadline"})
+                    continue
+                docs = DOCS_PER_SIZE.get(size, 2) if a.docs <= 0 else a.docs
+                result["docs_per_size"][str(size)] = docs
+                settle = kn["settle_s"]
+                if kn["disk"] or s.name in ("native", "lmcache"):
+                    settle = max(settle, docs * size * MODEL["kv_bytes_per_token"] / DISK_BPS)
+                r = bench(s, size, docs, settle, kn, a, out)
+                result["runs"].append(r)
+                save()
+                log(f"{s.name:22s} {size:6d} tokens: warm-up mean {fmt(r, 'warmup')}  query mean {fmt(r, 'query')}"
+                    f"{'  ERROR ' + r['error'] if r.get('error') else ''}")
+            s.stop()  # frees GPU memory and host RAM for nothing else, but ends its background writes
+    finally:
+        for s in servers:
+            s.stop()
+        result["wall_s"] = round(time.monotonic() - t0, 1)
+        save()
+    print(summarize(result))
+    return 0
+
+
+def fmt(r: dict, phase: str) -> str:
+    t = (r.get(phase) or {}).get("ttft") or {}
+    return f"{t['mean'] * 1000:8.1f} ms" if t.get("mean") is not None else "       -   "
+
+
+def bench(s: Server, size: int, docs: int, settle: float, kn: dict, a: argparse.Namespace, out: Path) -> dict:
+    """One size on one server: warm-up phase, settle, (drop caches), query phase; bench_longdoc as a child."""
+    rec: dict = {"system": s.name, "doc_tokens": size, "docs": docs, "settle_s": round(settle, 1)}
+    base = [sys.executable, "-m", "kvtier.bench_longdoc", "--url", s.url, "--model", "m", "--doc-tokens", str(size),
+            "--num-docs", str(docs), "--concurrency", str(a.concurrency), "--max-tokens", "2", "--vocab-size",
+            str(MODEL["config"]["vocab_size"]), "--seed", str(size), "--quiet", "--label", s.name]
+    env = {**os.environ, "PYTHONPATH": str(REPO / "python") + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    for phase in ("warmup", "query"):
+        if phase == "query":
+            time.sleep(settle)
+            if kn["drop_caches"] or s.name in ("native", "lmcache"):
+                rec["page_cache_dropped"] = drop_caches()
+        js = out / f"run-{s.name}-{size}-{phase}.json"
+        argv = base + ["--phase", phase, "--json", str(js)]
+        if phase == "query" and kn["reset"]:
+            argv.append("--reset-prefix-cache")
+        t = time.monotonic()
+        try:
+            p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=a.run_timeout_s)
+        except subprocess.TimeoutExpired:
+            rec["error"] = f"{phase} timed out after {a.run_timeout_s} s"
+            return rec
+        rec[f"{phase}_wall_s"] = round(time.monotonic() - t, 2)
+        if p.returncode != 0 or not js.exists():
+            rec["error"] = f"{phase}: bench_longdoc exit {p.returncode}: {(p.stderr or p.stdout)[-800:]}"
+            return rec
+        doc = json.loads(js.read_text())
+        ph = (doc.get("phases") or {}).get(phase) or {}
+        rec[phase] = {"ttft": ph.get("ttft"), "wall_s": ph.get("wall_s"), "metrics": ph.get("metrics"),
+                      "ttft_s": [q.get("ttft_s") for q in ph.get("requests", [])]}
+        js.unlink()
+    return rec
+
+
+def versions(py: str) -> dict:
+    code = ("import importlib.metadata as m, json\nv={}\nfor p in ('vllm','torch','lmcache','transformers'):\n"
+            "    try: v[p]=m.version(p)\n    except Exception: v[p]=None\nprint(json.dumps(v))")
+    try:
+        v = json.loads(subprocess.run([py, "-c", code], capture_output=True, text=True, timeout=60).stdout)
+    except Exception:
+        v = {}
+    try:
+        v["gpu"] = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                                  capture_output=True, text=True, timeout=20).stdout.strip()
+    except Exception:
+        pass
+    return v
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# summarize / plot
+# ------------------------------------------------------------------------------------------------------------------
+
+def table(result: dict) -> tuple[list[int], dict[str, dict[int, dict]]]:
+    """{row name: {size: ttft summary}}: recompute and gpu-prefix from the baseline, the others' query phase."""
+    rows: dict[str, dict[int, dict]] = {}
+    for r in result.get("runs", []):
+        if r.get("skipped"):
+            continue
+        size = r["doc_tokens"]
+        if r["system"] == "baseline":
+            if r.get("warmup"):
+                rows.setdefault("recompute", {})[size] = r["warmup"]["ttft"]
+            if r.get("query"):
+                rows.setdefault("gpu-prefix", {})[size] = r["query"]["ttft"]
+        elif r.get("query"):
+            rows.setdefault(r["system"], {})[size] = r["query"]["ttft"]
+    return sorted(result.get("sizes", [])), rows
+
+
+def summarize(result: dict) -> str:
+    sizes, rows = table(result)
+    lines = [f"TTFT of the query phase, ms: mean / p50 / p95 (model {result.get('model')}, concurrency "
+             f"{result.get('concurrency')}; recompute = the baseline's warm-up phase)"]
+    head = f"{'system':22s}" + "".join(f"{f'{s // 1024}k':>24s}" for s in sizes)
+    lines.append(head)
+    rec = rows.get("recompute", {})
+    for name, per in rows.items():
+        cells = []
+        for s in sizes:
+            t = per.get(s)
+            if not t or t.get("mean") is None:
+                cells.append(f"{'-':>24s}")
+                continue
+            sp = ""
+            if name != "recompute" and rec.get(s) and rec[s].get("mean"):
+                sp = f" {rec[s]['mean'] / t['mean']:.1f}x"
+            cells.append(f"{t['mean'] * 1e3:7.0f}/{t['p50'] * 1e3:5.0f}/{t['p95'] * 1e3:5.0f}{sp:>6s}")
+        lines.append(f"{name:22s}" + "".join(cells))
+    for r in result.get("runs", []):
+        if r.get("error"):
+            lines.append(f"error: {r['system']} {r['doc_tokens']}: {r['error'][:300]}")
+    for n, s in result.get("servers", {}).items():
+        if s.get("error"):
+            lines.append(f"server {n}: {s['error'][:400]}")
+    return "\n".join(lines)
+
+
+def plot(result: dict, png: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes, rows = table(result)
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    width = 0.8 / max(1, len(rows))
+    for i, (name, per) in enumerate(rows.items()):
+        xs = [j + i * width for j, s in enumerate(sizes) if per.get(s) and per[s].get("mean")]
+        ys = [per[s]["mean"] for s in sizes if per.get(s) and per[s].get("mean")]
+        ax.bar(xs, ys, width, label=name)
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(sizes))], [f"{s // 1024}k" for s in sizes])
+    ax.set_yscale("log")
+    ax.set_ylabel("query TTFT, mean (s)")
+    ax.set_xlabel("document tokens")
+    ax.set_title(f"{result.get('model')} on {result.get('versions', {}).get('gpu', 'GPU')}: vLLM "
+                 f"{result.get('versions', {}).get('vllm')}")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(png, dpi=120)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--out", required=True)
+    r.add_argument("--work", default="/var/tmp/kvtier-headline", help="storage roots of the disk tiers")
+    r.add_argument("--model-dir", default="/tmp/kvtier-headline-model")
+    r.add_argument("--python", default=sys.executable, help="the Python that has vLLM")
+    r.add_argument("--systems", default=",".join(SYSTEMS))
+    r.add_argument("--shape", default="llama-3.2-3b", choices=sorted(SHAPES), help="model shape (tiny: CPU check)")
+    r.add_argument("--no-gpu-flags", action="store_true", help="omit --gpu-memory-utilization (vLLM's CPU build)")
+    r.add_argument("--sizes", default="1k,10k,40k,80k")
+    r.add_argument("--docs", type=int, default=0, help="documents per size (0: 8/4/2/2 for 1k/10k/40k/80k)")
+    r.add_argument("--concurrency", type=int, default=2)
+    r.add_argument("--max-num-seqs", type=int, default=4)
+    r.add_argument("--gpu-kv-gib", type=float, default=10.0, help="each server's GPU KV cache")
+    r.add_argument("--gpu-util", type=float, default=0.14, help="each server's --gpu-memory-utilization")
+    r.add_argument("--tiered-gib", type=float, default=20, help="CPU/DRAM tier of kvtier-dram, native and lmcache")
+    r.add_argument("--disk-pool-gib", type=float, default=10.0, help="kvtier's staging pool in the disk-only runs")
+    r.add_argument("--thresholds", default="", help="kvtier-dram's break-even thresholds file (default: gate off)")
+    r.add_argument("--disk-thresholds", default="",
+                   help="the disk-only runs' thresholds file (default: gate off, so that the disk path and preload "
+                        "are measured even where the gate would decline them)")
+    r.add_argument("--port", type=int, default=8100)
+    r.add_argument("--stagger-s", type=float, default=6.0)
+    r.add_argument("--start-timeout-s", type=float, default=240.0)
+    r.add_argument("--run-timeout-s", type=float, default=180.0)
+    r.add_argument("--deadline-s", type=float, default=480.0, help="no new run starts after this")
+    r.add_argument("--enforce-eager", action=argparse.BooleanOptionalAction, default=True)
+    r.add_argument("--dry-run", action="store_true")
+    s = sub.add_parser("summarize")
+    s.add_argument("json")
+    g = sub.add_parser("plot")
+    g.add_argument("json")
+    g.add_argument("--png", required=True)
+    a = p.parse_args(argv)
+    if a.cmd == "run":
+        return run(a)
+    result = json.loads(Path(a.json).read_text())
+    if a.cmd == "summarize":
+        print(summarize(result))
+    else:
+        plot(result, a.png)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# The headline experiment on the GPU box (issue 8; docs/h200-vllm.md, docs/performance.md "Headline"), one call:
+#   1. vLLM 0.26.0 (CUDA) + LMCache from the carried parts (scripts/h200/install.sh; idempotent),
+#   2. kvtier built with the CUDA copier (scripts/gpu_bench.sh KVTIER_GPU_BUILD_ONLY=1; incremental),
+#   3. an import check of everything a server needs,
+#   4. bench/h200/headline.py run: all systems' servers at once, then each benchmarked in turn; the table last.
+# $OUT gets log.txt, headline.json and logs.tar.gz (server logs, build logs). Environment: OUT, HEADLINE_ARGS (extra
+# arguments for headline.py run, e.g. "--systems baseline,kvtier-dram --sizes 1k,10k"), HEADLINE_STEPS
+# (default "install,build,check,run"; "install,build,check" prepares the box in an earlier call).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+repo=$PWD
+OUT=${OUT:-$repo/out/headline}
+mkdir -p "$OUT"
+exec > >(tee "$OUT/log.txt") 2>&1
+export PYTHONUNBUFFERED=1
+start=$(date +%s)
+step() { echo "=== [$(( $(date +%s) - start ))s] $*"; }
+steps=",${HEADLINE_STEPS:-install,build,check,run},"
+want() { [[ "$steps" == *",$1,"* ]]; }
+logs=/tmp/kvtier-headline-logs
+mkdir -p "$logs"
+finish() {
+  tar -C "$logs" -czf "$OUT/logs.tar.gz" . 2>/dev/null
+  step "done"
+}
+trap finish EXIT
+
+if want install; then
+  step "install vLLM + LMCache (scripts/h200/install.sh)"
+  bash scripts/h200/install.sh || { echo "install failed"; exit 1; }
+fi
+site=/tmp/kvtier-h200/site
+export PYTHONPATH=/tmp/kvtier-py:$site${PYTHONPATH:+:$PYTHONPATH}
+sysroot_lib=/tmp/kvtier-sysroot/usr/lib/x86_64-linux-gnu
+[ -d "$sysroot_lib" ] && export LD_LIBRARY_PATH=$sysroot_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+
+if want build; then
+  step "build kvtier with the CUDA copier (scripts/gpu_bench.sh, build only)"
+  KVTIER_GPU_BUILD_ONLY=1 OUT=$logs/build bash scripts/gpu_bench.sh >/dev/null 2>&1
+  rc=$?
+  tail -5 "$logs/build/log.txt"
+  [ $rc = 0 ] || { echo "build failed (rc=$rc)"; tail -40 "$logs/build/build.log" 2>/dev/null; exit 1; }
+  [ -d "$sysroot_lib" ] && export LD_LIBRARY_PATH=$sysroot_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
+
+if want check; then
+  step "import check"
+  python3 -X faulthandler - <<'EOF' || { echo "import check failed"; exit 1; }
+import importlib, importlib.metadata as m, time
+t = time.time()
+import torch
+print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0))
+for mod in ("vllm", "vllm.entrypoints.openai.api_server", "vllm.v1.kv_offload.tiering.spec",
+            "vllm.v1.kv_offload.tiering.fs.manager", "kvtier._kvtier", "kvtier._kvtier_cuda", "kvtier.vllm",
+            "lmcache", "vllm.distributed.kv_transfer.kv_connector.v1.lmcache_connector"):
+    try:
+        importlib.import_module(mod)
+        print("ok  ", mod)
+    except Exception as e:  # report all, then fail
+        print("FAIL", mod, type(e).__name__, str(e)[:300])
+for p in ("vllm", "lmcache"):
+    try:
+        print(p, m.version(p))
+    except Exception as e:
+        print(p, "not installed")
+print(f"imports took {time.time() - t:.1f} s")
+import kvtier._kvtier_cuda as c
+print(c.CudaCopier(0).describe()[:100])
+EOF
+fi
+
+if want run; then
+  step "headline run"
+  # shellcheck disable=SC2086
+  python3 bench/h200/headline.py run --out /tmp/kvtier-headline-out --python python3 \
+    --thresholds "$repo/bench/results/h200/thresholds-llama-3.2-3b.json" ${HEADLINE_ARGS:-}
+  rc=$?
+  cp /tmp/kvtier-headline-out/headline.json "$OUT/" 2>/dev/null
+  cp /tmp/kvtier-headline-out/server-*.log "$logs/" 2>/dev/null
+  nvidia-smi --query-gpu=memory.used,memory.total --format=csv >> "$logs/nvidia-smi.txt" 2>&1
+  free -g >> "$logs/free.txt" 2>&1
+  exit $rc
+fi
