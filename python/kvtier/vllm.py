@@ -82,6 +82,8 @@ _IO_MODES = ("auto", "direct", "buffered")
 # A scheduler step that ends this soon after the previous one ran no forward pass (none takes under half a
 # millisecond); while such steps only wait for our reads, each one yields the CPU this long.
 _IDLE_STEP_S = 0.0005
+# Scheduler steps after reset_cache before the slots of the jobs it dropped are released (see reset_cache).
+_RESET_QUARANTINE_STEPS = 3
 _IDLE_BACKOFF_S = 0.001
 _BACKENDS = ("auto", "uring", "posix")
 _SIZE_SUFFIXES = {"": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20, "g": 1 << 30,
@@ -473,6 +475,7 @@ class KVTierManager(OffloadingManager):
         self._last_engine: dict[str, float] = {}
         self._last_stats_t = 0.0
         self._last_schedule_end = 0.0
+        self._quarantine: list[list] = []  # [steps left, pinned keys, store keys] of jobs dropped by reset_cache
         self._stats_interval_s = stats_interval_s
         self._stats_path = stats_path
         self._last_log_t = time.monotonic()
@@ -658,6 +661,8 @@ class KVTierManager(OffloadingManager):
             self._release(req_id)
 
     def on_schedule_end(self, context: ScheduleEndContext) -> None:
+        if self._quarantine:
+            self._age_quarantine()
         if self._preload:
             self.engine.preload_pump()
         if self._promoting:
@@ -673,18 +678,37 @@ class KVTierManager(OffloadingManager):
         self._maybe_log()
 
     def has_pending_work(self) -> bool:
-        return bool(self._promoting)
+        # A quarantine keeps the scheduler stepping until it is released (steps are what age it).
+        return bool(self._promoting or self._quarantine)
 
     def reset_cache(self) -> None:
         # vLLM forgets every in-flight job: release what they held. Disk entries stay (they are the point).
-        for req_id in list(self._pins):
-            self._release(req_id)
+        # Not at once: vLLM tells the workers to wait for those jobs only in the next step's metadata, so a copy
+        # may still be reading (load) or writing (store) a slot now. Released now, the engine could refill the slot
+        # from disk while the copy runs (a torn load, or a late store write over another chunk's verified bytes).
+        # The slots are quarantined until _RESET_QUARANTINE_STEPS more scheduler steps have ended: by then the
+        # workers have run the step that waits for the flushed jobs (one more step covers async scheduling).
+        pins = [k for req_id in list(self._pins) for k in self._pins.pop(req_id)]
+        storing = list(self._storing)
+        if pins or storing:
+            self._quarantine.append([_RESET_QUARANTINE_STEPS, pins, storing])
         self._loading.clear()
         self._finished.clear()
-        if self._storing:
-            self.engine.commit_store(list(self._storing), False)
-            self._storing.clear()
+        self._storing.clear()
         self._promoting.clear()
+
+    def _age_quarantine(self) -> None:
+        keep = []
+        for q in self._quarantine:
+            q[0] -= 1
+            if q[0] > 0:
+                keep.append(q)
+                continue
+            if q[1]:
+                self.engine.unpin(q[1])
+            if q[2]:
+                self.engine.commit_store(q[2], False)
+        self._quarantine = keep
 
     def take_events(self):
         return ()

@@ -438,3 +438,34 @@ def test_thresholds_defaults_store_to_disk_threshold(tmp_path):
     p.write_text(json.dumps({"version": 1, "model": "m", "tokens_per_chunk": 64, "future_key": 1,
                              "tiers": {"dram": {"min_load_tokens": 10}, "disk": {"min_load_tokens": 99}}}))
     assert kv.load_thresholds(str(p)) == {"dram": 10, "disk": 99, "store": 99}
+
+
+def test_reset_cache_releases_in_flight_slots_only_after_the_workers_flush(fake, tmp_path):
+    """vLLM flushes the dropped jobs in the workers one step after reset_cache: until then a copy may still use the
+    slots, so neither a load's pins nor a store's reservation may be released at once."""
+    spec = kv.KVTierSpec(make_config(tmp_path, bpc=1))
+    manager = spec.get_manager()
+    _, src_kv = make_kv(1)
+    worker = spec.get_worker(src_kv)
+    keys = keys_for(2)
+    _store(manager, worker, keys, [3, 4])
+    ctx = ReqContext(req_id="a")
+    _lookup_all(manager, keys, ctx)
+    manager.prepare_load(keys, ctx)  # a load in flight
+    stored = keys_for(1, salt=b"store")
+    out = manager.prepare_store(stored, ReqContext(req_id="s"))  # and a store in flight
+    assert out is not None and len(out.store_spec) == 1
+    res = manager.engine.resident
+    loaded = [bytes(k) for k in keys]
+    manager.reset_cache()
+    assert all(res[k][2] == 1 for k in loaded), "pins released while the load may run"
+    assert res[bytes(stored[0])][1] == "filling", "store slot given back while the copy may write it"
+    assert manager.has_pending_work()
+    for _ in range(kv._RESET_QUARANTINE_STEPS - 1):
+        manager.on_schedule_end(ScheduleEndContext((), ()))
+        assert all(res[k][2] == 1 for k in loaded)
+        assert bytes(stored[0]) in res
+    manager.on_schedule_end(ScheduleEndContext((), ()))
+    assert all(res[k][2] == 0 for k in loaded)
+    assert bytes(stored[0]) not in res and bytes(stored[0]) not in manager.engine.disk  # dropped, not published
+    assert not manager.has_pending_work()
