@@ -31,7 +31,7 @@ def kvtier_transfer_config(root, **extra) -> str:
 
 
 class Server:
-    def __init__(self, model_dir, log_path, transfer_config=None, start_timeout_s=420, env=None):
+    def __init__(self, model_dir, log_path, transfer_config=None, start_timeout_s=420, env=None, extra_args=()):
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
@@ -39,6 +39,7 @@ class Server:
                 "--host", "127.0.0.1", "--port", str(self.port), *SERVE_ARGS]
         if transfer_config:
             args += ["--kv-transfer-config", transfer_config]
+        args += list(extra_args)
         e = dict(os.environ)
         e.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
                   "PYTHONHASHSEED": "0", "VLLM_CPU_OMP_THREADS_BIND": "nobind", "VLLM_SERVER_DEV_MODE": "1"})
