@@ -451,6 +451,8 @@ class PyEngine {
   void preload_configure(uint32_t max_inflight, int64_t max_queue_age_ms) {
     Call([&](Engine& e) {
       planner_ = std::make_unique<policy::PreloadPlanner>(&e, policy::PlannerOptions{max_inflight, max_queue_age_ms});
+      // Reads advance as they complete, not only once per scheduler step (a step can be a multi-second prefill).
+      planner_->StartBackgroundPump(std::chrono::microseconds(1000));
     });
   }
   policy::PreloadPlanner& Planner() {

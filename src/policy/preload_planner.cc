@@ -17,6 +17,41 @@ int64_t MonotonicNs() {
 PreloadPlanner::PreloadPlanner(Engine* engine, PlannerOptions options, Clock clock)
     : engine_(engine), options_(options), clock_(clock ? std::move(clock) : Clock(MonotonicNs)) {}
 
+PreloadPlanner::~PreloadPlanner() { StopBackgroundPump(); }
+
+void PreloadPlanner::StartBackgroundPump(std::chrono::microseconds period) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (pump_thread_.joinable() || options_.max_inflight == 0) return;
+  stop_ = false;
+  pump_thread_ = std::thread([this, period] { BackgroundMain(period); });
+}
+
+void PreloadPlanner::StopBackgroundPump() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  if (pump_thread_.joinable()) pump_thread_.join();
+}
+
+void PreloadPlanner::BackgroundMain(std::chrono::microseconds period) {
+  std::unique_lock<std::mutex> lock(mu_);
+  bool stalled = false;  // the last pump could start nothing and nothing is in flight (no room for a preload)
+  while (!stop_) {
+    if (queue_.empty() && spec_inflight_.empty() && demand_inflight_.empty()) {
+      wake_.wait(lock, [&] { return stop_ || !queue_.empty(); });  // nothing to do until Enqueue
+    } else {
+      // While stalled, room appears only when demand uses or evicts something: look less often.
+      wake_.wait_for(lock, stalled ? period * 20 : period, [&] { return stop_; });
+    }
+    if (stop_) break;
+    const uint64_t started = stats_.started;
+    PumpLocked();
+    stalled = stats_.started == started && spec_inflight_.empty() && demand_inflight_.empty();
+  }
+}
+
 void PreloadPlanner::Enqueue(const std::string& request, std::span<const ChunkKey> keys) {
   std::lock_guard<std::mutex> lock(mu_);
   if (options_.max_inflight == 0) return;
@@ -27,6 +62,7 @@ void PreloadPlanner::Enqueue(const std::string& request, std::span<const ChunkKe
     queued_keys_[k]++;
     stats_.enqueued++;
   }
+  if (!queue_.empty()) wake_.notify_all();
 }
 
 void PreloadPlanner::DropRequestLocked(const std::string& request) {
@@ -74,6 +110,10 @@ void PreloadPlanner::RetireLocked() {
 
 void PreloadPlanner::Pump() {
   std::lock_guard<std::mutex> lock(mu_);
+  PumpLocked();
+}
+
+void PreloadPlanner::PumpLocked() {
   RetireLocked();
   if (queue_.empty()) return;
   if (!demand_inflight_.empty()) {  // R2: demand first; queued preloads wait

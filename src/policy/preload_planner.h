@@ -13,16 +13,24 @@
 //  - Stale work is dropped: a request that was admitted, finished or cancelled (Forget), a queued read older than
 //    max_queue_age_ms, and the rest of a request once one of its chunks is absent (the prefix ends there).
 //
-// Threads: one caller (vLLM's scheduler thread); an internal mutex makes other uses safe. The clock is injectable
-// so tests can age queued work deterministically.
+// Progress: Pump() retires finished reads and starts the next ones. The scheduler calls it once per step, but a step
+// can take seconds (a long prefill), and with K reads in flight that would read only K chunks per step. So
+// StartBackgroundPump() runs Pump() on a thread of its own as well: every period while reads are queued or in
+// flight, and not at all while there is nothing to do (Enqueue wakes it).
+//
+// Threads: an internal mutex makes every method safe from any thread (vLLM's scheduler thread and the background
+// pump). The clock is injectable so tests can age queued work deterministically (they run no background pump).
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <mutex>
 #include <span>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -41,7 +49,7 @@ struct PlannerStats {
   uint64_t already_resident = 0;   // queued keys found resident or being read: nothing to do
   uint64_t joined_in_flight = 0;   // demand arrived while this planner's speculative read of the key was in flight
   uint64_t deferred_for_demand = 0;// pumps that started nothing because demand reads were in flight
-  uint64_t refused_no_room = 0;    // the engine had no slot a preload may take: retried on a later pump
+  uint64_t refused_no_room = 0;    // pumps that found no slot a preload may take (retried on a later pump)
   uint64_t dropped = 0;            // queued keys dropped: forgotten request, stale, or absent prefix
   uint64_t demand_promotions = 0;  // Demand() calls that started or joined a read
 };
@@ -51,6 +59,14 @@ class PreloadPlanner {
   using Clock = std::function<int64_t()>;  // nanoseconds, monotonic
 
   PreloadPlanner(Engine* engine, PlannerOptions options, Clock clock = nullptr);
+  ~PreloadPlanner();  // stops the background pump
+  PreloadPlanner(const PreloadPlanner&) = delete;
+  PreloadPlanner& operator=(const PreloadPlanner&) = delete;
+
+  // Pumps every `period` on an internal thread while there is queued or in-flight work (see Progress above).
+  // Idempotent; the thread ends with the planner (or StopBackgroundPump).
+  void StartBackgroundPump(std::chrono::microseconds period);
+  void StopBackgroundPump();
 
   // R1: queue speculative reads of a waiting request's chunks, in order. Keys queued already are not duplicated.
   void Enqueue(const std::string& request, std::span<const ChunkKey> keys);
@@ -76,6 +92,8 @@ class PreloadPlanner {
   };
   void RetireLocked();
   void DropRequestLocked(const std::string& request);
+  void PumpLocked();
+  void BackgroundMain(std::chrono::microseconds period);
 
   Engine* engine_;
   PlannerOptions options_;
@@ -86,6 +104,9 @@ class PreloadPlanner {
   std::unordered_set<ChunkKey, ChunkKeyHash> spec_inflight_;
   std::unordered_set<ChunkKey, ChunkKeyHash> demand_inflight_;
   PlannerStats stats_;
+  std::condition_variable wake_;  // Enqueue -> background pump
+  bool stop_ = false;
+  std::thread pump_thread_;
 };
 
 }  // namespace kvtier::policy

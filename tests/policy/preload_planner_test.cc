@@ -218,5 +218,28 @@ TEST_F(PlannerTest, ZeroInflightTurnsPreloadOff) {
   EXPECT_EQ(engine_->Stats().preload_started, 0u);
 }
 
+// A scheduler step can be a multi-second prefill: with K=1 and only per-step pumps, preload would read one chunk
+// per step. The background pump retires each finished read and starts the next without any Pump() call.
+TEST_F(PlannerTest, TheBackgroundPumpKeepsReadingBetweenSchedulerSteps) {
+  auto p = Planner(1);
+  p.StartBackgroundPump(std::chrono::microseconds(500));
+  auto keys = Keys(20, (kSlots - 4) / 2);  // as many as the engine lets stay resident unused (see above)
+  p.Enqueue("req", keys);
+  for (int i = 0; i < 5000 && engine_->Residency(keys.back()) != PromoteState::kReady; ++i) usleep(1000);
+  for (const ChunkKey& k : keys) EXPECT_EQ(engine_->Residency(k), PromoteState::kReady);
+  EXPECT_EQ(p.stats().started, keys.size());
+  EXPECT_LE(p.inflight(), 1u);
+  p.StopBackgroundPump();
+  p.StopBackgroundPump();  // idempotent
+}
+
+// Without a background pump (and without Pump calls) nothing but the first Enqueue happens: the test above can fail.
+TEST_F(PlannerTest, WithoutAnyPumpNoReadStarts) {
+  auto p = Planner(1);
+  p.Enqueue("req", Keys(20, 3));
+  usleep(50000);
+  EXPECT_EQ(p.stats().started, 0u);
+}
+
 }  // namespace
 }  // namespace kvtier::policy
