@@ -108,7 +108,8 @@ def preload(work: str, args) -> dict:
     for k in (0, 1):
         log = os.path.join(work, f"preload-k{k}.log")
         blockers = [synthetic_token_ids(args.blocker_tokens, seed=7000 + 10 * k + i) for i in range(args.blockers)]
-        with Server(md, log, kvtier_transfer_config(root, kvtier_preload_max_inflight=k), extra_args=sched) as s:
+        cfg = kvtier_transfer_config(root, kvtier_preload_max_inflight=k, kvtier_pool_bytes=args.preload_pool)
+        with Server(md, log, cfg, extra_args=sched) as s:
             s.wait_healthy()
             s.complete([1, 5, 6, 7], max_tokens=1)  # first-request costs outside the measurement
             t0 = time.monotonic()
@@ -123,17 +124,24 @@ def preload(work: str, args) -> dict:
             settle(s, 2.5)
             st = engine_stats(root)
         mean = sum(ttfts) / len(ttfts)
+        # The blockers' prefill time varies with the machine's load between runs; what preload can change is how
+        # long the documents take once the blockers are done: their first tokens (on the clock of the blockers'
+        # submission) after the last blocker's first token.
+        after = sum(args.blocker_lead_s + t for t in ttfts) / len(ttfts) - max(btt)
         # this server's engine counters (each server's engine starts from zero)
         delta = {c: st.get(c) or 0 for c in ("preload_started", "preload_used", "preload_wasted", "bytes_read")}
         out[f"k{k}"] = {"mean_ttft_s": mean, "p50_ttft_s": ttfts[len(ttfts) // 2], "wall_s": wall,
-                        "blocker_ttft_s": btt, **delta}
+                        "blocker_ttft_s": btt, "after_blockers_s": after, **delta}
         say(f"preload_max_inflight={k}: document query TTFT mean {mean * 1000:.0f} ms p50 "
-            f"{ttfts[len(ttfts) // 2] * 1000:.0f} ms (blockers' TTFT {', '.join(f'{b * 1000:.0f}' for b in btt)} ms), "
-            f"wall {wall:.1f} s, preload started/used/wasted {delta['preload_started']}/{delta['preload_used']}/"
+            f"{ttfts[len(ttfts) // 2] * 1000:.0f} ms (blockers' TTFT {', '.join(f'{b * 1000:.0f}' for b in btt)} ms; "
+            f"documents' first tokens {after * 1000:.0f} ms after the last blocker's), wall {wall:.1f} s, preload started/used/wasted {delta['preload_started']}/{delta['preload_used']}/"
             f"{delta['preload_wasted']}, read {delta['bytes_read'] / 1e6:.1f} MB")
     out["speedup"] = out["k0"]["mean_ttft_s"] / out["k1"]["mean_ttft_s"]
+    out["after_blockers_saved_s"] = out["k0"]["after_blockers_s"] - out["k1"]["after_blockers_s"]
     say(f"PRELOAD document query TTFT off {out['k0']['mean_ttft_s'] * 1000:.0f} ms, on "
-        f"{out['k1']['mean_ttft_s'] * 1000:.0f} ms ({out['speedup']:.2f}x); preload reads started "
+        f"{out['k1']['mean_ttft_s'] * 1000:.0f} ms ({out['speedup']:.2f}x); after the blockers "
+        f"{out['k0']['after_blockers_s'] * 1000:.0f} ms off vs {out['k1']['after_blockers_s'] * 1000:.0f} ms on; "
+        f"preload reads started "
         f"{out['k1']['preload_started']} (on) vs {out['k0']['preload_started']} (off)")
     return out
 
@@ -224,6 +232,7 @@ def main():
     p.add_argument("--blockers", type=int, default=2, help="preload: uncached prompts sent ahead of the queries")
     p.add_argument("--blocker-tokens", type=int, default=6144)
     p.add_argument("--blocker-lead-s", type=float, default=0.5, help="preload: head start of the blockers")
+    p.add_argument("--preload-pool", default="512MiB", help="preload: kvtier_pool_bytes (unused preloads may fill half)")
     p.add_argument("--batched-tokens", type=int, default=1024,
                    help="preload: the servers' --max-num-batched-tokens (a blocker's prefill takes the budget)")
     p.add_argument("--conversations", type=int, default=6)
@@ -246,7 +255,10 @@ def main():
             json.dump(res, f, indent=1)
     ok = True
     if "preload" in res:
-        ok &= res["preload"]["speedup"] > 1.0
+        # preload must have read ahead and shortened the documents' wait once the blockers are done; the mean TTFT
+        # (also printed) includes the blockers' prefill, which this 2-core machine's load swings by seconds.
+        pr = res["preload"]
+        ok &= pr["k1"]["preload_started"] > 0 and pr["after_blockers_saved_s"] > 0
     if "bound" in res:
         for r in res["bound"].values():
             ok &= r["ratio"] is not None and r["ratio"] <= 1.2 and 0 <= (r["pool_peak_slots"] or 0) <= r["pool_slots"]
