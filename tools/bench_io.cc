@@ -4,6 +4,12 @@
 // Raw baseline (written here with liburing, nothing from kvtier's I/O layer): per file, open(O_CREAT|O_DIRECT)
 // on the issuing thread, one write of the whole file through the ring, close on completion; up to `depth` files in
 // flight. Reads: open(O_DIRECT), one read of the whole file, close. No copies, no checksums: it is the ceiling.
+// Its buffers are by default in 2 MiB transparent huge pages (--raw-buffers huge), as physically contiguous as the
+// engine's pool, so that both sides hand the disk the same DMA segments (on virtio-blk, scattered 4 KiB pages cut
+// a 2 MiB transfer into several requests and can halve its bandwidth: that would measure allocation luck).
+//
+// The engine's pool is 2 x depth slots: the most one job ever holds (2 x io_depth), so a larger pool (the 1 GiB
+// default) would not change a single job's pipeline.
 //
 // Engine: one store job of N chunks from host buffers, then one load job of the same chunks into host buffers,
 // through Engine's public API with io_depth = depth. Besides the disk I/O it copies every byte between host memory
@@ -53,7 +59,14 @@ using Clock = std::chrono::steady_clock;
 double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
 struct AlignedFree {
-  void operator()(uint8_t* p) const { std::free(p); }
+  uint64_t mapped = 0;  // > 0: an mmap of that many bytes (AllocHugeFilled), else aligned_alloc
+  void operator()(uint8_t* p) const {
+    if (mapped > 0) {
+      munmap(p, mapped);
+    } else {
+      std::free(p);
+    }
+  }
 };
 using Buffer = std::unique_ptr<uint8_t, AlignedFree>;
 
@@ -71,7 +84,26 @@ Buffer AllocFilled(uint64_t bytes, uint64_t seed) {
   return Buffer(static_cast<uint8_t*>(p));
 }
 
-// A buffer in POSIX shared memory, like the engine's staging pool (--raw-buffers shm: tells whether the kind of
+// Heap memory in 2 MiB transparent huge pages where the kernel allows (madvise mode or always), so a transfer's
+// pages are physically contiguous like the engine's pool (StagingPoolOptions::huge_pages): the raw baseline then
+// gets the same few large DMA segments per file instead of whatever contiguity 4 KiB pages happen to have.
+// A fresh mapping, not malloc: reused heap memory already has 4 KiB pages that MADV_HUGEPAGE would not replace.
+Buffer AllocHugeFilled(uint64_t bytes, uint64_t seed) {
+  constexpr uint64_t kHuge = 2ull << 20;
+  const uint64_t cap = (bytes + kHuge - 1) / kHuge * kHuge;
+  void* r = mmap(nullptr, cap + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (r == MAP_FAILED) throw CliError("out of memory allocating " + FormatSize(cap));
+  const auto lo = reinterpret_cast<uintptr_t>(r);
+  const uintptr_t start = (lo + kHuge - 1) / kHuge * kHuge;
+  if (start > lo) munmap(r, start - lo);
+  if (lo + kHuge > start) munmap(reinterpret_cast<void*>(start + cap), lo + kHuge - start);
+  auto* p = reinterpret_cast<uint8_t*>(start);
+  madvise(p, cap, MADV_HUGEPAGE);  // best effort: without THP the buffer keeps 4 KiB pages
+  Fill(p, cap, seed);
+  return Buffer(p, AlignedFree{cap});
+}
+
+// A buffer in POSIX shared memory with 4 KiB pages (--raw-buffers shm: tells whether the kind of
 // memory, not the engine, changes the disk requests).
 struct ShmBuffer {
   void* base = nullptr;
@@ -98,6 +130,26 @@ uint8_t* AllocShmFilled(uint64_t bytes, uint64_t seed) {
   g_shm.push_back(std::make_unique<ShmBuffer>(ShmBuffer{p, cap}));
   Fill(p, cap, seed);
   return static_cast<uint8_t*>(p);
+}
+
+// Physically contiguous pieces of [p, p + bytes): what an O_DIRECT transfer from it costs in DMA segments (a
+// virtio disk takes at most max_segments of them per request). 0 when page frame numbers are hidden (not root).
+uint64_t PhysicalPieces(const uint8_t* p, uint64_t bytes) {
+  const int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  const uint64_t first = reinterpret_cast<uintptr_t>(p) / 4096, pages = (bytes + 4095) / 4096;
+  std::vector<uint64_t> e(pages);
+  const ssize_t n = pread(fd, e.data(), pages * 8, static_cast<off_t>(first * 8));
+  close(fd);
+  if (n != static_cast<ssize_t>(pages * 8)) return 0;
+  uint64_t pieces = 0, prev = 0;
+  for (uint64_t i = 0; i < pages; ++i) {
+    const uint64_t pfn = e[i] & ((1ull << 55) - 1);
+    if (pfn == 0) return 0;
+    if (i == 0 || pfn != prev + 1) ++pieces;
+    prev = pfn;
+  }
+  return pieces;
 }
 
 // CPU time of every thread of this process, by thread id, with its name (io_uring's kernel workers are
@@ -195,7 +247,7 @@ std::string CpuSummary(const CpuSample& a, const CpuSample& b) {
 
 class RawBench {
  public:
-  RawBench(std::string dir, uint64_t file_bytes, uint32_t depth, bool direct, bool shm)
+  RawBench(std::string dir, uint64_t file_bytes, uint32_t depth, bool direct, const std::string& memory)
       : dir_(std::move(dir)), file_bytes_(file_bytes), depth_(depth), direct_(direct) {
     if (mkdir(dir_.c_str(), 0750) != 0 && errno != EEXIST) {
       throw CliError("cannot create " + dir_ + ": " + std::strerror(errno));
@@ -206,10 +258,10 @@ class RawBench {
     unsigned workers[2] = {depth_, 0};
     io_uring_register_iowq_max_workers(&ring_, workers);
     for (uint32_t i = 0; i < depth_; ++i) {
-      if (shm) {
+      if (memory == "shm") {
         buffers_.push_back(AllocShmFilled(file_bytes_, 1000 + i));
       } else {
-        heap_.push_back(AllocFilled(file_bytes_, 1000 + i));
+        heap_.push_back(memory == "huge" ? AllocHugeFilled(file_bytes_, 1000 + i) : AllocFilled(file_bytes_, 1000 + i));
         buffers_.push_back(heap_.back().get());
       }
     }
@@ -221,6 +273,16 @@ class RawBench {
 
   double Write(uint64_t n, const std::string& tag) { return Run(n, tag, true); }
   double Read(uint64_t n, const std::string& tag) { return Run(n, tag, false); }
+  // Mean physically contiguous pieces per file buffer (0: unknown).
+  double PiecesPerBuffer() const {
+    uint64_t sum = 0;
+    for (uint8_t* b : buffers_) {
+      const uint64_t p = PhysicalPieces(b, file_bytes_);
+      if (p == 0) return 0;
+      sum += p;
+    }
+    return static_cast<double>(sum) / static_cast<double>(buffers_.size());
+  }
   void Remove(uint64_t n, const std::string& tag) {
     for (uint64_t i = 0; i < n; ++i) unlink(Path(tag, i).c_str());
   }
@@ -358,6 +420,19 @@ class EngineBench {
   }
   uint64_t pool_bytes() const { return pool_bytes_; }
   std::string Describe() const { return engine_->Describe(); }
+  // Mean physically contiguous pieces per slot-sized stretch of the engine's pool, seen through a second mapping
+  // of its shared memory (0: unknown).
+  double PoolPiecesPerSlot() const {
+    const int fd = shm_open(engine_->pool_name().c_str(), O_RDONLY | O_CLOEXEC, 0);
+    if (fd < 0) return 0;
+    struct stat st;
+    void* p = fstat(fd, &st) == 0 ? mmap(nullptr, st.st_size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0) : MAP_FAILED;
+    close(fd);
+    if (p == MAP_FAILED) return 0;
+    const uint64_t pieces = PhysicalPieces(static_cast<const uint8_t*>(p), static_cast<uint64_t>(st.st_size));
+    munmap(p, st.st_size);
+    return static_cast<double>(pieces) * static_cast<double>(slot_bytes_) / static_cast<double>(st.st_size);
+  }
   StatsSnapshot Stats() const { return engine_->Stats(); }
 
  private:
@@ -454,7 +529,9 @@ int RunBenchIo(int argc, char** argv) {
              {"repeat", "N", "repetitions per configuration", "3"},
              {"backend", "auto|uring|posix", "engine I/O backend", "auto"},
              {"mode", "direct|buffered", "O_DIRECT or buffered I/O, for both raw and engine", "direct"},
-             {"raw-buffers", "heap|shm", "memory of the raw baseline's buffers (shm: like the engine's pool)", "heap"},
+             {"raw-buffers", "huge|heap|shm", "memory of the raw baseline's buffers: huge = heap in 2 MiB transparent "
+              "huge pages (physically contiguous like the engine's pool, the strongest baseline), heap = 4 KiB pages, "
+              "shm = POSIX shared memory with 4 KiB pages", "huge"},
              {"keep-cache", "", "do not drop the page cache (and dentry/inode caches) before reads (default with "
               "--mode direct: O_DIRECT data never sits in the page cache, and dropping only evicts directory "
               "entries, which penalizes the engine's two-level fan-out against the raw side's single directory)", ""},
@@ -475,7 +552,7 @@ int RunBenchIo(int argc, char** argv) {
   const std::string backend_s = args.Choice("backend", "auto", {"auto", "uring", "posix"});
   const std::string mode_s = args.Choice("mode", "direct", {"direct", "buffered"});
   const bool verbose = args.Has("verbose");
-  const bool raw_shm = args.Choice("raw-buffers", "heap", {"heap", "shm"}) == "shm";
+  const std::string raw_memory = args.Choice("raw-buffers", "huge", {"huge", "heap", "shm"});
   for (uint64_t s : sizes) {
     if (s % kPayloadAlignment != 0) {
       throw UsageError("--chunk-sizes: " + FormatSize(s) + " is not a multiple of 4KiB (the payload alignment)");
@@ -514,8 +591,10 @@ int RunBenchIo(int argc, char** argv) {
   const bool keep_cache = args.Has("keep-cache") || (direct && !args.Has("drop-caches"));
   const bool drop_ok = !keep_cache && DropPageCache();
   if (verbose) PrintCpuContext();
-  std::printf("bench io: dir %s, mode %s, %s per run, %llu repetitions (alternating raw/engine), page cache %s\n",
+  std::printf("bench io: dir %s, mode %s, %s per run, %llu repetitions (alternating raw/engine), raw buffers %s, "
+              "page cache %s\n",
               dir.c_str(), mode_s.c_str(), FormatSize(total).c_str(), static_cast<unsigned long long>(repeat),
+              raw_memory.c_str(),
               drop_ok      ? "dropped before each read"
               : keep_cache ? (args.Has("keep-cache") ? "kept (--keep-cache)"
                                                      : "kept (O_DIRECT reads bypass it; --drop-caches to drop)")
@@ -539,11 +618,17 @@ int RunBenchIo(int argc, char** argv) {
         row.files = std::max<uint64_t>(1, total / chunk);
         const uint64_t file_bytes = kHeaderBytes + chunk;
         const double gb = static_cast<double>(row.files * file_bytes) / 1e9;
-        RawBench raw(base + "/raw", file_bytes, depth, direct, raw_shm);
+        RawBench raw(base + "/raw", file_bytes, depth, direct, raw_memory);
         EngineBench eng(base + "/engine", chunk, depth, backend, direct ? IoMode::kDirect : IoMode::kBuffered,
                         salt ^ (chunk * 1315423911u) ^ depth);
         row.pool = eng.pool_bytes();
         if (engine_described.empty()) engine_described = eng.Describe();
+        if (verbose) {
+          const double rp = raw.PiecesPerBuffer(), ep = eng.PoolPiecesPerSlot();
+          std::printf("  %s qd %u: physically contiguous pieces per %s transfer buffer: raw %s, engine %s\n",
+                      FormatSize(chunk).c_str(), depth, FormatSize(file_bytes).c_str(),
+                      rp > 0 ? Fixed(rp, 1).c_str() : "unknown", ep > 0 ? Fixed(ep, 1).c_str() : "unknown");
+        }
         // Warm-up, untimed: faults in buffers and pool slots, creates the first fan-out directories.
         const uint64_t warm = std::min<uint64_t>(row.files, 2ull * depth);
         raw.Write(warm, "warm");
@@ -641,7 +726,7 @@ int RunBenchIo(int argc, char** argv) {
   if (args.Has("json")) {
     WriteFile(args.Str("json"),
               "{\n  \"dir\": " + JsonString(dir) + ", \"mode\": " + JsonString(mode_s) +
-                  ", \"backend\": " + JsonString(backend_s) + ", \"total_bytes\": " + std::to_string(total) +
+                  ", \"backend\": " + JsonString(backend_s) + ", \"raw_buffers\": " + JsonString(raw_memory) + ", \"total_bytes\": " + std::to_string(total) +
                   ", \"repeat\": " + std::to_string(repeat) + ", \"page_cache_dropped\": " +
                   (drop_ok ? "true" : "false") + ", \"peak_rss_bytes\": " + std::to_string(peak_rss) +
                   ",\n  \"engine\": " + JsonString(engine_described) + ",\n  \"results\": [\n    " + json_rows +

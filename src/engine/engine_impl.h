@@ -75,12 +75,12 @@ class EngineImpl final : public Engine {
   struct ReadShare;
 
   // One I/O operation in flight; user_data of the IoOp is its id in op_ctx_.
-  enum class OpRole { kOpen, kRead, kWrite, kFsync, kClose, kLink, kUnlinkTmp, kUnlinkCorrupt, kUnlinkEvicted };
+  enum class OpRole { kOpen, kRead, kWrite, kFsync, kClose, kLink, kUnlinkTmp, kUnlinkCorrupt, kUnlinkEvicted, kMkdir };
   struct OpCtx {
     OpRole role;
     Chunk* chunk = nullptr;  // null for fire-and-forget ops (close of an abandoned fd, unlink of a corrupt file)
     uint8_t* buf = nullptr;
-    uint64_t len = 0;        // bytes still to transfer
+    uint64_t len = 0;        // bytes still to transfer; kMkdir: the fan-out level (1: "ab", 2: "ab/cd")
     uint64_t offset = 0;
     int64_t deadline_ns = 0;
     std::string path;        // kOpen / kLink (old) / kUnlink*
@@ -114,6 +114,11 @@ class EngineImpl final : public Engine {
   void QueueLoadCopy(Chunk& c);
   void BeginStoreWrite(Chunk& c);
   void OpenTemporary(Chunk& c);
+  // A store's fan-out directory that this engine has not created or seen yet: mkdirat through the I/O engine, one
+  // level at a time (a synchronous mkdir on the reactor held every other chunk's I/O for its whole duration);
+  // OnMkdirDone continues with the next level, then OpenTemporary.
+  void SubmitMkdir(Chunk& c, int level);
+  void OnMkdirDone(Chunk& c, const OpCtx& ctx, int64_t res);
   void Settle(Chunk& c);
   void MaybeRetireShare(ReadShare* s);
   void ForgetEntry(const ChunkKey& key);
@@ -122,6 +127,9 @@ class EngineImpl final : public Engine {
   void SubmitWrite(Chunk& c, uint8_t* buf, uint64_t len, uint64_t offset);
   void SubmitClose(int fd);
   void LoadReadsDone(Chunk& c);
+  // Verifies the loads whose reads came back in this reactor iteration, after every completion has been handled
+  // and the freed places at the disk have been refilled (PumpData + Flush): the disk never waits for checksums.
+  void VerifyReadChunks();
   void StoreWritesDone(Chunk& c);
   void FailChunk(Chunk& c, Status status);
   void FinishChunk(Chunk& c);
@@ -210,6 +218,7 @@ class EngineImpl final : public Engine {
   std::unordered_map<ChunkKey, Chunk*, ChunkKeyHash> stores_in_flight_;
   std::deque<DeferredOp> deferred_ops_;
   std::deque<Chunk*> data_queue_;   // chunks whose file is open, waiting for a data slot at the disk
+  std::vector<Chunk*> read_done_;   // loads whose reads finished this iteration, waiting for VerifyReadChunks
   uint32_t data_in_flight_ = 0;     // chunks with data reads/writes at the disk: <= io_depth (I1)
   FanoutDirCache fanout_cache_;
 

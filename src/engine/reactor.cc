@@ -12,6 +12,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "engine/engine_impl.h"
@@ -43,6 +45,8 @@ void EngineImpl::ReactorMain() {
     FlushCopies();
     RetryDeferredOps();
     io_->Flush();
+    VerifyReadChunks();
+    FlushCopies();
     // Drop jobs whose every chunk has settled (results were published when the last chunk finished).
     std::erase_if(jobs_, [](const std::unique_ptr<Job>& j) {
       if (!j->reported) return false;
@@ -60,6 +64,12 @@ void EngineImpl::ReactorMain() {
       stats_.io_errors.Add(1);
     }
     for (const io::IoCompletion& cqe : cqes) OnCompletion(cqe);
+    // Chunks whose data transfer finished freed places at the disk: start the next reads/writes before any
+    // checksum pass (loads' verification below, stores' in the copier's completions).
+    PumpData();
+    io_->Flush();
+    VerifyReadChunks();
+    FlushCopies();
     copies.clear();
     copier_->Poll(&copies);
     for (const CopyDone& d : copies) OnCopyDone(d);
@@ -269,7 +279,11 @@ void EngineImpl::OnCompletion(const io::IoCompletion& cqe) {
         if (static_cast<uint64_t>(res) < ctx.len) {  // short read: continue where it stopped
           SubmitRead(*c, ctx.buf + res, ctx.len - res, ctx.offset + res);
         } else if (c->ops_in_flight == 0) {
-          LoadReadsDone(*c);
+          // The disk is done with this chunk: its place goes to the next opened chunk, whose read the reactor
+          // submits before verifying this one (VerifyReadChunks), so the disk never waits for checksums (the raw
+          // baseline re-arms a finished slot at once too).
+          EndDataPhase(*c);
+          read_done_.push_back(c);
         }
       }
       break;
@@ -320,6 +334,11 @@ void EngineImpl::OnCompletion(const io::IoCompletion& cqe) {
       } else {
         FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "link " + c->rel_path));
       }
+      break;
+
+    case OpRole::kMkdir:
+      if (c->failed) break;
+      OnMkdirDone(*c, ctx, res);
       break;
 
     case OpRole::kClose:
@@ -438,6 +457,16 @@ bool EngineImpl::StartLoadChunk(Job& job, Chunk& c) {
   ctx.deadline_ns = Deadline();
   SubmitOp(std::move(ctx), op);
   return true;
+}
+
+void EngineImpl::VerifyReadChunks() {
+  if (read_done_.empty()) return;
+  std::vector<Chunk*> done;
+  done.swap(read_done_);
+  for (Chunk* c : done) {
+    if (!c->failed && !c->finished && c->ops_in_flight == 0) LoadReadsDone(*c);
+    Settle(*c);
+  }
 }
 
 void EngineImpl::LoadReadsDone(Chunk& c) {
@@ -590,10 +619,8 @@ void EngineImpl::BeginStoreWrite(Chunk& c) {
 }
 
 void EngineImpl::OpenTemporary(Chunk& c) {
-  Status s = EnsureFanoutDir(ns_->dirfd(), c.req.key, options_.dir_mode, &fanout_cache_);
-  if (!s.ok()) {
-    if (s.code() == StatusCode::kNoSpace && RetryStoreAfterEnospc(c)) return;
-    FailChunk(c, s);
+  if (!fanout_cache_.Has(c.req.key)) {
+    SubmitMkdir(c, fanout_cache_.HasFirstLevel(c.req.key.data()[0]) ? 2 : 1);
     return;
   }
   io::IoOp op;
@@ -614,6 +641,84 @@ void EngineImpl::OpenTemporary(Chunk& c) {
   ctx.path = c.tmp_path;
   ctx.deadline_ns = Deadline();
   SubmitOp(std::move(ctx), op);
+}
+
+void EngineImpl::SubmitMkdir(Chunk& c, int level) {
+  io::IoOp op;
+  op.code = io::OpCode::kMkdirAt;
+  op.dirfd = ns_->dirfd();
+  op.mode = options_.dir_mode;
+  OpCtx ctx{OpRole::kMkdir, &c};
+  ctx.path = FanoutDir(c.req.key);  // "ab/cd"
+  if (level == 1) ctx.path.resize(2);
+  ctx.len = static_cast<uint64_t>(level);
+  ctx.deadline_ns = Deadline();
+  SubmitOp(std::move(ctx), op);
+}
+
+namespace {
+// The process umask, read without changing it (umask(2) cannot be read atomically from a threaded process).
+mode_t ProcessUmask() {
+  static const mode_t mask = [] {
+    mode_t m = 022;
+    if (FILE* f = fopen("/proc/self/status", "re")) {
+      char line[256];
+      while (fgets(line, sizeof(line), f)) {
+        if (strncmp(line, "Umask:", 6) == 0) m = static_cast<mode_t>(strtoul(line + 6, nullptr, 8));
+      }
+      fclose(f);
+    }
+    return m;
+  }();
+  return mask;
+}
+}  // namespace
+
+void EngineImpl::OnMkdirDone(Chunk& c, const OpCtx& ctx, int64_t res) {
+  const int dirfd = ns_->dirfd();
+  const char* path = ctx.path.c_str();
+  if (res == 0) {
+    // mkdir applied the umask; group-shared deployments need the configured mode exactly (K2). Rare: only where
+    // the umask strips bits of dir_mode.
+    if ((options_.dir_mode & ProcessUmask()) != 0) {
+      const int fd = openat(dirfd, path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      const bool ok = fd >= 0 && fchmod(fd, options_.dir_mode) == 0;
+      const int err = errno;
+      if (fd >= 0) close(fd);
+      if (!ok) {
+        FailChunk(c, Status::FromErrno(err, std::string("chmod ") + path));
+        return;
+      }
+    }
+  } else if (res == -EEXIST) {
+    // Another chunk or instance made it; it must be a real directory (a symlink or file there: refuse, K2).
+    struct stat st;
+    if (fstatat(dirfd, path, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+      FailChunk(c, Status::FromErrno(errno, std::string("stat ") + path));
+      return;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+      FailChunk(c, Status(StatusCode::kFailedPrecondition,
+                          std::string("fan-out path ") + path + " exists but is not a directory (symlink or file)"));
+      return;
+    }
+  } else if ((res == -ENOSPC || res == -EDQUOT) && RetryStoreAfterEnospc(c)) {
+    return;
+  } else if (res == -ENOENT && ctx.len == 2 && !c.enoent_retried) {
+    c.enoent_retried = true;  // the first level went away behind our back (gc): create it again, once
+    fanout_cache_.Forget(c.req.key);
+    SubmitMkdir(c, 1);
+    return;
+  } else {
+    FailChunk(c, Status::FromErrno(static_cast<int>(-res), std::string("mkdir ") + path));
+    return;
+  }
+  if (ctx.len == 1) {
+    SubmitMkdir(c, 2);
+    return;
+  }
+  fanout_cache_.Add(c.req.key);
+  OpenTemporary(c);
 }
 
 void EngineImpl::StoreWritesDone(Chunk& c) {
@@ -909,6 +1014,7 @@ const char* EngineImpl::OpRoleName(OpRole r) {
     case OpRole::kUnlinkTmp:
     case OpRole::kUnlinkCorrupt:
     case OpRole::kUnlinkEvicted: return "unlink";
+    case OpRole::kMkdir: return "mkdir";
   }
   return "op";
 }

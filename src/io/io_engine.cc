@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <linux/openat2.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -21,6 +22,7 @@ std::string_view OpCodeName(OpCode code) {
     case OpCode::kClose: return "close";
     case OpCode::kLinkAt: return "linkat";
     case OpCode::kUnlinkAt: return "unlinkat";
+    case OpCode::kMkdirAt: return "mkdirat";
   }
   return "unknown";
 }
@@ -78,6 +80,7 @@ int ValidateOp(const IoOp& op) {
   switch (op.code) {
     case OpCode::kOpenAt:
     case OpCode::kUnlinkAt:
+    case OpCode::kMkdirAt:
       return op.path != nullptr ? 0 : -EINVAL;
     case OpCode::kLinkAt:
       return op.path != nullptr && op.path2 != nullptr ? 0 : -EINVAL;
@@ -129,6 +132,8 @@ int64_t ExecuteBlocking(const IoOp& op) {
       return retry([&] { return int64_t{::linkat(op.dirfd, op.path, op.dirfd, op.path2, op.flags)}; });
     case OpCode::kUnlinkAt:
       return retry([&] { return int64_t{::unlinkat(op.dirfd, op.path, op.flags)}; });
+    case OpCode::kMkdirAt:
+      return retry([&] { return int64_t{::mkdirat(op.dirfd, op.path, op.mode)}; });
   }
   return -EINVAL;
 }

@@ -38,6 +38,7 @@ enum class OpCode : uint8_t {
   kClose,     // close(fd) -> 0
   kLinkAt,    // linkat(dirfd, path, dirfd, path2, flags) -> 0 (flags: 0 or AT_SYMLINK_FOLLOW)
   kUnlinkAt,  // unlinkat(dirfd, path, flags) -> 0
+  kMkdirAt,   // mkdirat(dirfd, path, mode) -> 0 (the umask applies)
 };
 
 std::string_view OpCodeName(OpCode code);
@@ -47,12 +48,12 @@ std::string_view OpCodeName(OpCode code);
 struct IoOp {
   OpCode code = OpCode::kRead;
   uint64_t user_data = 0;        // returned unchanged in the completion
-  int dirfd = AT_FDCWD;          // kOpenAt, kLinkAt, kUnlinkAt
+  int dirfd = AT_FDCWD;          // kOpenAt, kLinkAt, kUnlinkAt, kMkdirAt
   int fd = -1;                   // kRead, kWrite, kFsync, kClose
-  const char* path = nullptr;    // kOpenAt, kLinkAt (old), kUnlinkAt
+  const char* path = nullptr;    // kOpenAt, kLinkAt (old), kUnlinkAt, kMkdirAt
   const char* path2 = nullptr;   // kLinkAt (new)
   int flags = 0;                 // kOpenAt open flags, kLinkAt and kUnlinkAt flags
-  mode_t mode = 0;               // kOpenAt (must be 0 with resolve unless flags has O_CREAT or O_TMPFILE)
+  mode_t mode = 0;               // kOpenAt (must be 0 with resolve unless flags has O_CREAT or O_TMPFILE), kMkdirAt
   uint64_t resolve = 0;          // kOpenAt: RESOLVE_* flags (linux/openat2.h), e.g. RESOLVE_BENEATH |
                                  // RESOLVE_NO_SYMLINKS: no path component may be a symlink or leave dirfd (K2)
   void* buf = nullptr;           // kRead, kWrite

@@ -130,6 +130,7 @@ class UringEngine final : public IoEngine {
       case OpCode::kClose: io_uring_prep_close(sqe, op.fd); break;
       case OpCode::kLinkAt: io_uring_prep_linkat(sqe, op.dirfd, op.path, op.dirfd, op.path2, op.flags); break;
       case OpCode::kUnlinkAt: io_uring_prep_unlinkat(sqe, op.dirfd, op.path, op.flags); break;
+      case OpCode::kMkdirAt: io_uring_prep_mkdirat(sqe, op.dirfd, op.path, op.mode); break;
     }
     sqe->user_data = index;
     if (slot.has_deadline) {
@@ -295,7 +296,7 @@ bool UringAvailable(std::string* why) {
   bool ok = true;
   if (io_uring_probe* probe = io_uring_get_probe_ring(&ring)) {
     for (int op : {IORING_OP_OPENAT, IORING_OP_READ, IORING_OP_WRITE, IORING_OP_FSYNC, IORING_OP_CLOSE,
-                   IORING_OP_LINKAT, IORING_OP_UNLINKAT, IORING_OP_LINK_TIMEOUT}) {
+                   IORING_OP_LINKAT, IORING_OP_UNLINKAT, IORING_OP_MKDIRAT, IORING_OP_LINK_TIMEOUT}) {
       if (!io_uring_opcode_supported(probe, op)) {
         say("io_uring lacks opcode " + std::to_string(op) + " (kernel too old)");
         ok = false;

@@ -128,6 +128,51 @@ Result<Geometry> ComputeGeometry(const StagingPoolOptions& o) {
   return g;
 }
 
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25
+#endif
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+constexpr uint64_t kHugeBytes = 2ull << 20;
+
+// Maps fd's first `bytes` shared at a 2 MiB-aligned address (so file offset 0 starts a huge page), by reserving
+// 2 MiB more address space and trimming it. MAP_FAILED on failure.
+void* MapHugeAligned(int fd, uint64_t bytes) {
+  const uint64_t reserve = bytes + kHugeBytes;
+  void* r = mmap(nullptr, reserve, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (r == MAP_FAILED) return MAP_FAILED;
+  const auto lo = reinterpret_cast<uintptr_t>(r);
+  const uintptr_t start = RoundUp(lo, kHugeBytes);
+  void* p = mmap(reinterpret_cast<void*>(start), bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
+  if (p == MAP_FAILED) {
+    munmap(r, reserve);
+    return MAP_FAILED;
+  }
+  if (start > lo) munmap(r, start - lo);
+  const uintptr_t end = start + RoundUp(bytes, SystemPageSize()), hi = lo + reserve;
+  if (hi > end) munmap(reinterpret_cast<void*>(end), hi - end);
+  return p;
+}
+
+// Populates a fresh mapping from MapHugeAligned, turning every whole 2 MiB range into one folio where the kernel
+// allows (best effort): touching one page per range and collapsing them in one call allocates each huge folio
+// directly (cheaper than faulting 512 small pages and copying them). Then faults in the rest (the tail, and
+// everything if the kernel refused the collapse). Returns the bytes collapsed (0 when the collapse failed).
+uint64_t PopulateHuge(uint8_t* base, uint64_t bytes) {
+  const uint64_t whole = bytes / kHugeBytes * kHugeBytes;
+  uint64_t huge = 0;
+  if (whole > 0) {
+    for (uint64_t o = 0; o < whole; o += kHugeBytes) *reinterpret_cast<volatile uint8_t*>(base + o) = 0;
+    if (madvise(base, whole, MADV_COLLAPSE) == 0) huge = whole;
+  }
+  if (madvise(base, bytes, MADV_POPULATE_WRITE) != 0) {  // kernels before 5.14: fault every page by hand
+    const uint64_t page = SystemPageSize();
+    for (uint64_t o = 0; o < bytes; o += page) *reinterpret_cast<volatile uint8_t*>(base + o) = 0;
+  }
+  return huge;
+}
+
 [[noreturn]] void Die(const char* what, uint32_t slot) {
   std::fprintf(stderr, "kvtier StagingPool: %s (slot %u)\n", what, slot);
   std::abort();
@@ -198,10 +243,19 @@ Result<std::unique_ptr<StagingPool>> StagingPool::Create(const StagingPoolOption
   if (ftruncate(fd, static_cast<off_t>(g.mapped_bytes)) != 0) {
     return fail(Status::FromErrno(errno, "ftruncate(" + name + ", " + std::to_string(g.mapped_bytes) + ")"));
   }
-  int flags = MAP_SHARED | (options.populate ? MAP_POPULATE : 0);
-  void* base = mmap(nullptr, g.mapped_bytes, PROT_READ | PROT_WRITE, flags, fd, 0);
+  const bool huge = options.populate && options.huge_pages && g.mapped_bytes >= kHugeBytes;
+  void* base = huge ? MapHugeAligned(fd, g.mapped_bytes) : MAP_FAILED;
+  const bool aligned = base != MAP_FAILED;
+  if (base == MAP_FAILED) {
+    int flags = MAP_SHARED | (options.populate ? MAP_POPULATE : 0);
+    base = mmap(nullptr, g.mapped_bytes, PROT_READ | PROT_WRITE, flags, fd, 0);
+  }
   if (base == MAP_FAILED) return fail(Status::FromErrno(errno, "mmap(" + name + ")"));
   close(fd);
+  uint64_t huge_bytes = 0;
+  if (aligned) {
+    huge_bytes = PopulateHuge(static_cast<uint8_t*>(base), g.mapped_bytes);
+  }
 
   std::unique_ptr<StagingPool> pool(new StagingPool());
   pool->name_ = name;
@@ -209,6 +263,7 @@ Result<std::unique_ptr<StagingPool>> StagingPool::Create(const StagingPoolOption
   pool->creator_pid_ = getpid();
   pool->base_ = base;
   pool->mapped_bytes_ = g.mapped_bytes;
+  pool->huge_bytes_ = huge_bytes;
   pool->num_slots_ = options.num_slots;
   pool->slot_bytes_ = options.slot_bytes;
   pool->slot_stride_ = g.slot_stride;

@@ -156,6 +156,21 @@ TEST_P(IoEngineContract, UnlinkAtRemovesTheNameAndAMissingNameReturnsEnoent) {
   EXPECT_EQ(RunOne(*engine, PathOp(OpCode::kUnlinkAt, dir_.dirfd(), "gone", nullptr, 4)), -ENOENT);
 }
 
+TEST_P(IoEngineContract, MkdirAtCreatesADirectoryAndAnExistingNameReturnsEexist) {
+  MAKE_ENGINE_OR_SKIP(engine, 8);
+  IoOp op = PathOp(OpCode::kMkdirAt, dir_.dirfd(), "ab", nullptr, 1);
+  op.mode = 0750;
+  EXPECT_EQ(RunOne(*engine, op), 0);
+  struct stat st {};
+  ASSERT_EQ(fstatat(dir_.dirfd(), "ab", &st, AT_SYMLINK_NOFOLLOW), 0);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  op.user_data = 2;
+  EXPECT_EQ(RunOne(*engine, op), -EEXIST);
+  IoOp nested = PathOp(OpCode::kMkdirAt, dir_.dirfd(), "missing/cd", nullptr, 3);
+  nested.mode = 0750;
+  EXPECT_EQ(RunOne(*engine, nested), -ENOENT) << "one level at a time";
+}
+
 TEST_P(IoEngineContract, OpenOfAMissingFileReturnsEnoent) {
   MAKE_ENGINE_OR_SKIP(engine, 8);
   EXPECT_EQ(RunOne(*engine, OpenOp(dir_.dirfd(), "no/such/file", O_RDONLY, 1)), -ENOENT);

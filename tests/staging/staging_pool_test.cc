@@ -72,6 +72,27 @@ TEST(StagingPool, CreateComputesAlignedGeometry) {
   EXPECT_EQ(pool->SlotData(2) + pool->slot_stride(), base + pool->mapped_bytes());
 }
 
+TEST(StagingPool, APopulatedPoolInHugeFoliosHoldsZerosAndIsSharedWithAnAttacher) {
+  // Best effort: where the kernel refuses MADV_COLLAPSE the pool keeps 4 KiB pages; either way it must behave.
+  StagingPoolOptions o = SmallOptions(5, (2ull << 20) + 4096);
+  o.populate = true;
+  auto pool = MustCreate(o);
+  ASSERT_NE(pool, nullptr);
+  EXPECT_EQ(pool->huge_bytes() % (2ull << 20), 0u);
+  EXPECT_LE(pool->huge_bytes(), pool->mapped_bytes());
+  for (uint32_t s = 0; s < pool->num_slots(); ++s) {
+    const uint8_t* d = pool->SlotData(s);
+    for (uint64_t i = 0; i < o.slot_bytes; i += 4096) ASSERT_EQ(d[i], 0) << "slot " << s << " byte " << i;
+    std::memset(pool->SlotData(s), static_cast<int>(s + 1), o.slot_bytes);
+  }
+  auto attached = StagingPool::Attach(pool->name());
+  ASSERT_TRUE(attached.ok()) << attached.status().ToString();
+  for (uint32_t s = 0; s < pool->num_slots(); ++s) {
+    EXPECT_EQ((*attached)->SlotData(s)[0], s + 1);
+    EXPECT_EQ((*attached)->SlotData(s)[o.slot_bytes - 1], s + 1);
+  }
+}
+
 TEST(StagingPool, LargerAlignmentIsHonoured) {
   StagingPoolOptions o = SmallOptions(2, 5000);
   o.alignment = 1 << 16;
