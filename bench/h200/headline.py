@@ -2,7 +2,7 @@
 kvtier, vLLM's native offload (CPU + filesystem tier) and LMCache (CPU + disk), against recompute and the GPU prefix
 cache. Run on the GPU box by scripts/h200/headline.sh; `summarize` and `plot` run anywhere.
 
-    python3 bench/h200/headline.py run --out DIR [--systems a,b] [--sizes 1k,10k,40k,80k] [--deadline-s 480]
+    python3 bench/h200/headline.py run --out DIR [--systems a,b] [--sizes 1k,10k,40k,80k] [--deadline-s 400]
     python3 bench/h200/headline.py summarize DIR/headline.json
     python3 bench/h200/headline.py plot DIR/headline.json --png out.png
     python3 bench/h200/headline.py run --dry-run ...    # print the servers' command lines and exit
@@ -232,6 +232,8 @@ def run(a: argparse.Namespace) -> int:
     MODEL = SHAPES[a.shape]
     out = Path(a.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
+    logs = Path(a.logs).resolve() if a.logs else out
+    logs.mkdir(parents=True, exist_ok=True)
     work = Path(a.work)
     sizes = [parse_size(s) for s in a.sizes.split(",")]
     systems = [s for s in a.systems.split(",") if s]
@@ -258,7 +260,7 @@ def run(a: argparse.Namespace) -> int:
         extra, env, kn = system_config(name, a, work)
         knobs[name] = kn
         servers.append(Server(name, a.port + i, common + ["--port", str(a.port + i)] + extra, {**env_common, **env},
-                              out / f"server-{name}.log"))
+                              logs / f"server-{name}.log"))
     if a.dry_run:
         for s in servers:
             print(" ".join(f"{k}={shlex.quote(v)}" for k, v in s.env.items()), shlex.join(s.argv))
@@ -302,7 +304,7 @@ def run(a: argparse.Namespace) -> int:
                 settle = kn["settle_s"]
                 if kn["disk"] or s.name in ("native", "lmcache"):
                     settle = max(settle, docs * size * MODEL["kv_bytes_per_token"] / DISK_BPS)
-                r = bench(s, size, docs, settle, kn, a, out)
+                r = bench(s, size, docs, settle, kn, a, logs)
                 result["runs"].append(r)
                 save()
                 log(f"{s.name:22s} {size:6d} tokens: warm-up mean {fmt(r, 'warmup')}  query mean {fmt(r, 'query')}"
@@ -448,7 +450,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run")
-    r.add_argument("--out", required=True)
+    r.add_argument("--out", required=True, help="headline.json goes here (rewritten after every run)")
+    r.add_argument("--logs", default="", help="server logs and per-run files (default: --out)")
     r.add_argument("--work", default="/var/tmp/kvtier-headline", help="storage roots of the disk tiers")
     r.add_argument("--model-dir", default="/tmp/kvtier-headline-model")
     r.add_argument("--python", default=sys.executable, help="the Python that has vLLM")
@@ -470,8 +473,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--port", type=int, default=8100)
     r.add_argument("--stagger-s", type=float, default=6.0)
     r.add_argument("--start-timeout-s", type=float, default=240.0)
-    r.add_argument("--run-timeout-s", type=float, default=180.0)
-    r.add_argument("--deadline-s", type=float, default=480.0, help="no new run starts after this")
+    r.add_argument("--run-timeout-s", type=float, default=120.0)
+    r.add_argument("--deadline-s", type=float, default=400.0, help="no new run starts after this")
     r.add_argument("--enforce-eager", action=argparse.BooleanOptionalAction, default=True)
     r.add_argument("--dry-run", action="store_true")
     s = sub.add_parser("summarize")

@@ -73,11 +73,10 @@ fi
 if want run; then
   step "headline run"
   # shellcheck disable=SC2086
-  python3 bench/h200/headline.py run --out /tmp/kvtier-headline-out --python python3 \
+  # headline.json straight into $OUT (rewritten after every run: a call cut short keeps what was measured)
+  python3 bench/h200/headline.py run --out "$OUT" --logs "$logs" --python python3 \
     --thresholds "$repo/bench/results/h200/thresholds-llama-3.2-3b.json" ${HEADLINE_ARGS:-}
   rc=$?
-  cp /tmp/kvtier-headline-out/headline.json "$OUT/" 2>/dev/null
-  cp /tmp/kvtier-headline-out/server-*.log "$logs/" 2>/dev/null
   nvidia-smi --query-gpu=memory.used,memory.total --format=csv >> "$logs/nvidia-smi.txt" 2>&1
   free -g >> "$logs/free.txt" 2>&1
   exit $rc
