@@ -36,6 +36,7 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import signal
 import statistics
 import subprocess
@@ -309,7 +310,9 @@ def run(a: argparse.Namespace) -> int:
                 save()
                 log(f"{s.name:22s} {size:6d} tokens: warm-up mean {fmt(r, 'warmup')}  query mean {fmt(r, 'query')}"
                     f"{'  ERROR ' + r['error'] if r.get('error') else ''}")
-            s.stop()  # frees GPU memory and host RAM for nothing else, but ends its background writes
+            s.stop()  # ends its background writes
+            # Its storage root can be tens of GB (every size's documents): the box's disk holds one or two of them.
+            shutil.rmtree(work / s.name, ignore_errors=True)
     finally:
         for s in servers:
             s.stop()
