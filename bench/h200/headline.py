@@ -414,7 +414,8 @@ def summarize(result: dict) -> str:
             sp = ""
             if name != "recompute" and rec.get(s) and rec[s].get("mean"):
                 sp = f" {rec[s]['mean'] / t['mean']:.1f}x"
-            cells.append(f"{t['mean'] * 1e3:7.0f}/{t['p50'] * 1e3:5.0f}/{t['p95'] * 1e3:5.0f}{sp:>6s}")
+            ms = lambda v: f"{v * 1e3:.0f}" if v is not None else "-"  # noqa: E731
+            cells.append(f"{ms(t['mean']):>7s}/{ms(t.get('p50')):>5s}/{ms(t.get('p95')):>5s}{sp:>6s}")
         lines.append(f"{name:22s}" + "".join(cells))
     for r in result.get("runs", []):
         if r.get("error"):
