@@ -608,7 +608,10 @@ void EngineImpl::UsePreloadLocked(Resident& r) {
 
 std::optional<uint32_t> EngineImpl::AcquireSlotLocked(staging::Priority priority, bool for_resident) {
   const bool speculative = priority == staging::Priority::kSpeculative;
-  if (for_resident && resident_.size() >= dram_max_slots_) EvictResidentLocked(speculative);
+  // T1: the tier's bound. Several entries may be over it (write-through stores join it while they are written, when
+  // nothing is evictable yet), so evict until there is room or nothing more can go.
+  while (for_resident && resident_.size() >= dram_max_slots_ && EvictResidentLocked(speculative)) {
+  }
   if (auto slot = pool_->Acquire(priority)) return slot;
   if (!EvictResidentLocked(speculative)) return std::nullopt;
   return pool_->Acquire(priority);
@@ -706,6 +709,11 @@ void EngineImpl::ResidentWritten(const ChunkKey& key) {
   std::lock_guard<std::mutex> lock(index_mu_);
   auto r = resident_.find(key);
   if (r != resident_.end() && r->second.state == Resident::State::kWriting) r->second.state = Resident::State::kReady;
+  // A written store is an ordinary DRAM-tier entry now: if stores took the tier over its bound (they cannot be
+  // evicted while written), bring it back.
+  while (resident_.size() > dram_max_slots_ && EvictResidentLocked(/*for_speculative=*/false)) {
+  }
+  stats_.dram_entries.Set(resident_.size());
 }
 
 Result<std::vector<SlotRef>> EngineImpl::PinResident(std::span<const ChunkKey> keys) {

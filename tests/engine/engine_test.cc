@@ -553,6 +553,27 @@ TEST_F(ResidentTest, AWorkerFilledSlotIsPublishedAndServedAfterARestart) {
   EXPECT_EQ(dst[1].bytes, src[1].bytes);
 }
 
+// T1: dram_max_slots bounds the DRAM tier also when write-through stores fill it (they cannot be evicted while they
+// are written). The H200 headline run showed ~365 resident entries with dram_max_slots=1 before this was enforced.
+TEST_F(ResidentTest, WriteThroughStoresDoNotKeepTheTierOverItsBound) {
+  EngineOptions o = Options(root_);
+  o.dram_max_slots = 2;
+  auto e = Open(o);
+  std::vector<ChunkKey> keys{Key(0), Key(1), Key(2), Key(3), Key(4), Key(5)};
+  auto reserved = e->ReserveForStore(keys);
+  ASSERT_TRUE(reserved.ok()) << reserved.status().ToString();
+  e->CommitStore(keys, true);
+  for (int i = 0; i < 1000 && e->Stats().stores_completed == 0; ++i) usleep(2000);
+  ASSERT_EQ(e->Stats().stores_completed, 1u);  // one committed store job
+  for (int i = 0; i < 500 && e->Stats().dram_entries > 2; ++i) usleep(2000);
+  EXPECT_LE(e->Stats().dram_entries, 2u);
+  EXPECT_LE(e->Stats().pool_slots_in_use, 2u);
+  int resident = 0;
+  for (const ChunkKey& k : keys) resident += e->Lookup(k) == ChunkLocation::kDram;
+  EXPECT_LE(resident, 2);
+  for (const ChunkKey& k : keys) EXPECT_NE(e->Lookup(k), ChunkLocation::kAbsent);  // all published
+}
+
 TEST_F(ResidentTest, AbandonedReservationsGiveTheirSlotsBack) {
   auto e = Open(Options(root_));
   std::vector<ChunkKey> keys{Key(0), Key(1), Key(2)};
