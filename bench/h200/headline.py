@@ -332,7 +332,7 @@ def bench(s: Server, size: int, docs: int, settle: float, kn: dict, a: argparse.
     rec: dict = {"system": s.name, "doc_tokens": size, "docs": docs, "settle_s": round(settle, 1)}
     base = [sys.executable, "-m", "kvtier.bench_longdoc", "--url", s.url, "--model", "m", "--doc-tokens", str(size),
             "--num-docs", str(docs), "--concurrency", str(a.concurrency), "--max-tokens", "2", "--vocab-size",
-            str(MODEL["config"]["vocab_size"]), "--seed", str(size), "--quiet", "--label", s.name]
+            str(MODEL["config"]["vocab_size"]), "--seed", str(size), "--quiet", "--label", s.name, "--metrics-flush-s", "1.2"]
     env = {**os.environ, "PYTHONPATH": str(REPO / "python") + os.pathsep + os.environ.get("PYTHONPATH", "")}
     for phase in ("warmup", "query"):
         if phase == "query":

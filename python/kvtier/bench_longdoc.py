@@ -366,7 +366,7 @@ class PhaseResult:
 
 
 def run_phase(server: Server, name: str, prompts: list[tuple[int, int, list[int]]], concurrency: int,
-              max_tokens: int, metrics_url: str | None, log=print) -> PhaseResult:
+              max_tokens: int, metrics_url: str | None, log=print, metrics_flush_s: float = 0.0) -> PhaseResult:
     before = server.metrics(metrics_url)
     res = PhaseResult(name)
     lock = threading.Lock()
@@ -387,6 +387,11 @@ def run_phase(server: Server, name: str, prompts: list[tuple[int, int, list[int]
         list(pool.map(one, prompts))
     res.wall_s = time.perf_counter() - t0
     res.ttft = summarize_ttft([r["ttft_s"] for r in res.requests])
+    if metrics_flush_s > 0:
+        # Connector counters reach /metrics only with a scheduler step, at most once a second (kvtier's get_stats):
+        # wait, then make one step happen with a 2-token request, so the phase's last loads are counted.
+        time.sleep(metrics_flush_s)
+        server.completion([BOS_ID, FIRST_WORD_ID], 1)
     after = server.metrics(metrics_url)
     if before is not None and after is not None:
         res.metrics = metric_deltas(before, after)
@@ -434,7 +439,8 @@ def run(a: argparse.Namespace, log=print) -> dict:
         server.reset_prefix_cache()
     if a.phase in ("both", "warmup"):
         prompts = [(d, 0, warmup_prompt(spec, d)) for d in range(spec.num_docs)]
-        phases.append(run_phase(server, "warmup", prompts, a.concurrency, a.max_tokens, metrics_url, log))
+        phases.append(run_phase(server, "warmup", prompts, a.concurrency, a.max_tokens, metrics_url, log,
+                                a.metrics_flush_s))
     if a.phase == "both" and a.reset_prefix_cache:
         time.sleep(a.settle_s)
         if not server.reset_prefix_cache():
@@ -443,7 +449,8 @@ def run(a: argparse.Namespace, log=print) -> dict:
         time.sleep(a.settle_s)
     if a.phase in ("both", "query"):
         prompts = [(d, k, query_prompt(spec, d, k)) for d, k in query_order(spec)]
-        phases.append(run_phase(server, "query", prompts, a.concurrency, a.max_tokens, metrics_url, log))
+        phases.append(run_phase(server, "query", prompts, a.concurrency, a.max_tokens, metrics_url, log,
+                                a.metrics_flush_s))
     result = {"label": a.label, "url": a.url, "model": a.model, "spec": asdict(spec),
               "reuse_tokens": spec.reuse_tokens, "concurrency": a.concurrency, "max_tokens": a.max_tokens,
               "phases": {p.name: asdict(p) for p in phases}}
@@ -534,6 +541,9 @@ def parser() -> argparse.ArgumentParser:
                         "VLLM_SERVER_DEV_MODE=1); the external cache is kept")
     p.add_argument("--settle-s", type=float, default=0.0, help="pause between the phases (lets stores finish)")
     p.add_argument("--metrics-url", default=None, help="Prometheus endpoint (default: URL/metrics)")
+    p.add_argument("--metrics-flush-s", type=float, default=0.0,
+                   help="before a phase's final /metrics read: wait this long, then send a 2-token request so "
+                        "connector counters pushed once per second include the phase's last requests")
     p.add_argument("--label", default="", help="name of this configuration in the JSON and summaries")
     p.add_argument("--json", dest="json_out", default=None, help="write the results here")
     p.add_argument("--quiet", action="store_true", help="no per-request lines")
