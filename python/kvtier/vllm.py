@@ -940,7 +940,8 @@ class KVTierWorker(OffloadingWorker):
     platform), the CUDA copier for tensors on a CUDA device (docs/vllm-integration.md, "The CUDA worker")."""
 
     def __init__(self, kv_caches: CanonicalKVCaches, blocks_per_chunk: int, rank: int, rank_block_bytes: int,
-                 copy_threads: int = 1, attach_timeout_s: float = 60.0, copier: _Copier | None = None):
+                 copy_threads: int = 1, attach_timeout_s: float = 60.0, copier: _Copier | None = None,
+                 pool_suffix: str | None = None):
         self._ext = _import_ext()
         self.bpc = int(blocks_per_chunk)
         self.rank_offset = int(rank) * int(rank_block_bytes)
@@ -976,12 +977,52 @@ class KVTierWorker(OffloadingWorker):
         self._finished: list[TransferResult] = []
         self._pending: dict[int, _Job] = {}  # asynchronous copies not yet seen complete, in submission order
         self._lock = threading.Lock()
+        self._attach_lock = threading.RLock()  # _attach: the transfer path and the pre-attach thread
+        self._closed = False
         logger.info("kvtier worker: %d KV tensors, %d groups, %d bytes/block for this rank, blocks_per_chunk=%d, %s",
                     len(tensors), len(self._groups), int(sum(int(s.sum()) for _, s, _ in self._groups)), self.bpc,
                     self._copier.describe())
+        # Registering a large pool with CUDA takes seconds (3.5 s for 20 GiB on the H200): do it before the first
+        # request needs it. The worker does not know the pool's name (the scheduler's pid is in it) but its suffix,
+        # so a thread looks for the pool in /dev/shm and attaches it while the server starts.
+        self._preattach_thread = None
+        if pool_suffix and self._copier.asynchronous:
+            self._preattach_thread = threading.Thread(target=self._preattach, args=(pool_suffix,),
+                                                      name="kvtier-preattach", daemon=True)
+            self._preattach_thread.start()
+
+    @staticmethod
+    def _find_pool(suffix: str) -> str | None:
+        """The newest /dev/shm/kvtier-<pid>-<suffix> ('/name' as shm_open wants it), or None."""
+        try:
+            names = [n for n in os.listdir("/dev/shm") if n.startswith("kvtier-") and n.endswith("-" + suffix)]
+        except OSError:
+            return None
+        if not names:
+            return None
+        newest = max(names, key=lambda n: os.stat(os.path.join("/dev/shm", n)).st_mtime_ns)
+        return "/" + newest
+
+    def _preattach(self, suffix: str) -> None:
+        deadline = time.monotonic() + self.attach_timeout_s
+        while time.monotonic() < deadline:
+            name = self._find_pool(suffix)
+            if name is not None:
+                try:
+                    with self._attach_lock:
+                        if self._pool is None and not self._closed:
+                            self._attach(name)
+                    return
+                except Exception as e:  # the transfer path attaches (and reports) on its own
+                    logger.debug("kvtier worker: pre-attach of %s: %s", name, e)
+            time.sleep(0.2)
 
     # -- pool ----------------------------------------------------------------------------------------------
     def _attach(self, name: str):
+        with self._attach_lock:
+            return self._attach_locked(name)
+
+    def _attach_locked(self, name: str):
         if self._pool is not None and self._pool_name == name:
             return self._pool
         if self._pool is not None:
@@ -1183,6 +1224,8 @@ class KVTierWorker(OffloadingWorker):
             self._finish(job)
 
     def shutdown(self) -> None:
+        with self._attach_lock:  # no pre-attach after this
+            self._closed = True
         self._drain()
         self._copier.close()
         if self._pool is not None:
@@ -1293,5 +1336,6 @@ class KVTierSpec(OffloadingSpec):
         if self._worker is None:
             self._worker = KVTierWorker(kv_caches, int(self.blocks_per_chunk), int(self.config.parallel.rank),
                                         self.rank_block_bytes(), self.kv["kvtier_copy_threads"],
-                                        self.kv["kvtier_attach_timeout_s"])
+                                        self.kv["kvtier_attach_timeout_s"],
+                                        pool_suffix=self.pool_name().rsplit("-", 1)[1])
         return self._worker

@@ -458,3 +458,51 @@ def test_real_pool_with_an_asynchronous_copier(tmp_path):
     w2.shutdown()
     worker.shutdown()
     manager.shutdown()
+
+
+def test_an_asynchronous_worker_attaches_and_registers_the_pool_before_the_first_transfer(fake, tmp_path,
+                                                                                         monkeypatch):
+    """Registering a big pool with CUDA takes seconds: the worker finds the pool by its name's suffix and attaches
+    it in the background, so the first transfer does not pay for it (and attaches nothing again)."""
+    spec, manager, keys = _setup(tmp_path, bpc=1, n_keys=1)
+    name = manager.engine.pool_name
+    suffix = name.rsplit("-", 1)[1]
+    monkeypatch.setattr(kv.KVTierWorker, "_find_pool", staticmethod(lambda s: name if s == suffix else None))
+    _, src_kv = make_kv(1)
+    copier = FakeAsyncCopier()
+    worker = kv.KVTierWorker(src_kv, 1, 0, LAYERS * PAGE, copier=copier, pool_suffix=suffix)
+    worker._preattach_thread.join(timeout=10)
+    assert len(copier.attached) == 1, "the pool was not attached in the background"
+    ctx = ReqContext(req_id="s")
+    out = manager.prepare_store(keys, ctx)
+    assert worker.submit_store(1, GPULoadStoreSpec([3], group_sizes=[1], block_indices=[0]), out.store_spec)
+    assert len(copier.attached) == 1  # the transfer found it attached
+    copier.complete(1)
+    (res,) = worker.get_finished()
+    assert res.success
+    manager.complete_store(keys, ctx)
+    worker.shutdown()
+
+
+def test_the_host_worker_does_not_pre_attach(fake, tmp_path):
+    _, src_kv = make_kv(1)
+    worker = kv.KVTierWorker(src_kv, 1, 0, LAYERS * PAGE, pool_suffix="0123456789abcdef")
+    assert worker._preattach_thread is None
+    worker.shutdown()
+
+
+def test_find_pool_picks_the_newest_matching_shm_object(tmp_path):
+    import os
+    made = []
+    try:
+        for pid in (111111, 222222):
+            path = f"/dev/shm/kvtier-{pid}-feedfacecafebeef"
+            with open(path, "wb"):
+                pass
+            os.utime(path, ns=(pid * 1000, pid * 1000))
+            made.append(path)
+        assert kv.KVTierWorker._find_pool("feedfacecafebeef") == "/kvtier-222222-feedfacecafebeef"
+        assert kv.KVTierWorker._find_pool("0000000000000000") is None
+    finally:
+        for p in made:
+            os.unlink(p)
