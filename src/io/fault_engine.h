@@ -76,7 +76,7 @@ class FaultInjectingEngine final : public IoEngine {
   std::unique_ptr<IoEngine> inner_;
   std::string name_;
   std::vector<FaultRule> rules_;
-  uint64_t seen_by_code_[7] = {};
+  uint64_t seen_by_code_[kNumOpCodes] = {};
   FaultCounters counters_;
   std::deque<IoCompletion> failed_;  // synthesized failures, reaped at the next Reap
   std::vector<Delayed> delayed_;     // synthesized timeouts, reaped once their deadline passes

@@ -40,6 +40,8 @@ enum class OpCode : uint8_t {
   kUnlinkAt,  // unlinkat(dirfd, path, flags) -> 0
   kMkdirAt,   // mkdirat(dirfd, path, mode) -> 0 (the umask applies)
 };
+// How many op codes there are: size per-code tables with it (a new code must extend them).
+inline constexpr size_t kNumOpCodes = static_cast<size_t>(OpCode::kMkdirAt) + 1;
 
 std::string_view OpCodeName(OpCode code);
 

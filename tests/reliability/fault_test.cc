@@ -27,8 +27,8 @@ using io::OpCode;
 // Counts, per op code, the completions that carried an error: the faults the engine actually saw. Atomics: the test
 // thread reads them while the reactor runs.
 struct FaultTally {
-  std::atomic<uint64_t> errors[7] = {};
-  std::atomic<uint64_t> ops[7] = {};
+  std::atomic<uint64_t> errors[io::kNumOpCodes] = {};
+  std::atomic<uint64_t> ops[io::kNumOpCodes] = {};
 };
 
 class CountingEngine final : public io::IoEngine {
@@ -82,7 +82,7 @@ std::vector<Case> Cases() {
   const std::pair<OpCode, const char*> codes[] = {{OpCode::kOpenAt, "open"}, {OpCode::kRead, "read"},
                                                   {OpCode::kWrite, "write"}, {OpCode::kFsync, "fsync"},
                                                   {OpCode::kLinkAt, "link"}, {OpCode::kUnlinkAt, "unlink"},
-                                                  {OpCode::kClose, "close"}};
+                                                  {OpCode::kClose, "close"}, {OpCode::kMkdirAt, "mkdir"}};
   const std::pair<int, const char*> errors[] = {
       {EIO, "EIO"}, {ENOSPC, "ENOSPC"}, {EACCES, "EACCES"}, {EROFS, "EROFS"}, {EINTR, "EINTR"}};
   for (auto [code, cname] : codes) {
@@ -197,7 +197,7 @@ TEST_P(FaultSuite, EveryPathEveryErrorKeepsTheEngineServingWithNoWrongBytes) {
       }
       EXPECT_NE(e.Describe(), "");
       uint64_t injected = 0;
-      for (int k = 0; k < 7; ++k) injected += tally.errors[k].load();
+      for (size_t k = 0; k < io::kNumOpCodes; ++k) injected += tally.errors[k].load();
       faults_by_path[c.name.substr(0, c.name.find(' '))] += injected;
       opened.value().reset();
       // Whatever was published under faults verifies and holds the bytes written for its key.
