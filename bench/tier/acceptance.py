@@ -105,7 +105,7 @@ def preload(work: str, args) -> dict:
         run_concurrent(s, docs, 2, max_tokens=1)
         settle(s, 4)
     out = {}
-    for k in (0, 1):
+    for k in ((1, 0) if args.preload_first else (0, 1)):
         log = os.path.join(work, f"preload-k{k}.log")
         blockers = [synthetic_token_ids(args.blocker_tokens, seed=7000 + 10 * k + i) for i in range(args.blockers)]
         cfg = kvtier_transfer_config(root, kvtier_preload_max_inflight=k, kvtier_pool_bytes=args.preload_pool)
@@ -233,6 +233,7 @@ def main():
     p.add_argument("--blocker-tokens", type=int, default=6144)
     p.add_argument("--blocker-lead-s", type=float, default=0.5, help="preload: head start of the blockers")
     p.add_argument("--preload-pool", default="512MiB", help="preload: kvtier_pool_bytes (unused preloads may fill half)")
+    p.add_argument("--preload-first", action="store_true", help="preload: run K=1 before K=0 (order bias check)")
     p.add_argument("--batched-tokens", type=int, default=1024,
                    help="preload: the servers' --max-num-batched-tokens (a blocker's prefill takes the budget)")
     p.add_argument("--conversations", type=int, default=6)
