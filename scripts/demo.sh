@@ -170,7 +170,7 @@ bench() {
     "$py" -m kvtier.bench_longdoc --url "http://127.0.0.1:$port" --model tiny \
         --doc-tokens "$doc_tokens" --num-docs "$num_docs" --query-tokens 16 --reuse-fraction "$reuse" \
         --concurrency "$concurrency" --repeat-mode tile --max-tokens 4 --seed 0 --salt "$salt" \
-        --phase "$phase" --label "$label" --json "$out/$label.json" "$@" >&2
+        --phase "$phase" --label "$label" --json "$out/$label.json" --metrics-flush-s 1.2 "$@" >&2
 }
 
 results=()
