@@ -60,6 +60,17 @@ SHAPES["llama-3.2-3b"] = {
         "pad_token_id": 3, "torch_dtype": "bfloat16", "hidden_act": "silu", "attention_bias": False,
         "mlp_bias": False},
 }
+SHAPES["qwen3-4b"] = {
+    "name": "qwen3-4b",
+    "kv_bytes_per_token": 36 * 2 * 8 * 128 * 2,
+    "config": {
+        "model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "hidden_size": 2560,
+        "intermediate_size": 9728, "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8,
+        "head_dim": 128, "vocab_size": 151936, "max_position_embeddings": 131072, "rope_theta": 1000000.0,
+        "rms_norm_eps": 1e-6, "tie_word_embeddings": True, "bos_token_id": 1, "eos_token_id": 2,
+        "pad_token_id": 3, "torch_dtype": "bfloat16", "hidden_act": "silu", "attention_bias": False,
+        "attention_dropout": 0.0, "max_window_layers": 36, "use_sliding_window": False},
+}
 # For checking the harness on a CPU machine with vLLM's CPU build (`--shape tiny`): the same architecture, tiny.
 SHAPES["tiny"] = {
     "name": "tiny-llama",
@@ -130,6 +141,8 @@ def system_config(name: str, a: argparse.Namespace, work: Path) -> tuple[list[st
         gate = a.thresholds if name == "kvtier-dram" else a.disk_thresholds
         if gate:
             extra["kvtier_thresholds_path"] = gate
+        if a.timeline:  # the connector's per-request event log (python/kvtier/vllm.py, "Timeline")
+            env["KVTIER_TIMELINE_DIR"] = str(Path(a.logs or a.out).resolve() / f"timeline-{name}")
         cfg = {"kv_connector": "OffloadingConnector", "kv_role": "kv_both", "kv_connector_extra_config": extra}
         return ["--kv-transfer-config", json.dumps(cfg)], env, knobs
     if name == "native":
@@ -239,6 +252,8 @@ def run(a: argparse.Namespace) -> int:
     sizes = [parse_size(s) for s in a.sizes.split(",")]
     systems = [s for s in a.systems.split(",") if s]
     max_len = max(sizes) + 1024
+    if a.workload == "multiturn":
+        max_len = a.mt_context + (a.mt_turns - 1) * a.mt_turn_tokens + 1024
     t0 = time.monotonic()
     deadline = t0 + a.deadline_s
     model_dir = build_model_dir(Path(a.model_dir), max_len)
@@ -295,6 +310,15 @@ def run(a: argparse.Namespace) -> int:
             if not s.ready:
                 continue
             kn = knobs[s.name]
+            if a.workload == "multiturn":
+                from multiturn import multiturn  # bench/h200/multiturn.py
+                r = multiturn(s, MODEL, kn, a, work / s.name)
+                result["runs"].append(r)
+                save()
+                log(f"{s.name:22s} multiturn: {r.get('summary') or r.get('error')}")
+                s.stop()
+                shutil.rmtree(work / s.name, ignore_errors=True)
+                continue
             for size in sizes:
                 if time.monotonic() > deadline:
                     log(f"deadline reached: skipping {s.name} {size}")
@@ -344,12 +368,14 @@ def bench(s: Server, size: int, docs: int, settle: float, kn: dict, a: argparse.
         if phase == "query" and kn["reset"]:
             argv.append("--reset-prefix-cache")
         t = time.monotonic()
+        rec[f"{phase}_wall_clock"] = [time.time()]  # lines the phase up with the connector's timeline
         try:
             p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=a.run_timeout_s)
         except subprocess.TimeoutExpired:
             rec["error"] = f"{phase} timed out after {a.run_timeout_s} s"
             return rec
         rec[f"{phase}_wall_s"] = round(time.monotonic() - t, 2)
+        rec[f"{phase}_wall_clock"].append(time.time())
         if p.returncode != 0 or not js.exists():
             rec["error"] = f"{phase}: bench_longdoc exit {p.returncode}: {(p.stderr or p.stdout)[-800:]}"
             return rec
@@ -384,7 +410,7 @@ def table(result: dict) -> tuple[list[int], dict[str, dict[int, dict]]]:
     """{row name: {size: ttft summary}}: recompute and gpu-prefix from the baseline, the others' query phase."""
     rows: dict[str, dict[int, dict]] = {}
     for r in result.get("runs", []):
-        if r.get("skipped"):
+        if r.get("skipped") or r.get("workload") == "multiturn":
             continue
         size = r["doc_tokens"]
         if r["system"] == "baseline":
@@ -417,9 +443,18 @@ def summarize(result: dict) -> str:
             ms = lambda v: f"{v * 1e3:.0f}" if v is not None else "-"  # noqa: E731
             cells.append(f"{ms(t['mean']):>7s}/{ms(t.get('p50')):>5s}/{ms(t.get('p95')):>5s}{sp:>6s}")
         lines.append(f"{name:22s}" + "".join(cells))
+    mt = [r for r in result.get("runs", []) if r.get("workload") == "multiturn"]
+    if mt:
+        lines = [] if not rows else lines
+        lines.append("multiturn (round robin; TTFT of turns 2.. ms per turn; GB needed / read from disk):")
+        for r in mt:
+            per = " ".join(f"{x['ttft_mean_s'] * 1e3:.0f}" for x in r.get("rounds", []))
+            rpn = r.get("read_per_needed")
+            lines.append(f"  {r['system']:22s} TTFT by turn [{per}] needed {r.get('needed_bytes', 0) / 1e9:.1f} "
+                         f"read {r.get('disk_read_bytes', 0) / 1e9:.1f} ({f'{rpn:.2f}' if rpn else '-'}x)")
     for r in result.get("runs", []):
         if r.get("error"):
-            lines.append(f"error: {r['system']} {r['doc_tokens']}: {r['error'][:300]}")
+            lines.append(f"error: {r['system']} {r.get('doc_tokens', r.get('workload'))}: {r['error'][:300]}")
     for n, s in result.get("servers", {}).items():
         if s.get("error"):
             lines.append(f"server {n}: {s['error'][:400]}")
@@ -432,6 +467,22 @@ def plot(result: dict, png: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    mt = [r for r in result.get("runs", []) if r.get("workload") == "multiturn" and r.get("rounds")]
+    if mt:  # multiturn: TTFT by turn, and disk bytes read per byte needed
+        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+        for r in mt:
+            ax1.plot([x["turn"] + 1 for x in r["rounds"]], [x["ttft_mean_s"] for x in r["rounds"]], marker="o",
+                     label=r["system"])
+        ax1.set_xlabel("turn")
+        ax1.set_ylabel("TTFT, mean (s)")
+        ax1.legend(fontsize=8)
+        ax2.bar([r["system"] for r in mt], [(r.get("read_per_needed") or 0) for r in mt])
+        ax2.set_ylabel("bytes read from disk / bytes needed")
+        fig.suptitle(f"round-robin multi-turn, {result.get('model')}: {mt[0]['convs']} conversations x "
+                     f"{mt[0]['turns']} turns, DRAM tier {mt[0]['tiered_gib']} GiB")
+        fig.tight_layout()
+        fig.savefig(png, dpi=120)
+        return
     sizes, rows = table(result)
     fig, ax = plt.subplots(figsize=(8, 4.5))
     width = 0.8 / max(1, len(rows))
@@ -456,7 +507,8 @@ def main(argv: list[str] | None = None) -> int:
     r = sub.add_parser("run")
     r.add_argument("--out", required=True, help="headline.json goes here (rewritten after every run)")
     r.add_argument("--logs", default="", help="server logs and per-run files (default: --out)")
-    r.add_argument("--work", default="/var/tmp/kvtier-headline", help="storage roots of the disk tiers")
+    r.add_argument("--work", default="/var/tmp/kvtier-headline",
+                   help="storage roots of the disk tiers (scripts/h200/headline.sh HEADLINE_RAMDISK_GIB: a RAM disk)")
     r.add_argument("--model-dir", default="/tmp/kvtier-headline-model")
     r.add_argument("--python", default=sys.executable, help="the Python that has vLLM")
     r.add_argument("--systems", default=",".join(SYSTEMS))
@@ -481,6 +533,14 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--deadline-s", type=float, default=400.0, help="no new run starts after this")
     r.add_argument("--enforce-eager", action=argparse.BooleanOptionalAction, default=True)
     r.add_argument("--dry-run", action="store_true")
+    r.add_argument("--timeline", action="store_true",
+                   help="kvtier servers write the connector's event timeline (KVTIER_TIMELINE_DIR) under --logs")
+    r.add_argument("--workload", default="longdoc", choices=("longdoc", "multiturn"),
+                   help="multiturn: round-robin conversations larger than the DRAM tier (bench/h200/multiturn.py)")
+    r.add_argument("--mt-convs", type=int, default=8, help="multiturn: conversations")
+    r.add_argument("--mt-turns", type=int, default=4, help="multiturn: turns per conversation")
+    r.add_argument("--mt-context", type=int, default=8192, help="multiturn: tokens of each conversation's first turn")
+    r.add_argument("--mt-turn-tokens", type=int, default=2048, help="multiturn: tokens each later turn appends")
     s = sub.add_parser("summarize")
     s.add_argument("json")
     g = sub.add_parser("plot")

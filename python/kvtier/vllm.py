@@ -64,6 +64,31 @@ SUPPORTED_VLLM = "0.26.0"
 LAYOUT_TAG = "kvtier-vllm-block-rank-page-v1"
 
 # ---------------------------------------------------------------------------------------------------------------
+# Timeline (diagnostics): KVTIER_TIMELINE_DIR=<dir> makes the manager and every worker append one JSON object per
+# event to <dir>/timeline-<pid>.jsonl, wall-clock stamped (time.time(): comparable across processes). Events:
+# manager "new", "lookup" (first answer per request and answer kind), "prepare_load", "complete_load", "finished",
+# "step" (every on_schedule_end); worker "submit" (job, direction, bytes, pages, ms spent building addresses and
+# issuing the copy) and "done" (job seen complete). bench/h200/timeline.py turns the files into per-request phases.
+# ---------------------------------------------------------------------------------------------------------------
+
+class _Timeline:
+    def __init__(self, directory: str):
+        os.makedirs(directory, exist_ok=True)
+        self._f = open(os.path.join(directory, f"timeline-{os.getpid()}.jsonl"), "a", buffering=1)
+        self._lock = threading.Lock()
+
+    def __call__(self, ev: str, **fields: Any) -> None:
+        line = json.dumps({"t": time.time(), "ev": ev, "pid": os.getpid(), **fields})
+        with self._lock:
+            self._f.write(line + "\n")
+
+
+def _timeline() -> _Timeline | None:
+    d = os.environ.get("KVTIER_TIMELINE_DIR", "")
+    return _Timeline(d) if d else None
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # Configuration (kv_connector_extra_config)
 # ---------------------------------------------------------------------------------------------------------------
 
@@ -480,9 +505,22 @@ class KVTierManager(OffloadingManager):
         self._stats_path = stats_path
         self._last_log_t = time.monotonic()
         self._closed = False
+        self._tl = _timeline()
+        self._tl_seen: dict[str, Any] = {}  # request -> the last lookup answer recorded
 
     # -- lookups -------------------------------------------------------------------------------------------
     def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
+        if self._tl is None:
+            return self._lookup(key, req_context)
+        t = time.time()
+        res = self._lookup(key, req_context)
+        rid = req_context.req_id
+        if self._tl_seen.get(rid) != res:  # the first answer and every change of answer kind
+            self._tl_seen[rid] = res
+            self._tl("lookup", req=rid, t0=t, ms=(time.time() - t) * 1e3, result=str(res))
+        return res
+
+    def _lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
         key = bytes(key)
         pins = self._pins.get(req_context.req_id)
         if pins is not None and key in pins:
@@ -582,12 +620,16 @@ class KVTierManager(OffloadingManager):
             slots.append(ref[0])
             gens.append(ref[1])
         self._loading[req_id] = self._loading.get(req_id, 0) + 1
+        if self._tl is not None:
+            self._tl("prepare_load", req=req_id, chunks=len(slots))
         self.load_bytes_needed += len(slots) * self._chunk_payload_bytes
         self._mgr["load_bytes_needed"] = self.load_bytes_needed
         return KVTierLoadStoreSpec(self.pool_name, self.block_stride, self.payload_offset, slots, gens)
 
     def complete_load(self, keys: Collection[OffloadKey], req_context: ReqContext):
         req_id = req_context.req_id
+        if self._tl is not None:
+            self._tl("complete_load", req=req_id, chunks=len(keys))
         n = self._loading.get(req_id, 0) - 1
         if n > 0:
             self._loading[req_id] = n
@@ -637,6 +679,8 @@ class KVTierManager(OffloadingManager):
 
     # -- lifecycle -----------------------------------------------------------------------------------------
     def on_new_request(self, req_context: ReqContext) -> RequestOffloadingContext:
+        if self._tl is not None:
+            self._tl("new", req=req_context.req_id)
         if self._preload or self._gate is not None:
             req = _request_from_caller(req_context.req_id)
             if req is not None:
@@ -652,6 +696,9 @@ class KVTierManager(OffloadingManager):
 
     def on_request_finished(self, req_context: ReqContext) -> None:
         req_id = req_context.req_id
+        if self._tl is not None:
+            self._tl("finished", req=req_id)
+            self._tl_seen.pop(req_id, None)
         if self._req_keys.pop(req_id, None) is not None and self._preload:
             self.engine.preload_forget(req_id)
         self._gate_ok.pop(req_id, None)
@@ -661,6 +708,8 @@ class KVTierManager(OffloadingManager):
             self._release(req_id)
 
     def on_schedule_end(self, context: ScheduleEndContext) -> None:
+        if self._tl is not None:
+            self._tl("step", loading=len(self._loading), promoting=len(self._promoting))
         if self._quarantine:
             self._age_quarantine()
         if self._preload:
@@ -977,6 +1026,7 @@ class KVTierWorker(OffloadingWorker):
         self._finished: list[TransferResult] = []
         self._pending: dict[int, _Job] = {}  # asynchronous copies not yet seen complete, in submission order
         self._lock = threading.Lock()
+        self._tl = _timeline()
         self._attach_lock = threading.RLock()  # _attach: the transfer path and the pre-attach thread
         self._closed = False
         logger.info("kvtier worker: %d KV tensors, %d groups, %d bytes/block for this rank, blocks_per_chunk=%d, %s",
@@ -1141,10 +1191,15 @@ class KVTierWorker(OffloadingWorker):
                         logger.warning("kvtier worker: store job %d skipped: %s", job_id, problem)
                 else:
                     slot_side, kv_side, sizes = self._addresses(spec, gpu, self._slot_addresses(pool, spec))
+                    t1 = time.perf_counter()
                     if load:
                         ticket = self._copier.copy("h2d", kv_side, slot_side, sizes)
                     else:
                         ticket = self._copier.copy("d2h", slot_side, kv_side, sizes)
+                    if self._tl is not None:
+                        t2 = time.perf_counter()
+                        self._tl("submit", job=job_id, load=load, bytes=int(sizes.sum()), pages=int(len(sizes)),
+                                 chunks=len(spec), addr_ms=(t1 - t0) * 1e3, issue_ms=(t2 - t1) * 1e3)
                     if self._copier.asynchronous:
                         with self._lock:
                             self._pending[job_id] = _Job(job_id, load, ticket, int(sizes.sum()), t0, pool, spec)
@@ -1188,6 +1243,8 @@ class KVTierWorker(OffloadingWorker):
                 # store's copy finished; vLLM has dropped the job. Say so: the other chunk's bytes may be affected.
                 logger.error("kvtier worker: store job %d: slot reassigned before its copy finished (after a "
                              "cache reset): %s", job.job_id, problem)
+        if self._tl is not None:
+            self._tl("done", job=job.job_id, load=job.load, ok=ok, ms=(time.perf_counter() - job.t0) * 1e3)
         with self._lock:
             self._finished.append(TransferResult(job_id=job.job_id, success=ok,
                                                  transfer_size=int(job.nbytes) if ok else 0,

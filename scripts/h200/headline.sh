@@ -6,7 +6,10 @@
 #   4. bench/h200/headline.py run: all systems' servers at once, then each benchmarked in turn; the table last.
 # $OUT gets log.txt, headline.json and logs.tar.gz (server logs, build logs). Environment: OUT, HEADLINE_ARGS (extra
 # arguments for headline.py run, e.g. "--systems baseline,kvtier-dram --sizes 1k,10k"), HEADLINE_STEPS
-# (default "install,build,check,run"; "install,build,check" prepares the box in an earlier call).
+# (default "install,build,check,run"; "install,build,check" prepares the box in an earlier call), HEADLINE_RAMDISK_GIB
+# (N > 0: an ext4 file system on a loop device backed by /dev/shm, N GiB, mounted at /mnt/kvtier-ram, a fast-NVMe
+# stand-in; the run's --work goes there), HEADLINE_TIMELINE=1 (kvtier servers log the connector's timeline; the
+# per-request breakdown of kvtier-dram's query phases is printed and saved as timeline-kvtier-dram.json).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 repo=$PWD
@@ -70,13 +73,34 @@ print(c.CudaCopier(0).describe()[:100])
 EOF
 fi
 
+work_args=()
+if [ "${HEADLINE_RAMDISK_GIB:-0}" != 0 ]; then
+  step "RAM disk: ${HEADLINE_RAMDISK_GIB} GiB ext4 on a loop device over /dev/shm"
+  mnt=/mnt/kvtier-ram
+  if ! mountpoint -q "$mnt"; then
+    mkdir -p "$mnt" && rm -f /dev/shm/kvtier-ram.img && truncate -s "${HEADLINE_RAMDISK_GIB}G" /dev/shm/kvtier-ram.img \
+      && mkfs.ext4 -q -F -E nodiscard /dev/shm/kvtier-ram.img && mount -o loop /dev/shm/kvtier-ram.img "$mnt" \
+      || { echo "RAM disk: could not make or mount it (see above)"; exit 1; }
+  fi
+  df -h "$mnt"; cat /sys/block/loop*/queue/logical_block_size 2>/dev/null | head -1
+  work_args=(--work "$mnt/work")
+fi
+timeline_args=()
+[ "${HEADLINE_TIMELINE:-0}" = 1 ] && timeline_args=(--timeline)
+
 if want run; then
   step "headline run"
   # shellcheck disable=SC2086
   # headline.json straight into $OUT (rewritten after every run: a call cut short keeps what was measured)
   python3 bench/h200/headline.py run --out "$OUT" --logs "$logs" --python python3 \
-    --thresholds "$repo/bench/results/h200/thresholds-llama-3.2-3b.json" ${HEADLINE_ARGS:-}
+    --thresholds "$repo/bench/results/h200/thresholds-llama-3.2-3b.json" "${work_args[@]}" "${timeline_args[@]}" \
+    ${HEADLINE_ARGS:-}
   rc=$?
+  if [ ${#timeline_args[@]} -gt 0 ] && [ -d "$logs/timeline-kvtier-dram" ]; then
+    step "timeline of kvtier-dram's query phases"
+    python3 bench/h200/timeline.py "$logs/timeline-kvtier-dram" --headline "$OUT/headline.json" \
+      --system kvtier-dram --json "$OUT/timeline-kvtier-dram.json"
+  fi
   nvidia-smi --query-gpu=memory.used,memory.total --format=csv >> "$logs/nvidia-smi.txt" 2>&1
   free -g >> "$logs/free.txt" 2>&1
   exit $rc

@@ -469,3 +469,41 @@ def test_reset_cache_releases_in_flight_slots_only_after_the_workers_flush(fake,
     assert all(res[k][2] == 0 for k in loaded)
     assert bytes(stored[0]) not in res and bytes(stored[0]) not in manager.engine.disk  # dropped, not published
     assert not manager.has_pending_work()
+
+
+def test_timeline_records_each_request_phase(fake, tmp_path, monkeypatch):
+    """KVTIER_TIMELINE_DIR: lookup (first answer and each change), prepare/complete_load and the worker's submit
+    and done land in per-process JSONL files; without the variable nothing is written."""
+    tl = tmp_path / "timeline"
+    monkeypatch.setenv("KVTIER_TIMELINE_DIR", str(tl))
+    bpc = 2
+    spec = kv.KVTierSpec(make_config(tmp_path, bpc=bpc))
+    manager = spec.get_manager()
+    _, src_kv = make_kv(1)
+    worker = spec.get_worker(src_kv)
+    keys = keys_for(2)
+    _store(manager, worker, keys, [1, 2, 3, 4])
+    manager.engine.drop_dram()
+    ctx = ReqContext(req_id="tl-req")
+    _lookup_all(manager, keys, ctx)
+    load_spec = manager.prepare_load(keys, ctx)
+    assert worker.submit_load(9, load_spec, GPULoadStoreSpec([5, 6, 7, 8], group_sizes=[4], block_indices=[0]))
+    (res,) = worker.get_finished()
+    assert res.success
+    manager.complete_load(keys, ctx)
+    (f,) = list(tl.iterdir())
+    events = [json.loads(line) for line in f.read_text().splitlines()]
+    mine = [e for e in events if e.get("req") == "tl-req"]
+    assert [e["result"] for e in mine if e["ev"] == "lookup"] == [str(LookupResult.HIT_PENDING),
+                                                                   str(LookupResult.HIT)]
+    assert [e["ev"] for e in mine if e["ev"] != "lookup"] == ["prepare_load", "complete_load"]
+    submits = [e for e in events if e["ev"] == "submit"]
+    assert [(e["job"], e["load"], e["bytes"]) for e in submits] == [(1, False, 4 * LAYERS * PAGE),
+                                                                    (9, True, 4 * LAYERS * PAGE)]
+    assert all(e["t"] > 0 for e in events) and any(e["ev"] == "step" for e in events)
+
+    monkeypatch.delenv("KVTIER_TIMELINE_DIR")
+    (tmp_path / "x").mkdir()
+    other = kv.KVTierSpec(make_config(tmp_path / "x", bpc=bpc, engine_id="e1"))
+    other.get_manager().on_schedule_end(ScheduleEndContext((), ()))
+    assert len(list(tl.iterdir())) == 1
