@@ -101,6 +101,12 @@ if want run; then
     python3 bench/h200/timeline.py "$logs/timeline-kvtier-dram" --headline "$OUT/headline.json" \
       --system kvtier-dram --json "$OUT/timeline-kvtier-dram.json"
   fi
+  if [ ${#work_args[@]} -gt 0 ] && [ "${HEADLINE_RAMDISK_KEEP:-0}" != 1 ]; then
+    # The image's blocks stay allocated in /dev/shm after the roots are deleted (no discard): give the memory back,
+    # or the next call's servers start with tens of GiB less (the host OOM killer ended a Qwen3 run that way).
+    step "RAM disk: unmount and delete (HEADLINE_RAMDISK_KEEP=1 keeps it)"
+    umount /mnt/kvtier-ram && rm -f /dev/shm/kvtier-ram.img
+  fi
   nvidia-smi --query-gpu=memory.used,memory.total --format=csv >> "$logs/nvidia-smi.txt" 2>&1
   free -g >> "$logs/free.txt" 2>&1
   exit $rc
