@@ -1,7 +1,7 @@
 """Acceptance runs of the DRAM tier, preload and break-even gate (issue 3) on real vLLM (CPU platform, tiny model).
 
     $VLLM_VENV/bin/python bench/tier/acceptance.py preload   # query TTFT with preload off vs on, under queueing,
-                                                             # 8 fresh servers in ABBA order (about 11 minutes)
+                                                             # 8 fresh servers in ABBA order (about 8 minutes)
     $VLLM_VENV/bin/python bench/tier/acceptance.py bound     # round-robin multi-turn: disk bytes vs bytes needed
     $VLLM_VENV/bin/python bench/tier/acceptance.py gate      # thresholds file: short prompts recomputed, outputs same
     $VLLM_VENV/bin/python bench/tier/acceptance.py all
@@ -115,9 +115,9 @@ def preload(work: str, args) -> dict:
     What makes the difference measurable (docs/performance.md): a KV-heavy tiny model (PRELOAD_SHAPE, 64 KiB per
     token) so that the documents' KV on disk is GBs (their load is a large share of their TTFT) while the blockers'
     CPU prefill stays short; a fresh server per measured run (cold DRAM tier; the documents were stored by a warm-up
-    server); and the runs in the order of --order (default ABBA: off, on, on, off) so that a drift over the run
-    (the second server being slower, whatever it runs) cancels in the per-setting means. Blockers differ per run
-    (nothing of them is cached); TTFT is measured for the document queries only.
+    server); and the runs in the order of --order (default ABBA then BAAB: off, on, on, off, on, off, off, on) so
+    that a drift over the invocation that is linear or quadratic in the run index cancels in the per-setting means.
+    Blockers differ per run (nothing of them is cached); TTFT is measured for the document queries only.
     """
     md = model_dir(args.preload_shape)
     with open(os.path.join(md, "kvtier_tiny_model.json")) as f:
@@ -128,10 +128,12 @@ def preload(work: str, args) -> dict:
     queries = [d + synthetic_token_ids(16, seed=900 + i)[1:] for i, d in enumerate(docs)]
     doc_chunks = args.num_docs * (args.doc_tokens // CHUNK_TOKENS)
     doc_bytes = doc_chunks * CHUNK_TOKENS * kv_per_token
-    kv_cache = ["--kv-cache-memory-bytes", str(parse_size(args.kv_cache_bytes))]
+    kv_cache = ["--kv-cache-memory-bytes", str(parse_size(args.kv_cache_bytes)),
+                "--max-num-seqs", str(args.max_num_seqs)]
     say(f"preload: model {os.path.basename(md)} ({kv_per_token // 1024} KiB KV/token), {args.num_docs} documents x "
         f"{args.doc_tokens} tokens = {doc_chunks} chunks, {doc_bytes / 2**30:.2f} GiB on disk; {args.blockers} "
-        f"blockers x {args.blocker_tokens} tokens, --max-num-batched-tokens {args.batched_tokens}; order {args.order}")
+        f"blockers x {args.blocker_tokens} tokens, --max-num-batched-tokens {args.batched_tokens}, --max-num-seqs "
+        f"{args.max_num_seqs}; order {args.order}")
     t_warm = time.monotonic()
     with Server(md, os.path.join(work, "preload-warm.log"),
                 kvtier_transfer_config(root, kvtier_preload_max_inflight=0, kvtier_pool_bytes=args.preload_pool),
@@ -186,7 +188,8 @@ def preload(work: str, args) -> dict:
     out = {"config": {"model": os.path.basename(md), "kv_bytes_per_token": kv_per_token,
                       "num_docs": args.num_docs, "doc_tokens": args.doc_tokens, "doc_chunks": doc_chunks,
                       "doc_bytes": doc_bytes, "blockers": args.blockers, "blocker_tokens": args.blocker_tokens,
-                      "batched_tokens": args.batched_tokens, "blocker_lead_s": args.blocker_lead_s,
+                      "batched_tokens": args.batched_tokens, "max_num_seqs": args.max_num_seqs,
+                      "blocker_lead_s": args.blocker_lead_s,
                       "preload_pool": args.preload_pool, "kv_cache_bytes": args.kv_cache_bytes,
                       "preload_k": args.preload_k, "order": args.order},
            "runs": runs}
@@ -293,7 +296,7 @@ def main():
     p.add_argument("what", choices=("preload", "bound", "gate", "all"))
     p.add_argument("--doc-tokens", type=int, default=2048, help="preload: tokens per document")
     p.add_argument("--num-docs", type=int, default=24, help="preload: documents (= concurrent queries, above the "
-                   "servers' --max-num-seqs 4)")
+                   "servers' --max-num-seqs)")
     p.add_argument("--concurrency", type=int, default=8, help="bound: concurrent requests (above --max-num-seqs 4)")
     p.add_argument("--preload-shape", default=PRELOAD_SHAPE, help="preload: tiny_model.py flags of the model")
     p.add_argument("--blockers", type=int, default=2, help="preload: uncached prompts sent ahead of the queries")
@@ -302,6 +305,8 @@ def main():
     p.add_argument("--batched-tokens", type=int, default=256,
                    help="preload: the servers' --max-num-batched-tokens (a blocker's prefill takes the budget)")
     p.add_argument("--preload-pool", default="8GiB", help="preload: kvtier_pool_bytes (unused preloads may fill half)")
+    p.add_argument("--max-num-seqs", type=int, default=4,
+                   help="preload: the servers' --max-num-seqs (below --num-docs)")
     p.add_argument("--kv-cache-bytes", default="2GiB", help="preload: the servers' --kv-cache-memory-bytes")
     p.add_argument("--preload-k", type=int, default=1, help="preload: kvtier_preload_max_inflight of the 'on' runs")
     p.add_argument("--order", default="01101001",
