@@ -15,6 +15,7 @@ import concurrent.futures as cf
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -185,6 +186,7 @@ def preload(work: str, args) -> dict:
             f"{', '.join(f'{b * 1000:.0f}' for b in btt)} ms; documents' first tokens {after * 1000:.0f} ms after the "
             f"last blocker's), wall {wall:.1f} s, preload started/used/wasted {delta['preload_started']}/"
             f"{delta['preload_used']}/{delta['preload_wasted']}, read {delta['bytes_read'] / 1e6:.0f} MB")
+    shutil.rmtree(root, ignore_errors=True)  # GBs of documents and blockers; the logs stay in the work dir
     out = {"config": {"model": os.path.basename(md), "kv_bytes_per_token": kv_per_token,
                       "num_docs": args.num_docs, "doc_tokens": args.doc_tokens, "doc_chunks": doc_chunks,
                       "doc_bytes": doc_bytes, "blockers": args.blockers, "blocker_tokens": args.blocker_tokens,
