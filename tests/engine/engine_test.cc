@@ -164,6 +164,39 @@ TEST_F(EngineTest, CorruptPayloadIsAMissCountedAndRemoved) {
   EXPECT_FALSE(std::filesystem::exists(file));
 }
 
+TEST_F(EngineTest, CorruptChunkSharedByTwoLoadsIsAMissForBothAndTouchesNeitherDestination) {
+  auto e = Open(Options(root_));
+  std::vector<HostChunk> src(1);
+  src[0].Fill(13);
+  ASSERT_TRUE(Store(*e, src).all_ok());
+  std::string file;
+  for (auto& p : std::filesystem::recursive_directory_iterator(root_)) {
+    if (p.path().extension() == ".kvc") file = p.path();
+  }
+  ASSERT_FALSE(file.empty());
+  int fd = open(file.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  uint8_t b;
+  const off_t off = kHeaderBytes + 3 * e->block_stride() + 5;  // block 3: inside both loads' ranges
+  ASSERT_EQ(pread(fd, &b, 1, off), 1);
+  b ^= 0x01;
+  ASSERT_EQ(pwrite(fd, &b, 1, off), 1);
+  close(fd);
+
+  // The second load joins the first one's read (X4); the failed verification is a miss for both.
+  HostChunk a, c;
+  std::fill(a.bytes.begin(), a.bytes.end(), 0xEE);
+  std::fill(c.bytes.begin(), c.bytes.end(), 0xEE);
+  JobResult r = Run(*e, e->SubmitLoad({{Key(0), 0, 0, a.Segments(e->block_stride())},
+                                       {Key(0), 2, 2, c.Segments(e->block_stride(), 2, 2)}}));
+  ASSERT_EQ(r.chunks.size(), 2u);
+  EXPECT_EQ(r.chunks_ok, 0u);
+  for (const ChunkOutcome& o : r.chunks) EXPECT_EQ(o.status.code(), StatusCode::kCorrupt) << o.status.ToString();
+  EXPECT_TRUE(std::all_of(a.bytes.begin(), a.bytes.end(), [](uint8_t v) { return v == 0xEE; }));
+  EXPECT_TRUE(std::all_of(c.bytes.begin(), c.bytes.end(), [](uint8_t v) { return v == 0xEE; }));
+  EXPECT_EQ(e->Stats().corrupt_entries, 1u);
+}
+
 TEST_F(EngineTest, LoadTenTimesThePoolStreamsThroughIt) {
   EngineOptions o = Options(root_);
   o.pool_bytes = 8 * (4096 + kBlocks * 12288);  // 8 slots
