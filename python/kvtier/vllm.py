@@ -67,8 +67,9 @@ LAYOUT_TAG = "kvtier-vllm-block-rank-page-v1"
 # Timeline (diagnostics): KVTIER_TIMELINE_DIR=<dir> makes the manager and every worker append one JSON object per
 # event to <dir>/timeline-<pid>.jsonl, wall-clock stamped (time.time(): comparable across processes). Events:
 # manager "new", "lookup" (first answer per request and answer kind), "prepare_load", "complete_load", "finished",
-# "step" (every on_schedule_end); worker "submit" (job, direction, bytes, pages, ms spent building addresses and
-# issuing the copy) and "done" (job seen complete). bench/h200/timeline.py turns the files into per-request phases.
+# "step" (every on_schedule_end); worker "submit" (job, direction, bytes, pages; addr_ms: attaching the pool,
+# checking the slots and building the address arrays; issue_ms: issuing the copy) and "done" (job seen complete).
+# bench/h200/timeline.py turns the files into per-request phases.
 # ---------------------------------------------------------------------------------------------------------------
 
 class _Timeline:
