@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -301,6 +302,23 @@ TEST_F(CliTest, BenchIoRunsAndPrintsRatios) {
   for (auto& p : fs::directory_iterator(dir_.path())) {
     EXPECT_EQ(p.path().filename().string().find("kvtier-bench"), std::string::npos) << p.path();
   }
+}
+
+TEST_F(CliTest, BenchIoWithoutACopierMeasuresTheDiskPathAndNamesIt) {
+  const std::string json = dir_.path() + "/io-none.json";
+  const std::string common = " --dir " + dir_.path() + " --total 32MiB --chunk-sizes 2MiB --depths 4 --repeat 1 "
+                             "--copier none --json " + json;
+  CliRun r = Kvtier("bench io" + common);
+  if (r.rc != 0 && r.out.find("O_DIRECT") != std::string::npos) r = Kvtier("bench io --mode buffered" + common);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("copier none"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("disk path alone"), std::string::npos) << r.out;
+  std::ifstream in(json);
+  const std::string doc((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(doc.find("\"copier\": \"none\""), std::string::npos) << doc;
+  r = Kvtier("bench io --dir " + dir_.path() + " --copier gpu");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.out.find("--copier"), std::string::npos) << r.out;
 }
 
 TEST_F(CliTest, BenchMetaRuns) {
