@@ -63,13 +63,10 @@ SHAPES["llama-3.2-3b"] = {
 SHAPES["qwen3-4b"] = {
     "name": "qwen3-4b",
     "kv_bytes_per_token": 36 * 2 * 8 * 128 * 2,
-    "config": {
-        "model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "hidden_size": 2560,
-        "intermediate_size": 9728, "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8,
-        "head_dim": 128, "vocab_size": 151936, "max_position_embeddings": 131072, "rope_theta": 1000000.0,
-        "rms_norm_eps": 1e-6, "tie_word_embeddings": True, "bos_token_id": 1, "eos_token_id": 2,
-        "pad_token_id": 3, "torch_dtype": "bfloat16", "hidden_act": "silu", "attention_bias": False,
-        "attention_dropout": 0.0, "max_window_layers": 36, "use_sliding_window": False},
+    "config": {**SHAPES["llama-3.2-3b"]["config"], "model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"],
+               "hidden_size": 2560, "intermediate_size": 9728, "num_hidden_layers": 36, "num_attention_heads": 32,
+               "vocab_size": 151936, "rope_theta": 1000000.0, "rms_norm_eps": 1e-6, "attention_dropout": 0.0,
+               "max_window_layers": 36, "use_sliding_window": False},
 }
 # For checking the harness on a CPU machine with vLLM's CPU build (`--shape tiny`): the same architecture, tiny.
 SHAPES["tiny"] = {

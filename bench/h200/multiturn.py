@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from kvtier.bench_longdoc import FIRST_WORD_ID, Server as Client, metric_deltas, _rng, _words
@@ -65,8 +66,6 @@ def multiturn(server, model: dict, kn: dict, a, root: Path) -> dict:
     # The query of turn t: history up to its length, then a distinct question token so that two turns never
     # share their last block exactly (vLLM computes the last token in any case).
     tot = {"needed": 0.0, "disk": 0, "ttfts": []}
-    from concurrent.futures import ThreadPoolExecutor
-
     try:
         for t in range(a.mt_turns):
             n = a.mt_context + t * a.mt_turn_tokens

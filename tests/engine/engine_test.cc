@@ -82,6 +82,20 @@ class EngineTest : public ::testing::Test {
     }
     return Run(e, e.SubmitStore(std::move(t)));
   }
+  // XORs `mask` into the byte at `offset` of the one chunk file under the root; its path goes to *file.
+  void FlipStoredByte(off_t offset, uint8_t mask, std::string* file) {
+    for (auto& p : std::filesystem::recursive_directory_iterator(root_)) {
+      if (p.path().extension() == ".kvc") *file = p.path();
+    }
+    ASSERT_FALSE(file->empty());
+    const int fd = open(file->c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    uint8_t b;
+    ASSERT_EQ(pread(fd, &b, 1, offset), 1);
+    b ^= mask;
+    ASSERT_EQ(pwrite(fd, &b, 1, offset), 1);
+    close(fd);
+  }
   test::TempDir dir_;
   std::string root_;
 };
@@ -136,20 +150,8 @@ TEST_F(EngineTest, CorruptPayloadIsAMissCountedAndRemoved) {
   src[0].Fill(3);
   ASSERT_TRUE(Store(*e, src).all_ok());
   // Flip one byte in block 1 of the file.
-  const std::string ns = dynamic_cast<EngineImpl&>(*e).Describe();
   std::string file;
-  for (auto& p : std::filesystem::recursive_directory_iterator(root_)) {
-    if (p.path().extension() == ".kvc") file = p.path();
-  }
-  ASSERT_FALSE(file.empty());
-  int fd = open(file.c_str(), O_RDWR);
-  ASSERT_GE(fd, 0);
-  uint8_t b;
-  const off_t off = kHeaderBytes + e->block_stride() + 17;
-  ASSERT_EQ(pread(fd, &b, 1, off), 1);
-  b ^= 0x40;
-  ASSERT_EQ(pwrite(fd, &b, 1, off), 1);
-  close(fd);
+  ASSERT_NO_FATAL_FAILURE(FlipStoredByte(kHeaderBytes + e->block_stride() + 17, 0x40, &file));
 
   HostChunk dst;
   std::fill(dst.bytes.begin(), dst.bytes.end(), 0xEE);
@@ -169,19 +171,8 @@ TEST_F(EngineTest, CorruptChunkSharedByTwoLoadsIsAMissForBothAndTouchesNeitherDe
   std::vector<HostChunk> src(1);
   src[0].Fill(13);
   ASSERT_TRUE(Store(*e, src).all_ok());
-  std::string file;
-  for (auto& p : std::filesystem::recursive_directory_iterator(root_)) {
-    if (p.path().extension() == ".kvc") file = p.path();
-  }
-  ASSERT_FALSE(file.empty());
-  int fd = open(file.c_str(), O_RDWR);
-  ASSERT_GE(fd, 0);
-  uint8_t b;
-  const off_t off = kHeaderBytes + 3 * e->block_stride() + 5;  // block 3: inside both loads' ranges
-  ASSERT_EQ(pread(fd, &b, 1, off), 1);
-  b ^= 0x01;
-  ASSERT_EQ(pwrite(fd, &b, 1, off), 1);
-  close(fd);
+  std::string file;  // block 3: inside both loads' ranges
+  ASSERT_NO_FATAL_FAILURE(FlipStoredByte(kHeaderBytes + 3 * e->block_stride() + 5, 0x01, &file));
 
   // The second load joins the first one's read (X4); the failed verification is a miss for both.
   HostChunk a, c;
