@@ -202,7 +202,8 @@ TEST_F(NamespaceTest, ReadOnlyRootIsRefusedForCreation) {
   if (pid == 0) {
     if (setgid(65534) != 0 || setuid(65534) != 0) _exit(2);
     auto ns = Namespace::Open(root, TestIdentity());
-    if (Contains(ns.status(), "not accessible")) _exit(3);  // a parent of the temp dir is closed to others
+    // A parent of the temp dir closed to others is the machine's doing, not a failure; only if that is really so.
+    if (Contains(ns.status(), "not accessible")) _exit(access(parent.path().c_str(), X_OK) != 0 ? 3 : 1);
     bool good = ns.status().code() == StatusCode::kFailedPrecondition && Contains(ns.status(), "not writable");
     _exit(good ? 0 : 1);
   }
