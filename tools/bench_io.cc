@@ -18,8 +18,10 @@
 //
 // Files are the same size on both sides (a 4 KiB header plus the chunk payload), and both report GB/s of file
 // bytes (10^9 B/s) over the wall time of the phase. Runs alternate (raw, engine, engine, raw, ...) over
-// --repeat repetitions and medians are reported, because a shared virtual disk is noisy. The page cache is
-// dropped before each read phase when permitted (root).
+// --repeat repetitions (even by default: on the virtual disks we test on, the second phase of a pair is often
+// 5-10% faster than the first, whichever side it is), and the ratio is the median over repetitions of engine/raw
+// within one repetition, because a shared virtual disk is noisy and drifts. The page cache is dropped before each
+// read phase only when asked (--drop-caches) or in buffered mode.
 #include <dirent.h>
 #include <fcntl.h>
 #include <liburing.h>
@@ -36,6 +38,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <random>
@@ -51,6 +54,7 @@
 #include "layout/chunk_format.h"
 #include "layout/chunk_path.h"
 #include "layout/namespace.h"
+#include "layout/xxh3_dispatch.h"
 
 namespace kvtier::cli {
 namespace {
@@ -272,8 +276,16 @@ class RawBench {
     g_shm.clear();
   }
 
-  double Write(uint64_t n, const std::string& tag) { return Run(n, tag, true); }
-  double Read(uint64_t n, const std::string& tag) { return Run(n, tag, false); }
+  double Write(uint64_t n, const std::string& tag) {
+    return Run(n, [&](uint64_t i) { return Path(tag, i); }, true);
+  }
+  double Read(uint64_t n, const std::string& tag) {
+    return Run(n, [&](uint64_t i) { return Path(tag, i); }, false);
+  }
+  // --cross: the same raw reads of files that somebody else laid out (the engine's chunk files).
+  double ReadPaths(const std::vector<std::string>& paths) {
+    return Run(paths.size(), [&](uint64_t i) { return paths[i]; }, false);
+  }
   // Mean physically contiguous pieces per file buffer (0: unknown).
   double PiecesPerBuffer() const {
     uint64_t sum = 0;
@@ -311,7 +323,7 @@ class RawBench {
     io_uring_sqe_set_data64(sqe, slot);
   }
 
-  double Run(uint64_t n, const std::string& tag, bool write) {
+  double Run(uint64_t n, const std::function<std::string(uint64_t)>& path_of, bool write) {
     slots_.assign(depth_, Slot{});
     std::vector<uint32_t> free_slots;
     for (uint32_t i = depth_; i > 0; --i) free_slots.push_back(i - 1);
@@ -322,7 +334,7 @@ class RawBench {
       while (!free_slots.empty() && next < n) {
         const uint32_t slot = free_slots.back();
         free_slots.pop_back();
-        const std::string path = Path(tag, next++);
+        const std::string path = path_of(next++);
         const int fd = open(path.c_str(), flags, 0640);
         if (fd < 0) throw CliError("raw baseline: open " + path + ": " + std::strerror(errno));
         slots_[slot] = Slot{fd, 0};
@@ -434,8 +446,9 @@ class EngineBench {
 
   double Write(uint64_t n, uint32_t rep) { return Run(n, rep, JobKind::kStore); }
   double Read(uint64_t n, uint32_t rep) { return Run(n, rep, JobKind::kLoad); }
+  std::string FilePath(uint32_t rep, uint64_t i) const { return ns_path_ + "/" + ChunkRelPath(Key(rep, i)); }
   void Remove(uint64_t n, uint32_t rep) {
-    for (uint64_t i = 0; i < n; ++i) unlink((ns_path_ + "/" + ChunkRelPath(Key(rep, i))).c_str());
+    for (uint64_t i = 0; i < n; ++i) unlink(FilePath(rep, i).c_str());
   }
   void RemoveAll() {
     engine_.reset();
@@ -520,6 +533,7 @@ struct Row {
   uint64_t files = 0;
   uint64_t pool = 0;
   std::vector<double> raw_w, eng_w, raw_r, eng_r;  // GB/s per repetition
+  std::vector<double> cross_r;                      // --cross: raw reads of the engine's files
 };
 
 // Single-thread memcpy and XXH3 speeds: the engine's two per-byte CPU costs, for reading the ratio.
@@ -533,8 +547,8 @@ void PrintCpuContext() {
   uint64_t sink = 0;
   for (int i = 0; i < 4; ++i) sink += BlockChecksum(a.get(), bytes, i);
   const double xxh = 4.0 * bytes / Seconds(t0, Clock::now()) / 1e9;
-  std::printf("cpu context: one thread memcpy %.2f GB/s, XXH3-64 %.2f GB/s (sink %llx)\n", copy, xxh,
-              static_cast<unsigned long long>(sink & 0xf));
+  std::printf("cpu context: one thread memcpy %.2f GB/s, XXH3-64 (%s build) %.2f GB/s (sink %llx)\n", copy,
+              std::string(detail::Xxh3Variant()).c_str(), xxh, static_cast<unsigned long long>(sink & 0xf));
 }
 
 }  // namespace
@@ -543,14 +557,15 @@ int RunBenchIo(int argc, char** argv) {
   Args args("bench io",
             "Measures the kvtier engine's write (store) and read (load) bandwidth against a raw io_uring baseline\n"
             "written with liburing, on the same directory, file sizes and queue depth, in the same run. For each\n"
-            "chunk size and depth: alternating raw and engine runs, --repeat times; medians are reported.\n"
-            "The engine also copies each chunk between host memory and its staging slot (memcpy) and checksums\n"
-            "it; the raw baseline does neither. Files created are removed at the end.",
+            "chunk size and depth: alternating raw and engine runs, --repeat times; GB/s are medians, the ratio\n"
+            "is the median over repetitions of engine/raw in the same repetition.\n"
+            "The engine also copies each chunk between host memory and its staging slot and checksums it\n"
+            "(XXH3); the raw baseline does neither. Files created are removed at the end.",
             {{"dir", "DIR", "directory on the disk to measure (a subdirectory is created and removed)", ""},
              {"chunk-sizes", "SIZES", "comma-separated chunk payload sizes", "28MiB,2MiB"},
              {"depths", "LIST", "comma-separated queue depths", "4,16"},
              {"total", "SIZE", "bytes written (and read) per run", "2GiB"},
-             {"repeat", "N", "repetitions per configuration", "3"},
+             {"repeat", "N", "repetitions per configuration; even, so that each side goes first equally often", "4"},
              {"backend", "auto|uring|posix", "engine I/O backend", "auto"},
              {"mode", "direct|buffered", "O_DIRECT or buffered I/O, for both raw and engine", "direct"},
              {"raw-buffers", "huge|heap|shm", "memory of the raw baseline's buffers: huge = heap in 2 MiB transparent "
@@ -566,6 +581,9 @@ int RunBenchIo(int argc, char** argv) {
               "vLLM's workers move the bytes)", "host"},
              {"json", "OUT", "also write the results as JSON to OUT", ""},
              {"verbose", "", "print every run, CPU use per phase and this machine's memcpy/XXH3 speed", ""},
+             {"cross", "", "also time the raw reader on the engine's chunk files after each read phase (diagnostic: "
+                           "separates where the engine's files lie on the disk from the engine's own costs; in "
+                           "the JSON as raw_reads_engine_files_gbps)", ""},
              {"progress", "", "show a progress bar even when stderr is not a terminal", ""}});
   args.Parse(argc, argv);
   if (args.help()) {
@@ -576,10 +594,11 @@ int RunBenchIo(int argc, char** argv) {
   const std::vector<uint64_t> sizes = args.SizeList("chunk-sizes", "28MiB,2MiB");
   const std::vector<uint64_t> depths = args.UintList("depths", "4,16");
   const uint64_t total = args.Size("total", 2ull << 30);
-  const uint64_t repeat = args.Uint("repeat", 3);
+  const uint64_t repeat = args.Uint("repeat", 4);
   const std::string backend_s = args.Choice("backend", "auto", {"auto", "uring", "posix"});
   const std::string mode_s = args.Choice("mode", "direct", {"direct", "buffered"});
   const bool verbose = args.Has("verbose");
+  const bool cross = args.Has("cross");
   const std::string raw_memory = args.Choice("raw-buffers", "huge", {"huge", "heap", "shm"});
   const bool host_copier = args.Choice("copier", "host", {"host", "none"}) == "host";
   for (uint64_t s : sizes) {
@@ -687,6 +706,17 @@ int RunBenchIo(int argc, char** argv) {
           if (raw_first) { write_raw(); write_eng(); } else { write_eng(); write_raw(); }
           if (drop_ok) DropPageCache();
           if (raw_first) { read_raw(); read_eng(); } else { read_eng(); read_raw(); }
+          if (cross) {
+            std::vector<std::string> paths;
+            for (uint64_t i = 0; i < row.files; ++i) paths.push_back(eng.FilePath(rep, i));
+            std::string cross_c;
+            const double secs = timed([&] { return raw.ReadPaths(paths); }, &cross_c);
+            row.cross_r.push_back(gb / secs);
+            if (verbose) {
+              std::printf("  %s qd %u rep %u raw reads the engine's files %.3f GB/s (%s)\n", FormatSize(chunk).c_str(),
+                          depth, rep, gb / secs, cross_c.c_str());
+            }
+          }
           raw.Remove(row.files, tag);
           eng.Remove(row.files, rep);
           row.raw_w.push_back(gb / raw_w);
@@ -724,8 +754,16 @@ int RunBenchIo(int argc, char** argv) {
   std::string json_rows;
   for (const Row& r : rows) {
     const double rw = Median(r.raw_w), ew = Median(r.eng_w), rr = Median(r.raw_r), er = Median(r.eng_r);
+    // The ratio pairs the two sides of one repetition (measured seconds apart, so a drift of the disk between
+    // repetitions cancels), then takes the median over repetitions.
+    auto paired = [](const std::vector<double>& eng, const std::vector<double>& raw) {
+      std::vector<double> v;
+      for (size_t i = 0; i < eng.size() && i < raw.size(); ++i) v.push_back(eng[i] / raw[i]);
+      return Median(v);
+    };
+    const double wratio = paired(r.eng_w, r.raw_w), rratio = paired(r.eng_r, r.raw_r);
     t.AddRow({FormatSize(r.chunk), std::to_string(r.depth), std::to_string(r.files), FormatSize(r.pool),
-              Fixed(rw, 3), Fixed(ew, 3), Fixed(ew / rw, 3), Fixed(rr, 3), Fixed(er, 3), Fixed(er / rr, 3)});
+              Fixed(rw, 3), Fixed(ew, 3), Fixed(wratio, 3), Fixed(rr, 3), Fixed(er, 3), Fixed(rratio, 3)});
     auto arr = [](const std::vector<double>& v) {
       std::string s = "[";
       for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + JsonNumber(v[i]);
@@ -737,23 +775,34 @@ int RunBenchIo(int argc, char** argv) {
                  ", \"pool_bytes\": " + std::to_string(r.pool) + ", \"raw_write_gbps\": " + arr(r.raw_w) +
                  ", \"engine_write_gbps\": " + arr(r.eng_w) + ", \"raw_read_gbps\": " + arr(r.raw_r) +
                  ", \"engine_read_gbps\": " + arr(r.eng_r) + ", \"median_raw_write_gbps\": " + JsonNumber(rw) +
-                 ", \"median_engine_write_gbps\": " + JsonNumber(ew) + ", \"write_ratio\": " + JsonNumber(ew / rw) +
+                 ", \"median_engine_write_gbps\": " + JsonNumber(ew) + ", \"write_ratio\": " + JsonNumber(wratio) +
+                 ", \"write_ratio_of_medians\": " + JsonNumber(ew / rw) +
                  ", \"median_raw_read_gbps\": " + JsonNumber(rr) + ", \"median_engine_read_gbps\": " +
-                 JsonNumber(er) + ", \"read_ratio\": " + JsonNumber(er / rr) + "}";
+                 JsonNumber(er) + ", \"read_ratio\": " + JsonNumber(rratio) +
+                 ", \"read_ratio_of_medians\": " + JsonNumber(er / rr) +
+                 (r.cross_r.empty() ? std::string()
+                                    : ", \"raw_reads_engine_files_gbps\": " + arr(r.cross_r)) + "}";
   }
   std::fputs(t.Render().c_str(), stdout);
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   const uint64_t peak_rss = static_cast<uint64_t>(ru.ru_maxrss) * 1024;
-  std::printf("medians of %llu runs; GB/s = 10^9 file bytes (4KiB header + chunk, same files on both sides) per s\n",
+  std::printf("GB/s: medians of %llu repetitions, 10^9 file bytes (4KiB header + chunk, same files on both sides) "
+              "per s; ratio: median over repetitions of engine/raw in the same repetition\n",
               static_cast<unsigned long long>(repeat));
+  if (repeat % 2 != 0) {
+    std::printf("note: an odd --repeat lets the raw side go first once more than the engine; the phase that goes "
+                "second is often faster on a virtual disk (see docs/performance.md), so use an even count\n");
+  }
   std::printf("engine: %s\n", engine_described.c_str());
+  const std::string xxh3(detail::Xxh3Variant());
   if (host_copier) {
-    std::printf("the engine also memcpy's every chunk between host memory and its staging slot and checksums it; "
-                "the raw baseline does neither. SPEC target: ratio >= 0.95\n");
+    std::printf("the engine also copies every chunk between host memory and its staging slot and checksums it "
+                "(XXH3, %s build); the raw baseline does neither. SPEC target: ratio >= 0.95\n", xxh3.c_str());
   } else {
     std::printf("--copier none: the engine's disk path alone (no host copy; it still checksums stores and verifies "
-                "loads); the raw baseline does neither. SPEC target: ratio >= 0.95\n");
+                "loads with XXH3, %s build); the raw baseline does neither. SPEC target: ratio >= 0.95\n",
+                xxh3.c_str());
   }
   std::printf("peak RSS %s (raw buffers depth x file, engine pool 2 x depth slots + depth host buffers)\n",
               FormatSize(peak_rss).c_str());
@@ -761,7 +810,7 @@ int RunBenchIo(int argc, char** argv) {
     WriteFile(args.Str("json"),
               "{\n  \"dir\": " + JsonString(dir) + ", \"mode\": " + JsonString(mode_s) +
                   ", \"backend\": " + JsonString(backend_s) + ", \"raw_buffers\": " + JsonString(raw_memory) +
-                  ", \"copier\": " + JsonString(host_copier ? "host" : "none") + ", \"total_bytes\": " + std::to_string(total) +
+                  ", \"copier\": " + JsonString(host_copier ? "host" : "none") + ", \"xxh3\": " + JsonString(xxh3) + ", \"total_bytes\": " + std::to_string(total) +
                   ", \"repeat\": " + std::to_string(repeat) + ", \"page_cache_dropped\": " +
                   (drop_ok ? "true" : "false") + ", \"peak_rss_bytes\": " + std::to_string(peak_rss) +
                   ",\n  \"engine\": " + JsonString(engine_described) + ",\n  \"results\": [\n    " + json_rows +

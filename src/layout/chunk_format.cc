@@ -8,6 +8,8 @@
 #include <cstring>
 #include <string>
 
+#include "layout/xxh3_dispatch.h"
+
 namespace kvtier {
 namespace {
 
@@ -80,7 +82,7 @@ std::array<uint8_t, 32> HmacSha256(std::span<const uint8_t> key, std::string_vie
 }
 
 uint64_t KeyedBlockChecksum(const ChunkHeader& h, uint32_t index, const uint8_t* block, const ChecksumKey& key) {
-  return XXH3_64bits_withSecret(block, h.block_bytes, key.xxh3_secret.data(), key.xxh3_secret.size()) ^
+  return detail::Xxh3Secret(block, h.block_bytes, key.xxh3_secret.data(), key.xxh3_secret.size()) ^
          BlockChecksumSeed(h, index);
 }
 
@@ -102,7 +104,7 @@ Result<ChecksumKey> DeriveChecksumKey(std::string_view secret) {
 }
 
 uint64_t BlockChecksum(const void* data, size_t len, uint64_t seed) {
-  return XXH3_64bits_withSeed(data, len, seed);
+  return detail::Xxh3Seeded(data, len, seed);
 }
 
 uint64_t BlockChecksumSeed(const ChunkHeader& header, uint32_t index) {

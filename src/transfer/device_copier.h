@@ -50,4 +50,9 @@ class DeviceCopier {
 // memcpy on one helper thread; `address` in segments is a host pointer.
 std::unique_ptr<DeviceCopier> CreateHostCopier();
 
+// Whether the host copier copies a chunk of `chunk_bytes` out of its slot with streaming (non-temporal) stores:
+// chunks of at least a quarter of the last-level cache, on CPUs with AVX2, outside sanitizer builds, unless
+// KVTIER_HOST_COPY=memcpy. Exposed for tests and `kvtier bench io`.
+bool HostCopierStreams(uint64_t chunk_bytes);
+
 }  // namespace kvtier
