@@ -44,6 +44,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cli_util.h"
@@ -55,6 +56,7 @@
 #include "layout/chunk_path.h"
 #include "layout/namespace.h"
 #include "layout/xxh3_dispatch.h"
+#include "staging/staging_pool.h"
 
 namespace kvtier::cli {
 namespace {
@@ -252,7 +254,9 @@ std::string CpuSummary(const CpuSample& a, const CpuSample& b) {
 
 class RawBench {
  public:
-  RawBench(std::string dir, uint64_t file_bytes, uint32_t depth, bool direct, const std::string& memory)
+  // memory "pool": `pool_slots` (depth of them, each at least file_bytes) are the buffers.
+  RawBench(std::string dir, uint64_t file_bytes, uint32_t depth, bool direct, const std::string& memory,
+           const std::vector<uint8_t*>& pool_slots = {})
       : dir_(std::move(dir)), file_bytes_(file_bytes), depth_(depth), direct_(direct) {
     if (mkdir(dir_.c_str(), 0750) != 0 && errno != EEXIST) {
       throw CliError("cannot create " + dir_ + ": " + std::strerror(errno));
@@ -263,7 +267,11 @@ class RawBench {
     unsigned workers[2] = {depth_, 0};
     io_uring_register_iowq_max_workers(&ring_, workers);
     for (uint32_t i = 0; i < depth_; ++i) {
-      if (memory == "shm") {
+      if (memory == "pool") {
+        if (i >= pool_slots.size()) throw CliError("raw baseline: fewer pool slots than the depth");
+        buffers_.push_back(pool_slots[i]);
+        Fill(pool_slots[i], file_bytes_, 1000 + i);
+      } else if (memory == "shm") {
         buffers_.push_back(AllocShmFilled(file_bytes_, 1000 + i));
       } else {
         heap_.push_back(memory == "huge" ? AllocHugeFilled(file_bytes_, 1000 + i) : AllocFilled(file_bytes_, 1000 + i));
@@ -471,6 +479,18 @@ class EngineBench {
     return static_cast<double>(pieces) * static_cast<double>(slot_bytes_) / static_cast<double>(st.st_size);
   }
   StatsSnapshot Stats() const { return engine_->Stats(); }
+  // --raw-buffers pool: the first `n` slots of the engine's pool through a second mapping (StagingPool::Attach),
+  // i.e. the very memory the engine's own transfers use. Valid while this object lives.
+  std::vector<uint8_t*> PoolSlots(uint32_t n) {
+    if (!attached_) {
+      auto pool = staging::StagingPool::Attach(engine_->pool_name());
+      if (!pool.ok()) throw CliError("cannot attach to the engine's pool: " + pool.status().ToString());
+      attached_ = std::move(pool).value();
+    }
+    std::vector<uint8_t*> out;
+    for (uint32_t i = 0; i < n && i < attached_->num_slots(); ++i) out.push_back(attached_->SlotData(i));
+    return out;
+  }
 
  private:
   ChunkKey Key(uint32_t rep, uint64_t i) const {
@@ -524,6 +544,7 @@ class EngineBench {
   uint64_t pool_bytes_ = 0;
   std::string ns_path_;
   std::unique_ptr<Engine> engine_;
+  std::unique_ptr<staging::StagingPool> attached_;  // --raw-buffers pool
   std::vector<Buffer> host_;
 };
 
@@ -547,8 +568,32 @@ void PrintCpuContext() {
   uint64_t sink = 0;
   for (int i = 0; i < 4; ++i) sink += BlockChecksum(a.get(), bytes, i);
   const double xxh = 4.0 * bytes / Seconds(t0, Clock::now()) / 1e9;
-  std::printf("cpu context: one thread memcpy %.2f GB/s, XXH3-64 (%s build) %.2f GB/s (sink %llx)\n", copy,
-              std::string(detail::Xxh3Variant()).c_str(), xxh, static_cast<unsigned long long>(sink & 0xf));
+  // The host copier's copy out of a slot, through its own thread, for the same bytes (as 16 segments).
+  auto copier = CreateHostCopier();
+  copier->SetWakeup([] {});
+  t0 = Clock::now();
+  for (int i = 0; i < 4; ++i) {
+    CopyTask task;
+    task.id = static_cast<uint64_t>(i);
+    task.slot_data = a.get();
+    task.slot_bytes = bytes;
+    for (uint64_t off = 0; off < bytes; off += bytes / 16) {
+      task.segments.push_back(CopySegment{off, reinterpret_cast<uint64_t>(b.get() + off), bytes / 16});
+    }
+    std::vector<CopyTask> batch;
+    batch.push_back(std::move(task));
+    copier->Submit(std::move(batch));
+    std::vector<CopyDone> done;
+    while (done.empty()) {
+      copier->Poll(&done);
+      if (done.empty()) std::this_thread::yield();
+    }
+  }
+  const double copy_out = 4.0 * bytes / Seconds(t0, Clock::now()) / 1e9;
+  std::printf("cpu context: one thread memcpy %.2f GB/s, XXH3-64 (%s build) %.2f GB/s (sink %llx); host copier "
+              "copy-out of 64 MiB, %s: %.2f GB/s\n",
+              copy, std::string(detail::Xxh3Variant()).c_str(), xxh, static_cast<unsigned long long>(sink & 0xf),
+              HostCopierStreams(bytes) ? "streaming stores" : "memcpy", copy_out);
 }
 
 }  // namespace
@@ -568,9 +613,10 @@ int RunBenchIo(int argc, char** argv) {
              {"repeat", "N", "repetitions per configuration; even, so that each side goes first equally often", "4"},
              {"backend", "auto|uring|posix", "engine I/O backend", "auto"},
              {"mode", "direct|buffered", "O_DIRECT or buffered I/O, for both raw and engine", "direct"},
-             {"raw-buffers", "huge|heap|shm", "memory of the raw baseline's buffers: huge = heap in 2 MiB transparent "
-              "huge pages (physically contiguous like the engine's pool, the strongest baseline), heap = 4 KiB pages, "
-              "shm = POSIX shared memory with 4 KiB pages", "huge"},
+             {"raw-buffers", "huge|heap|shm|pool", "memory of the raw baseline's buffers: huge = heap in 2 MiB "
+              "transparent huge pages (physically contiguous like the engine's pool, the strongest baseline), heap = "
+              "4 KiB pages, shm = POSIX shared memory with 4 KiB pages, pool = the engine's own staging slots (a "
+              "second mapping of its pool: both sides transfer into the same physical memory)", "huge"},
              {"keep-cache", "", "do not drop the page cache (and dentry/inode caches) before reads (default with "
               "--mode direct: O_DIRECT data never sits in the page cache, and dropping only evicts directory "
               "entries, which penalizes the engine's two-level fan-out against the raw side's single directory)", ""},
@@ -599,7 +645,7 @@ int RunBenchIo(int argc, char** argv) {
   const std::string mode_s = args.Choice("mode", "direct", {"direct", "buffered"});
   const bool verbose = args.Has("verbose");
   const bool cross = args.Has("cross");
-  const std::string raw_memory = args.Choice("raw-buffers", "huge", {"huge", "heap", "shm"});
+  const std::string raw_memory = args.Choice("raw-buffers", "huge", {"huge", "heap", "shm", "pool"});
   const bool host_copier = args.Choice("copier", "host", {"host", "none"}) == "host";
   for (uint64_t s : sizes) {
     if (s % kPayloadAlignment != 0) {
@@ -666,9 +712,10 @@ int RunBenchIo(int argc, char** argv) {
         row.files = std::max<uint64_t>(1, total / chunk);
         const uint64_t file_bytes = kHeaderBytes + chunk;
         const double gb = static_cast<double>(row.files * file_bytes) / 1e9;
-        RawBench raw(base + "/raw", file_bytes, depth, direct, raw_memory);
         EngineBench eng(base + "/engine", chunk, depth, backend, direct ? IoMode::kDirect : IoMode::kBuffered,
                         salt ^ (chunk * 1315423911u) ^ depth, host_copier);
+        RawBench raw(base + "/raw", file_bytes, depth, direct, raw_memory,
+                     raw_memory == "pool" ? eng.PoolSlots(depth) : std::vector<uint8_t*>{});
         row.pool = eng.pool_bytes();
         if (engine_described.empty()) engine_described = eng.Describe();
         if (verbose) {

@@ -321,6 +321,39 @@ TEST_F(CliTest, BenchIoWithoutACopierMeasuresTheDiskPathAndNamesIt) {
   EXPECT_NE(r.out.find("--copier"), std::string::npos) << r.out;
 }
 
+// The paired per-repetition ratio, the raw side on the engine's own slots, and the raw reader on the engine's files.
+TEST_F(CliTest, BenchIoPairsRepetitionsAndOffersThePoolAsRawMemoryAndCrossReads) {
+  const std::string json = dir_.path() + "/io-pool.json";
+  const std::string common = " --dir " + dir_.path() + " --total 16MiB --chunk-sizes 2MiB --depths 4 --repeat 2 "
+                             "--raw-buffers pool --cross --verbose --json " + json;
+  CliRun r = Kvtier("bench io" + common);
+  if (r.rc != 0 && r.out.find("O_DIRECT") != std::string::npos) r = Kvtier("bench io --mode buffered" + common);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("raw reads the engine's files"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("median over repetitions of engine/raw in the same repetition"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("raw buffers pool"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("XXH3-64 ("), std::string::npos) << r.out;    // the checksum build is named
+  EXPECT_NE(r.out.find("host copier copy-out"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("odd --repeat"), std::string::npos) << r.out;  // 2 is even: no note
+  std::ifstream in(json);
+  const std::string doc((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(doc.find("\"raw_buffers\": \"pool\""), std::string::npos) << doc;
+  EXPECT_NE(doc.find("\"raw_reads_engine_files_gbps\": ["), std::string::npos) << doc;
+  EXPECT_NE(doc.find("\"read_ratio_of_medians\""), std::string::npos) << doc;
+  EXPECT_NE(doc.find("\"xxh3\": \""), std::string::npos) << doc;
+  for (auto& p : fs::directory_iterator(dir_.path())) {
+    EXPECT_EQ(p.path().filename().string().find("kvtier-bench"), std::string::npos) << p.path();
+  }
+  // An odd count says that the order is not balanced.
+  r = Kvtier("bench io --dir " + dir_.path() + " --total 8MiB --chunk-sizes 2MiB --depths 4 --repeat 1" +
+             (r.out.find("mode buffered") != std::string::npos ? " --mode buffered" : ""));
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("odd --repeat"), std::string::npos) << r.out;
+  r = Kvtier("bench io --dir " + dir_.path() + " --raw-buffers gpu");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.out.find("--raw-buffers"), std::string::npos) << r.out;
+}
+
 TEST_F(CliTest, BenchMetaRuns) {
   CliRun r = Kvtier("bench meta --dir " + dir_.path() + " --entries 1000");
   ASSERT_EQ(r.rc, 0) << r.out;
