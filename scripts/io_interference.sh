@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Does the disk get slower while the guest's CPUs copy memory? Runs the raw side of `kvtier bench io` (2 MiB files,
+# depth 4) with no background load, with a memcpy load and with a register-only spin load (bench/io/hog.cc, one
+# thread, busy half of the time), alternating, ROUNDS times, and prints the raw read GB/s of each condition.
+# The engine's read path does memory-heavy work per byte (verify, copy out); this says how much such work by
+# itself costs the disk on this machine. Usage: scripts/io_interference.sh [DIR] [ROUNDS]   (defaults /var/tmp 3)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dir=${1:-/var/tmp}
+rounds=${2:-3}
+kvtier=${KVTIER_BIN:-build/release/kvtier}
+if [[ ! -x $kvtier ]]; then
+  cmake --preset release >/dev/null && cmake --build --preset release --target kvtier -j"$(nproc)" >/dev/null
+fi
+hog=$(mktemp -d)/hog
+trap 'rm -rf "$(dirname "$hog")"; [[ -n ${hog_pid:-} ]] && kill "$hog_pid" 2>/dev/null || true' EXIT
+g++ -O2 -std=c++20 -o "$hog" bench/io/hog.cc
+declare -A reads
+for ((r = 1; r <= rounds; r++)); do
+  for cond in none memcpy spin; do
+    hog_pid=
+    if [[ $cond != none ]]; then "$hog" "$cond" 0.5 & hog_pid=$!; fi
+    out=$("$kvtier" bench io --dir "$dir" --chunk-sizes 2MiB --depths 4 --repeat 4 --total 1GiB --verbose)
+    if [[ -n $hog_pid ]]; then kill "$hog_pid"; wait "$hog_pid" 2>/dev/null || true; hog_pid=; fi
+    vals=$(grep -E 'rep [0-9]+ raw +read' <<<"$out" | awk '{print $8}' | tr '\n' ' ')
+    reads[$cond]+="$vals"
+    echo "round $r, background $cond: raw read GB/s $vals" >&2
+  done
+done
+python3 - "${reads[none]}" "${reads[memcpy]}" "${reads[spin]}" <<'PY'
+import statistics, sys
+names = ["none", "memcpy (50%)", "spin (50%)"]
+vals = [[float(x) for x in s.split()] for s in sys.argv[1:]]
+base = statistics.median(vals[0])
+print("background load      raw 2 MiB reads at depth 4, GB/s: median (n)   vs none")
+for n, v in zip(names, vals):
+    m = statistics.median(v)
+    print(f"{n:<20} {m:6.3f} ({len(v)})                              {m / base:5.3f}")
+PY
