@@ -1,9 +1,9 @@
-// HostCopier: memcpy between staging slots and host memory on one helper thread, so the reactor never stalls on
-// a large copy while disk reads are waiting to be issued.
+// HostCopier: copies between staging slots and host memory on one helper thread, so the reactor never stalls on
+// a large copy while disk reads are waiting to be issued (memcpy; streaming stores out of large chunks, below).
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <cstdio>
 #include <deque>
 #include <mutex>
 #include <string>
@@ -90,15 +90,22 @@ bool StreamCopyAvailable() {
 }
 #endif
 
+#if defined(KVTIER_STREAM_COPY)
+// The smallest chunk copied out of its slot with streaming stores (KVTIER_HOST_COPY=stream: every chunk).
+uint64_t StreamThreshold() {
+  static const uint64_t threshold = [] {
+    const char* forced = std::getenv("KVTIER_HOST_COPY");
+    if (forced != nullptr && std::strcmp(forced, "stream") == 0) return uint64_t{0};
+    return LastLevelCacheBytes() / 4;
+  }();
+  return threshold;
+}
+#endif
+
 // Whether a chunk copied out of its slot, `bytes` in all, goes around the cache (see above).
 bool StreamChunk(uint64_t bytes) {
 #if defined(KVTIER_STREAM_COPY)
-  static const uint64_t threshold = [] {
-    const char* forced = std::getenv("KVTIER_HOST_COPY");
-    if (forced != nullptr && std::strcmp(forced, "stream") == 0) return uint64_t{0};  // every chunk
-    return LastLevelCacheBytes() / 4;
-  }();
-  return bytes >= threshold && StreamCopyAvailable();
+  return bytes >= StreamThreshold() && StreamCopyAvailable();
 #else
   (void)bytes;
   return false;
@@ -130,7 +137,10 @@ class HostCopier final : public DeviceCopier {
 
   std::string_view name() const override {
 #if defined(KVTIER_STREAM_COPY)
-    if (StreamCopyAvailable()) return "host (memcpy; AVX2 streaming stores out of chunks >= LLC/4)";
+    if (StreamCopyAvailable()) {
+      return StreamThreshold() == 0 ? "host (AVX2 streaming stores out of every chunk)"
+                                    : "host (memcpy; AVX2 streaming stores out of chunks >= LLC/4)";
+    }
 #endif
     return "host (memcpy)";
   }
