@@ -480,7 +480,8 @@ class EngineBench {
   }
   StatsSnapshot Stats() const { return engine_->Stats(); }
   // --raw-buffers pool: the first `n` slots of the engine's pool through a second mapping (StagingPool::Attach),
-  // i.e. the very memory the engine's own transfers use. Valid while this object lives.
+  // i.e. the very memory the engine's own transfers use. Valid while this object lives. The raw side overwrites
+  // slots the engine may still keep as DRAM-resident; harmless here because the bench never loads a key twice.
   std::vector<uint8_t*> PoolSlots(uint32_t n) {
     if (!attached_) {
       auto pool = staging::StagingPool::Attach(engine_->pool_name());
