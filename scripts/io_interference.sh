@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Does the disk get slower while the guest's CPUs copy memory? Runs the raw side of `kvtier bench io` (2 MiB files,
-# depth 4) with no background load, with a memcpy load and with a register-only spin load (bench/io/hog.cc, one
-# thread, busy half of the time), alternating, ROUNDS times, and prints the raw read GB/s of each condition.
+# Does the disk get slower while the guest's CPUs copy memory? Runs `kvtier bench io` (2 MiB files, depth 4; only
+# its raw side's reads are used) with no background load, with a memcpy load and with a register-only spin load
+# (bench/io/hog.cc, one thread, busy half of the time), alternating, ROUNDS times, and prints the raw read GB/s of
+# each condition. DIR must be on the disk to measure and support O_DIRECT (not tmpfs).
 # The engine's read path does memory-heavy work per byte (verify, copy out); this says how much such work by
 # itself costs the disk on this machine. Usage: scripts/io_interference.sh [DIR] [ROUNDS]   (defaults /var/tmp 3)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:-/var/tmp}
 rounds=${2:-3}
+[[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "io_interference: ROUNDS must be a positive integer, got '$rounds'" >&2; exit 2; }
 kvtier=${KVTIER_BIN:-build/release/kvtier}
 if [[ ! -x $kvtier ]]; then
   cmake --preset release >/dev/null && cmake --build --preset release --target kvtier -j"$(nproc)" >/dev/null
@@ -21,8 +23,9 @@ for ((r = 1; r <= rounds; r++)); do
     hog_pid=
     if [[ $cond != none ]]; then "$hog" "$cond" 0.5 & hog_pid=$!; fi
     out=$("$kvtier" bench io --dir "$dir" --chunk-sizes 2MiB --depths 4 --repeat 4 --total 1GiB --verbose)
-    if [[ -n $hog_pid ]]; then kill "$hog_pid"; wait "$hog_pid" 2>/dev/null || true; hog_pid=; fi
-    vals=$(grep -E 'rep [0-9]+ raw +read' <<<"$out" | awk '{print $8}' | tr '\n' ' ')
+    if [[ -n $hog_pid ]]; then kill "$hog_pid" 2>/dev/null || true; wait "$hog_pid" 2>/dev/null || true; hog_pid=; fi
+    vals=$(grep -E 'rep [0-9]+ raw +read' <<<"$out" | awk '{print $8}' | tr '\n' ' ' || true)
+    if [[ -z $vals ]]; then echo "io_interference: no raw read figures in the bench output:" >&2; echo "$out" >&2; exit 1; fi
     reads[$cond]+="$vals"
     echo "round $r, background $cond: raw read GB/s $vals" >&2
   done

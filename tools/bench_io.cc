@@ -488,6 +488,9 @@ class EngineBench {
       if (!pool.ok()) throw CliError("cannot attach to the engine's pool: " + pool.status().ToString());
       attached_ = std::move(pool).value();
     }
+    if (attached_->slot_bytes() < kHeaderBytes + uint64_t(bpc_) * engine_->block_stride()) {
+      throw CliError("the engine's pool slots are smaller than a chunk file");
+    }
     std::vector<uint8_t*> out;
     for (uint32_t i = 0; i < n && i < attached_->num_slots(); ++i) out.push_back(attached_->SlotData(i));
     return out;
@@ -617,7 +620,8 @@ int RunBenchIo(int argc, char** argv) {
              {"raw-buffers", "huge|heap|shm|pool", "memory of the raw baseline's buffers: huge = heap in 2 MiB "
               "transparent huge pages (physically contiguous like the engine's pool, the strongest baseline), heap = "
               "4 KiB pages, shm = POSIX shared memory with 4 KiB pages, pool = the engine's own staging slots (a "
-              "second mapping of its pool: both sides transfer into the same physical memory)", "huge"},
+              "second mapping of its pool, with 4 KiB page-table entries: both sides transfer into the same "
+              "physical memory; peak RSS then counts the pool twice)", "huge"},
              {"keep-cache", "", "do not drop the page cache (and dentry/inode caches) before reads (default with "
               "--mode direct: O_DIRECT data never sits in the page cache, and dropping only evicts directory "
               "entries, which penalizes the engine's two-level fan-out against the raw side's single directory)", ""},
@@ -755,6 +759,7 @@ int RunBenchIo(int argc, char** argv) {
           if (drop_ok) DropPageCache();
           if (raw_first) { read_raw(); read_eng(); } else { read_eng(); read_raw(); }
           if (cross) {
+            if (drop_ok) DropPageCache();
             std::vector<std::string> paths;
             for (uint64_t i = 0; i < row.files; ++i) paths.push_back(eng.FilePath(rep, i));
             std::string cross_c;

@@ -2,8 +2,12 @@
 // ~19 GB/s per thread on the machines we test on; the same algorithm from the package's own header compiled with
 // AVX2 does ~55 GB/s in cache and ~35 GB/s from memory. The results are bit-identical (XXH3's vector paths are
 // interchangeable), so this only changes how much CPU a load's verification or a store's checksums take.
-// CMake compiles this file with -mavx2; chunk_format.cc calls it only when the CPU reports AVX2 at run time.
-#if defined(__x86_64__) && defined(__AVX2__)
+// CMake compiles this file with -mavx2 and defines KVTIER_XXH3_AVX2 on x86-64; xxh3_dispatch.cc calls it only when
+// the CPU reports AVX2 at run time.
+#if defined(KVTIER_XXH3_AVX2)
+#if !defined(__AVX2__)
+#error "xxh3_avx2.cc must be compiled with -mavx2 (see CMakeLists.txt)"
+#endif
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 

@@ -10,7 +10,7 @@ namespace {
 
 // KVTIER_XXH3=libxxhash forces the package's build (to compare the two, or to rule this path out).
 bool UseAvx2() {
-#if defined(__x86_64__)
+#if defined(KVTIER_XXH3_AVX2)
   static const bool use = [] {
     const char* forced = std::getenv("KVTIER_XXH3");
     if (forced != nullptr && std::strcmp(forced, "libxxhash") == 0) return false;
@@ -26,14 +26,14 @@ bool UseAvx2() {
 }  // namespace
 
 uint64_t Xxh3Seeded(const void* data, size_t len, uint64_t seed) {
-#if defined(__x86_64__)
+#if defined(KVTIER_XXH3_AVX2)
   if (UseAvx2()) return Xxh3SeededAvx2(data, len, seed);
 #endif
   return XXH3_64bits_withSeed(data, len, seed);
 }
 
 uint64_t Xxh3Secret(const void* data, size_t len, const void* secret, size_t secret_len) {
-#if defined(__x86_64__)
+#if defined(KVTIER_XXH3_AVX2)
   if (UseAvx2()) return Xxh3SecretAvx2(data, len, secret, secret_len);
 #endif
   return XXH3_64bits_withSecret(data, len, secret, secret_len);

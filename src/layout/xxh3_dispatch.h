@@ -7,7 +7,7 @@
 
 namespace kvtier::detail {
 
-#if defined(__x86_64__)
+#if defined(KVTIER_XXH3_AVX2)  // set by CMake on x86-64, where xxh3_avx2.cc is built with -mavx2
 uint64_t Xxh3SeededAvx2(const void* data, size_t len, uint64_t seed);
 uint64_t Xxh3SecretAvx2(const void* data, size_t len, const void* secret, size_t secret_len);
 #endif

@@ -18,6 +18,20 @@
 namespace kvtier {
 namespace {
 
+// Sanitizer builds keep memcpy, which they instrument; wide intrinsic stores may be invisible to them (clang's
+// TSan skips accesses over 16 bytes). GCC says so with __SANITIZE_*__, clang (before 2025) only with __has_feature.
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+#define KVTIER_SANITIZED_BUILD 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define KVTIER_SANITIZED_BUILD 1
+#endif
+
+#if defined(__x86_64__) && !defined(KVTIER_SANITIZED_BUILD)
+#define KVTIER_STREAM_COPY 1
+
 // Copies out of a slot (loads) of chunks larger than a quarter of the last-level cache use non-temporal stores:
 // such a chunk's destination cannot stay in the cache anyway, and streaming skips the read-for-ownership of every
 // destination line, so the copy moves 2 bytes of memory traffic per byte instead of 3 (one thread, 28 MiB chunks,
@@ -53,9 +67,6 @@ uint64_t LastLevelCacheBytes() {
   return best > 0 ? best : uint64_t{32} << 20;  // unknown: assume a 32 MiB L3
 }
 
-#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
-#define KVTIER_STREAM_COPY 1
-// Sanitizer builds keep memcpy, which they instrument; intrinsic stores would be invisible to them.
 __attribute__((target("avx2"))) void StreamCopyAvx2(uint8_t* dst, const uint8_t* src, size_t n) {
   size_t head = (32 - (reinterpret_cast<uintptr_t>(dst) & 31)) & 31;
   if (head > n) head = n;

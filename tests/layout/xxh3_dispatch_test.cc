@@ -32,7 +32,7 @@ TEST(Xxh3Dispatch, SeededMatchesTheLibraryAtEveryLengthAndAlignment) {
         const uint8_t* p = data.data() + misalign;
         ASSERT_EQ(detail::Xxh3Seeded(p, len, seed), XXH3_64bits_withSeed(p, len, seed))
             << "len " << len << " misalign " << misalign << " seed " << seed << " variant " << detail::Xxh3Variant();
-#if defined(__x86_64__)
+#if defined(KVTIER_XXH3_AVX2)
         if (__builtin_cpu_supports("avx2")) {
           ASSERT_EQ(detail::Xxh3SeededAvx2(p, len, seed), XXH3_64bits_withSeed(p, len, seed)) << "len " << len;
         }
@@ -65,7 +65,7 @@ TEST(Xxh3Dispatch, BlockChecksumIsTheLibrarysSeededXxh3) {
 TEST(Xxh3Dispatch, NamesTheVariantInUse) {
   const std::string_view v = detail::Xxh3Variant();
   EXPECT_TRUE(v == "avx2" || v == "libxxhash") << v;
-#if defined(__x86_64__)
+#if defined(KVTIER_XXH3_AVX2)
   if (__builtin_cpu_supports("avx2") && std::getenv("KVTIER_XXH3") == nullptr) {
     EXPECT_EQ(v, "avx2");
   }
