@@ -89,26 +89,31 @@ __attribute__((target("avx2"))) void StreamCopyAvx2(uint8_t* dst, const uint8_t*
   _mm_sfence();
 }
 
-// KVTIER_HOST_COPY=memcpy keeps plain memcpy for every chunk, =stream streams every chunk (to compare them).
+// KVTIER_HOST_COPY=memcpy keeps plain memcpy for every chunk, =stream streams every chunk (to compare them);
+// unset: the size rule above.
+enum class CopyOutMode { kBySize, kMemcpy, kStream };
+CopyOutMode ModeFromEnvironment() {
+  static const CopyOutMode mode = [] {
+    const char* forced = std::getenv("KVTIER_HOST_COPY");
+    if (forced != nullptr && std::strcmp(forced, "memcpy") == 0) return CopyOutMode::kMemcpy;
+    if (forced != nullptr && std::strcmp(forced, "stream") == 0) return CopyOutMode::kStream;
+    return CopyOutMode::kBySize;
+  }();
+  return mode;
+}
+
 bool StreamCopyAvailable() {
   static const bool ok = [] {
-    const char* forced = std::getenv("KVTIER_HOST_COPY");
-    if (forced != nullptr && std::strcmp(forced, "memcpy") == 0) return false;
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") != 0;
+    return ModeFromEnvironment() != CopyOutMode::kMemcpy && __builtin_cpu_supports("avx2") != 0;
   }();
   return ok;
 }
-#endif
 
-#if defined(KVTIER_STREAM_COPY)
-// The smallest chunk copied out of its slot with streaming stores (KVTIER_HOST_COPY=stream: every chunk).
+// The smallest chunk copied out of its slot with streaming stores.
 uint64_t StreamThreshold() {
-  static const uint64_t threshold = [] {
-    const char* forced = std::getenv("KVTIER_HOST_COPY");
-    if (forced != nullptr && std::strcmp(forced, "stream") == 0) return uint64_t{0};
-    return LastLevelCacheBytes() / 4;
-  }();
+  static const uint64_t threshold =
+      ModeFromEnvironment() == CopyOutMode::kStream ? 0 : LastLevelCacheBytes() / 4;
   return threshold;
 }
 #endif

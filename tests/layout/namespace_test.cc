@@ -211,7 +211,9 @@ TEST_F(NamespaceTest, ReadOnlyRootIsRefusedForCreation) {
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   ASSERT_TRUE(WIFEXITED(status));
   if (WEXITSTATUS(status) == 2) GTEST_SKIP() << "cannot drop privileges here";
-  if (WEXITSTATUS(status) == 3) GTEST_SKIP() << "/tmp is not traversable by an unprivileged user here";
+  if (WEXITSTATUS(status) == 3) {
+    GTEST_SKIP() << parent.path() << " (or a directory above it) is not traversable by an unprivileged user here";
+  }
   EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 

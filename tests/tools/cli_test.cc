@@ -108,6 +108,25 @@ class CliTest : public ::testing::Test {
     ns_path_ = root_ + "/" + NamespaceDirName(NsIdentity());
   }
 
+  // `kvtier bench io` on the test directory; again in buffered mode where the filesystem refuses O_DIRECT (tmpfs).
+  CliRun BenchIo(const std::string& args) {
+    CliRun r = Kvtier("bench io --dir " + dir_.path() + " " + args);
+    if (r.rc != 0 && r.out.find("O_DIRECT") != std::string::npos) {
+      r = Kvtier("bench io --mode buffered --dir " + dir_.path() + " " + args);
+    }
+    return r;
+  }
+  static std::string Slurp(const std::string& path) {
+    std::ifstream in(path);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  }
+  // A bench removed everything it created under the test directory.
+  void ExpectNoBenchLeftovers() {
+    for (auto& p : fs::directory_iterator(dir_.path())) {
+      EXPECT_EQ(p.path().filename().string().find("kvtier-bench"), std::string::npos) << p.path();
+    }
+  }
+
   // Stores chunks first..first+n through the engine, one job per chunk so modification times follow key order.
   void StoreChunks(uint64_t first, uint64_t n) {
     auto e = Engine::Open(Options(root_));
@@ -289,32 +308,21 @@ TEST_F(CliTest, StatsPrintsCountsPerNamespace) {
 
 TEST_F(CliTest, BenchIoRunsAndPrintsRatios) {
   const std::string json = dir_.path() + "/io.json";
-  CliRun r = Kvtier("bench io --dir " + dir_.path() + " --total 64MiB --chunk-sizes 2MiB --depths 4 --json " + json);
-  if (r.rc != 0 && r.out.find("O_DIRECT") != std::string::npos) {
-    r = Kvtier("bench io --mode buffered --dir " + dir_.path() + " --total 64MiB --chunk-sizes 2MiB --depths 4 "
-               "--json " + json);
-  }
+  CliRun r = BenchIo("--total 64MiB --chunk-sizes 2MiB --depths 4 --json " + json);
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("ratio"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("peak RSS"), std::string::npos) << r.out;
   EXPECT_TRUE(fs::exists(json));
-  // Everything it created is gone.
-  for (auto& p : fs::directory_iterator(dir_.path())) {
-    EXPECT_EQ(p.path().filename().string().find("kvtier-bench"), std::string::npos) << p.path();
-  }
+  ExpectNoBenchLeftovers();
 }
 
 TEST_F(CliTest, BenchIoWithoutACopierMeasuresTheDiskPathAndNamesIt) {
   const std::string json = dir_.path() + "/io-none.json";
-  const std::string common = " --dir " + dir_.path() + " --total 32MiB --chunk-sizes 2MiB --depths 4 --repeat 1 "
-                             "--copier none --json " + json;
-  CliRun r = Kvtier("bench io" + common);
-  if (r.rc != 0 && r.out.find("O_DIRECT") != std::string::npos) r = Kvtier("bench io --mode buffered" + common);
+  CliRun r = BenchIo("--total 32MiB --chunk-sizes 2MiB --depths 4 --repeat 1 --copier none --json " + json);
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("copier none"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("disk path alone"), std::string::npos) << r.out;
-  std::ifstream in(json);
-  const std::string doc((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string doc = Slurp(json);
   EXPECT_NE(doc.find("\"copier\": \"none\""), std::string::npos) << doc;
   r = Kvtier("bench io --dir " + dir_.path() + " --copier gpu");
   EXPECT_NE(r.rc, 0);
@@ -324,10 +332,8 @@ TEST_F(CliTest, BenchIoWithoutACopierMeasuresTheDiskPathAndNamesIt) {
 // The paired per-repetition ratio, the raw side on the engine's own slots, and the raw reader on the engine's files.
 TEST_F(CliTest, BenchIoPairsRepetitionsAndOffersThePoolAsRawMemoryAndCrossReads) {
   const std::string json = dir_.path() + "/io-pool.json";
-  const std::string common = " --dir " + dir_.path() + " --total 16MiB --chunk-sizes 2MiB --depths 4 --repeat 2 "
-                             "--raw-buffers pool --cross --verbose --json " + json;
-  CliRun r = Kvtier("bench io" + common);
-  if (r.rc != 0 && r.out.find("O_DIRECT") != std::string::npos) r = Kvtier("bench io --mode buffered" + common);
+  CliRun r = BenchIo("--total 16MiB --chunk-sizes 2MiB --depths 4 --repeat 2 --raw-buffers pool --cross --verbose "
+                     "--json " + json);
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("raw reads the engine's files"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("median over repetitions of engine/raw in the same repetition"), std::string::npos) << r.out;
@@ -335,18 +341,14 @@ TEST_F(CliTest, BenchIoPairsRepetitionsAndOffersThePoolAsRawMemoryAndCrossReads)
   EXPECT_NE(r.out.find("XXH3-64 ("), std::string::npos) << r.out;    // the checksum build is named
   EXPECT_NE(r.out.find("host copier copy-out"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("odd --repeat"), std::string::npos) << r.out;  // 2 is even: no note
-  std::ifstream in(json);
-  const std::string doc((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string doc = Slurp(json);
   EXPECT_NE(doc.find("\"raw_buffers\": \"pool\""), std::string::npos) << doc;
   EXPECT_NE(doc.find("\"raw_reads_engine_files_gbps\": ["), std::string::npos) << doc;
   EXPECT_NE(doc.find("\"read_ratio_of_medians\""), std::string::npos) << doc;
   EXPECT_NE(doc.find("\"xxh3\": \""), std::string::npos) << doc;
-  for (auto& p : fs::directory_iterator(dir_.path())) {
-    EXPECT_EQ(p.path().filename().string().find("kvtier-bench"), std::string::npos) << p.path();
-  }
+  ExpectNoBenchLeftovers();
   // An odd count says that the order is not balanced.
-  r = Kvtier("bench io --dir " + dir_.path() + " --total 8MiB --chunk-sizes 2MiB --depths 4 --repeat 1" +
-             (r.out.find("mode buffered") != std::string::npos ? " --mode buffered" : ""));
+  r = BenchIo("--total 8MiB --chunk-sizes 2MiB --depths 4 --repeat 1");
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("odd --repeat"), std::string::npos) << r.out;
   r = Kvtier("bench io --dir " + dir_.path() + " --raw-buffers gpu");
@@ -359,9 +361,7 @@ TEST_F(CliTest, BenchMetaRuns) {
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("publish/s"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("1000"), std::string::npos) << r.out;
-  for (auto& p : fs::directory_iterator(dir_.path())) {
-    EXPECT_EQ(p.path().filename().string().find("kvtier-bench"), std::string::npos) << p.path();
-  }
+  ExpectNoBenchLeftovers();
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -50,13 +51,34 @@ const std::vector<Shape> kShapes = {
     {(64 << 10) + 1, 33, 31}, {200003, 4096, 1},   {(1 << 20) + 77, 129, 32}, {(2 << 20), 0, 0},
 };
 
-TEST(HostCopier, CopiesOutOfASlotByteExactAndNothingOutsideTheSegments) {
+std::unique_ptr<DeviceCopier> StartedHostCopier() {
   auto copier = CreateHostCopier();
   copier->SetWakeup([] {});
+  return copier;
+}
+
+// A slot large enough for every shape's segment, filled with PatternByte(i, salt).
+std::vector<uint8_t> PatternedSlot(const std::vector<Shape>& shapes, uint8_t salt) {
   uint64_t slot_bytes = 0;
-  for (const Shape& s : kShapes) slot_bytes = std::max(slot_bytes, s.slot_offset + s.bytes);
+  for (const Shape& s : shapes) slot_bytes = std::max(slot_bytes, s.slot_offset + s.bytes);
   std::vector<uint8_t> slot(slot_bytes);
-  for (uint64_t i = 0; i < slot.size(); ++i) slot[i] = PatternByte(i, 1);
+  for (uint64_t i = 0; i < slot.size(); ++i) slot[i] = PatternByte(i, salt);
+  return slot;
+}
+
+// A task over the whole of `slot`, without segments yet.
+CopyTask TaskOver(uint64_t id, CopyDirection direction, std::vector<uint8_t>& slot) {
+  CopyTask t;
+  t.id = id;
+  t.direction = direction;
+  t.slot_data = slot.data();
+  t.slot_bytes = slot.size();
+  return t;
+}
+
+TEST(HostCopier, CopiesOutOfASlotByteExactAndNothingOutsideTheSegments) {
+  auto copier = StartedHostCopier();
+  std::vector<uint8_t> slot = PatternedSlot(kShapes, 1);
   uint64_t id = 1;
   for (const Shape& s : kShapes) {
     SCOPED_TRACE("bytes " + std::to_string(s.bytes) + " slot offset " + std::to_string(s.slot_offset) +
@@ -66,11 +88,7 @@ TEST(HostCopier, CopiesOutOfASlotByteExactAndNothingOutsideTheSegments) {
     uint8_t* base = host.data() + kGuard;
     base += (64 - (reinterpret_cast<uintptr_t>(base) & 63)) & 63;
     uint8_t* dst = base + s.host_misalign;
-    CopyTask t;
-    t.id = id++;
-    t.direction = CopyDirection::kSlotToDevice;
-    t.slot_data = slot.data();
-    t.slot_bytes = slot.size();
+    CopyTask t = TaskOver(id++, CopyDirection::kSlotToDevice, slot);
     t.segments.push_back(CopySegment{s.slot_offset, reinterpret_cast<uint64_t>(dst), s.bytes});
     ASSERT_TRUE(RunOne(*copier, std::move(t)).ok());
     ASSERT_EQ(std::memcmp(dst, slot.data() + s.slot_offset, s.bytes), 0);
@@ -96,12 +114,8 @@ TEST(HostCopier, StreamsALargeChunkOutOfASlotByteExactAndNothingOutsideTheSegmen
                     "over 4 x "
                  << total << " bytes)";
   }
-  auto copier = CreateHostCopier();
-  copier->SetWakeup([] {});
-  uint64_t slot_bytes = 0;
-  for (const Shape& s : shapes) slot_bytes = std::max(slot_bytes, s.slot_offset + s.bytes);
-  std::vector<uint8_t> slot(slot_bytes);
-  for (uint64_t i = 0; i < slot.size(); ++i) slot[i] = PatternByte(i, 5);
+  auto copier = StartedHostCopier();
+  std::vector<uint8_t> slot = PatternedSlot(shapes, 5);
   // Each segment gets its own region of one host buffer, with guard bytes between regions.
   std::vector<uint64_t> starts;
   uint64_t host_bytes = 0;
@@ -112,11 +126,7 @@ TEST(HostCopier, StreamsALargeChunkOutOfASlotByteExactAndNothingOutsideTheSegmen
   }
   std::vector<uint8_t> host(host_bytes + kGuard + 64, 0xee);
   uint8_t* base = host.data() + ((64 - (reinterpret_cast<uintptr_t>(host.data()) & 63)) & 63);
-  CopyTask t;
-  t.id = 1;
-  t.direction = CopyDirection::kSlotToDevice;
-  t.slot_data = slot.data();
-  t.slot_bytes = slot.size();
+  CopyTask t = TaskOver(1, CopyDirection::kSlotToDevice, slot);
   for (size_t i = 0; i < shapes.size(); ++i) {
     t.segments.push_back(
         CopySegment{shapes[i].slot_offset, reinterpret_cast<uint64_t>(base + starts[i]), shapes[i].bytes});
@@ -137,19 +147,14 @@ TEST(HostCopier, StreamsALargeChunkOutOfASlotByteExactAndNothingOutsideTheSegmen
 }
 
 TEST(HostCopier, CopiesIntoASlotByteExactAndNothingOutsideTheSegments) {
-  auto copier = CreateHostCopier();
-  copier->SetWakeup([] {});
+  auto copier = StartedHostCopier();
   uint64_t id = 1;
   for (const Shape& s : kShapes) {
     SCOPED_TRACE("bytes " + std::to_string(s.bytes) + " slot offset " + std::to_string(s.slot_offset));
     std::vector<uint8_t> host(s.bytes + s.host_misalign);
     for (uint64_t i = 0; i < host.size(); ++i) host[i] = PatternByte(i, 2);
     std::vector<uint8_t> slot(s.slot_offset + s.bytes + 128, 0xee);
-    CopyTask t;
-    t.id = id++;
-    t.direction = CopyDirection::kDeviceToSlot;
-    t.slot_data = slot.data();
-    t.slot_bytes = slot.size();
+    CopyTask t = TaskOver(id++, CopyDirection::kDeviceToSlot, slot);
     t.segments.push_back(
         CopySegment{s.slot_offset, reinterpret_cast<uint64_t>(host.data() + s.host_misalign), s.bytes});
     ASSERT_TRUE(RunOne(*copier, std::move(t)).ok());
@@ -160,19 +165,12 @@ TEST(HostCopier, CopiesIntoASlotByteExactAndNothingOutsideTheSegments) {
 }
 
 TEST(HostCopier, RefusesASegmentOutsideTheSlotOrToANullAddress) {
-  auto copier = CreateHostCopier();
-  copier->SetWakeup([] {});
+  auto copier = StartedHostCopier();
   std::vector<uint8_t> slot(1 << 20), host(1 << 20);
-  CopyTask outside;
-  outside.id = 1;
-  outside.slot_data = slot.data();
-  outside.slot_bytes = slot.size();
+  CopyTask outside = TaskOver(1, CopyDirection::kSlotToDevice, slot);
   outside.segments.push_back(CopySegment{(1 << 20) - 100, reinterpret_cast<uint64_t>(host.data()), 200});
   EXPECT_EQ(RunOne(*copier, std::move(outside)).code(), StatusCode::kInvalidArgument);
-  CopyTask null_address;
-  null_address.id = 2;
-  null_address.slot_data = slot.data();
-  null_address.slot_bytes = slot.size();
+  CopyTask null_address = TaskOver(2, CopyDirection::kSlotToDevice, slot);
   null_address.segments.push_back(CopySegment{0, 0, 100});
   EXPECT_EQ(RunOne(*copier, std::move(null_address)).code(), StatusCode::kInvalidArgument);
 }
