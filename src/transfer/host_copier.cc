@@ -34,8 +34,8 @@ namespace {
 
 // Copies out of a slot (loads) of chunks larger than a quarter of the last-level cache use non-temporal stores:
 // such a chunk's destination cannot stay in the cache anyway, and streaming skips the read-for-ownership of every
-// destination line, so the copy moves 2 bytes of memory traffic per byte instead of 3 (one thread, 28 MiB chunks,
-// on the 2-vCPU EPYC VM we test on: memcpy ~13 GB/s, streaming ~20 GB/s). Smaller chunks keep memcpy: when their
+// destination line, so the copy moves 2 bytes of memory traffic per byte instead of 3 (one thread, 64 MiB, on the
+// 2-vCPU EPYC VM we test on, as `kvtier bench io --verbose` prints it: memcpy 12-13 GB/s, streaming 13-20 GB/s). Smaller chunks keep memcpy: when their
 // destinations are reused (a few buffers in flight) they are still in the cache, and writing them around it would
 // cost more than it saves. glibc's memcpy makes a similar switch, but only above a fraction of the cache size the
 // VM reports (hundreds of MiB here), i.e. never. Copies into a slot (stores) keep memcpy: the reactor checksums
