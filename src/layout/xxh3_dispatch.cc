@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "util/cpu.h"
+
 namespace kvtier::detail {
 namespace {
 
@@ -14,8 +16,7 @@ bool UseAvx2() {
   static const bool use = [] {
     const char* forced = std::getenv("KVTIER_XXH3");
     if (forced != nullptr && std::strcmp(forced, "libxxhash") == 0) return false;
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") != 0;
+    return CpuHasAvx2();
   }();
   return use;
 #else

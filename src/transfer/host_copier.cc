@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "transfer/device_copier.h"
+#include "util/cpu.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -103,11 +104,7 @@ CopyOutMode ModeFromEnvironment() {
 }
 
 bool StreamCopyAvailable() {
-  static const bool ok = [] {
-    __builtin_cpu_init();
-    return ModeFromEnvironment() != CopyOutMode::kMemcpy && __builtin_cpu_supports("avx2") != 0;
-  }();
-  return ok;
+  return ModeFromEnvironment() != CopyOutMode::kMemcpy && CpuHasAvx2();
 }
 
 // The smallest chunk copied out of its slot with streaming stores.
