@@ -26,6 +26,7 @@
 #include <fcntl.h>
 #include <liburing.h>
 #include <sys/mman.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -36,6 +37,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -600,6 +602,47 @@ void PrintCpuContext() {
               HostCopierStreams(bytes) ? "streaming stores" : "memcpy", copy_out);
 }
 
+// Each run works in DIR/kvtier-bench-io.<pid>, which it holds locked (flock) while it lives. A run killed with
+// SIGKILL cannot remove its directory; the next run does: a directory of exactly that name form that nobody holds
+// locked and that has not changed for a minute (so a run that has just created its directory and not yet locked it
+// is never taken). Returns how many it removed.
+int RemoveLeftoversOfKilledRuns(const std::string& dir) {
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return 0;
+  const std::string prefix = "kvtier-bench-io.";
+  int removed = 0;
+  std::vector<std::string> names;
+  while (dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
+    if (name.find_first_not_of("0123456789", prefix.size()) != std::string::npos) continue;
+    names.push_back(name);
+  }
+  closedir(d);
+  const time_t now = time(nullptr);
+  for (const std::string& name : names) {
+    const std::string path = dir + "/" + name;
+    struct stat st;
+    if (lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid()) continue;
+    if (now - st.st_mtime < 60) continue;
+    const int fd = open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) continue;
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0) {  // nobody holds it: its run is gone
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+      if (ec) {
+        std::fprintf(stderr, "bench io: warning: could not remove %s, left by a killed run: %s\n", path.c_str(),
+                     ec.message().c_str());
+      } else {
+        std::printf("bench io: removed %s, left by a run that was killed\n", path.c_str());
+        ++removed;
+      }
+    }
+    close(fd);
+  }
+  return removed;
+}
+
 }  // namespace
 
 int RunBenchIo(int argc, char** argv) {
@@ -684,8 +727,21 @@ int RunBenchIo(int argc, char** argv) {
   std::string why;
   if (!io::UringAvailable(&why)) throw CliError("io_uring is unavailable on this kernel: " + why);
 
+  RemoveLeftoversOfKilledRuns(dir);
   const std::string base = dir + "/kvtier-bench-io." + std::to_string(getpid());
   if (mkdir(base.c_str(), 0750) != 0) throw CliError("cannot create " + base + ": " + std::strerror(errno));
+  // Held (and released by the kernel however this process ends) for the whole run: see RemoveLeftoversOfKilledRuns.
+  const int base_lock = open(base.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (base_lock < 0 || flock(base_lock, LOCK_EX) != 0) {
+    const std::string why = std::strerror(errno);
+    if (base_lock >= 0) close(base_lock);
+    rmdir(base.c_str());
+    throw CliError("cannot lock " + base + ": " + why);
+  }
+  struct LockCloser {
+    int fd;
+    ~LockCloser() { close(fd); }
+  } base_lock_closer{base_lock};
   if (args.Has("keep-cache") && args.Has("drop-caches")) throw UsageError("--keep-cache and --drop-caches exclude each other");
   const bool keep_cache = args.Has("keep-cache") || (direct && !args.Has("drop-caches"));
   const bool drop_ok = !keep_cache && DropPageCache();

@@ -1,6 +1,7 @@
 // The `kvtier` CLI end to end: runs the built binary (KVTIER_CLI_PATH, set by CMake; or $KVTIER_CLI) on roots
 // populated through the Engine API, and checks exit codes and output.
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -354,6 +355,39 @@ TEST_F(CliTest, BenchIoPairsRepetitionsAndOffersThePoolAsRawMemoryAndCrossReads)
   r = Kvtier("bench io --dir " + dir_.path() + " --raw-buffers gpu");
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.out.find("--raw-buffers"), std::string::npos) << r.out;
+}
+
+// A run killed with SIGKILL leaves its DIR/kvtier-bench-io.<pid>; the next run removes such a directory when no
+// live run holds it locked and it has not changed for a minute, and leaves alone one that is held, one that is
+// recent and anything not of that exact name.
+TEST_F(CliTest, BenchIoRemovesWhatKilledRunsLeftAndNothingElse) {
+  auto make = [&](const std::string& name, bool old) {
+    const std::string p = dir_.path() + "/" + name;
+    fs::create_directories(p + "/engine/ns-x");
+    std::ofstream(p + "/engine/ns-x/chunk") << "bytes";
+    if (old) {
+      const timespec times[2] = {{time(nullptr) - 3600, 0}, {time(nullptr) - 3600, 0}};
+      EXPECT_EQ(utimensat(AT_FDCWD, p.c_str(), times, 0), 0);
+    }
+    return p;
+  };
+  const std::string dead = make("kvtier-bench-io.999999991", true);
+  const std::string held = make("kvtier-bench-io.999999992", true);
+  const std::string recent = make("kvtier-bench-io.999999993", false);
+  const std::string other = make("kvtier-bench-io.99x", true);
+  const int lock = open(held.c_str(), O_RDONLY | O_DIRECTORY);
+  ASSERT_GE(lock, 0);
+  ASSERT_EQ(flock(lock, LOCK_EX), 0);  // as a live run holds its directory
+  CliRun r = BenchIo("--total 8MiB --chunk-sizes 2MiB --depths 4 --repeat 2");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_FALSE(fs::exists(dead)) << r.out;
+  EXPECT_NE(r.out.find("removed " + dead + ", left by a run that was killed"), std::string::npos) << r.out;
+  EXPECT_TRUE(fs::exists(held + "/engine/ns-x/chunk"));
+  EXPECT_TRUE(fs::exists(recent + "/engine/ns-x/chunk"));
+  EXPECT_TRUE(fs::exists(other + "/engine/ns-x/chunk"));
+  close(lock);
+  for (const std::string& p : {held, recent, other}) fs::remove_all(p);
+  ExpectNoBenchLeftovers();
 }
 
 TEST_F(CliTest, BenchMetaRuns) {
