@@ -561,7 +561,17 @@ struct Row {
   uint64_t pool = 0;
   std::vector<double> raw_w, eng_w, raw_r, eng_r;  // GB/s per repetition
   std::vector<double> cross_r;                      // --cross: raw reads of the engine's files
+  // --reread: the last repetition's files read again, readers in rotating order (GB/s per rotation).
+  std::vector<double> at_rest_own, at_rest_cross, at_rest_eng;
 };
+
+// Pairs engine and raw figures measured together (one repetition, seconds apart, so a drift of the disk between
+// repetitions cancels) and takes the median of engine/raw over the pairs.
+double PairedRatio(const std::vector<double>& eng, const std::vector<double>& raw) {
+  std::vector<double> v;
+  for (size_t i = 0; i < eng.size() && i < raw.size(); ++i) v.push_back(eng[i] / raw[i]);
+  return Median(v);
+}
 
 // Single-thread memcpy and XXH3 speeds: the engine's two per-byte CPU costs, for reading the ratio.
 void PrintCpuContext() {
@@ -678,6 +688,10 @@ int RunBenchIo(int argc, char** argv) {
              {"cross", "", "also time the raw reader on the engine's chunk files after each read phase (diagnostic: "
                            "separates where the engine's files lie on the disk from the engine's own costs; in "
                            "the JSON as raw_reads_engine_files_gbps)", ""},
+             {"reread", "N", "after the last repetition of each configuration, read its files N more times, the "
+              "three readers (raw on its own files, raw on the engine's files, engine) in rotating order, and "
+              "print their medians and ratios as a second table (diagnostic: reads of data at rest, away from the "
+              "write phases, and the engine against the raw reader on the very same files)", "0"},
              {"progress", "", "show a progress bar even when stderr is not a terminal", ""}});
   args.Parse(argc, argv);
   if (args.help()) {
@@ -693,6 +707,7 @@ int RunBenchIo(int argc, char** argv) {
   const std::string mode_s = args.Choice("mode", "direct", {"direct", "buffered"});
   const bool verbose = args.Has("verbose");
   const bool cross = args.Has("cross");
+  const uint64_t reread = args.Uint("reread", 0);
   const std::string raw_memory = args.Choice("raw-buffers", "huge", {"huge", "heap", "shm", "pool"});
   const bool host_copier = args.Choice("copier", "host", {"host", "none"}) == "host";
   for (uint64_t s : sizes) {
@@ -705,6 +720,7 @@ int RunBenchIo(int argc, char** argv) {
     if (d > 1024) throw UsageError("--depths: " + std::to_string(d) + " is above 1024");
   }
   if (repeat == 0 || repeat > 100) throw UsageError("--repeat: must be 1..100");
+  if (reread > 100) throw UsageError("--reread: must be 0..100");
   if (total == 0) throw UsageError("--total: must be > 0");
   const bool direct = mode_s == "direct";
   const IoBackend backend = backend_s == "uring"   ? IoBackend::kUring
@@ -757,7 +773,7 @@ int RunBenchIo(int argc, char** argv) {
   std::fflush(stdout);
 
   std::vector<Row> rows;
-  const uint64_t steps_total = sizes.size() * depths.size() * repeat;
+  const uint64_t steps_total = sizes.size() * depths.size() * (repeat + reread);
   Progress progress("bench io", steps_total, args.Has("progress"));
   uint64_t steps = 0;
   std::random_device rd;
@@ -826,6 +842,33 @@ int RunBenchIo(int argc, char** argv) {
                           depth, rep, gb / secs, cross_c.c_str());
             }
           }
+          if (rep + 1 == repeat && reread > 0) {
+            // Reads at rest: each rotation runs the three readers, each one first in turn, so neither a drift of the
+            // disk nor the slow first read after the writes favours one of them.
+            std::vector<std::string> paths;
+            for (uint64_t i = 0; i < row.files; ++i) paths.push_back(eng.FilePath(rep, i));
+            for (uint64_t a = 0; a < reread; ++a) {
+              double own = 0, crossed = 0, engine = 0;
+              for (uint64_t j = 0; j < 3; ++j) {
+                if (drop_ok) DropPageCache();
+                switch ((a + j) % 3) {
+                  case 0: own = raw.Read(row.files, tag); break;
+                  case 1: crossed = raw.ReadPaths(paths); break;
+                  default: engine = eng.Read(row.files, rep); break;
+                }
+              }
+              row.at_rest_own.push_back(gb / own);
+              row.at_rest_cross.push_back(gb / crossed);
+              row.at_rest_eng.push_back(gb / engine);
+              if (verbose) {
+                std::printf("  %s qd %u reread %llu: raw on its files %.3f, raw on the engine's files %.3f, engine "
+                            "%.3f GB/s\n", FormatSize(chunk).c_str(), depth, static_cast<unsigned long long>(a),
+                            gb / own, gb / crossed, gb / engine);
+              }
+              std::fflush(stdout);
+              progress.Set(++steps);
+            }
+          }
           raw.Remove(row.files, tag);
           eng.Remove(row.files, rep);
           row.raw_w.push_back(gb / raw_w);
@@ -863,14 +906,7 @@ int RunBenchIo(int argc, char** argv) {
   std::string json_rows;
   for (const Row& r : rows) {
     const double rw = Median(r.raw_w), ew = Median(r.eng_w), rr = Median(r.raw_r), er = Median(r.eng_r);
-    // The ratio pairs the two sides of one repetition (measured seconds apart, so a drift of the disk between
-    // repetitions cancels), then takes the median over repetitions.
-    auto paired = [](const std::vector<double>& eng, const std::vector<double>& raw) {
-      std::vector<double> v;
-      for (size_t i = 0; i < eng.size() && i < raw.size(); ++i) v.push_back(eng[i] / raw[i]);
-      return Median(v);
-    };
-    const double wratio = paired(r.eng_w, r.raw_w), rratio = paired(r.eng_r, r.raw_r);
+    const double wratio = PairedRatio(r.eng_w, r.raw_w), rratio = PairedRatio(r.eng_r, r.raw_r);
     t.AddRow({FormatSize(r.chunk), std::to_string(r.depth), std::to_string(r.files), FormatSize(r.pool),
               Fixed(rw, 3), Fixed(ew, 3), Fixed(wratio, 3), Fixed(rr, 3), Fixed(er, 3), Fixed(rratio, 3)});
     auto arr = [](const std::vector<double>& v) {
@@ -890,7 +926,16 @@ int RunBenchIo(int argc, char** argv) {
                  JsonNumber(er) + ", \"read_ratio\": " + JsonNumber(rratio) +
                  ", \"read_ratio_of_medians\": " + JsonNumber(er / rr) +
                  (r.cross_r.empty() ? std::string()
-                                    : ", \"raw_reads_engine_files_gbps\": " + arr(r.cross_r)) + "}";
+                                    : ", \"raw_reads_engine_files_gbps\": " + arr(r.cross_r)) +
+                 (r.at_rest_eng.empty()
+                      ? std::string()
+                      : ", \"at_rest\": {\"raw_own_files_gbps\": " + arr(r.at_rest_own) +
+                            ", \"raw_engine_files_gbps\": " + arr(r.at_rest_cross) +
+                            ", \"engine_gbps\": " + arr(r.at_rest_eng) +
+                            ", \"engine_over_raw_ratio\": " + JsonNumber(PairedRatio(r.at_rest_eng, r.at_rest_own)) +
+                            ", \"engine_over_raw_same_files_ratio\": " +
+                            JsonNumber(PairedRatio(r.at_rest_eng, r.at_rest_cross)) + "}") +
+                 "}";
   }
   std::fputs(t.Render().c_str(), stdout);
   struct rusage ru;
@@ -902,6 +947,20 @@ int RunBenchIo(int argc, char** argv) {
   if (repeat % 2 != 0) {
     std::printf("note: an odd --repeat lets the raw side go first once more than the engine; the phase that goes "
                 "second is often faster on a virtual disk (see docs/performance.md), so use an even count\n");
+  }
+  if (reread > 0) {
+    Table at_rest({"chunk", "depth", "raw on its files", "raw on engine's files", "engine", "engine/raw",
+                   "engine/raw same files"});
+    for (const Row& r : rows) {
+      at_rest.AddRow({FormatSize(r.chunk), std::to_string(r.depth), Fixed(Median(r.at_rest_own), 3),
+                      Fixed(Median(r.at_rest_cross), 3), Fixed(Median(r.at_rest_eng), 3),
+                      Fixed(PairedRatio(r.at_rest_eng, r.at_rest_own), 3),
+                      Fixed(PairedRatio(r.at_rest_eng, r.at_rest_cross), 3)});
+    }
+    std::printf("reads at rest (--reread %llu: the last repetition's files read again, readers rotating):\n",
+                static_cast<unsigned long long>(reread));
+    std::fputs(at_rest.Render().c_str(), stdout);
+    std::printf("GB/s: medians over rotations; ratios: medians over rotations of engine/raw in the same rotation\n");
   }
   std::printf("engine: %s\n", engine_described.c_str());
   const std::string xxh3(detail::Xxh3Variant());

@@ -357,6 +357,25 @@ TEST_F(CliTest, BenchIoPairsRepetitionsAndOffersThePoolAsRawMemoryAndCrossReads)
   EXPECT_NE(r.out.find("--raw-buffers"), std::string::npos) << r.out;
 }
 
+// --reread N reads the last repetition's files again with the three readers rotating, and reports them apart.
+TEST_F(CliTest, BenchIoRereadsTheFilesAtRestWithTheReadersRotating) {
+  const std::string json = dir_.path() + "/io-reread.json";
+  CliRun r = BenchIo("--total 16MiB --chunk-sizes 2MiB --depths 4 --repeat 2 --reread 3 --verbose --json " + json);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("reads at rest (--reread 3"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("engine/raw same files"), std::string::npos) << r.out;
+  for (int a = 0; a < 3; ++a) {
+    EXPECT_NE(r.out.find("qd 4 reread " + std::to_string(a) + ": raw on its files"), std::string::npos) << r.out;
+  }
+  const std::string doc = Slurp(json);
+  EXPECT_NE(doc.find("\"at_rest\": {\"raw_own_files_gbps\": ["), std::string::npos) << doc;
+  EXPECT_NE(doc.find("\"engine_over_raw_same_files_ratio\": "), std::string::npos) << doc;
+  ExpectNoBenchLeftovers();
+  r = Kvtier("bench io --dir " + dir_.path() + " --reread 101");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.out.find("--reread"), std::string::npos) << r.out;
+}
+
 // A run killed with SIGKILL leaves its DIR/kvtier-bench-io.<pid>; the next run removes such a directory when no
 // live run holds it locked and it has not changed for a minute, and leaves alone one that is held, one that is
 // recent and anything not of that exact name.
