@@ -10,10 +10,7 @@
 # and prints the ratio table last. Full JSON and the log go to $OUT (default out/gpu).
 #
 # Missing system libraries (liburing, xxhash, pkg-config) are taken from Debian packages in .gpudeps/ when the
-# machine lacks them (fetch them on a networked machine with
-#   mkdir -p .gpudeps && cd .gpudeps && apt-get download liburing2 liburing-dev libxxhash0 libxxhash-dev \
-#       pkgconf pkgconf-bin libpkgconf3
-# and keep .gpudeps out of git with .git/info/exclude).
+# machine lacks them (scripts/lib/debdeps.sh says how to fetch them).
 #
 # Environment: OUT, KVTIER_GPU_CHUNKS (chunks per copy check, default 8), KVTIER_DISK_CHUNKS (chunks for the disk
 # benchmark, default 64), KVTIER_DISK_ROOT (a directory on the disk to measure, default /var/tmp/kvtier-gpu-bench),
@@ -38,22 +35,9 @@ python3 -c 'import torch, numpy, nanobind; print("torch", torch.__version__, "cu
 uname -r; nproc; df -h "$(dirname "$disk_root")" /dev/shm | tail -n +1
 
 step "dependencies"
-sysroot=/tmp/kvtier-sysroot
-need_deps=0
-for pc in liburing libxxhash; do pkg-config --exists "$pc" 2>/dev/null || need_deps=1; done
-if [ "$need_deps" = 1 ]; then
-  if ! ls .gpudeps/*.deb >/dev/null 2>&1; then echo "missing liburing/xxhash and no .gpudeps/*.deb"; exit 1; fi
-  rm -rf "$sysroot" && mkdir -p "$sysroot"
-  for f in .gpudeps/*.deb; do dpkg -x "$f" "$sysroot"; done
-  libdir=$sysroot/usr/lib/x86_64-linux-gnu
-  sed -i "s|=/usr|=$sysroot/usr|" "$libdir"/pkgconfig/*.pc
-  export PKG_CONFIG_PATH=$libdir/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
-  export LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  export CMAKE_PREFIX_PATH=$sysroot/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}
-  command -v pkg-config >/dev/null || export PATH=$sysroot/usr/bin:$PATH
-  echo "using liburing/xxhash from .gpudeps ($sysroot)"
-fi
-pkg-config --modversion liburing libxxhash || exit 1
+# shellcheck source=lib/debdeps.sh
+source scripts/lib/debdeps.sh
+kvtier_use_debs || exit 1
 
 step "build"
 # A private copy of libstdc++ in the Python modules crashes in a process that loaded the shared one already (numpy,
