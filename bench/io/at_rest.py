@@ -7,7 +7,8 @@ raw on the engine's files, engine), printing "ALT a own X cross Y engine Z" (GB/
 per phase); KVTIER_EXPERIMENT_NOVERIFY skips load verification, _NODEADLINE drops the per-op linked timeouts,
 _FLAGS0 sets up the ring without SINGLE_ISSUER/COOP_TASKRUN, _SYNCOPEN opens and closes chunk files with plain
 syscalls on the reactor thread instead of through the ring, _COPIER_NICE=N runs the host copier thread at nice N, _NOTIMEOUT makes the reactor wait for completions without its
-20 ms timeout. The committed `kvtier bench io --reread N` is the
+20 ms timeout, _POOL_X=N gives the bench's engine N x depth pool slots, _ENGINE_DEPTH=N runs the bench's engine at
+depth N whatever the raw side's. The committed `kvtier bench io --reread N` is the
 product version of the rotation. Per file: medians of each reader and of the per-rotation ratios.
 
   bench/io/at_rest.py FILE [FILE ...]     (e.g. bench/results/io/s5-at-rest/*.txt)
