@@ -457,6 +457,13 @@ class EngineBench {
   double Write(uint64_t n, uint32_t rep) { return Run(n, rep, JobKind::kStore); }
   double Read(uint64_t n, uint32_t rep) { return Run(n, rep, JobKind::kLoad); }
   std::string FilePath(uint32_t rep, uint64_t i) const { return ns_path_ + "/" + ChunkRelPath(Key(rep, i)); }
+  // The paths of chunks 0..n-1 of repetition rep, for the raw reader on the engine's files (--cross, --reread).
+  std::vector<std::string> FilePaths(uint32_t rep, uint64_t n) const {
+    std::vector<std::string> paths;
+    paths.reserve(n);
+    for (uint64_t i = 0; i < n; ++i) paths.push_back(FilePath(rep, i));
+    return paths;
+  }
   void Remove(uint64_t n, uint32_t rep) {
     for (uint64_t i = 0; i < n; ++i) unlink(FilePath(rep, i).c_str());
   }
@@ -832,8 +839,7 @@ int RunBenchIo(int argc, char** argv) {
           if (raw_first) { read_raw(); read_eng(); } else { read_eng(); read_raw(); }
           if (cross) {
             if (drop_ok) DropPageCache();
-            std::vector<std::string> paths;
-            for (uint64_t i = 0; i < row.files; ++i) paths.push_back(eng.FilePath(rep, i));
+            const std::vector<std::string> paths = eng.FilePaths(rep, row.files);
             std::string cross_c;
             const double secs = timed([&] { return raw.ReadPaths(paths); }, &cross_c);
             row.cross_r.push_back(gb / secs);
@@ -845,8 +851,7 @@ int RunBenchIo(int argc, char** argv) {
           if (rep + 1 == repeat && reread > 0) {
             // Reads at rest: each rotation runs the three readers, each one first in turn, so neither a drift of the
             // disk nor the slow first read after the writes favours one of them.
-            std::vector<std::string> paths;
-            for (uint64_t i = 0; i < row.files; ++i) paths.push_back(eng.FilePath(rep, i));
+            const std::vector<std::string> paths = eng.FilePaths(rep, row.files);
             for (uint64_t a = 0; a < reread; ++a) {
               double own = 0, crossed = 0, engine = 0;
               for (uint64_t j = 0; j < 3; ++j) {

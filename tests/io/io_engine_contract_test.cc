@@ -179,7 +179,7 @@ TEST_P(IoEngineContract, OpenOfAMissingFileReturnsEnoent) {
 
 TEST_P(IoEngineContract, OpenWithResolveRefusesSymlinksAndEscapesAndOpensPlainFiles) {
   MAKE_ENGINE_OR_SKIP(engine, 8);
-  if (!Openat2Available()) GTEST_SKIP() << "kernel without openat2";
+  if (!Openat2Available()) GTEST_SKIP() << "openat2 unavailable (kernel without it, or a seccomp filter refusing it)";
   ASSERT_EQ(mkdirat(dir_.dirfd(), "sub", 0700), 0);
   int64_t fd = RunOne(*engine, OpenOp(dir_.dirfd(), "sub/plain", O_CREAT | O_WRONLY, 1));
   ASSERT_GE(fd, 0);

@@ -121,6 +121,12 @@ class CliTest : public ::testing::Test {
     std::ifstream in(path);
     return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   }
+  // bench io with a bad `arg` fails and names `option` in its message.
+  void ExpectBenchIoRefuses(const std::string& arg, const std::string& option) {
+    CliRun r = Kvtier("bench io --dir " + dir_.path() + " " + arg);
+    EXPECT_NE(r.rc, 0) << arg;
+    EXPECT_NE(r.out.find(option), std::string::npos) << r.out;
+  }
   // A bench removed everything it created under the test directory.
   void ExpectNoBenchLeftovers() {
     for (auto& p : fs::directory_iterator(dir_.path())) {
@@ -325,9 +331,7 @@ TEST_F(CliTest, BenchIoWithoutACopierMeasuresTheDiskPathAndNamesIt) {
   EXPECT_NE(r.out.find("disk path alone"), std::string::npos) << r.out;
   const std::string doc = Slurp(json);
   EXPECT_NE(doc.find("\"copier\": \"none\""), std::string::npos) << doc;
-  r = Kvtier("bench io --dir " + dir_.path() + " --copier gpu");
-  EXPECT_NE(r.rc, 0);
-  EXPECT_NE(r.out.find("--copier"), std::string::npos) << r.out;
+  ExpectBenchIoRefuses("--copier gpu", "--copier");
 }
 
 // The paired per-repetition ratio, the raw side on the engine's own slots, and the raw reader on the engine's files.
@@ -352,9 +356,7 @@ TEST_F(CliTest, BenchIoPairsRepetitionsAndOffersThePoolAsRawMemoryAndCrossReads)
   r = BenchIo("--total 8MiB --chunk-sizes 2MiB --depths 4 --repeat 1");
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("odd --repeat"), std::string::npos) << r.out;
-  r = Kvtier("bench io --dir " + dir_.path() + " --raw-buffers gpu");
-  EXPECT_NE(r.rc, 0);
-  EXPECT_NE(r.out.find("--raw-buffers"), std::string::npos) << r.out;
+  ExpectBenchIoRefuses("--raw-buffers gpu", "--raw-buffers");
 }
 
 // --reread N reads the last repetition's files again with the three readers rotating, and reports them apart.
@@ -371,9 +373,7 @@ TEST_F(CliTest, BenchIoRereadsTheFilesAtRestWithTheReadersRotating) {
   EXPECT_NE(doc.find("\"at_rest\": {\"raw_own_files_gbps\": ["), std::string::npos) << doc;
   EXPECT_NE(doc.find("\"engine_over_raw_same_files_ratio\": "), std::string::npos) << doc;
   ExpectNoBenchLeftovers();
-  r = Kvtier("bench io --dir " + dir_.path() + " --reread 101");
-  EXPECT_NE(r.rc, 0);
-  EXPECT_NE(r.out.find("--reread"), std::string::npos) << r.out;
+  ExpectBenchIoRefuses("--reread 101", "--reread");
 }
 
 // A run killed with SIGKILL leaves its DIR/kvtier-bench-io.<pid>; the next run removes such a directory when no
