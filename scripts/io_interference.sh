@@ -5,6 +5,8 @@
 # each condition. DIR must be on the disk to measure and support O_DIRECT (not tmpfs).
 # The engine's read path does memory-heavy work per byte (verify, copy out); this says how much such work by
 # itself costs the disk on this machine. Usage: scripts/io_interference.sh [DIR] [ROUNDS]   (defaults /var/tmp 3)
+# HOG_CPUS="0 1": also run each load pinned to each of these CPUs (taskset), e.g. on and off the CPU that takes
+# the disk's interrupts (/proc/interrupts); unpinned loads are then left out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:-/var/tmp}
@@ -18,10 +20,22 @@ hog=$(mktemp -d)/hog
 trap 'rm -rf "$(dirname "$hog")"; [[ -n ${hog_pid:-} ]] && kill "$hog_pid" 2>/dev/null || true' EXIT
 g++ -O2 -std=c++20 -o "$hog" bench/io/hog.cc
 declare -A reads
+conds=(none memcpy spin)
+if [[ -n ${HOG_CPUS:-} ]]; then
+  conds=(none)
+  for cpu in $HOG_CPUS; do
+    [[ $cpu =~ ^[0-9]+$ ]] || { echo "io_interference: HOG_CPUS must list CPU numbers, got '$HOG_CPUS'" >&2; exit 2; }
+    conds+=("memcpy@$cpu" "spin@$cpu")
+  done
+fi
 for ((r = 1; r <= rounds; r++)); do
-  for cond in none memcpy spin; do
+  for cond in "${conds[@]}"; do
     hog_pid=
-    if [[ $cond != none ]]; then "$hog" "$cond" 0.5 & hog_pid=$!; fi
+    if [[ $cond != none ]]; then
+      kind=${cond%@*}
+      if [[ $cond == *@* ]]; then taskset -c "${cond#*@}" "$hog" "$kind" 0.5 & else "$hog" "$kind" 0.5 & fi
+      hog_pid=$!
+    fi
     out=$("$kvtier" bench io --dir "$dir" --chunk-sizes 2MiB --depths 4 --repeat 4 --total 1GiB --verbose)
     if [[ -n $hog_pid ]]; then kill "$hog_pid" 2>/dev/null || true; wait "$hog_pid" 2>/dev/null || true; hog_pid=; fi
     vals=$(grep -E 'rep [0-9]+ raw +read' <<<"$out" | awk '{print $8}' | tr '\n' ' ' || true)
@@ -30,13 +44,18 @@ for ((r = 1; r <= rounds; r++)); do
     echo "round $r, background $cond: raw read GB/s $vals" >&2
   done
 done
-python3 - "${reads[none]}" "${reads[memcpy]}" "${reads[spin]}" <<'PY'
+args=()
+for cond in "${conds[@]}"; do args+=("$cond" "${reads[$cond]}"); done
+python3 - "${args[@]}" <<'PY'
 import statistics, sys
-names = ["none", "memcpy (50%)", "spin (50%)"]
-vals = [[float(x) for x in s.split()] for s in sys.argv[1:]]
-base = statistics.median(vals[0])
+pairs = list(zip(sys.argv[1::2], sys.argv[2::2]))
+label = {"none": "none", "memcpy": "memcpy (50%)", "spin": "spin (50%)"}
+vals = {c: [float(x) for x in v.split()] for c, v in pairs}
+base = statistics.median(vals["none"])
 print("background load      raw 2 MiB reads at depth 4, GB/s: median (n)   vs none")
-for n, v in zip(names, vals):
-    m = statistics.median(v)
-    print(f"{n:<20} {m:6.3f} ({len(v)})                              {m / base:5.3f}")
+for c, _ in pairs:
+    kind, _, cpu = c.partition("@")
+    name = label[kind] + (f" on CPU {cpu}" if cpu else "")
+    m = statistics.median(vals[c])
+    print(f"{name:<24} {m:6.3f} ({len(vals[c])})                              {m / base:5.3f}")
 PY

@@ -204,15 +204,16 @@ std::map<int, ThreadTime> ThreadTicks() {
 // requests in flight at the disk, the number that decides bandwidth.
 struct DiskStat {
   uint64_t ios = 0, sectors = 0, time_in_queue_ms = 0;
+  uint64_t writes = 0, write_sectors = 0, discards = 0, flushes = 0;  // also counted apart: what else the disk did
   bool ok = false;
 };
 DiskStat ReadDiskStat(dev_t dev) {
   std::ifstream f("/sys/dev/block/" + std::to_string(major(dev)) + ":" + std::to_string(minor(dev)) + "/stat");
-  uint64_t v[11] = {};
-  for (auto& x : v) {
-    if (!(f >> x)) return {};
+  uint64_t v[17] = {};
+  for (int i = 0; i < 17; ++i) {
+    if (!(f >> v[i]) && i < 11) return {};  // discard (4.18) and flush (5.5) fields are absent on older kernels
   }
-  return DiskStat{v[0] + v[4], v[2] + v[6], v[10], true};
+  return DiskStat{v[0] + v[4], v[2] + v[6], v[10], v[4], v[6], v[11], v[15], true};
 }
 
 dev_t g_disk = 0;
@@ -220,8 +221,13 @@ dev_t g_disk = 0;
 struct CpuSample {
   std::map<int, ThreadTime> threads;
   DiskStat disk;
+  uint64_t minor_faults = 0;  // this process's page faults (a guest's are exits to the hypervisor on some VMs)
   Clock::time_point at;
-  static CpuSample Now() { return {ThreadTicks(), ReadDiskStat(g_disk), Clock::now()}; }
+  static CpuSample Now() {
+    struct rusage ru {};
+    getrusage(RUSAGE_SELF, &ru);
+    return {ThreadTicks(), ReadDiskStat(g_disk), static_cast<uint64_t>(ru.ru_minflt), Clock::now()};
+  }
 };
 
 // "cpu 1.23 cores (tid 123 kvtier 45%, iou-wrk 30%); disk qd 3.9, 512KiB/req" between two samples.
@@ -243,13 +249,56 @@ std::string CpuSummary(const CpuSample& a, const CpuSample& b) {
   std::sort(per.rbegin(), per.rend());
   std::string s = "cpu " + Fixed(total / wall, 2) + " cores:";
   for (size_t i = 0; i < per.size() && i < 3; ++i) s += " tid " + per[i].second + " " + Fixed(100 * per[i].first / wall, 0) + "%";
-  s += " iou-wrk " + Fixed(100 * iou / wall, 0) + "%";
+  s += " iou-wrk " + Fixed(100 * iou / wall, 0) + "%, " + std::to_string(b.minor_faults - a.minor_faults) + " page faults";
   if (a.disk.ok && b.disk.ok && b.disk.ios > a.disk.ios) {
     s += "; disk qd " + Fixed(static_cast<double>(b.disk.time_in_queue_ms - a.disk.time_in_queue_ms) / (wall * 1000), 1) +
          ", " + FormatSize((b.disk.sectors - a.disk.sectors) * 512 / (b.disk.ios - a.disk.ios)) + "/req";
+    const uint64_t reads = (b.disk.ios - b.disk.writes) - (a.disk.ios - a.disk.writes);
+    const uint64_t writes = b.disk.writes - a.disk.writes;
+    s += " (" + std::to_string(reads) + " reads, " + std::to_string(writes) + " writes";
+    if (writes > 0) s += " of " + FormatSize((b.disk.write_sectors - a.disk.write_sectors) * 512 / writes);
+    if (b.disk.discards > a.disk.discards) s += ", " + std::to_string(b.disk.discards - a.disk.discards) + " discards";
+    if (b.disk.flushes > a.disk.flushes) s += ", " + std::to_string(b.disk.flushes - a.disk.flushes) + " flushes";
+    s += ")";
   }
   return s;
 }
+
+// --trace-marks PATH: one line at the start and the end of every timed phase, written to PATH and flushed at once.
+// Pointed at tracefs's trace_marker, the lines land in the kernel trace between the block layer's events, so a
+// per-request trace can be cut into phases (bench/io/trace_phases.py); pointed at a file, it is a phase log.
+class PhaseMarks {
+ public:
+  explicit PhaseMarks(const std::string& path) {
+    if (path.empty()) return;
+    f_ = std::fopen(path.c_str(), "w");
+    if (f_ == nullptr) throw CliError("--trace-marks " + path + ": " + std::strerror(errno));
+  }
+  ~PhaseMarks() {
+    if (f_ != nullptr) std::fclose(f_);
+  }
+  PhaseMarks(const PhaseMarks&) = delete;
+  PhaseMarks& operator=(const PhaseMarks&) = delete;
+
+  // "kvtier-bench-io PHASE eng_read begin chunk 2097152 depth 4 rep 3"
+  void Mark(const char* phase, const char* edge, uint64_t chunk, uint32_t depth, uint64_t rep) {
+    if (f_ == nullptr) return;
+    std::fprintf(f_, "kvtier-bench-io PHASE %s %s chunk %llu depth %u rep %llu\n", phase, edge,
+                 static_cast<unsigned long long>(chunk), depth, static_cast<unsigned long long>(rep));
+    if (std::fflush(f_) != 0) throw CliError(std::string("--trace-marks: write failed: ") + std::strerror(errno));
+  }
+  // Runs fn between a begin and an end mark; returns what fn returns.
+  template <typename Fn>
+  auto Around(const char* phase, uint64_t chunk, uint32_t depth, uint64_t rep, Fn&& fn) {
+    Mark(phase, "begin", chunk, depth, rep);
+    auto r = fn();
+    Mark(phase, "end", chunk, depth, rep);
+    return r;
+  }
+
+ private:
+  FILE* f_ = nullptr;
+};
 
 // ---------------------------------------------------------------------------------------------------------------
 // Raw io_uring baseline
@@ -699,6 +748,9 @@ int RunBenchIo(int argc, char** argv) {
               "three readers (raw on its own files, raw on the engine's files, engine) in rotating order, and "
               "print their medians and ratios as a second table (diagnostic: reads of data at rest, away from the "
               "write phases, and the engine against the raw reader on the very same files)", "0"},
+             {"trace-marks", "PATH", "write a line at the start and end of every timed phase to PATH, e.g. "
+              "/sys/kernel/tracing/trace_marker, to cut a kernel trace of the block layer into phases "
+              "(bench/io/trace_bench_io.sh does it all)", ""},
              {"progress", "", "show a progress bar even when stderr is not a terminal", ""}});
   args.Parse(argc, argv);
   if (args.help()) {
@@ -715,6 +767,8 @@ int RunBenchIo(int argc, char** argv) {
   const bool verbose = args.Has("verbose");
   const bool cross = args.Has("cross");
   const uint64_t reread = args.Uint("reread", 0);
+  const std::string marks_path = args.Str("trace-marks");
+  if (args.Has("trace-marks") && marks_path.empty()) throw UsageError("--trace-marks: needs a path");
   const std::string raw_memory = args.Choice("raw-buffers", "huge", {"huge", "heap", "shm", "pool"});
   const bool host_copier = args.Choice("copier", "host", {"host", "none"}) == "host";
   for (uint64_t s : sizes) {
@@ -749,6 +803,7 @@ int RunBenchIo(int argc, char** argv) {
   }
   std::string why;
   if (!io::UringAvailable(&why)) throw CliError("io_uring is unavailable on this kernel: " + why);
+  PhaseMarks marks(marks_path);
 
   RemoveLeftoversOfKilledRuns(dir);
   const std::string base = dir + "/kvtier-bench-io." + std::to_string(getpid());
@@ -829,10 +884,13 @@ int RunBenchIo(int argc, char** argv) {
             *cpu = CpuSummary(c0, CpuSample::Now());
             return secs;
           };
-          auto write_raw = [&] { raw_w = timed([&] { return raw.Write(row.files, tag); }, &raw_wc); };
-          auto write_eng = [&] { eng_w = timed([&] { return eng.Write(row.files, rep); }, &eng_wc); };
-          auto read_raw = [&] { raw_r = timed([&] { return raw.Read(row.files, tag); }, &raw_rc); };
-          auto read_eng = [&] { eng_r = timed([&] { return eng.Read(row.files, rep); }, &eng_rc); };
+          auto marked = [&](const char* phase, auto&& fn) {
+            return [&, phase] { return marks.Around(phase, chunk, depth, rep, fn); };
+          };
+          auto write_raw = [&] { raw_w = timed(marked("raw_write", [&] { return raw.Write(row.files, tag); }), &raw_wc); };
+          auto write_eng = [&] { eng_w = timed(marked("eng_write", [&] { return eng.Write(row.files, rep); }), &eng_wc); };
+          auto read_raw = [&] { raw_r = timed(marked("raw_read", [&] { return raw.Read(row.files, tag); }), &raw_rc); };
+          auto read_eng = [&] { eng_r = timed(marked("eng_read", [&] { return eng.Read(row.files, rep); }), &eng_rc); };
           const bool raw_first = rep % 2 == 0;
           if (raw_first) { write_raw(); write_eng(); } else { write_eng(); write_raw(); }
           if (drop_ok) DropPageCache();
@@ -841,7 +899,7 @@ int RunBenchIo(int argc, char** argv) {
             if (drop_ok) DropPageCache();
             const std::vector<std::string> paths = eng.FilePaths(rep, row.files);
             std::string cross_c;
-            const double secs = timed([&] { return raw.ReadPaths(paths); }, &cross_c);
+            const double secs = timed(marked("cross_read", [&] { return raw.ReadPaths(paths); }), &cross_c);
             row.cross_r.push_back(gb / secs);
             if (verbose) {
               std::printf("  %s qd %u rep %u raw reads the engine's files %.3f GB/s (%s)\n", FormatSize(chunk).c_str(),
@@ -856,10 +914,11 @@ int RunBenchIo(int argc, char** argv) {
               double own = 0, crossed = 0, engine = 0;
               for (uint64_t j = 0; j < 3; ++j) {
                 if (drop_ok) DropPageCache();
+                const uint64_t at = repeat + a;  // rotations are numbered after the repetitions in the marks
                 switch ((a + j) % 3) {
-                  case 0: own = raw.Read(row.files, tag); break;
-                  case 1: crossed = raw.ReadPaths(paths); break;
-                  default: engine = eng.Read(row.files, rep); break;
+                  case 0: own = marks.Around("rest_raw_read", chunk, depth, at, [&] { return raw.Read(row.files, tag); }); break;
+                  case 1: crossed = marks.Around("rest_cross_read", chunk, depth, at, [&] { return raw.ReadPaths(paths); }); break;
+                  default: engine = marks.Around("rest_eng_read", chunk, depth, at, [&] { return eng.Read(row.files, rep); }); break;
                 }
               }
               row.at_rest_own.push_back(gb / own);

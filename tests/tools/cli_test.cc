@@ -376,6 +376,37 @@ TEST_F(CliTest, BenchIoRereadsTheFilesAtRestWithTheReadersRotating) {
   ExpectBenchIoRefuses("--reread 101", "--reread");
 }
 
+// --trace-marks PATH: a begin and an end line per timed phase, in order, with the configuration and repetition, so
+// a kernel trace can be cut into phases; an unwritable PATH is refused before anything runs.
+TEST_F(CliTest, BenchIoMarksEveryTimedPhase) {
+  const std::string marks = dir_.path() + "/marks.txt";
+  CliRun r = BenchIo("--total 8MiB --chunk-sizes 2MiB --depths 4 --repeat 2 --cross --reread 1 --trace-marks " + marks);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  std::vector<std::string> lines;
+  std::istringstream in(Slurp(marks));
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  auto mark = [](const std::string& phase, const std::string& edge, int rep) {
+    return "kvtier-bench-io PHASE " + phase + " " + edge + " chunk 2097152 depth 4 rep " + std::to_string(rep);
+  };
+  // Repetition 0 runs the raw side first, repetition 1 the engine; --cross follows both reads; the one rotation of
+  // --reread (numbered after the repetitions) runs raw on its files, raw on the engine's, then the engine.
+  std::vector<std::string> want;
+  const std::vector<std::vector<std::string>> order = {
+      {"raw_write", "eng_write", "raw_read", "eng_read", "cross_read"},
+      {"eng_write", "raw_write", "eng_read", "raw_read", "cross_read", "rest_raw_read", "rest_cross_read",
+       "rest_eng_read"}};
+  for (int rep = 0; rep < 2; ++rep) {
+    for (const std::string& phase : order[rep]) {
+      const int n = phase.rfind("rest_", 0) == 0 ? 2 : rep;
+      want.push_back(mark(phase, "begin", n));
+      want.push_back(mark(phase, "end", n));
+    }
+  }
+  EXPECT_EQ(lines, want) << Slurp(marks);
+  ExpectNoBenchLeftovers();
+  ExpectBenchIoRefuses("--trace-marks " + dir_.path() + "/no/such/dir/marks", "--trace-marks " + dir_.path());
+}
+
 // A run killed with SIGKILL leaves its DIR/kvtier-bench-io.<pid>; the next run removes such a directory when no
 // live run holds it locked and it has not changed for a minute, and leaves alone one that is held, one that is
 // recent and anything not of that exact name.
