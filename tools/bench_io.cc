@@ -221,7 +221,7 @@ dev_t g_disk = 0;
 struct CpuSample {
   std::map<int, ThreadTime> threads;
   DiskStat disk;
-  uint64_t minor_faults = 0;  // this process's page faults (a guest's are exits to the hypervisor on some VMs)
+  uint64_t minor_faults = 0;  // this process's page faults (getrusage)
   Clock::time_point at;
   static CpuSample Now() {
     struct rusage ru {};
@@ -249,7 +249,8 @@ std::string CpuSummary(const CpuSample& a, const CpuSample& b) {
   std::sort(per.rbegin(), per.rend());
   std::string s = "cpu " + Fixed(total / wall, 2) + " cores:";
   for (size_t i = 0; i < per.size() && i < 3; ++i) s += " tid " + per[i].second + " " + Fixed(100 * per[i].first / wall, 0) + "%";
-  s += " iou-wrk " + Fixed(100 * iou / wall, 0) + "%, " + std::to_string(b.minor_faults - a.minor_faults) + " page faults";
+  s += " iou-wrk " + Fixed(100 * iou / wall, 0) + "%, " + std::to_string(b.minor_faults - a.minor_faults) +
+       " page faults";
   if (a.disk.ok && b.disk.ok && b.disk.ios > a.disk.ios) {
     s += "; disk qd " + Fixed(static_cast<double>(b.disk.time_in_queue_ms - a.disk.time_in_queue_ms) / (wall * 1000), 1) +
          ", " + FormatSize((b.disk.sectors - a.disk.sectors) * 512 / (b.disk.ios - a.disk.ios)) + "/req";
@@ -884,11 +885,16 @@ int RunBenchIo(int argc, char** argv) {
             *cpu = CpuSummary(c0, CpuSample::Now());
             return secs;
           };
-          auto marked = [&](const char* phase, auto&& fn) {
-            return [&, phase] { return marks.Around(phase, chunk, depth, rep, fn); };
+          // A phase run between its --trace-marks lines (outside the time it measures itself).
+          auto marked = [&](const char* phase, auto fn) {
+            return [&, phase, fn] { return marks.Around(phase, chunk, depth, rep, fn); };
           };
-          auto write_raw = [&] { raw_w = timed(marked("raw_write", [&] { return raw.Write(row.files, tag); }), &raw_wc); };
-          auto write_eng = [&] { eng_w = timed(marked("eng_write", [&] { return eng.Write(row.files, rep); }), &eng_wc); };
+          auto write_raw = [&] {
+            raw_w = timed(marked("raw_write", [&] { return raw.Write(row.files, tag); }), &raw_wc);
+          };
+          auto write_eng = [&] {
+            eng_w = timed(marked("eng_write", [&] { return eng.Write(row.files, rep); }), &eng_wc);
+          };
           auto read_raw = [&] { raw_r = timed(marked("raw_read", [&] { return raw.Read(row.files, tag); }), &raw_rc); };
           auto read_eng = [&] { eng_r = timed(marked("eng_read", [&] { return eng.Read(row.files, rep); }), &eng_rc); };
           const bool raw_first = rep % 2 == 0;
@@ -916,9 +922,15 @@ int RunBenchIo(int argc, char** argv) {
                 if (drop_ok) DropPageCache();
                 const uint64_t at = repeat + a;  // rotations are numbered after the repetitions in the marks
                 switch ((a + j) % 3) {
-                  case 0: own = marks.Around("rest_raw_read", chunk, depth, at, [&] { return raw.Read(row.files, tag); }); break;
-                  case 1: crossed = marks.Around("rest_cross_read", chunk, depth, at, [&] { return raw.ReadPaths(paths); }); break;
-                  default: engine = marks.Around("rest_eng_read", chunk, depth, at, [&] { return eng.Read(row.files, rep); }); break;
+                  case 0:
+                    own = marks.Around("rest_raw_read", chunk, depth, at, [&] { return raw.Read(row.files, tag); });
+                    break;
+                  case 1:
+                    crossed = marks.Around("rest_cross_read", chunk, depth, at, [&] { return raw.ReadPaths(paths); });
+                    break;
+                  default:
+                    engine = marks.Around("rest_eng_read", chunk, depth, at, [&] { return eng.Read(row.files, rep); });
+                    break;
                 }
               }
               row.at_rest_own.push_back(gb / own);
