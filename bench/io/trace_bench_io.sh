@@ -17,6 +17,9 @@ fi
 out=$1
 shift
 T=/sys/kernel/tracing
+if [ ! -e "$T/trace_marker" ] && [ -d "$T" ] && [ "$(id -u)" = 0 ]; then
+  mount -t tracefs nodev "$T" 2>/dev/null || true  # containers often have it unmounted
+fi
 [ -w "$T/trace_marker" ] || T=/sys/kernel/debug/tracing
 if [ ! -w "$T/trace_marker" ]; then
   echo "trace_bench_io.sh: no writable tracefs (/sys/kernel/tracing); needs root and a kernel with tracing" >&2
@@ -28,12 +31,13 @@ if [ -z "${KVTIER_BIN:-}" ] && [ ! -x "$bin" ]; then
   cmake --build --preset release --target kvtier >/dev/null
 fi
 events=(block/block_rq_issue block/block_rq_complete)  # trace_marker lines are recorded without an event
-old_size=$(cat "$T/buffer_size_kb")
+# "1408", or "7 (expanded: 1408)" while the buffer has not been used yet: the size it gets once used.
+old_size=$(sed -E 's/.*expanded: ([0-9]+).*/\1/' "$T/buffer_size_kb")
 old_on=$(cat "$T/tracing_on")
 restore() {
   echo 0 >"$T/tracing_on"
   for e in "${events[@]}"; do echo 0 >"$T/events/$e/enable" 2>/dev/null || true; done
-  echo "$old_size" >"$T/buffer_size_kb"
+  echo "$old_size" >"$T/buffer_size_kb" 2>/dev/null || echo "trace_bench_io.sh: could not restore buffer_size_kb" >&2
   echo "$old_on" >"$T/tracing_on"
 }
 trap restore EXIT
