@@ -377,6 +377,9 @@ Result<JobId> EngineImpl::Enqueue(JobKind kind, std::vector<ChunkTransfer> chunk
     c->num_blocks = chunks[i].num_blocks ? chunks[i].num_blocks
                                          : options_.identity.blocks_per_chunk - chunks[i].first_block;
     c->req = std::move(chunks[i]);
+    if (kind == JobKind::kLoad) {
+      for (const CopySegment& seg : c->req.segments) job->copy_out_bytes += seg.bytes;
+    }
     if (i < preset_slots.size()) c->preset_slot = preset_slots[i];
     c->rel_path = ChunkRelPath(c->req.key);
     job->chunks.push_back(std::move(c));

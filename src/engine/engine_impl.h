@@ -275,6 +275,7 @@ struct EngineImpl::Job {
   uint32_t slots_held = 0;  // <= 2 x io_depth (S1): a job larger than the pool streams through it
   uint32_t unfinished = 0;
   uint64_t bytes = 0;
+  uint64_t copy_out_bytes = 0;  // loads: bytes of every chunk's segments (the host copier streams big jobs)
   bool reported = false;
   bool internal = false;  // promotions and committed stores: nobody waits for the result
 };

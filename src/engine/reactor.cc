@@ -510,6 +510,7 @@ void EngineImpl::QueueLoadCopy(Chunk& c) {
   t.slot_data = pool_->SlotData(s->slot) + kHeaderBytes + skip;
   t.slot_bytes = uint64_t(c.num_blocks) * block_stride_;
   t.segments = c.req.segments;
+  t.job_bytes = c.job->copy_out_bytes;
   copy_ctx_[t.id] = &c;
   c.copies_in_flight++;
   copy_batch_.push_back(std::move(t));

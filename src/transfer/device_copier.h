@@ -26,6 +26,7 @@ struct CopyTask {
   uint8_t* slot_data = nullptr;          // start of the bytes transferred in the slot
   uint64_t slot_bytes = 0;               // bytes valid from slot_data (bounds for segments)
   std::vector<CopySegment> segments;     // slot_offset relative to slot_data
+  uint64_t job_bytes = 0;                // loads: bytes the whole job copies out of slots (0: unknown); a hint
 };
 
 struct CopyDone {
@@ -51,8 +52,8 @@ class DeviceCopier {
 std::unique_ptr<DeviceCopier> CreateHostCopier();
 
 // Whether the host copier copies a chunk of `chunk_bytes` out of its slot with streaming (non-temporal) stores:
-// chunks of at least a quarter of the last-level cache, on CPUs with AVX2, outside sanitizer builds, unless
-// KVTIER_HOST_COPY=memcpy. Exposed for tests and `kvtier bench io`.
-bool HostCopierStreams(uint64_t chunk_bytes);
+// chunks, or chunks of load jobs (`job_bytes`, CopyTask::job_bytes), of at least a quarter of the last-level cache,
+// on CPUs with AVX2, outside sanitizer builds, unless KVTIER_HOST_COPY=memcpy. Exposed for tests and `kvtier bench io`.
+bool HostCopierStreams(uint64_t chunk_bytes, uint64_t job_bytes = 0);
 
 }  // namespace kvtier

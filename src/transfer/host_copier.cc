@@ -1,5 +1,7 @@
 // HostCopier: copies between staging slots and host memory on one helper thread, so the reactor never stalls on
-// a large copy while disk reads are waiting to be issued (memcpy; streaming stores out of large chunks, below).
+// a large copy while disk reads are waiting to be issued (memcpy; streaming stores out of large chunks and out of
+// the chunks of large load jobs, below).
+#include <algorithm>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -33,14 +35,15 @@ namespace {
 #if defined(__x86_64__) && !defined(KVTIER_SANITIZED_BUILD)
 #define KVTIER_STREAM_COPY 1
 
-// Copies out of a slot (loads) of chunks larger than a quarter of the last-level cache use non-temporal stores:
-// such a chunk's destination cannot stay in the cache anyway, and streaming skips the read-for-ownership of every
-// destination line, so the copy moves 2 bytes of memory traffic per byte instead of 3 (one thread, 64 MiB, on the
-// 2-vCPU EPYC VM we test on, as `kvtier bench io --verbose` prints it: memcpy 12-13 GB/s, streaming 13-20 GB/s). Smaller chunks keep memcpy: when their
-// destinations are reused (a few buffers in flight) they are still in the cache, and writing them around it would
-// cost more than it saves. glibc's memcpy makes a similar switch, but only above a fraction of the cache size the
-// VM reports (hundreds of MiB here), i.e. never. Copies into a slot (stores) keep memcpy: the reactor checksums
-// the slot right after, and should find it in the cache.
+// Copies out of a slot (loads) of chunks larger than a quarter of the last-level cache, or of any chunk of a load
+// job that copies out that much in all, use non-temporal stores: such destinations cannot stay in the cache anyway,
+// and streaming skips the read-for-ownership of every destination line, so the copy moves 2 bytes of memory traffic
+// per byte instead of 3 (one thread, 64 MiB, on the 2-vCPU EPYC VM we test on, as `kvtier bench io --verbose`
+// prints it: memcpy 12-13 GB/s, streaming 13-20 GB/s; on that VM the disk itself slows while the guest moves
+// memory, docs/performance.md, session 6). A small load (a few chunks, smaller than the cache in all) keeps memcpy:
+// its caller finds the bytes in the cache. glibc's memcpy makes a similar switch, but only above a fraction of the
+// cache size the VM reports (hundreds of MiB here), i.e. never. Copies into a slot (stores) keep memcpy: the
+// reactor checksums the slot right after, and should find it in the cache.
 uint64_t LastLevelCacheBytes() {
   uint64_t best = 0;
   int best_level = 0;
@@ -152,7 +155,7 @@ class HostCopier final : public DeviceCopier {
 #if defined(KVTIER_STREAM_COPY)
     if (StreamCopyAvailable()) {
       return StreamThreshold() == 0 ? "host (AVX2 streaming stores out of every chunk)"
-                                    : "host (memcpy; AVX2 streaming stores out of chunks >= LLC/4)";
+                                    : "host (memcpy; AVX2 streaming stores out of chunks or load jobs >= LLC/4)";
     }
 #endif
     return "host (memcpy)";
@@ -188,7 +191,7 @@ class HostCopier final : public DeviceCopier {
   static Status Copy(const CopyTask& t) {
     uint64_t total = 0;
     for (const CopySegment& s : t.segments) total += s.bytes;
-    const bool stream = t.direction == CopyDirection::kSlotToDevice && StreamChunk(total);
+    const bool stream = t.direction == CopyDirection::kSlotToDevice && StreamChunk(std::max(total, t.job_bytes));
     for (const CopySegment& s : t.segments) {
       if (s.slot_offset + s.bytes > t.slot_bytes || s.address == 0) {
         return Status(StatusCode::kInvalidArgument, "copy segment outside the slot or to a null address");
@@ -232,6 +235,8 @@ class HostCopier final : public DeviceCopier {
 
 std::unique_ptr<DeviceCopier> CreateHostCopier() { return std::make_unique<HostCopier>(); }
 
-bool HostCopierStreams(uint64_t chunk_bytes) { return StreamChunk(chunk_bytes); }
+bool HostCopierStreams(uint64_t chunk_bytes, uint64_t job_bytes) {
+  return StreamChunk(std::max(chunk_bytes, job_bytes));
+}
 
 }  // namespace kvtier

@@ -5,7 +5,9 @@
 
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 #include <random>
+#include <utility>
 
 #include <gtest/gtest.h>
 
@@ -117,6 +119,67 @@ TEST_F(EngineTest, StoredChunksLoadBackByteForByte) {
   auto s = e->Stats();
   EXPECT_EQ(s.chunks_loaded, 6u);
   EXPECT_EQ(s.corrupt_entries, 0u);
+}
+
+// The host copier, recording what each copy task says about its job (the copier streams past the cache when a
+// load job copies out more than the cache holds; CopyTask::job_bytes).
+class RecordingCopier final : public DeviceCopier {
+ public:
+  RecordingCopier() : inner_(CreateHostCopier()) {}
+  std::string_view name() const override { return inner_->name(); }
+  void SetWakeup(std::function<void()> wakeup) override { inner_->SetWakeup(std::move(wakeup)); }
+  void Submit(std::vector<CopyTask> batch) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const CopyTask& t : batch) seen_.emplace_back(t.direction, t.job_bytes);
+    }
+    inner_->Submit(std::move(batch));
+  }
+  void Poll(std::vector<CopyDone>* done) override { inner_->Poll(done); }
+  size_t pending() const override { return inner_->pending(); }
+  std::vector<std::pair<CopyDirection, uint64_t>> TakeSeen() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return std::exchange(seen_, {});
+  }
+
+ private:
+  std::unique_ptr<DeviceCopier> inner_;
+  std::mutex mu_;
+  std::vector<std::pair<CopyDirection, uint64_t>> seen_;
+};
+
+TEST_F(EngineTest, LoadCopiesTellTheCopierTheirJobsSize) {
+  auto owned = std::make_unique<RecordingCopier>();
+  RecordingCopier* copier = owned.get();
+  auto opened = Engine::Open(Options(root_), std::move(owned));
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  Engine& e = **opened;
+  std::vector<HostChunk> src(5);
+  for (size_t i = 0; i < src.size(); ++i) src[i].Fill(40 + i);
+  ASSERT_TRUE(Store(e, src).all_ok());
+  for (const auto& [direction, job_bytes] : copier->TakeSeen()) {
+    EXPECT_EQ(direction, CopyDirection::kDeviceToSlot);
+    EXPECT_EQ(job_bytes, 0u) << "stores say nothing";
+  }
+  // One load of all five chunks, whole: every copy carries the job's 5 chunks' bytes.
+  std::vector<HostChunk> dst(5);
+  std::vector<ChunkTransfer> t;
+  for (size_t i = 0; i < dst.size(); ++i) t.push_back({Key(i), 0, 0, dst[i].Segments(e.block_stride())});
+  ASSERT_TRUE(Run(e, e.SubmitLoad(std::move(t))).all_ok());
+  auto seen = copier->TakeSeen();
+  ASSERT_EQ(seen.size(), 5u);
+  for (const auto& [direction, job_bytes] : seen) {
+    EXPECT_EQ(direction, CopyDirection::kSlotToDevice);
+    EXPECT_EQ(job_bytes, 5u * kBlocks * kBlockBytes);
+  }
+  for (size_t i = 0; i < src.size(); ++i) EXPECT_EQ(src[i].bytes, dst[i].bytes) << "chunk " << i;
+  // A partial load of two blocks of one chunk: only those bytes.
+  HostChunk part;
+  std::vector<ChunkTransfer> p{{Key(3), 1, 2, part.Segments(e.block_stride(), 1, 2)}};
+  ASSERT_TRUE(Run(e, e.SubmitLoad(std::move(p))).all_ok());
+  seen = copier->TakeSeen();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].second, 2u * kBlockBytes);
 }
 
 TEST_F(EngineTest, PartialLoadReadsOnlyTheBlocksAskedFor) {

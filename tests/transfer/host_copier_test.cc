@@ -44,8 +44,9 @@ struct Shape {
   uint64_t host_misalign;  // bytes past a 64-byte boundary
 };
 
-// Small to 2 MiB segments, each copied as its own task (below the streaming threshold of LLC/4, so memcpy); odd
-// sizes leave a tail; misaligned ends on both sides. The streaming test below reuses them in one large task.
+// Small to 2 MiB segments, each copied as its own task (below the streaming threshold of LLC/4: memcpy, unless the
+// task says its job is larger than that); odd sizes leave a tail; misaligned ends on both sides. The streaming test
+// below reuses them in one large task.
 const std::vector<Shape> kShapes = {
     {100, 0, 0},          {4096, 4096, 3},         {(64 << 10) - 1, 17, 5}, {64 << 10, 0, 0},
     {(64 << 10) + 1, 33, 31}, {200003, 4096, 1},   {(1 << 20) + 77, 129, 32}, {(2 << 20), 0, 0},
@@ -76,25 +77,31 @@ CopyTask TaskOver(uint64_t id, CopyDirection direction, std::vector<uint8_t>& sl
   return t;
 }
 
+// Each shape alone, as a chunk of a small job (memcpy) and of a job larger than the cache (streaming stores where
+// the build and CPU have them, HostCopierStreams).
 TEST(HostCopier, CopiesOutOfASlotByteExactAndNothingOutsideTheSegments) {
   auto copier = StartedHostCopier();
   std::vector<uint8_t> slot = PatternedSlot(kShapes, 1);
   uint64_t id = 1;
-  for (const Shape& s : kShapes) {
-    SCOPED_TRACE("bytes " + std::to_string(s.bytes) + " slot offset " + std::to_string(s.slot_offset) +
-                 " host misalignment " + std::to_string(s.host_misalign));
-    constexpr uint64_t kGuard = 256;
-    std::vector<uint8_t> host(s.bytes + 2 * kGuard + 64, 0xee);
-    uint8_t* base = host.data() + kGuard;
-    base += (64 - (reinterpret_cast<uintptr_t>(base) & 63)) & 63;
-    uint8_t* dst = base + s.host_misalign;
-    CopyTask t = TaskOver(id++, CopyDirection::kSlotToDevice, slot);
-    t.segments.push_back(CopySegment{s.slot_offset, reinterpret_cast<uint64_t>(dst), s.bytes});
-    ASSERT_TRUE(RunOne(*copier, std::move(t)).ok());
-    ASSERT_EQ(std::memcmp(dst, slot.data() + s.slot_offset, s.bytes), 0);
-    for (uint8_t* p = host.data(); p < dst; ++p) ASSERT_EQ(*p, 0xee) << "byte before the segment written";
-    for (uint8_t* p = dst + s.bytes; p < host.data() + host.size(); ++p) {
-      ASSERT_EQ(*p, 0xee) << "byte after the segment written";
+  for (const uint64_t job_bytes : {uint64_t{0}, uint64_t{1} << 40}) {
+    for (const Shape& s : kShapes) {
+      SCOPED_TRACE("bytes " + std::to_string(s.bytes) + " slot offset " + std::to_string(s.slot_offset) +
+                   " host misalignment " + std::to_string(s.host_misalign) + " job bytes " + std::to_string(job_bytes) +
+                   (HostCopierStreams(s.bytes, job_bytes) ? " (streaming)" : " (memcpy)"));
+      constexpr uint64_t kGuard = 256;
+      std::vector<uint8_t> host(s.bytes + 2 * kGuard + 64, 0xee);
+      uint8_t* base = host.data() + kGuard;
+      base += (64 - (reinterpret_cast<uintptr_t>(base) & 63)) & 63;
+      uint8_t* dst = base + s.host_misalign;
+      CopyTask t = TaskOver(id++, CopyDirection::kSlotToDevice, slot);
+      t.segments.push_back(CopySegment{s.slot_offset, reinterpret_cast<uint64_t>(dst), s.bytes});
+      t.job_bytes = job_bytes;
+      ASSERT_TRUE(RunOne(*copier, std::move(t)).ok());
+      ASSERT_EQ(std::memcmp(dst, slot.data() + s.slot_offset, s.bytes), 0);
+      for (uint8_t* p = host.data(); p < dst; ++p) ASSERT_EQ(*p, 0xee) << "byte before the segment written";
+      for (uint8_t* p = dst + s.bytes; p < host.data() + host.size(); ++p) {
+        ASSERT_EQ(*p, 0xee) << "byte after the segment written";
+      }
     }
   }
 }
@@ -182,12 +189,15 @@ TEST(HostCopier, NamesHowItCopies) {
   EXPECT_EQ(name.find("streaming") != std::string::npos, HostCopierStreams(uint64_t{1} << 40)) << name;
 }
 
-TEST(HostCopier, StreamsOnlyChunksLargerThanTheCacheCanHold) {
+TEST(HostCopier, StreamsOnlyChunksOrJobsLargerThanTheCacheCanHold) {
   if (const char* forced = std::getenv("KVTIER_HOST_COPY"); forced != nullptr) {
     GTEST_SKIP() << "KVTIER_HOST_COPY=" << forced << " overrides the size rule";
   }
-  // 64 KiB is below a quarter of any last-level cache worth the name; small chunks always take memcpy.
+  // 64 KiB is below a quarter of any last-level cache worth the name; small chunks of small jobs take memcpy.
   EXPECT_FALSE(HostCopierStreams(64 << 10));
+  EXPECT_FALSE(HostCopierStreams(64 << 10, 1 << 20));
+  // A small chunk of a job larger than the cache streams whenever streaming exists at all.
+  EXPECT_EQ(HostCopierStreams(64 << 10, uint64_t{1} << 40), HostCopierStreams(uint64_t{1} << 40));
 }
 
 }  // namespace
