@@ -3,8 +3,9 @@
 
 Input: tracefs text (`cat /sys/kernel/tracing/trace`) recorded with the events block:block_rq_issue and
 block:block_rq_complete while `kvtier bench io --trace-marks /sys/kernel/tracing/trace_marker` ran (its lines
-appear as tracing_mark_write; bench/io/trace_bench_io.sh does all of it). Per phase (raw_read, eng_read, cross_read, writes, the reads at
-rest of --reread) it prints, for the requests of the phase's direction that were issued and completed inside it:
+appear as tracing_mark_write; bench/io/trace_bench_io.sh does all of it). Per phase (raw_read, eng_read,
+cross_read, writes, the reads at rest of --reread) it prints, for the requests of the phase's direction that were
+issued and completed inside it:
 
   GB/s      bytes completed over the phase's wall time
   qd        time-weighted requests in flight at the disk (issue to completion)

@@ -23,7 +23,8 @@ def issue(ts, sector, n=4104, rw="R", dev="254,0", task="kvtier-101"):
 
 
 def complete(ts, sector, n=4104, rw="R", dev="254,0"):
-    return f"          <idle>-0       [001] d.h1. {ts:.6f}: block_rq_complete: {dev} {rw} () {sector} + {n} be,0,4 [0]\n"
+    return (f"          <idle>-0       [001] d.h1. {ts:.6f}: block_rq_complete: {dev} {rw} () {sector} + {n} "
+            "be,0,4 [0]\n")
 
 
 def phase(t0, name, rep, latency, sectors, gap=0.00005):
