@@ -111,7 +111,8 @@ def test_metrics_report():
 def test_mooncake_trace_prompts_repeat_where_ids_repeat():
     path = os.path.join(TRACES, "mooncake_conversation_trace.jsonl")
     if not os.path.exists(path):
-        pytest.skip("shared traces not present")
+        pytest.skip(f"the Mooncake trace {os.path.normpath(path)} is not on this machine (team data outside the "
+                    "repository, not in a clean clone)")
     reqs = r.load_trace(path, max_requests=200)
     b = r.TokenBuilder(512, length_scale=1 / 32)
     prompts = {x.index: b.prompt(x) for x in reqs}
