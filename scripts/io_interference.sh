@@ -7,6 +7,8 @@
 # itself costs the disk on this machine. Usage: scripts/io_interference.sh [DIR] [ROUNDS]   (defaults /var/tmp 3)
 # HOG_CPUS="0 1": also run each load pinned to each of these CPUs (taskset), e.g. on and off the CPU that takes
 # the disk's interrupts (/proc/interrupts); unpinned loads are then left out.
+# HOG_KINDS="read write": which loads (bench/io/hog.cc: memcpy read sread write stream cached avx scalar alu spin);
+# default "memcpy spin".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:-/var/tmp}
@@ -20,12 +22,17 @@ hog=$(mktemp -d)/hog
 trap 'rm -rf "$(dirname "$hog")"; [[ -n ${hog_pid:-} ]] && kill "$hog_pid" 2>/dev/null || true' EXIT
 g++ -O2 -std=c++20 -o "$hog" bench/io/hog.cc
 declare -A reads
-conds=(none memcpy spin)
+kinds=(${HOG_KINDS:-memcpy spin})
+for kind in "${kinds[@]}"; do
+  [[ $kind =~ ^(memcpy|read|sread|write|stream|cached|avx|scalar|alu|spin)$ ]] ||
+    { echo "io_interference: HOG_KINDS: unknown load '$kind' (memcpy read sread write stream cached avx scalar alu spin)" >&2; exit 2; }
+done
+conds=(none "${kinds[@]}")
 if [[ -n ${HOG_CPUS:-} ]]; then
   conds=(none)
   for cpu in $HOG_CPUS; do
     [[ $cpu =~ ^[0-9]+$ ]] || { echo "io_interference: HOG_CPUS must list CPU numbers, got '$HOG_CPUS'" >&2; exit 2; }
-    conds+=("memcpy@$cpu" "spin@$cpu")
+    for kind in "${kinds[@]}"; do conds+=("$kind@$cpu"); done
   done
 fi
 for ((r = 1; r <= rounds; r++)); do
@@ -49,7 +56,9 @@ for cond in "${conds[@]}"; do args+=("$cond" "${reads[$cond]}"); done
 python3 - "${args[@]}" <<'PY'
 import statistics, sys
 pairs = list(zip(sys.argv[1::2], sys.argv[2::2]))
-label = {"none": "none", "memcpy": "memcpy (50%)", "spin": "spin (50%)"}
+label = {"none": "none", "memcpy": "memcpy (50%)", "read": "read (50%)", "sread": "sread (50%)", "write": "write (50%)",
+         "stream": "stream (50%)", "cached": "cached (50%)", "avx": "avx (50%)", "scalar": "scalar (50%)",
+         "alu": "alu (50%)", "spin": "spin (50%)"}
 vals = {c: [float(x) for x in v.split()] for c, v in pairs}
 base = statistics.median(vals["none"])
 print("background load      raw 2 MiB reads at depth 4, GB/s: median (n)   vs none")

@@ -306,9 +306,10 @@ class PhaseMarks {
 
 class RawBench {
  public:
-  // memory "pool": `pool_slots` (depth of them, each at least file_bytes) are the buffers.
+  // memory "pool": `pool_slots` (depth of them, each at least file_bytes) are the buffers. touch_buffers: twice the
+  // depth in buffers (same memory kind), for ReadPathsTouching; "pool" has only `depth` and refuses it.
   RawBench(std::string dir, uint64_t file_bytes, uint32_t depth, bool direct, const std::string& memory,
-           const std::vector<uint8_t*>& pool_slots = {})
+           const std::vector<uint8_t*>& pool_slots = {}, bool touch_buffers = false)
       : dir_(std::move(dir)), file_bytes_(file_bytes), depth_(depth), direct_(direct) {
     if (mkdir(dir_.c_str(), 0750) != 0 && errno != EEXIST) {
       throw CliError("cannot create " + dir_ + ": " + std::strerror(errno));
@@ -318,7 +319,8 @@ class RawBench {
     // Same io-wq worker allowance as the engine (one per op in flight), so neither side is capped at 4 per CPU.
     unsigned workers[2] = {depth_, 0};
     io_uring_register_iowq_max_workers(&ring_, workers);
-    for (uint32_t i = 0; i < depth_; ++i) {
+    if (touch_buffers && memory == "pool") throw CliError("raw baseline: no second set of pool slots to touch");
+    for (uint32_t i = 0; i < (touch_buffers ? 2 * depth_ : depth_); ++i) {
       if (memory == "pool") {
         if (i >= pool_slots.size()) throw CliError("raw baseline: fewer pool slots than the depth");
         buffers_.push_back(pool_slots[i]);
@@ -346,6 +348,15 @@ class RawBench {
   double ReadPaths(const std::vector<std::string>& paths) {
     return Run(paths.size(), [&](uint64_t i) { return paths[i]; }, false);
   }
+  // --touch: the same reads, and every byte of each file read once more from memory after its read completes (a
+  // plain sum, the least any reader that checks what it loaded must do; the engine verifies with XXH3, K1). Like
+  // the engine, it hands the disk its next read before it touches the finished one: depth reads in flight, 2 x
+  // depth buffers (the engine's pool holds 2 x depth slots).
+  double ReadPathsTouching(const std::vector<std::string>& paths) {
+    if (buffers_.size() < 2ull * depth_) throw CliError("raw baseline: built without the buffers --touch needs");
+    return Run(paths.size(), [&](uint64_t i) { return paths[i]; }, false, true);
+  }
+  uint64_t touch_sum() const { return touch_sum_; }
   // Mean physically contiguous pieces per file buffer (0: unknown).
   double PiecesPerBuffer() const {
     uint64_t sum = 0;
@@ -383,23 +394,40 @@ class RawBench {
     io_uring_sqe_set_data64(sqe, slot);
   }
 
-  double Run(uint64_t n, const std::function<std::string(uint64_t)>& path_of, bool write) {
-    slots_.assign(depth_, Slot{});
-    std::vector<uint32_t> free_slots;
-    for (uint32_t i = depth_; i > 0; --i) free_slots.push_back(i - 1);
+  // Sums a buffer 8 bytes at a time (the compiler vectorizes it); the result goes to touch_sum_ so that it stays.
+  static uint64_t Touch(const uint8_t* p, uint64_t len) {
+    uint64_t sum = 0;
+    for (uint64_t i = 0; i + 8 <= len; i += 8) {
+      uint64_t w;
+      std::memcpy(&w, p + i, 8);
+      sum += w;
+    }
+    return sum;
+  }
+
+  double Run(uint64_t n, const std::function<std::string(uint64_t)>& path_of, bool write, bool touch = false) {
+    const uint32_t buffers = touch ? 2 * depth_ : depth_;
+    slots_.assign(buffers, Slot{});
+    std::vector<uint32_t> free_slots, to_touch;
+    for (uint32_t i = buffers; i > 0; --i) free_slots.push_back(i - 1);
     const int flags = (write ? O_WRONLY | O_CREAT | O_TRUNC : O_RDONLY) | O_CLOEXEC | (direct_ ? O_DIRECT : 0);
     uint64_t next = 0, completed = 0;
-    const auto t0 = Clock::now();
-    while (completed < n) {
-      while (!free_slots.empty() && next < n) {
+    uint32_t in_flight = 0;
+    auto refill = [&] {
+      while (!free_slots.empty() && in_flight < depth_ && next < n) {
         const uint32_t slot = free_slots.back();
         free_slots.pop_back();
         const std::string path = path_of(next++);
         const int fd = open(path.c_str(), flags, 0640);
         if (fd < 0) throw CliError("raw baseline: open " + path + ": " + std::strerror(errno));
         slots_[slot] = Slot{fd, 0};
+        ++in_flight;
         Queue(slot, write);
       }
+    };
+    const auto t0 = Clock::now();
+    while (completed < n) {
+      refill();
       int rc = io_uring_submit_and_wait(&ring_, 1);
       if (rc < 0 && rc != -EINTR) throw CliError(std::string("io_uring_submit_and_wait: ") + std::strerror(-rc));
       io_uring_cqe* cqe;
@@ -420,9 +448,20 @@ class RawBench {
         close(s.fd);
         s.fd = -1;
         ++completed;
-        free_slots.push_back(slot);
+        --in_flight;
+        (touch ? to_touch : free_slots).push_back(slot);
       }
       io_uring_cq_advance(&ring_, seen);
+      if (!to_touch.empty()) {
+        refill();  // the disk gets its next reads first (free buffers remain: 2 x depth of them)
+        rc = io_uring_submit(&ring_);
+        if (rc < 0 && rc != -EINTR) throw CliError(std::string("io_uring_submit: ") + std::strerror(-rc));
+        for (uint32_t slot : to_touch) {
+          touch_sum_ += Touch(buffers_[slot], file_bytes_);
+          free_slots.push_back(slot);
+        }
+        to_touch.clear();
+      }
     }
     return Seconds(t0, Clock::now());
   }
@@ -435,6 +474,7 @@ class RawBench {
   std::vector<Buffer> heap_;
   std::vector<uint8_t*> buffers_;
   std::vector<Slot> slots_;
+  uint64_t touch_sum_ = 0;
 };
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -620,6 +660,7 @@ struct Row {
   std::vector<double> cross_r;                      // --cross: raw reads of the engine's files
   // --reread: the last repetition's files read again, readers in rotating order (GB/s per rotation).
   std::vector<double> at_rest_own, at_rest_cross, at_rest_eng;
+  std::vector<double> at_rest_touch;  // --touch: raw reads of the engine's files that also sum every byte
 };
 
 // Pairs engine and raw figures measured together (one repetition, seconds apart, so a drift of the disk between
@@ -749,6 +790,10 @@ int RunBenchIo(int argc, char** argv) {
               "three readers (raw on its own files, raw on the engine's files, engine) in rotating order, and "
               "print their medians and ratios as a second table (diagnostic: reads of data at rest, away from the "
               "write phases, and the engine against the raw reader on the very same files)", "0"},
+             {"touch", "", "with --reread: a fourth reader in the rotation, the raw reader on the engine's files that "
+              "also reads every byte once from memory after loading it (a plain sum; the least a reader that checks "
+              "its data, K1, must do), printed as raw+touch with engine/(raw+touch) (diagnostic: what touching the "
+              "data costs the disk, apart from the engine's own costs)", ""},
              {"trace-marks", "PATH", "write a line at the start and end of every timed phase to PATH, e.g. "
               "/sys/kernel/tracing/trace_marker, to cut a kernel trace of the block layer into phases "
               "(bench/io/trace_bench_io.sh does it all)", ""},
@@ -768,6 +813,7 @@ int RunBenchIo(int argc, char** argv) {
   const bool verbose = args.Has("verbose");
   const bool cross = args.Has("cross");
   const uint64_t reread = args.Uint("reread", 0);
+  const bool touch = args.Has("touch");
   const std::string marks_path = args.Str("trace-marks");
   if (args.Has("trace-marks") && marks_path.empty()) throw UsageError("--trace-marks: needs a path");
   const std::string raw_memory = args.Choice("raw-buffers", "huge", {"huge", "heap", "shm", "pool"});
@@ -783,6 +829,8 @@ int RunBenchIo(int argc, char** argv) {
   }
   if (repeat == 0 || repeat > 100) throw UsageError("--repeat: must be 1..100");
   if (reread > 100) throw UsageError("--reread: must be 0..100");
+  if (touch && reread == 0) throw UsageError("--touch: needs --reread N (it is a reader of the rotation at rest)");
+  if (touch && raw_memory == "pool") throw UsageError("--touch: needs buffers of its own, not --raw-buffers pool");
   if (total == 0) throw UsageError("--total: must be > 0");
   const bool direct = mode_s == "direct";
   const IoBackend backend = backend_s == "uring"   ? IoBackend::kUring
@@ -855,7 +903,7 @@ int RunBenchIo(int argc, char** argv) {
         EngineBench eng(base + "/engine", chunk, depth, backend, direct ? IoMode::kDirect : IoMode::kBuffered,
                         salt ^ (chunk * 1315423911u) ^ depth, host_copier);
         RawBench raw(base + "/raw", file_bytes, depth, direct, raw_memory,
-                     raw_memory == "pool" ? eng.PoolSlots(depth) : std::vector<uint8_t*>{});
+                     raw_memory == "pool" ? eng.PoolSlots(depth) : std::vector<uint8_t*>{}, touch);
         row.pool = eng.pool_bytes();
         if (engine_described.empty()) engine_described = eng.Describe();
         if (verbose) {
@@ -913,33 +961,40 @@ int RunBenchIo(int argc, char** argv) {
             }
           }
           if (rep + 1 == repeat && reread > 0) {
-            // Reads at rest: each rotation runs the three readers, each one first in turn, so neither a drift of the
-            // disk nor the slow first read after the writes favours one of them.
+            // Reads at rest: each rotation runs the three readers (four with --touch), each one first in turn, so
+            // neither a drift of the disk nor the slow first read after the writes favours one of them.
             const std::vector<std::string> paths = eng.FilePaths(rep, row.files);
+            const uint64_t readers = touch ? 4 : 3;
             for (uint64_t a = 0; a < reread; ++a) {
-              double own = 0, crossed = 0, engine = 0;
-              for (uint64_t j = 0; j < 3; ++j) {
+              double own = 0, crossed = 0, engine = 0, touched = 0;
+              for (uint64_t j = 0; j < readers; ++j) {
                 if (drop_ok) DropPageCache();
                 const uint64_t at = repeat + a;  // rotations are numbered after the repetitions in the marks
-                switch ((a + j) % 3) {
+                switch ((a + j) % readers) {
                   case 0:
                     own = marks.Around("rest_raw_read", chunk, depth, at, [&] { return raw.Read(row.files, tag); });
                     break;
                   case 1:
                     crossed = marks.Around("rest_cross_read", chunk, depth, at, [&] { return raw.ReadPaths(paths); });
                     break;
-                  default:
+                  case 2:
                     engine = marks.Around("rest_eng_read", chunk, depth, at, [&] { return eng.Read(row.files, rep); });
+                    break;
+                  default:
+                    touched = marks.Around("rest_touch_read", chunk, depth, at,
+                                           [&] { return raw.ReadPathsTouching(paths); });
                     break;
                 }
               }
               row.at_rest_own.push_back(gb / own);
               row.at_rest_cross.push_back(gb / crossed);
               row.at_rest_eng.push_back(gb / engine);
+              if (touch) row.at_rest_touch.push_back(gb / touched);
               if (verbose) {
                 std::printf("  %s qd %u reread %llu: raw on its files %.3f, raw on the engine's files %.3f, engine "
-                            "%.3f GB/s\n", FormatSize(chunk).c_str(), depth, static_cast<unsigned long long>(a),
-                            gb / own, gb / crossed, gb / engine);
+                            "%.3f GB/s%s\n", FormatSize(chunk).c_str(), depth, static_cast<unsigned long long>(a),
+                            gb / own, gb / crossed, gb / engine,
+                            touch ? (", raw+touch on the engine's files " + Fixed(gb / touched, 3)).c_str() : "");
               }
               std::fflush(stdout);
               progress.Set(++steps);
@@ -1010,7 +1065,15 @@ int RunBenchIo(int argc, char** argv) {
                             ", \"engine_gbps\": " + arr(r.at_rest_eng) +
                             ", \"engine_over_raw_ratio\": " + JsonNumber(PairedRatio(r.at_rest_eng, r.at_rest_own)) +
                             ", \"engine_over_raw_same_files_ratio\": " +
-                            JsonNumber(PairedRatio(r.at_rest_eng, r.at_rest_cross)) + "}") +
+                            JsonNumber(PairedRatio(r.at_rest_eng, r.at_rest_cross)) +
+                            (r.at_rest_touch.empty()
+                                 ? std::string()
+                                 : ", \"raw_touch_engine_files_gbps\": " + arr(r.at_rest_touch) +
+                                       ", \"raw_touch_over_raw_same_files_ratio\": " +
+                                       JsonNumber(PairedRatio(r.at_rest_touch, r.at_rest_cross)) +
+                                       ", \"engine_over_raw_touch_same_files_ratio\": " +
+                                       JsonNumber(PairedRatio(r.at_rest_eng, r.at_rest_touch))) +
+                            "}") +
                  "}";
   }
   std::fputs(t.Render().c_str(), stdout);
@@ -1025,13 +1088,23 @@ int RunBenchIo(int argc, char** argv) {
                 "second is often faster on a virtual disk (see docs/performance.md), so use an even count\n");
   }
   if (reread > 0) {
-    Table at_rest({"chunk", "depth", "raw on its files", "raw on engine's files", "engine", "engine/raw",
-                   "engine/raw same files"});
+    std::vector<std::string> cols = {"chunk", "depth", "raw on its files", "raw on engine's files", "engine",
+                                     "engine/raw", "engine/raw same files"};
+    if (touch) {
+      cols.insert(cols.end(), {"raw+touch on engine's files", "raw+touch/raw same files", "engine/(raw+touch)"});
+    }
+    Table at_rest(cols);
     for (const Row& r : rows) {
-      at_rest.AddRow({FormatSize(r.chunk), std::to_string(r.depth), Fixed(Median(r.at_rest_own), 3),
-                      Fixed(Median(r.at_rest_cross), 3), Fixed(Median(r.at_rest_eng), 3),
-                      Fixed(PairedRatio(r.at_rest_eng, r.at_rest_own), 3),
-                      Fixed(PairedRatio(r.at_rest_eng, r.at_rest_cross), 3)});
+      std::vector<std::string> cells = {FormatSize(r.chunk), std::to_string(r.depth), Fixed(Median(r.at_rest_own), 3),
+                                        Fixed(Median(r.at_rest_cross), 3), Fixed(Median(r.at_rest_eng), 3),
+                                        Fixed(PairedRatio(r.at_rest_eng, r.at_rest_own), 3),
+                                        Fixed(PairedRatio(r.at_rest_eng, r.at_rest_cross), 3)};
+      if (touch) {
+        cells.insert(cells.end(), {Fixed(Median(r.at_rest_touch), 3),
+                                   Fixed(PairedRatio(r.at_rest_touch, r.at_rest_cross), 3),
+                                   Fixed(PairedRatio(r.at_rest_eng, r.at_rest_touch), 3)});
+      }
+      at_rest.AddRow(cells);
     }
     std::printf("reads at rest (--reread %llu: the last repetition's files read again, readers rotating):\n",
                 static_cast<unsigned long long>(reread));
@@ -1048,8 +1121,8 @@ int RunBenchIo(int argc, char** argv) {
                 "loads with XXH3, %s build); the raw baseline does neither. SPEC target: ratio >= 0.95\n",
                 xxh3.c_str());
   }
-  std::printf("peak RSS %s (raw buffers depth x file, engine pool 2 x depth slots + depth host buffers)\n",
-              FormatSize(peak_rss).c_str());
+  std::printf("peak RSS %s (raw buffers %sdepth x file, engine pool 2 x depth slots + depth host buffers)\n",
+              FormatSize(peak_rss).c_str(), touch ? "2 x " : "");
   if (args.Has("json")) {
     WriteFile(args.Str("json"),
               "{\n  \"dir\": " + JsonString(dir) + ", \"mode\": " + JsonString(mode_s) +

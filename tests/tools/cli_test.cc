@@ -376,6 +376,35 @@ TEST_F(CliTest, BenchIoRereadsTheFilesAtRestWithTheReadersRotating) {
   ExpectBenchIoRefuses("--reread 101", "--reread");
 }
 
+// --touch adds a fourth reader to the rotation at rest: the raw reader on the engine's files that also reads every
+// byte it loaded; each rotation starts with the next reader, and the table and the JSON report it apart.
+TEST_F(CliTest, BenchIoTouchingReaderJoinsTheRotationAtRest) {
+  const std::string json = dir_.path() + "/io-touch.json";
+  const std::string marks = dir_.path() + "/marks-touch.txt";
+  CliRun r = BenchIo("--total 8MiB --chunk-sizes 2MiB --depths 4 --repeat 2 --reread 2 --touch --verbose --json " +
+                     json + " --trace-marks " + marks);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("engine/(raw+touch)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("qd 4 reread 1: raw on its files"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("raw+touch on the engine's files"), std::string::npos) << r.out;
+  std::vector<std::string> rest;
+  std::istringstream in(Slurp(marks));
+  for (std::string line; std::getline(in, line);) {
+    if (line.find(" begin ") != std::string::npos && line.find("PHASE rest_") != std::string::npos) {
+      rest.push_back(line.substr(line.find("rest_"), line.find(" begin") - line.find("rest_")));
+    }
+  }
+  const std::vector<std::string> want = {"rest_raw_read",   "rest_cross_read", "rest_eng_read",   "rest_touch_read",
+                                         "rest_cross_read", "rest_eng_read",   "rest_touch_read", "rest_raw_read"};
+  EXPECT_EQ(rest, want) << Slurp(marks);
+  const std::string doc = Slurp(json);
+  EXPECT_NE(doc.find("\"raw_touch_engine_files_gbps\": ["), std::string::npos) << doc;
+  EXPECT_NE(doc.find("\"engine_over_raw_touch_same_files_ratio\": "), std::string::npos) << doc;
+  ExpectNoBenchLeftovers();
+  ExpectBenchIoRefuses("--touch", "--touch: needs --reread");
+  ExpectBenchIoRefuses("--touch --reread 1 --raw-buffers pool", "--touch: needs buffers of its own");
+}
+
 // --trace-marks PATH: a begin and an end line per timed phase, in order, with the configuration and repetition, so
 // a kernel trace can be cut into phases; an unwritable PATH is refused before anything runs.
 TEST_F(CliTest, BenchIoMarksEveryTimedPhase) {
