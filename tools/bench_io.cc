@@ -356,7 +356,14 @@ class RawBench {
     if (buffers_.size() < 2ull * depth_) throw CliError("raw baseline: built without the buffers --touch needs");
     return Run(paths.size(), [&](uint64_t i) { return paths[i]; }, false, true);
   }
-  uint64_t touch_sum() const { return touch_sum_; }
+  // --touch for writes: every byte of each buffer read once from memory before its write is queued (the least a
+  // writer that checksums what it stores must do; the engine checksums with XXH3). Like the engine, which prepares
+  // the next chunks in spare slots while the disk writes, it reads the next buffers while depth writes are in
+  // flight (2 x depth buffers).
+  double WriteTouching(uint64_t n, const std::string& tag) {
+    if (buffers_.size() < 2ull * depth_) throw CliError("raw baseline: built without the buffers --touch needs");
+    return Run(n, [&](uint64_t i) { return Path(tag, i); }, true, true);
+  }
   // Mean physically contiguous pieces per file buffer (0: unknown).
   double PiecesPerBuffer() const {
     uint64_t sum = 0;
@@ -408,15 +415,22 @@ class RawBench {
   double Run(uint64_t n, const std::function<std::string(uint64_t)>& path_of, bool write, bool touch = false) {
     const uint32_t buffers = touch ? 2 * depth_ : depth_;
     slots_.assign(buffers, Slot{});
-    std::vector<uint32_t> free_slots, to_touch;
+    std::vector<uint32_t> free_slots, to_touch, touched;  // touched: writes' buffers already read, ready to go
     for (uint32_t i = buffers; i > 0; --i) free_slots.push_back(i - 1);
     const int flags = (write ? O_WRONLY | O_CREAT | O_TRUNC : O_RDONLY) | O_CLOEXEC | (direct_ ? O_DIRECT : 0);
     uint64_t next = 0, completed = 0;
     uint32_t in_flight = 0;
     auto refill = [&] {
-      while (!free_slots.empty() && in_flight < depth_ && next < n) {
-        const uint32_t slot = free_slots.back();
-        free_slots.pop_back();
+      while ((!free_slots.empty() || !touched.empty()) && in_flight < depth_ && next < n) {
+        uint32_t slot;
+        if (!touched.empty()) {
+          slot = touched.back();
+          touched.pop_back();
+        } else {
+          slot = free_slots.back();
+          free_slots.pop_back();
+          if (touch && write) touch_sum_ += Touch(buffers_[slot], file_bytes_);
+        }
         const std::string path = path_of(next++);
         const int fd = open(path.c_str(), flags, 0640);
         if (fd < 0) throw CliError("raw baseline: open " + path + ": " + std::strerror(errno));
@@ -428,7 +442,18 @@ class RawBench {
     const auto t0 = Clock::now();
     while (completed < n) {
       refill();
-      int rc = io_uring_submit_and_wait(&ring_, 1);
+      int rc;
+      if (touch && write) {  // the disk gets these writes, then the next buffers are read while it works
+        rc = io_uring_submit(&ring_);
+        if (rc < 0 && rc != -EINTR) throw CliError(std::string("io_uring_submit: ") + std::strerror(-rc));
+        while (!free_slots.empty() && next + touched.size() < n) {
+          const uint32_t slot = free_slots.back();
+          free_slots.pop_back();
+          touch_sum_ += Touch(buffers_[slot], file_bytes_);
+          touched.push_back(slot);
+        }
+      }
+      rc = io_uring_submit_and_wait(&ring_, 1);
       if (rc < 0 && rc != -EINTR) throw CliError(std::string("io_uring_submit_and_wait: ") + std::strerror(-rc));
       io_uring_cqe* cqe;
       unsigned head, seen = 0;
@@ -449,7 +474,7 @@ class RawBench {
         s.fd = -1;
         ++completed;
         --in_flight;
-        (touch ? to_touch : free_slots).push_back(slot);
+        (touch && !write ? to_touch : free_slots).push_back(slot);
       }
       io_uring_cq_advance(&ring_, seen);
       if (!to_touch.empty()) {
@@ -661,6 +686,7 @@ struct Row {
   // --reread: the last repetition's files read again, readers in rotating order (GB/s per rotation).
   std::vector<double> at_rest_own, at_rest_cross, at_rest_eng;
   std::vector<double> at_rest_touch;  // --touch: raw reads of the engine's files that also sum every byte
+  std::vector<double> touch_w;        // --touch: raw writes that read every byte first (GB/s per repetition)
 };
 
 // Pairs engine and raw figures measured together (one repetition, seconds apart, so a drift of the disk between
@@ -790,10 +816,12 @@ int RunBenchIo(int argc, char** argv) {
               "three readers (raw on its own files, raw on the engine's files, engine) in rotating order, and "
               "print their medians and ratios as a second table (diagnostic: reads of data at rest, away from the "
               "write phases, and the engine against the raw reader on the very same files)", "0"},
-             {"touch", "", "with --reread: a fourth reader in the rotation, the raw reader on the engine's files that "
-              "also reads every byte once from memory after loading it (a plain sum; the least a reader that checks "
-              "its data, K1, must do), printed as raw+touch with engine/(raw+touch) (diagnostic: what touching the "
-              "data costs the disk, apart from the engine's own costs)", ""},
+             {"touch", "", "also time raw writers and readers that read every byte once from memory (a plain sum; the "
+              "least a store that checksums and a load that verifies, K1, must do): a raw writer that reads each "
+              "buffer before writing it, between the raw and the engine write of every repetition, and with "
+              "--reread a fourth reader in the rotation, the raw reader on the engine's files summing what it "
+              "loaded; printed as raw+touch with engine/(raw+touch) (diagnostic: what touching the data costs the "
+              "disk, apart from the engine's own costs)", ""},
              {"trace-marks", "PATH", "write a line at the start and end of every timed phase to PATH, e.g. "
               "/sys/kernel/tracing/trace_marker, to cut a kernel trace of the block layer into phases "
               "(bench/io/trace_bench_io.sh does it all)", ""},
@@ -829,7 +857,6 @@ int RunBenchIo(int argc, char** argv) {
   }
   if (repeat == 0 || repeat > 100) throw UsageError("--repeat: must be 1..100");
   if (reread > 100) throw UsageError("--reread: must be 0..100");
-  if (touch && reread == 0) throw UsageError("--touch: needs --reread N (it is a reader of the rotation at rest)");
   if (touch && raw_memory == "pool") throw UsageError("--touch: needs buffers of its own, not --raw-buffers pool");
   if (total == 0) throw UsageError("--total: must be > 0");
   const bool direct = mode_s == "direct";
@@ -943,10 +970,17 @@ int RunBenchIo(int argc, char** argv) {
           auto write_eng = [&] {
             eng_w = timed(marked("eng_write", [&] { return eng.Write(row.files, rep); }), &eng_wc);
           };
+          double touch_w = 0;
+          auto write_touch = [&] {
+            if (!touch) return;
+            touch_w = marks.Around("touch_write", chunk, depth, rep,
+                                   [&] { return raw.WriteTouching(row.files, "t" + tag); });
+          };
           auto read_raw = [&] { raw_r = timed(marked("raw_read", [&] { return raw.Read(row.files, tag); }), &raw_rc); };
           auto read_eng = [&] { eng_r = timed(marked("eng_read", [&] { return eng.Read(row.files, rep); }), &eng_rc); };
           const bool raw_first = rep % 2 == 0;
-          if (raw_first) { write_raw(); write_eng(); } else { write_eng(); write_raw(); }
+          // --touch: the touching writer always in the middle, so that it is neither first nor last.
+          if (raw_first) { write_raw(); write_touch(); write_eng(); } else { write_eng(); write_touch(); write_raw(); }
           if (drop_ok) DropPageCache();
           if (raw_first) { read_raw(); read_eng(); } else { read_eng(); read_raw(); }
           if (cross) {
@@ -1001,7 +1035,9 @@ int RunBenchIo(int argc, char** argv) {
             }
           }
           raw.Remove(row.files, tag);
+          if (touch) raw.Remove(row.files, "t" + tag);
           eng.Remove(row.files, rep);
+          if (touch) row.touch_w.push_back(gb / touch_w);
           row.raw_w.push_back(gb / raw_w);
           row.raw_r.push_back(gb / raw_r);
           row.eng_w.push_back(gb / eng_w);
@@ -1013,6 +1049,7 @@ int RunBenchIo(int argc, char** argv) {
                         "  %s qd %u rep %u engine write %.3f GB/s (%s)\n  %s qd %u rep %u engine read  %.3f GB/s (%s)\n",
                         size, depth, rep, gb / raw_w, raw_wc.c_str(), size, depth, rep, gb / raw_r, raw_rc.c_str(),
                         size, depth, rep, gb / eng_w, eng_wc.c_str(), size, depth, rep, gb / eng_r, eng_rc.c_str());
+            if (touch) std::printf("  %s qd %u rep %u raw+touch write %.3f GB/s\n", size, depth, rep, gb / touch_w);
           }
           std::fflush(stdout);
           progress.Set(++steps);
@@ -1056,6 +1093,12 @@ int RunBenchIo(int argc, char** argv) {
                  ", \"median_raw_read_gbps\": " + JsonNumber(rr) + ", \"median_engine_read_gbps\": " +
                  JsonNumber(er) + ", \"read_ratio\": " + JsonNumber(rratio) +
                  ", \"read_ratio_of_medians\": " + JsonNumber(er / rr) +
+                 (r.touch_w.empty() ? std::string()
+                                    : ", \"raw_touch_write_gbps\": " + arr(r.touch_w) +
+                                          ", \"raw_touch_over_raw_write_ratio\": " +
+                                          JsonNumber(PairedRatio(r.touch_w, r.raw_w)) +
+                                          ", \"engine_over_raw_touch_write_ratio\": " +
+                                          JsonNumber(PairedRatio(r.eng_w, r.touch_w))) +
                  (r.cross_r.empty() ? std::string()
                                     : ", \"raw_reads_engine_files_gbps\": " + arr(r.cross_r)) +
                  (r.at_rest_eng.empty()
@@ -1086,6 +1129,18 @@ int RunBenchIo(int argc, char** argv) {
   if (repeat % 2 != 0) {
     std::printf("note: an odd --repeat lets the raw side go first once more than the engine; the phase that goes "
                 "second is often faster on a virtual disk (see docs/performance.md), so use an even count\n");
+  }
+  if (touch) {
+    Table tw({"chunk", "depth", "raw write GB/s", "raw+touch write GB/s", "engine write GB/s", "raw+touch/raw",
+              "engine/(raw+touch)"});
+    for (const Row& r : rows) {
+      tw.AddRow({FormatSize(r.chunk), std::to_string(r.depth), Fixed(Median(r.raw_w), 3), Fixed(Median(r.touch_w), 3),
+                 Fixed(Median(r.eng_w), 3), Fixed(PairedRatio(r.touch_w, r.raw_w), 3),
+                 Fixed(PairedRatio(r.eng_w, r.touch_w), 3)});
+    }
+    std::printf("writes with a raw writer that reads every byte before writing it (--touch):\n");
+    std::fputs(tw.Render().c_str(), stdout);
+    std::printf("ratios: medians over repetitions, within one repetition\n");
   }
   if (reread > 0) {
     std::vector<std::string> cols = {"chunk", "depth", "raw on its files", "raw on engine's files", "engine",

@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -41,10 +42,11 @@ int main(int argc, char** argv) {
   }
   const std::string kind = argv[1];
   const double duty = std::atof(argv[2]);
-  const bool known = kind == "memcpy" || kind == "read" || kind == "sread" || kind == "write" || kind == "stream" || kind == "cached" ||
-                     kind == "avx" || kind == "scalar" || kind == "alu" || kind == "spin";
-  if (!known || !(duty > 0 && duty <= 1)) {
-    std::fprintf(stderr, "hog: kind must be memcpy, read, sread, write, stream, cached, avx, scalar, alu or spin; duty in (0, 1]\n");
+  const std::set<std::string> kinds = {"memcpy", "read", "sread", "write", "stream", "cached",
+                                       "avx",    "scalar", "alu", "spin"};
+  if (!kinds.count(kind) || !(duty > 0 && duty <= 1)) {
+    std::fprintf(stderr, "hog: kind must be memcpy, read, sread, write, stream, cached, avx, scalar, alu or spin; "
+                         "duty in (0, 1]\n");
     return 2;
   }
   constexpr size_t kBytes = 64u << 20, kBlock = 2u << 20;
@@ -90,7 +92,8 @@ int main(int argc, char** argv) {
     } else if (kind == "alu") {
       unsigned long r0 = x, r1 = x + 1, r2 = x + 2, r3 = x + 3, r4 = x + 4, r5 = x + 5, r6 = x + 6, r7 = x + 7;
       for (long i = 0; i < 50000000; ++i) {
-        r0 += r1 ^ 3; r1 += r2 ^ 5; r2 += r3 ^ 7; r3 += r4 ^ 9; r4 += r5 ^ 11; r5 += r6 ^ 13; r6 += r7 ^ 15; r7 += r0 ^ 17;
+        r0 += r1 ^ 3, r1 += r2 ^ 5, r2 += r3 ^ 7, r3 += r4 ^ 9;
+        r4 += r5 ^ 11, r5 += r6 ^ 13, r6 += r7 ^ 15, r7 += r0 ^ 17;
         asm volatile("" : "+r"(r0), "+r"(r1), "+r"(r2), "+r"(r3), "+r"(r4), "+r"(r5), "+r"(r6), "+r"(r7));
       }
       x = r0 + r1 + r2 + r3 + r4 + r5 + r6 + r7;
