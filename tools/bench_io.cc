@@ -686,7 +686,8 @@ struct Row {
   // --reread: the last repetition's files read again, readers in rotating order (GB/s per rotation).
   std::vector<double> at_rest_own, at_rest_cross, at_rest_eng;
   std::vector<double> at_rest_touch;  // --touch: raw reads of the engine's files that also sum every byte
-  std::vector<double> touch_w;        // --touch: raw writes that read every byte first (GB/s per repetition)
+  // --touch: writes at rest, the three writers rotating (raw, raw reading every byte first, engine).
+  std::vector<double> rest_w_raw, rest_w_touch, rest_w_eng;
 };
 
 // Pairs engine and raw figures measured together (one repetition, seconds apart, so a drift of the disk between
@@ -816,12 +817,12 @@ int RunBenchIo(int argc, char** argv) {
               "three readers (raw on its own files, raw on the engine's files, engine) in rotating order, and "
               "print their medians and ratios as a second table (diagnostic: reads of data at rest, away from the "
               "write phases, and the engine against the raw reader on the very same files)", "0"},
-             {"touch", "", "also time raw writers and readers that read every byte once from memory (a plain sum; the "
-              "least a store that checksums and a load that verifies, K1, must do): a raw writer that reads each "
-              "buffer before writing it, between the raw and the engine write of every repetition, and with "
-              "--reread a fourth reader in the rotation, the raw reader on the engine's files summing what it "
-              "loaded; printed as raw+touch with engine/(raw+touch) (diagnostic: what touching the data costs the "
-              "disk, apart from the engine's own costs)", ""},
+             {"touch", "", "with --reread: also time a raw reader and a raw writer that read every byte once from "
+              "memory (a plain sum; the least a load that verifies and a store that checksums, K1, must do): a "
+              "fourth reader in the rotation at rest (the raw reader on the engine's files, summing what it loaded), "
+              "then N rotations of three writers at rest (raw, raw reading each buffer before writing it, engine; "
+              "each writer's files removed before the next one writes); printed as raw+touch with engine/(raw+touch) "
+              "(diagnostic: what touching the data costs the disk, apart from the engine's own costs)", ""},
              {"trace-marks", "PATH", "write a line at the start and end of every timed phase to PATH, e.g. "
               "/sys/kernel/tracing/trace_marker, to cut a kernel trace of the block layer into phases "
               "(bench/io/trace_bench_io.sh does it all)", ""},
@@ -857,6 +858,7 @@ int RunBenchIo(int argc, char** argv) {
   }
   if (repeat == 0 || repeat > 100) throw UsageError("--repeat: must be 1..100");
   if (reread > 100) throw UsageError("--reread: must be 0..100");
+  if (touch && reread == 0) throw UsageError("--touch: needs --reread N (it adds readers and writers at rest)");
   if (touch && raw_memory == "pool") throw UsageError("--touch: needs buffers of its own, not --raw-buffers pool");
   if (total == 0) throw UsageError("--total: must be > 0");
   const bool direct = mode_s == "direct";
@@ -911,7 +913,7 @@ int RunBenchIo(int argc, char** argv) {
   std::fflush(stdout);
 
   std::vector<Row> rows;
-  const uint64_t steps_total = sizes.size() * depths.size() * (repeat + reread);
+  const uint64_t steps_total = sizes.size() * depths.size() * (repeat + reread * (touch ? 2 : 1));
   Progress progress("bench io", steps_total, args.Has("progress"));
   uint64_t steps = 0;
   std::random_device rd;
@@ -970,17 +972,10 @@ int RunBenchIo(int argc, char** argv) {
           auto write_eng = [&] {
             eng_w = timed(marked("eng_write", [&] { return eng.Write(row.files, rep); }), &eng_wc);
           };
-          double touch_w = 0;
-          auto write_touch = [&] {
-            if (!touch) return;
-            touch_w = marks.Around("touch_write", chunk, depth, rep,
-                                   [&] { return raw.WriteTouching(row.files, "t" + tag); });
-          };
           auto read_raw = [&] { raw_r = timed(marked("raw_read", [&] { return raw.Read(row.files, tag); }), &raw_rc); };
           auto read_eng = [&] { eng_r = timed(marked("eng_read", [&] { return eng.Read(row.files, rep); }), &eng_rc); };
           const bool raw_first = rep % 2 == 0;
-          // --touch: the touching writer always in the middle, so that it is neither first nor last.
-          if (raw_first) { write_raw(); write_touch(); write_eng(); } else { write_eng(); write_touch(); write_raw(); }
+          if (raw_first) { write_raw(); write_eng(); } else { write_eng(); write_raw(); }
           if (drop_ok) DropPageCache();
           if (raw_first) { read_raw(); read_eng(); } else { read_eng(); read_raw(); }
           if (cross) {
@@ -1033,11 +1028,44 @@ int RunBenchIo(int argc, char** argv) {
               std::fflush(stdout);
               progress.Set(++steps);
             }
+            // --touch: writes at rest, rotating like the reads; each writer's files go before the next one writes,
+            // so every writer finds the disk in the same state (the engine writes new keys each time).
+            for (uint64_t a = 0; touch && a < reread; ++a) {
+              double w_raw = 0, w_touch = 0, w_eng = 0;
+              const uint64_t at = repeat + a;
+              const auto eng_rep = static_cast<uint32_t>(2000 + a);
+              for (uint64_t j = 0; j < 3; ++j) {
+                switch ((a + j) % 3) {
+                  case 0:
+                    w_raw = marks.Around("rest_raw_write", chunk, depth, at, [&] { return raw.Write(row.files, "w"); });
+                    raw.Remove(row.files, "w");
+                    break;
+                  case 1:
+                    w_touch = marks.Around("rest_touch_write", chunk, depth, at,
+                                           [&] { return raw.WriteTouching(row.files, "w"); });
+                    raw.Remove(row.files, "w");
+                    break;
+                  default:
+                    w_eng = marks.Around("rest_eng_write", chunk, depth, at,
+                                         [&] { return eng.Write(row.files, eng_rep); });
+                    eng.Remove(row.files, eng_rep);
+                    break;
+                }
+              }
+              row.rest_w_raw.push_back(gb / w_raw);
+              row.rest_w_touch.push_back(gb / w_touch);
+              row.rest_w_eng.push_back(gb / w_eng);
+              if (verbose) {
+                std::printf("  %s qd %u rewrite %llu: raw %.3f, raw+touch %.3f, engine %.3f GB/s\n",
+                            FormatSize(chunk).c_str(), depth, static_cast<unsigned long long>(a), gb / w_raw,
+                            gb / w_touch, gb / w_eng);
+              }
+              std::fflush(stdout);
+              progress.Set(++steps);
+            }
           }
           raw.Remove(row.files, tag);
-          if (touch) raw.Remove(row.files, "t" + tag);
           eng.Remove(row.files, rep);
-          if (touch) row.touch_w.push_back(gb / touch_w);
           row.raw_w.push_back(gb / raw_w);
           row.raw_r.push_back(gb / raw_r);
           row.eng_w.push_back(gb / eng_w);
@@ -1049,7 +1077,6 @@ int RunBenchIo(int argc, char** argv) {
                         "  %s qd %u rep %u engine write %.3f GB/s (%s)\n  %s qd %u rep %u engine read  %.3f GB/s (%s)\n",
                         size, depth, rep, gb / raw_w, raw_wc.c_str(), size, depth, rep, gb / raw_r, raw_rc.c_str(),
                         size, depth, rep, gb / eng_w, eng_wc.c_str(), size, depth, rep, gb / eng_r, eng_rc.c_str());
-            if (touch) std::printf("  %s qd %u rep %u raw+touch write %.3f GB/s\n", size, depth, rep, gb / touch_w);
           }
           std::fflush(stdout);
           progress.Set(++steps);
@@ -1093,12 +1120,15 @@ int RunBenchIo(int argc, char** argv) {
                  ", \"median_raw_read_gbps\": " + JsonNumber(rr) + ", \"median_engine_read_gbps\": " +
                  JsonNumber(er) + ", \"read_ratio\": " + JsonNumber(rratio) +
                  ", \"read_ratio_of_medians\": " + JsonNumber(er / rr) +
-                 (r.touch_w.empty() ? std::string()
-                                    : ", \"raw_touch_write_gbps\": " + arr(r.touch_w) +
-                                          ", \"raw_touch_over_raw_write_ratio\": " +
-                                          JsonNumber(PairedRatio(r.touch_w, r.raw_w)) +
-                                          ", \"engine_over_raw_touch_write_ratio\": " +
-                                          JsonNumber(PairedRatio(r.eng_w, r.touch_w))) +
+                 (r.rest_w_eng.empty()
+                      ? std::string()
+                      : ", \"writes_at_rest\": {\"raw_gbps\": " + arr(r.rest_w_raw) +
+                            ", \"raw_touch_gbps\": " + arr(r.rest_w_touch) + ", \"engine_gbps\": " +
+                            arr(r.rest_w_eng) + ", \"engine_over_raw_ratio\": " +
+                            JsonNumber(PairedRatio(r.rest_w_eng, r.rest_w_raw)) +
+                            ", \"raw_touch_over_raw_ratio\": " + JsonNumber(PairedRatio(r.rest_w_touch, r.rest_w_raw)) +
+                            ", \"engine_over_raw_touch_ratio\": " +
+                            JsonNumber(PairedRatio(r.rest_w_eng, r.rest_w_touch)) + "}") +
                  (r.cross_r.empty() ? std::string()
                                     : ", \"raw_reads_engine_files_gbps\": " + arr(r.cross_r)) +
                  (r.at_rest_eng.empty()
@@ -1130,18 +1160,6 @@ int RunBenchIo(int argc, char** argv) {
     std::printf("note: an odd --repeat lets the raw side go first once more than the engine; the phase that goes "
                 "second is often faster on a virtual disk (see docs/performance.md), so use an even count\n");
   }
-  if (touch) {
-    Table tw({"chunk", "depth", "raw write GB/s", "raw+touch write GB/s", "engine write GB/s", "raw+touch/raw",
-              "engine/(raw+touch)"});
-    for (const Row& r : rows) {
-      tw.AddRow({FormatSize(r.chunk), std::to_string(r.depth), Fixed(Median(r.raw_w), 3), Fixed(Median(r.touch_w), 3),
-                 Fixed(Median(r.eng_w), 3), Fixed(PairedRatio(r.touch_w, r.raw_w), 3),
-                 Fixed(PairedRatio(r.eng_w, r.touch_w), 3)});
-    }
-    std::printf("writes with a raw writer that reads every byte before writing it (--touch):\n");
-    std::fputs(tw.Render().c_str(), stdout);
-    std::printf("ratios: medians over repetitions, within one repetition\n");
-  }
   if (reread > 0) {
     std::vector<std::string> cols = {"chunk", "depth", "raw on its files", "raw on engine's files", "engine",
                                      "engine/raw", "engine/raw same files"};
@@ -1165,6 +1183,20 @@ int RunBenchIo(int argc, char** argv) {
                 static_cast<unsigned long long>(reread));
     std::fputs(at_rest.Render().c_str(), stdout);
     std::printf("GB/s: medians over rotations; ratios: medians over rotations of engine/raw in the same rotation\n");
+  }
+  if (touch) {
+    Table tw({"chunk", "depth", "raw", "raw+touch", "engine", "engine/raw", "raw+touch/raw", "engine/(raw+touch)"});
+    for (const Row& r : rows) {
+      tw.AddRow({FormatSize(r.chunk), std::to_string(r.depth), Fixed(Median(r.rest_w_raw), 3),
+                 Fixed(Median(r.rest_w_touch), 3), Fixed(Median(r.rest_w_eng), 3),
+                 Fixed(PairedRatio(r.rest_w_eng, r.rest_w_raw), 3), Fixed(PairedRatio(r.rest_w_touch, r.rest_w_raw), 3),
+                 Fixed(PairedRatio(r.rest_w_eng, r.rest_w_touch), 3)});
+    }
+    std::printf("writes at rest (--touch: %llu rotations of three writers, each writer's files removed before the "
+                "next writes; raw+touch reads every byte before writing it), GB/s:\n",
+                static_cast<unsigned long long>(reread));
+    std::fputs(tw.Render().c_str(), stdout);
+    std::printf("GB/s: medians over rotations; ratios: medians over rotations, within one rotation\n");
   }
   std::printf("engine: %s\n", engine_described.c_str());
   const std::string xxh3(detail::Xxh3Variant());

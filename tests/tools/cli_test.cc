@@ -376,10 +376,10 @@ TEST_F(CliTest, BenchIoRereadsTheFilesAtRestWithTheReadersRotating) {
   ExpectBenchIoRefuses("--reread 101", "--reread");
 }
 
-// --touch adds a raw writer that reads every byte before writing it, between the other two writers of every
-// repetition, and a fourth reader to the rotation at rest: the raw reader on the engine's files that also reads
-// every byte it loaded; each rotation starts with the next reader; tables and JSON report them apart.
-TEST_F(CliTest, BenchIoTouchingWriterAndReaderRunBesideTheOthers) {
+// --touch adds a fourth reader to the rotation at rest (the raw reader on the engine's files that also reads every
+// byte it loaded), then rotations of three writers at rest (raw, raw reading every byte before writing it, engine);
+// each rotation starts with the next one; the repetitions are left as they are; tables and JSON report them apart.
+TEST_F(CliTest, BenchIoTouchingReaderAndWritersJoinTheRotationsAtRest) {
   const std::string json = dir_.path() + "/io-touch.json";
   const std::string marks = dir_.path() + "/marks-touch.txt";
   CliRun r = BenchIo("--total 8MiB --chunk-sizes 2MiB --depths 4 --repeat 2 --reread 2 --touch --verbose --json " +
@@ -388,8 +388,8 @@ TEST_F(CliTest, BenchIoTouchingWriterAndReaderRunBesideTheOthers) {
   EXPECT_NE(r.out.find("engine/(raw+touch)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("qd 4 reread 1: raw on its files"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("raw+touch on the engine's files"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("qd 4 rep 1 raw+touch write"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("writes with a raw writer that reads every byte"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("qd 4 rewrite 1: raw "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("writes at rest (--touch: 2 rotations"), std::string::npos) << r.out;
   std::vector<std::string> phases;  // begin lines, phase names only
   std::istringstream in(Slurp(marks));
   for (std::string line; std::getline(in, line);) {
@@ -397,17 +397,20 @@ TEST_F(CliTest, BenchIoTouchingWriterAndReaderRunBesideTheOthers) {
     if (at != std::string::npos && end != std::string::npos) phases.push_back(line.substr(at + 6, end - at - 6));
   }
   const std::vector<std::string> want = {
-      "raw_write",     "touch_write",     "eng_write",     "raw_read",        "eng_read",        // rep 0
-      "eng_write",     "touch_write",     "raw_write",     "eng_read",        "raw_read",        // rep 1
-      "rest_raw_read", "rest_cross_read", "rest_eng_read", "rest_touch_read",                    // rotation 0
-      "rest_cross_read", "rest_eng_read", "rest_touch_read", "rest_raw_read"};                   // rotation 1
+      "raw_write",        "eng_write",        "raw_read",       "eng_read",          // rep 0
+      "eng_write",        "raw_write",        "eng_read",       "raw_read",          // rep 1
+      "rest_raw_read",    "rest_cross_read",  "rest_eng_read",  "rest_touch_read",   // reads, rotation 0
+      "rest_cross_read",  "rest_eng_read",    "rest_touch_read", "rest_raw_read",    // reads, rotation 1
+      "rest_raw_write",   "rest_touch_write", "rest_eng_write",                      // writes, rotation 0
+      "rest_touch_write", "rest_eng_write",   "rest_raw_write"};                     // writes, rotation 1
   EXPECT_EQ(phases, want) << Slurp(marks);
   const std::string doc = Slurp(json);
-  EXPECT_NE(doc.find("\"raw_touch_write_gbps\": ["), std::string::npos) << doc;
-  EXPECT_NE(doc.find("\"engine_over_raw_touch_write_ratio\": "), std::string::npos) << doc;
+  EXPECT_NE(doc.find("\"writes_at_rest\": {\"raw_gbps\": ["), std::string::npos) << doc;
+  EXPECT_NE(doc.find("\"engine_over_raw_touch_ratio\": "), std::string::npos) << doc;
   EXPECT_NE(doc.find("\"raw_touch_engine_files_gbps\": ["), std::string::npos) << doc;
   EXPECT_NE(doc.find("\"engine_over_raw_touch_same_files_ratio\": "), std::string::npos) << doc;
   ExpectNoBenchLeftovers();
+  ExpectBenchIoRefuses("--touch", "--touch: needs --reread");
   ExpectBenchIoRefuses("--touch --reread 1 --raw-buffers pool", "--touch: needs buffers of its own");
 }
 
