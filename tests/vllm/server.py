@@ -10,8 +10,16 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from typing import NamedTuple
 
-SERVE_ARGS = ["--served-model-name", "tiny", "--dtype", "bfloat16", "--enforce-eager", "--block-size", "16",
+# float32, not the bf16 of a real deployment: the tiny model's weights are random, so its next-token logits are all
+# within a few hundredths of each other (logprobs about -7.9 against ln(8192) = 9.0 for uniform). In bf16 the
+# rounding of two equally valid orders of summation (a prompt computed in one pass, or a cached prefix plus the
+# rest, or beside another request) flips greedy tokens: vLLM alone, without kvtier, gave another output in 19 of
+# 41 such variants of the test prompts (bench/vllm/numerics.py; a CI run once failed on such a flip). In float32
+# none did, logprobs within 9.5e-7, while one prompt token changed moves a logprob by 3.5e-4 or more: the comparison
+# in test_e2e_server.py (text and logprobs, LOGPROB_TOL) is then both stable and sensitive.
+SERVE_ARGS = ["--served-model-name", "tiny", "--dtype", "float32", "--enforce-eager", "--block-size", "16",
               "--max-model-len", "8192", "--max-num-seqs", "4", "--kv-cache-memory-bytes", str(512 << 20),
               "--enable-prefix-caching", "--seed", "0"]
 
@@ -28,6 +36,13 @@ def kvtier_transfer_config(root, **extra) -> str:
     ec.update(extra)
     return json.dumps({"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
                        "kv_connector_extra_config": ec})
+
+
+class Completion(NamedTuple):
+    """A streamed greedy completion: its text, the time to its first token, and the logprob of each token."""
+    text: str
+    ttft: float | None
+    logprobs: tuple[float, ...]
 
 
 class Server:
@@ -113,22 +128,24 @@ class Server:
                                      {"Content-Type": "application/json"})
         return urllib.request.urlopen(req, timeout=timeout)
 
-    def complete(self, prompt, max_tokens=8, timeout=300):
-        """Streamed greedy completion: (text, ttft_s)."""
+    def complete(self, prompt, max_tokens=8, timeout=300) -> Completion:
+        """Streamed greedy completion with the logprob of every generated token."""
         body = {"model": "tiny", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
-                "ignore_eos": True, "stream": True}
+                "ignore_eos": True, "stream": True, "logprobs": 1}
         t0 = time.perf_counter()
-        ttft, parts = None, []
+        ttft, parts, logprobs = None, [], []
         with self.post("/v1/completions", body, timeout=timeout) as r:
             for raw in r:
                 line = raw.decode().strip()
                 if not line.startswith("data:") or line == "data: [DONE]":
                     continue
-                piece = json.loads(line[5:])["choices"][0].get("text", "")
+                choice = json.loads(line[5:])["choices"][0]
+                piece = choice.get("text", "")
                 if ttft is None and piece:
                     ttft = time.perf_counter() - t0
                 parts.append(piece)
-        return "".join(parts), ttft
+                logprobs.extend((choice.get("logprobs") or {}).get("token_logprobs") or [])
+        return Completion("".join(parts), ttft, tuple(logprobs))
 
     def reset_prefix_cache(self):
         with self.post("/reset_prefix_cache", {}) as r:

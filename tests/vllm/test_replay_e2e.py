@@ -54,7 +54,7 @@ def test_replay_mooncake_slice(model_dir, tmp_path):
         assert ps["ttft"]["p50"] > 0 and ps["ttft"]["p99"] >= ps["ttft"]["p50"]
     m = second["metrics"]
     # the first pass stored every full chunk; after the reset the second pass loads them from kvtier
-    assert m["kvtier_hits_dram"] + m.get("kvtier_hits_disk", 0) > 0, m
+    assert m.get("kvtier_hits_dram", 0) + m.get("kvtier_hits_disk", 0) > 0, m  # a zero counter is left out
     assert m["external_hits_tokens"] > 0
     assert first["metrics"]["kvtier_bytes_written"] > 0
     assert m["external_hits_tokens"] > first["metrics"].get("external_hits_tokens", 0)
