@@ -20,13 +20,18 @@
 #   KVTIER_SMOKE_LOG      server log path (default: a file in a temp dir, kept on failure)
 #   KVTIER_SMOKE_BLOCKS_PER_CHUNK  probe spec's blocks_per_chunk (default 1); with > 1 the
 #                         probe also checks a load whose first chunk is partly on the GPU
+#   KVTIER_SMOKE_DTYPE    model dtype (default float32). The checks compare greedy outputs across a prefix-cache
+#                         hit and loads; the tiny model's random weights leave its logits nearly tied, so in
+#                         bfloat16 another order of summation alone can flip a token (bench/vllm/numerics.py,
+#                         docs/vllm-integration.md). The shapes in docs/vllm-offload-api-pinned.md were read in
+#                         bfloat16 (KVTIER_SMOKE_DTYPE=bfloat16).
 set -Eeuo pipefail
 
 probe=0
 for arg in "$@"; do
     case "$arg" in
         --offload-probe) probe=1 ;;
-        -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
         *) echo "vllm_smoke.sh: unknown argument $arg" >&2; exit 2 ;;
     esac
 done
@@ -78,7 +83,7 @@ trap cleanup EXIT
 serve_args=(
     --model "$model_dir" --served-model-name tiny
     --host 127.0.0.1 --port "$port"
-    --dtype bfloat16 --enforce-eager --block-size 16
+    --dtype "${KVTIER_SMOKE_DTYPE:-float32}" --enforce-eager --block-size 16
     --max-model-len 16384 --max-num-seqs 4
     --kv-cache-memory-bytes 1073741824
     --enable-prefix-caching --seed 0

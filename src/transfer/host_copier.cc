@@ -191,7 +191,7 @@ class HostCopier final : public DeviceCopier {
   static Status Copy(const CopyTask& t) {
     uint64_t total = 0;
     for (const CopySegment& s : t.segments) total += s.bytes;
-    const bool stream = t.direction == CopyDirection::kSlotToDevice && StreamChunk(std::max(total, t.job_bytes));
+    const bool stream = t.direction == CopyDirection::kSlotToDevice && HostCopierStreams(total, t.job_bytes);
     for (const CopySegment& s : t.segments) {
       if (s.slot_offset + s.bytes > t.slot_bytes || s.address == 0) {
         return Status(StatusCode::kInvalidArgument, "copy segment outside the slot or to a null address");
