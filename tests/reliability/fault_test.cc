@@ -139,9 +139,16 @@ TEST_P(FaultSuite, EveryPathEveryErrorKeepsTheEngineServingWithNoWrongBytes) {
       if (c.budget) o.disk_budget_bytes = 6 * kChunkFileBytes;
       constexpr uint64_t kPreset = 5, kNew = 5;
       {
-        auto clean = Engine::Open(o);  // entries for the loads, written without faults
+        // Entries for the loads, written without faults. Not under the case's deadline: a "slower than its
+        // deadline" case sets 150 ms, which a clean store under TSan on two busy cores can take (a CI failure).
+        EngineOptions clean_o = o;
+        clean_o.op_timeout_ms = 60000;
+        auto clean = Engine::Open(clean_o);
         ASSERT_TRUE(clean.ok()) << clean.status().ToString();
-        for (uint64_t i = 0; i < kPreset; ++i) ASSERT_TRUE(StoreOne(*clean.value(), i).ok());
+        for (uint64_t i = 0; i < kPreset; ++i) {
+          Status st = StoreOne(*clean.value(), i);
+          ASSERT_TRUE(st.ok()) << "clean store " << i << ": " << st.ToString();
+        }
       }
       o.disk_budget_bytes = c.budget ? 6 * kChunkFileBytes : 0;
       FaultTally tally;
@@ -203,6 +210,7 @@ TEST_P(FaultSuite, EveryPathEveryErrorKeepsTheEngineServingWithNoWrongBytes) {
       // Whatever was published under faults verifies and holds the bytes written for its key.
       o.temp_max_age_s = 0;
       o.disk_budget_bytes = 0;
+      o.op_timeout_ms = 60000;  // no faults now: a late load here would read as an entry that fails verification
       auto check = Engine::Open(o);
       ASSERT_TRUE(check.ok());
       for (uint64_t i = 100; i < 100 + 2 * kNew; ++i) {
