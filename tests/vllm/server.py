@@ -13,7 +13,7 @@ import urllib.request
 from typing import NamedTuple
 
 # float32, not the bf16 of a real deployment: the tiny model's weights are random, so its next-token logits are all
-# within a few hundredths of each other (logprobs about -7.9 against ln(8192) = 9.0 for uniform). In bf16 the
+# within a few hundredths of each other (logprobs about -7.9 against -ln(8192) = -9.0 for uniform). In bf16 the
 # rounding of two equally valid orders of summation (a prompt computed in one pass, or a cached prefix plus the
 # rest, or beside another request) flips greedy tokens: vLLM alone, without kvtier, gave another output in 19 of
 # 41 such variants of the test prompts (bench/vllm/numerics.py; a CI run once failed on such a flip). In float32

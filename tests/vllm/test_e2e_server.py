@@ -211,7 +211,7 @@ def test_root_turns_read_only_then_fills_up_mid_run_and_outputs_stay_identical(m
                 except OSError:
                     pass
             s.reset_prefix_cache()
-            # A new long document: its 11 chunks (22 MiB) meet a full root: ENOSPC, evict + retry once, or dropped.
+            # A new long document: its 11 chunks (44 MiB) meet a full root: ENOSPC, evict + retry once, or dropped.
             assert_same(s.complete(LONG2), baseline["long2"], "long2, stores meet ENOSPC")
             assert_same(s.complete(OTHER), baseline["other"], "other, full root")
             assert_same(s.complete(SHORT), baseline["short"], "short, full root")
