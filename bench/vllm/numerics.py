@@ -16,10 +16,8 @@ About 2 minutes per dtype on 2 cores. The tiny model is built as the tests build
 """
 
 import argparse
-import hashlib
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import threading
@@ -28,21 +26,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(REPO, "tests", "vllm"))
 sys.path.insert(0, os.path.join(REPO, "python"))
 
-from kvtier.tiny_model import synthetic_token_ids  # noqa: E402
-from server import Server  # noqa: E402
+from kvtier.tiny_model import DEFAULTS, synthetic_token_ids  # noqa: E402
+from server import Server, tiny_model_dir  # noqa: E402
 
 PROMPTS = {"other": synthetic_token_ids(1100, seed=12), "long": synthetic_token_ids(3000, seed=11),
            "long2": synthetic_token_ids(3000, seed=13)}
-
-
-def model_dir() -> str:
-    d = os.environ.get("KVTIER_MODEL_DIR")
-    if not d:
-        with open(os.path.join(REPO, "python", "kvtier", "tiny_model.py"), "rb") as f:
-            d = os.path.expanduser(f"~/.cache/kvtier/models/tiny-llama-{hashlib.sha256(f.read()).hexdigest()[:12]}")
-    if not os.path.exists(os.path.join(d, "kvtier_tiny_model.json")):
-        subprocess.run([sys.executable, "-m", "kvtier.tiny_model", d], check=True, timeout=600)
-    return d
 
 
 def main() -> int:
@@ -52,7 +40,7 @@ def main() -> int:
     a = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp, \
-            Server(model_dir(), os.path.join(tmp, "server.log"), extra_args=["--dtype", a.dtype]) as s:
+            Server(tiny_model_dir(), os.path.join(tmp, "server.log"), extra_args=["--dtype", a.dtype]) as s:
         s.wait_healthy()
 
         def record(name, kind, variant, got, ref):
@@ -79,7 +67,7 @@ def main() -> int:
             record(name, "order", "beside another request", got, ref)
             for pos in (1, len(toks) // 3, len(toks) - 100):
                 v = list(toks)
-                v[pos] = v[pos] + 1 if v[pos] + 1 < 8192 else v[pos] - 1
+                v[pos] = v[pos] + 1 if v[pos] + 1 < DEFAULTS["vocab"] else v[pos] - 1
                 s.reset_prefix_cache()
                 record(name, "context", f"token {pos} changed", s.complete(v), ref)
             v = list(toks)

@@ -1,5 +1,6 @@
 """A real `vllm serve` (the OpenAI API server module) on the tiny model, in its own process group, always killed."""
 
+import hashlib
 import json
 import os
 import re
@@ -22,6 +23,22 @@ from typing import NamedTuple
 SERVE_ARGS = ["--served-model-name", "tiny", "--dtype", "float32", "--enforce-eager", "--block-size", "16",
               "--max-model-len", "8192", "--max-num-seqs", "4", "--kv-cache-memory-bytes", str(512 << 20),
               "--enable-prefix-caching", "--seed", "0"]
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def tiny_model_dir() -> str:
+    """The tiny model of python/kvtier/tiny_model.py, built once per version of that file (KVTIER_MODEL_DIR
+    overrides the place)."""
+    d = os.environ.get("KVTIER_MODEL_DIR")
+    if not d:
+        with open(os.path.join(REPO, "python", "kvtier", "tiny_model.py"), "rb") as f:
+            h = hashlib.sha256(f.read()).hexdigest()[:12]
+        d = os.path.expanduser(f"~/.cache/kvtier/models/tiny-llama-{h}")
+    if not os.path.exists(os.path.join(d, "kvtier_tiny_model.json")):
+        subprocess.run([sys.executable, "-m", "kvtier.tiny_model", d], check=True, timeout=600)
+    return d
 
 
 def free_port() -> int:

@@ -2,19 +2,15 @@
 the OffloadingConnector's spec. Slow (each server start is tens of seconds on 2 cores); every server runs in its
 own process group and is killed on exit, pass or fail. TTFTs are printed as "E2E ..." lines (pytest -s)."""
 
-import hashlib
-import json
 import os
 import subprocess
-import sys
 import time
 
 import pytest
 
 from kvtier.tiny_model import synthetic_token_ids, synthetic_words
-from server import Server, kvtier_transfer_config
+from server import Server, kvtier_transfer_config, tiny_model_dir
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CHUNK_TOKENS = 256
 CHUNK_BYTES = 16 * 256 * 1024  # 16 blocks of 16 tokens, 16 KiB per token of the tiny model (float32, server.py)
 # float32, vLLM alone (bench/vllm/numerics.py): other orders of summation move a logprob by at most 9.5e-7, one
@@ -29,14 +25,7 @@ LONG_CHUNKS = len(LONG) // CHUNK_TOKENS
 
 @pytest.fixture(scope="session")
 def model_dir():
-    d = os.environ.get("KVTIER_MODEL_DIR")
-    if not d:
-        with open(os.path.join(REPO, "python", "kvtier", "tiny_model.py"), "rb") as f:
-            h = hashlib.sha256(f.read()).hexdigest()[:12]
-        d = os.path.expanduser(f"~/.cache/kvtier/models/tiny-llama-{h}")
-    if not os.path.exists(os.path.join(d, "kvtier_tiny_model.json")):
-        subprocess.run([sys.executable, "-m", "kvtier.tiny_model", d], check=True, timeout=600)
-    return d
+    return tiny_model_dir()
 
 
 @pytest.fixture(scope="session")

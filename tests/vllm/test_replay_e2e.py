@@ -5,7 +5,6 @@ cache reset before each: the second pass finds the prompts' full chunks in kvtie
 Prompt lengths are scaled by 1/8 (Mooncake's 512-token blocks become 64 tokens, the slice's prompts average about
 1.8k tokens) and capped at 4096 tokens, within the tiny server's 8192-token limit; output is 2 tokens."""
 
-import hashlib
 import json
 import os
 import subprocess
@@ -13,7 +12,7 @@ import sys
 
 import pytest
 
-from server import Server, kvtier_transfer_config
+from server import Server, kvtier_transfer_config, tiny_model_dir
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TRACE = os.path.join(os.path.dirname(REPO), "shared", "data", "traces", "mooncake_conversation_trace.jsonl")
@@ -21,14 +20,7 @@ TRACE = os.path.join(os.path.dirname(REPO), "shared", "data", "traces", "mooncak
 
 @pytest.fixture(scope="module")
 def model_dir():
-    d = os.environ.get("KVTIER_MODEL_DIR")
-    if not d:
-        with open(os.path.join(REPO, "python", "kvtier", "tiny_model.py"), "rb") as f:
-            h = hashlib.sha256(f.read()).hexdigest()[:12]
-        d = os.path.expanduser(f"~/.cache/kvtier/models/tiny-llama-{h}")
-    if not os.path.exists(os.path.join(d, "kvtier_tiny_model.json")):
-        subprocess.run([sys.executable, "-m", "kvtier.tiny_model", d], check=True, timeout=600)
-    return d
+    return tiny_model_dir()
 
 
 @pytest.mark.skipif(not os.path.exists(TRACE), reason="shared/data/traces not present")
