@@ -223,6 +223,14 @@ DiskStat ReadDiskStat(dev_t dev) {
 
 dev_t g_disk = 0;
 
+// The block device's kernel name (zram0, vda, nvme0n1p1, ...), "" when the filesystem has none (tmpfs, overlay).
+std::string BlockDeviceName(dev_t dev) {
+  std::error_code ec;
+  const auto target = std::filesystem::read_symlink(
+      "/sys/dev/block/" + std::to_string(major(dev)) + ":" + std::to_string(minor(dev)), ec);
+  return ec ? std::string() : target.filename().string();
+}
+
 struct CpuSample {
   std::map<int, ThreadTime> threads;
   DiskStat disk;
@@ -1592,7 +1600,9 @@ int RunBenchIo(int argc, char** argv) {
   for (uint64_t sp : ceiling.splits) raw_split_json += (raw_split_json.empty() ? "" : ", ") + std::to_string(sp);
   if (args.Has("json")) {
     WriteFile(args.Str("json"),
-              "{\n  \"dir\": " + JsonString(dir) + ", \"mode\": " + JsonString(mode_s) +
+              "{\n  \"dir\": " + JsonString(dir) + ", \"block_device\": " + JsonString(BlockDeviceName(g_disk)) +
+                  ", \"cores\": " + std::to_string(std::thread::hardware_concurrency()) +
+                  ", \"mode\": " + JsonString(mode_s) +
                   ", \"backend\": " + JsonString(backend_s) + ", \"raw_buffers\": " + JsonString(raw_memory) +
                   ", \"copier\": " + JsonString(host_copier ? "host" : "none") +
                   ", \"raw_threads\": [" + raw_threads_json + "], \"raw_split_bytes\": [" + raw_split_json +
