@@ -782,6 +782,7 @@ class EngineBench {
     id.layout_tag = o.identity.layout_tag;
     ns_path_ = root_ + "/" + NamespaceDirName(id);
     for (uint32_t i = 0; i < depth; ++i) host_.push_back(AllocFilled(chunk_bytes, 2000 + i));
+    if (!host_copier) FillPoolIncompressible();
   }
 
   double Write(uint64_t n, uint32_t rep) { return Run(n, rep, JobKind::kStore); }
@@ -821,6 +822,21 @@ class EngineBench {
     return static_cast<double>(pieces) * static_cast<double>(slot_bytes_) / static_cast<double>(st.st_size);
   }
   StatsSnapshot Stats() const { return engine_->Stats(); }
+  // --copier none stores whatever the slots hold: fill the whole pool once, before any timed phase, with random
+  // words, so that the data written is incompressible there too (a zram device compresses zero pages to nothing,
+  // which would let the engine's writes skip work the raw writer pays).
+  void FillPoolIncompressible() {
+    const int fd = shm_open(engine_->pool_name().c_str(), O_RDWR | O_CLOEXEC, 0);
+    if (fd < 0) throw CliError("cannot open the engine's pool " + engine_->pool_name() + ": " + std::strerror(errno));
+    struct stat st;
+    void* p = fstat(fd, &st) == 0 ? mmap(nullptr, st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+    close(fd);
+    if (p == MAP_FAILED) throw CliError("cannot map the engine's pool: " + std::string(std::strerror(errno)));
+    std::mt19937_64 rng(salt_ ^ 0x706f6f6cull);
+    auto* words = static_cast<uint64_t*>(p);
+    for (uint64_t i = 0; i < static_cast<uint64_t>(st.st_size) / 8; ++i) words[i] = rng();
+    munmap(p, st.st_size);
+  }
   // --raw-buffers pool: the first `n` slots of the engine's pool through a second mapping (StagingPool::Attach),
   // i.e. the very memory the engine's own transfers use. Valid while this object lives. The raw side overwrites
   // slots the engine may still keep as DRAM-resident; harmless here because the bench never loads a key twice.
