@@ -201,9 +201,10 @@ class KvtierSlotPeer:
     slots here (the bench leaves the pseudo-random bytes that set-up wrote into every slot); commit_store(batch)
     (complete_store) has the engine checksum, write and publish them. A full pool (None) waits for earlier writes.
     The phase ends when every commit's write has completed (stats()["stores_completed"]: one per commit_store).
-    Load: promote(key) per chunk (the lookup of a disk hit), up to `window` reads in flight; a ready chunk is pinned
-    (prepare_load), its bytes are where the worker would copy them from, and it is unpinned (complete_load).
-    Waiting is polling with short sleeps, as vLLM's scheduler asks again every step."""
+    Load: from a fresh engine on the same root (before_load), promote(key) per chunk (the lookup of a disk hit), up
+    to `window` reads in flight; a ready chunk is pinned (prepare_load), its bytes are where the worker would copy
+    them from, and it is unpinned (complete_load). Waiting is polling with short sleeps, as vLLM's scheduler asks
+    again every step. Peak RSS counts the pool twice: the engine's mapping and the one attached here, as a worker's."""
 
     BATCH = 16  # chunks per reserve/commit: one store per scheduler step of a request
 
@@ -224,12 +225,13 @@ class KvtierSlotPeer:
             "pool_bytes": STAGING_BYTES,
         }
         options.update(opts)
+        self.options = options
         self.engine = kvtier.Engine(options)
         self.pool = kvtier.Pool.attach(self.engine.pool_name)
-        slots = self.pool.num_slots()
+        slots = self.pool.num_slots
         # Pseudo-random bytes in every slot (untimed; faults the pool in, as the peers' set-up does theirs).
         region = np.ctypeslib.as_array(
-            (ctypes.c_uint8 * (slots * self.pool.slot_stride())).from_address(self.pool.slot_address(0)))
+            (ctypes.c_uint8 * (slots * self.pool.slot_stride)).from_address(self.pool.slot_address(0)))
         random_fill(region)
         del region
         self.batch = max(1, min(self.BATCH, slots // 4))
@@ -264,7 +266,13 @@ class KvtierSlotPeer:
             raise RuntimeError(f"kvtier-slot store: {lost} chunks dropped")
 
     def before_load(self):
-        pass
+        # A load from disk, as in a vLLM that restarted (or whose DRAM tier evicted the chunks): a fresh engine on the
+        # same root, so no chunk is resident (the stored ones stay in the pool otherwise, write-through). Untimed;
+        # the new pool is faulted in at open.
+        self.pool.close()
+        self.engine.close()
+        self.engine = self.kvtier.Engine(self.options)
+        self.pool = self.kvtier.Pool.attach(self.engine.pool_name)
 
     def load(self, rep):
         from collections import deque
