@@ -28,9 +28,11 @@ REPO = Path(__file__).resolve().parents[1]
 SCOREBOARD = REPO / "bench" / "results" / "scoreboard.json"
 DOC = REPO / "docs" / "performance.md"
 
-# engine_io: `kvtier bench io --json` files. Files listed together are runs of one measurement: their repetitions
-# are pooled (medians over all of them; ratios are medians of the per-repetition ratios). "device" is read from the
-# files' block_device where they record it; "device" here is for files that predate that field.
+# engine_io: `kvtier bench io --json` files (a pattern like "bench/results/io/box-DATE/zram-none*.json" stands for the
+# files it matches). Files listed together are runs of one measurement: their repetitions are pooled (medians over
+# all of them; ratios are medians of the per-repetition ratios). "device" is read from the files' block_device
+# where they record it; "device" here is for files that predate that field. scripts/h200/bench_io.sh writes one
+# file per device and copier (DEVICE-COPIER[-runR].json): one source each.
 SOURCES = {
     "engine_io": [
         {"machine": "h200", "device": "virtio", "date": "2026-12-01",
@@ -87,9 +89,24 @@ def _mib(nbytes):
     return int(m) if m == int(m) else round(m, 3)
 
 
+def _expand(patterns):
+    """Paths relative to the repository; a pattern with * or ? stands for the committed files it matches, sorted."""
+    out = []
+    for p in patterns:
+        if any(c in p for c in "*?["):
+            found = sorted(str(f.relative_to(REPO)) for f in REPO.glob(p))
+            if not found:
+                raise ValueError(f"scoreboard source {p}: no such files")
+            out += found
+        else:
+            out.append(p)
+    return out
+
+
 def engine_io_rows(source, load=None):
     """The rows of one engine_io source (files of one machine, device and copier)."""
     load = load or (lambda p: json.loads((REPO / p).read_text()))
+    source = dict(source, files=_expand(source["files"]))
     docs = [(p, load(p)) for p in source["files"]]
     devices = {_device(d, source.get("device")) for _, d in docs}
     copiers = {d.get("copier", "host") for _, d in docs}

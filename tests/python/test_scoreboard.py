@@ -114,3 +114,13 @@ def test_peers_rows_use_the_slot_path_when_measured():
     assert store28["note"] is None
     plain = scoreboard.peers_rows(source, load=lambda p: doc)
     assert all(r["kvtier_slot_gbps"] is None and r["note"] for r in plain)
+
+
+def test_a_source_pattern_stands_for_the_committed_files_it_matches():
+    source = {"machine": "h200", "device": "virtio", "date": "d", "command": "c",
+              "files": ["bench/results/io/box-s8/bench-io-box-run*.json"]}
+    rows = scoreboard.engine_io_rows(source)
+    assert rows[0]["results"] == ["bench/results/io/box-s8/bench-io-box-run1.json",
+                                  "bench/results/io/box-s8/bench-io-box-run2.json"]
+    with pytest.raises(ValueError, match="no such files"):
+        scoreboard.engine_io_rows(dict(source, files=["bench/results/io/nothing-here-*.json"]))
