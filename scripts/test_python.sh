@@ -5,6 +5,7 @@
 # Environment:
 #   KVTIER_PYTHON   interpreter to create .venv from (default: python3.11, else python3)
 #   KVTIER_SKIP_APT=1  do not run scripts/setup.sh (Debian packages: cmake, liburing, xxhash, python3-venv)
+#   KVTIER_INSTALL_ONLY=1  build and install the package into .venv, run no tests (bench/peers/run.sh uses it)
 #
 # The package is built with --no-build-isolation against the pinned python/requirements-dev.txt, in a CMake tree of
 # its own (build-python/dev-venv) so that reruns are incremental; `pip install .` without these flags works too.
@@ -36,6 +37,7 @@ if ! CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) "$venv/bin/python" -m pip install -v --
   exit 1
 fi
 echo "built in $(($(date +%s) - start)) s"
+[ "${KVTIER_INSTALL_ONLY:-0}" = 1 ] && exit 0
 
 echo "=== python: pytest tests/python ==="
 # Run from outside the repo so that `import kvtier` can only find the installed package.

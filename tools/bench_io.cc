@@ -943,13 +943,16 @@ RawCeilingOptions ParseRawCeiling(const Args& args) {
   } else {
     for (uint64_t t : args.UintList("raw-threads", "1")) {
       if (t > 256) throw UsageError("--raw-threads: " + std::to_string(t) + " is above 256");
-      if (std::find(o.threads.begin(), o.threads.end(), t) == o.threads.end()) o.threads.push_back(static_cast<uint32_t>(t));
+      if (std::find(o.threads.begin(), o.threads.end(), t) == o.threads.end()) {
+        o.threads.push_back(static_cast<uint32_t>(t));
+      }
     }
   }
   if (args.Str("raw-split", "4MiB,1MiB") != "none") {
     for (uint64_t s : args.SizeList("raw-split", "4MiB,1MiB")) {
       if (s % kPayloadAlignment != 0) {
-        throw UsageError("--raw-split: " + FormatSize(s) + " is not a multiple of 4KiB (O_DIRECT needs aligned requests)");
+        throw UsageError("--raw-split: " + FormatSize(s) +
+                         " is not a multiple of 4KiB (O_DIRECT needs aligned requests)");
       }
       if (s > (1ull << 30)) throw UsageError("--raw-split: " + FormatSize(s) + " is above 1GiB");
       if (std::find(o.splits.begin(), o.splits.end(), s) == o.splits.end()) o.splits.push_back(s);
@@ -1318,9 +1321,17 @@ int RunBenchIo(int argc, char** argv) {
             }
           };
           const bool raw_first = rep % 2 == 0;
-          if (raw_first) { write_raw(); write_eng(); variants(true); } else { variants(true); write_eng(); write_raw(); }
+          if (raw_first) {
+            write_raw(); write_eng(); variants(true);
+          } else {
+            variants(true); write_eng(); write_raw();
+          }
           if (drop_ok) DropPageCache();
-          if (raw_first) { read_raw(); read_eng(); variants(false); } else { variants(false); read_eng(); read_raw(); }
+          if (raw_first) {
+            read_raw(); read_eng(); variants(false);
+          } else {
+            variants(false); read_eng(); read_raw();
+          }
           if (cross) {
             if (drop_ok) DropPageCache();
             const std::vector<std::string> paths = eng.FilePaths(rep, row.files);
@@ -1465,14 +1476,15 @@ int RunBenchIo(int argc, char** argv) {
     }
     const std::string mark_w = bw.label == "t1/whole" ? "*" : "", mark_r = br.label == "t1/whole" ? "*" : "";
     tv.AddRow({FormatSize(r.chunk), std::to_string(r.depth), "t1/whole", Fixed(rw, 3) + mark_w, Fixed(rr, 3) + mark_r});
-    std::string json_variants = "{\"variant\": \"t1/whole\", \"threads\": 1, \"request_bytes\": null, \"write_gbps\": " +
-                                arr(r.raw_w) + ", \"read_gbps\": " + arr(r.raw_r) + ", \"median_write_gbps\": " +
-                                JsonNumber(rw) + ", \"median_read_gbps\": " + JsonNumber(rr) + "}";
+    std::string json_variants = "{\"variant\": \"t1/whole\", \"threads\": 1, \"request_bytes\": null, "
+                                "\"write_gbps\": " + arr(r.raw_w) + ", \"read_gbps\": " + arr(r.raw_r) +
+                                ", \"median_write_gbps\": " + JsonNumber(rw) + ", \"median_read_gbps\": " +
+                                JsonNumber(rr) + "}";
     for (const RawVariant& v : r.variants) {
       any_variants = true;
       const double vw = Median(v.write_gbps), vr = Median(v.read_gbps);
-      tv.AddRow({FormatSize(r.chunk), std::to_string(r.depth), v.Short(), Fixed(vw, 3) + (bw.label == v.Short() ? "*" : ""),
-                 Fixed(vr, 3) + (br.label == v.Short() ? "*" : "")});
+      tv.AddRow({FormatSize(r.chunk), std::to_string(r.depth), v.Short(),
+                 Fixed(vw, 3) + (bw.label == v.Short() ? "*" : ""), Fixed(vr, 3) + (br.label == v.Short() ? "*" : "")});
       json_variants += ", {\"variant\": " + JsonString(v.Short()) + ", \"threads\": " + std::to_string(v.threads) +
                        ", \"request_bytes\": " + (v.split == 0 ? std::string("null") : std::to_string(v.split)) +
                        ", \"write_gbps\": " + arr(v.write_gbps) + ", \"read_gbps\": " + arr(v.read_gbps) +
@@ -1553,7 +1565,8 @@ int RunBenchIo(int argc, char** argv) {
     std::fputs(tv.Render().c_str(), stdout);
   }
   if (!skipped_notes.empty()) {
-    std::printf("raw variants skipped (--raw-queue total: more threads than files in flight):\n%s", skipped_notes.c_str());
+    std::printf("raw variants skipped (--raw-queue total: more threads than files in flight):\n%s",
+                skipped_notes.c_str());
   }
   if (repeat % 2 != 0) {
     std::printf("note: an odd --repeat lets the raw side go first once more than the engine; the phase that goes "
@@ -1622,7 +1635,8 @@ int RunBenchIo(int argc, char** argv) {
                   ", \"backend\": " + JsonString(backend_s) + ", \"raw_buffers\": " + JsonString(raw_memory) +
                   ", \"copier\": " + JsonString(host_copier ? "host" : "none") +
                   ", \"raw_threads\": [" + raw_threads_json + "], \"raw_split_bytes\": [" + raw_split_json +
-                  "], \"raw_queue\": " + JsonString(ceiling.per_thread_queue ? "per-thread" : "total") + ", \"xxh3\": " + JsonString(xxh3) + ", \"total_bytes\": " + std::to_string(total) +
+                  "], \"raw_queue\": " + JsonString(ceiling.per_thread_queue ? "per-thread" : "total") +
+                  ", \"xxh3\": " + JsonString(xxh3) + ", \"total_bytes\": " + std::to_string(total) +
                   ", \"repeat\": " + std::to_string(repeat) + ", \"page_cache_dropped\": " +
                   (drop_ok ? "true" : "false") + ", \"peak_rss_bytes\": " + std::to_string(peak_rss) +
                   ",\n  \"engine\": " + JsonString(engine_described) + ",\n  \"results\": [\n    " + json_rows +

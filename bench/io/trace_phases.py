@@ -14,7 +14,7 @@ issued and completed inside it:
             whole queue at once shows the queue depth here)
   turn      median time from a completion to the next issue, us (how fast the reader refills the disk)
   slow      '*' when the phase's mean latency is over 1.5 x the median of the raw reader's phases of the same
-            kind and configuration (the engine's bimodal read phases of docs/performance.md, session 6)
+            kind and configuration (slow engine read phases on the cpu VM: bench/results/io/s6/README.md)
 
   bench/io/trace_phases.py TRACE [--dev MAJ,MIN]   (default: the device with the most block events)
 """

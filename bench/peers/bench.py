@@ -16,6 +16,7 @@ installed packages and called the way their own code calls them (see docs/perfor
 """
 
 import argparse
+import ctypes
 import json
 import os
 import resource
@@ -48,6 +49,7 @@ def chunk_bytes(model):
 # Variants: (peer, options). "defaults" = the peer's own defaults; "tuned" = the options its docs/source offer.
 VARIANTS = {
     "kvtier": ("kvtier", {}),  # EngineOptions defaults: io_mode auto (O_DIRECT here), io_depth 16, io_uring
+    "kvtier-slot": ("kvtier-slot", {}),  # the vLLM adapter's path: reserve/commit stores, promote/pin loads
     "kvtier-qd32": ("kvtier", {"io_depth": 32}),
     "kvtier-buffered": ("kvtier", {"io_mode": "buffered"}),
     "vllm-fs": ("vllm", {}),  # FileSystemTierManager defaults: 16 read + 16 write threads, O_DIRECT always
@@ -188,6 +190,116 @@ class KvtierPeer:
             raise RuntimeError(f"kvtier load: {r['chunks_ok']}/{self.n} ok: {bad}")
 
     def close(self):
+        self.engine.close()
+
+
+class KvtierSlotPeer:
+    """kvtier's slot path, the one its vLLM adapter drives (python/kvtier/vllm.py: the scheduler-side manager calls
+    the engine, vLLM's workers copy between GPU memory and the shared pool's slots): no host memcpy on either side.
+
+    Store: reserve_for_store(batch) gives a slot per chunk (what prepare_store does); the worker would fill the
+    slots here (the bench leaves the pseudo-random bytes that set-up wrote into every slot); commit_store(batch)
+    (complete_store) has the engine checksum, write and publish them. A full pool (None) waits for earlier writes.
+    The phase ends when every commit's write has completed (stats()["stores_completed"]: one per commit_store).
+    Load: from a fresh engine on the same root (before_load), promote(key) per chunk (the lookup of a disk hit), up
+    to `window` reads in flight; a ready chunk is pinned (prepare_load), its bytes are where the worker would copy
+    them from, and it is unpinned (complete_load). Waiting is polling with short sleeps, as vLLM's scheduler asks
+    again every step. Peak RSS counts the pool twice: the engine's mapping and the one attached here, as a worker's."""
+
+    BATCH = 16  # chunks per reserve/commit: one store per scheduler step of a request
+
+    def __init__(self, root, model, n, opts):
+        import numpy as np
+        import kvtier
+
+        self.np, self.kvtier = np, kvtier
+        self.chunk, self.n = chunk_bytes(model), n
+        options = {
+            "root": root,
+            "model": MODELS[model]["name"],
+            "revision": "bench-peers",
+            "kv_dtype": "bfloat16",
+            "tokens_per_chunk": TOKENS_PER_CHUNK,
+            "blocks_per_chunk": BLOCKS_PER_CHUNK,
+            "block_bytes": self.chunk // BLOCKS_PER_CHUNK,
+            "pool_bytes": STAGING_BYTES,
+        }
+        options.update(opts)
+        self.options = options
+        self.engine = kvtier.Engine(options)
+        self.pool = kvtier.Pool.attach(self.engine.pool_name)
+        slots = self.pool.num_slots
+        # Pseudo-random bytes in every slot (untimed; faults the pool in, as the peers' set-up does theirs).
+        region = np.ctypeslib.as_array(
+            (ctypes.c_uint8 * (slots * self.pool.slot_stride)).from_address(self.pool.slot_address(0)))
+        random_fill(region)
+        del region
+        self.batch = max(1, min(self.BATCH, slots // 4))
+        self.window = max(1, min(16, slots // 2))
+
+    def key(self, rep, i):
+        return b"kvtier-bench-peers" + rep.to_bytes(4, "little") + i.to_bytes(8, "little")
+
+    def _stores_completed(self):
+        return self.engine.stats()["stores_completed"]
+
+    def store(self, rep):
+        st0 = self.engine.stats()
+        base, dropped, commits = st0["stores_completed"], st0["stores_dropped"], 0
+        keys = [self.key(rep, i) for i in range(self.n)]
+        i = 0
+        while i < self.n:
+            batch = keys[i : i + self.batch]
+            refs = self.engine.reserve_for_store(batch)
+            if refs is None:  # the pool is full of chunks still being written
+                time.sleep(0.0002)
+                continue
+            if any(r is None for r in refs):
+                raise RuntimeError("kvtier-slot store: a fresh key needed no write")
+            self.engine.commit_store(batch, True)
+            commits += 1
+            i += len(batch)
+        while self._stores_completed() - base < commits:
+            time.sleep(0.0002)
+        lost = self.engine.stats()["stores_dropped"] - dropped
+        if lost:
+            raise RuntimeError(f"kvtier-slot store: {lost} chunks dropped")
+
+    def before_load(self):
+        # A load from disk, as in a vLLM that restarted (or whose DRAM tier evicted the chunks): a fresh engine on the
+        # same root, so no chunk is resident (the stored ones stay in the pool otherwise, write-through). Untimed;
+        # the new pool is faulted in at open.
+        self.pool.close()
+        self.engine.close()
+        self.engine = self.kvtier.Engine(self.options)
+        self.pool = self.kvtier.Pool.attach(self.engine.pool_name)
+
+    def load(self, rep):
+        from collections import deque
+
+        inflight, nxt, done = deque(), 0, 0
+        while done < self.n:
+            while len(inflight) < self.window and nxt < self.n:
+                k = self.key(rep, nxt)
+                state, _, _ = self.engine.promote(k, False)
+                if state == "miss":
+                    raise RuntimeError(f"kvtier-slot load: chunk {nxt} missed")
+                inflight.append(k)
+                nxt += 1
+            k = inflight[0]
+            state = self.engine.residency(k)
+            if state == "pending":
+                time.sleep(0.0002)
+                continue
+            if state != "ready":
+                raise RuntimeError(f"kvtier-slot load: chunk {done} is {state}")
+            self.engine.pin([k])  # the worker copies out of the slot now
+            self.engine.unpin([k])
+            inflight.popleft()
+            done += 1
+
+    def close(self):
+        self.pool.close()
         self.engine.close()
 
 
@@ -353,7 +465,7 @@ class LmcachePeer:
         self.loop.call_soon_threadsafe(self.loop.stop)
 
 
-PEERS = {"kvtier": KvtierPeer, "vllm": VllmFsPeer, "lmcache": LmcachePeer}
+PEERS = {"kvtier": KvtierPeer, "kvtier-slot": KvtierSlotPeer, "vllm": VllmFsPeer, "lmcache": LmcachePeer}
 
 
 def worker(args):
@@ -509,7 +621,8 @@ def orchestrate(args):
     os.makedirs(args.out, exist_ok=True)
     variants = args.variants.split(",")
     models = args.models.split(",")
-    pythons = {"kvtier": args.kvtier_python, "vllm": args.vllm_python, "lmcache": args.lmcache_python}
+    pythons = {"kvtier": args.kvtier_python, "kvtier-slot": args.kvtier_python, "vllm": args.vllm_python,
+               "lmcache": args.lmcache_python}
     results = []
     log = open(os.path.join(args.out, "runs.jsonl"), "w")
     for rep in range(args.reps):

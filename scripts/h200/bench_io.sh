@@ -2,7 +2,7 @@
 # `kvtier bench io` on the GPU box (its virtual disk, a zram device, 16 cores; no GPU used): builds the release CLI
 # there (liburing/xxhash from .gpudeps/ when the box lacks them, scripts/lib/debdeps.sh), then for each device and
 # each copier one bench io run with the multi-threaded raw baseline ("raw best", the device's ceiling), 28 MiB and
-# 2 MiB chunks, writes and reads. With ZRAM=16G, one call (about 6 minutes) measures zram and the virtual disk,
+# 2 MiB chunks, writes and reads. With ZRAM=16G, one call (about 6 minutes, estimated) measures zram and the virtual disk,
 # `--copier none` (the vLLM adapter's path) and `--copier host`.
 #
 # Usage, through the device tool (carry .gpudeps):  [ZRAM=16G] scripts/h200/bench_io.sh [RUNS]   (default 1)

@@ -40,7 +40,7 @@ namespace {
 // and streaming skips the read-for-ownership of every destination line, so the copy moves 2 bytes of memory traffic
 // per byte instead of 3 (one thread, 64 MiB, on the 2-vCPU EPYC VM we test on, as `kvtier bench io --verbose`
 // prints it: memcpy 12-13 GB/s, streaming 13-20 GB/s; on that VM the disk itself slows while the guest moves
-// memory, docs/performance.md, session 6). A small load (a few chunks, smaller than the cache in all) keeps memcpy:
+// memory, docs/performance.md, "Floors"). A small load (a few chunks, smaller than the cache in all) keeps memcpy:
 // its caller finds the bytes in the cache. glibc's memcpy makes a similar switch, but only above a fraction of the
 // cache size the VM reports (hundreds of MiB here), i.e. never. Copies into a slot (stores) keep memcpy: the
 // reactor checksums the slot right after, and should find it in the cache.

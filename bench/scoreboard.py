@@ -1,0 +1,308 @@
+#!/usr/bin/env python3
+"""The scoreboard: the figures that matter, in one machine-readable file written from committed result files.
+
+  bench/scoreboard.py           writes bench/results/scoreboard.json from the result files named in SOURCES below,
+                                and docs/performance.md's summary tables (between its scoreboard marker comments)
+                                from that
+  bench/scoreboard.py --check   writes nothing; exits 1, saying what differs, when either file is out of date
+                                (tests/python/test_scoreboard.py runs the same check)
+
+Rows (docs/performance.md, "The scoreboard", says what each field means):
+  engine_io      one per machine, device, copier path, chunk size, depth and direction, from `kvtier bench io --json`
+                 files: the engine against the device's ceiling (raw best) in the same run
+  peers_storage  one per chunk size and operation, from `bench/peers/run.sh` (bench/results/peers/results.json)
+  vllm_ttft      one per cell of the vLLM head-to-head on the GPU box (no committed result has these rows yet)
+A field a source file does not have is null, and the row's "note" says why.
+
+To add a measurement: commit its result files under bench/results/, name them in SOURCES (with the command that
+made them and the date), run this script, commit the three files together.
+"""
+import argparse
+import json
+import re
+import statistics
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SCOREBOARD = REPO / "bench" / "results" / "scoreboard.json"
+DOC = REPO / "docs" / "performance.md"
+
+# engine_io: `kvtier bench io --json` files (a pattern like "bench/results/io/box-DATE/zram-none*.json" stands for the
+# files it matches). Files listed together are runs of one measurement: their repetitions are pooled (medians over
+# all of them; ratios are medians of the per-repetition ratios). "device" is read from the files' block_device
+# where they record it; "device" here is for files that predate that field. scripts/h200/bench_io.sh writes one
+# file per device and copier (DEVICE-COPIER[-runR].json): one source each.
+SOURCES = {
+    "engine_io": [
+        {"machine": "h200", "device": "virtio", "date": "2026-12-01",
+         "command": "scripts/h200/bench_io.sh 2 (bench io --dir /var/tmp --reread 6, copier host, two runs)",
+         "files": ["bench/results/io/box-s8/bench-io-box-run1.json",
+                   "bench/results/io/box-s8/bench-io-box-run2.json"]},
+        {"machine": "cpu", "device": "virtio", "date": "2026-12-01",
+         "command": "kvtier bench io --dir /var/tmp --reread 6 (copier host, three runs)",
+         "files": [f"bench/results/io/bench-io-s6-final-run{i}-2026-12-01.json" for i in (1, 2, 3)]},
+        {"machine": "cpu", "device": "virtio", "date": "2026-12-01",
+         "command": "kvtier bench io --dir /var/tmp --reread 6 --touch --copier none",
+         "files": ["bench/results/io/s7/bench-io-touch-none-run1-2026-12-01.json"]},
+    ],
+    "peers_storage": [
+        {"machine": "cpu", "date": "2026-11-30", "command": "bench/peers/run.sh",
+         "file": "bench/results/peers/results.json"},
+    ],
+    "vllm_ttft": [],
+}
+
+NOTE_NO_RAW_BEST = ("measured before bench io had its multi-threaded raw baseline: raw_best_gbps, raw_best_threads "
+                    "and ratio are null; raw_1t_gbps and ratio_to_raw_1t are the single-thread raw baseline's")
+NOTE_NO_SLOT = ("measured before bench/peers had kvtier's slot path: kvtier_slot_gbps, kvtier_cpu_s_per_gb and the "
+                "slot ratios are null; kvtier_host_* are kvtier's host path (an extra memcpy per chunk)")
+VLLM_TTFT_NOTE = ("no rows yet: the vLLM head-to-head on the GPU box (issue 18) defines them as {machine, model, tier, "
+                  "device, tokens, concurrency, requests, system, gate, preload, mean_ms, p50_ms, p95_ms, completed, "
+                  "result}")
+
+
+def _r(x, digits=3):
+    return None if x is None else round(float(x), digits)
+
+
+def _median(v):
+    return statistics.median(v) if v else None
+
+
+def _paired(eng, raw):
+    """Per-repetition ratios engine/raw of one file (repetitions are paired by index)."""
+    return [e / r for e, r in zip(eng, raw) if r]
+
+
+def _device(doc, default):
+    name = doc.get("block_device") or ""
+    if name.startswith("zram"):
+        return "zram"
+    if name.startswith("vd"):
+        return "virtio"
+    return name or default
+
+
+def _mib(nbytes):
+    m = nbytes / (1 << 20)
+    return int(m) if m == int(m) else round(m, 3)
+
+
+def _expand(patterns):
+    """Paths relative to the repository; a pattern with * or ? stands for the committed files it matches, sorted."""
+    out = []
+    for p in patterns:
+        if any(c in p for c in "*?["):
+            found = sorted(str(f.relative_to(REPO)) for f in REPO.glob(p))
+            if not found:
+                raise ValueError(f"scoreboard source {p}: no such files")
+            out += found
+        else:
+            out.append(p)
+    return out
+
+
+def engine_io_rows(source, load=None):
+    """The rows of one engine_io source (files of one machine, device and copier)."""
+    load = load or (lambda p: json.loads((REPO / p).read_text()))
+    source = dict(source, files=_expand(source["files"]))
+    docs = [(p, load(p)) for p in source["files"]]
+    devices = {_device(d, source.get("device")) for _, d in docs}
+    copiers = {d.get("copier", "host") for _, d in docs}
+    if len(devices) != 1 or len(copiers) != 1:
+        raise ValueError(f"{source['files']}: files of one source must share device and copier "
+                         f"(got {sorted(devices)}, {sorted(copiers)})")
+    device, copier = devices.pop(), copiers.pop()
+    cells = {}
+    for _, doc in docs:
+        for res in doc["results"]:
+            cells.setdefault((res["chunk_bytes"], res["depth"]), []).append(res)
+    rows = []
+    for (chunk, depth), results in sorted(cells.items(), key=lambda kv: (-kv[0][0], kv[0][1])):
+        for op in ("write", "read"):
+            eng = [x for res in results for x in res[f"engine_{op}_gbps"]]
+            raw1 = [x for res in results for x in res[f"raw_{op}_gbps"]]
+            ratio1 = [x for res in results for x in _paired(res[f"engine_{op}_gbps"], res[f"raw_{op}_gbps"])]
+            row = {"machine": source["machine"], "device": device, "chunk_mib": _mib(chunk), "depth": depth, "op": op,
+                   "path": "copier-none" if copier == "none" else "host", "engine_gbps": _r(_median(eng)),
+                   "raw_best_gbps": None, "raw_best_threads": None, "raw_best_variant": None, "ratio": None,
+                   "raw_1t_gbps": _r(_median(raw1)), "ratio_to_raw_1t": _r(_median(ratio1)),
+                   "engine_reactors": None, "repetitions": len(eng), "date": source["date"],
+                   "command": source["command"], "result": source["files"][0]}
+            if len(source["files"]) > 1:
+                row["results"] = list(source["files"])
+            if all("raw_variants" in res for res in results):
+                variants = {}
+                for res in results:
+                    for v in res["raw_variants"]:
+                        variants.setdefault(v["variant"], {"threads": v["threads"], "gbps": [], "pairs": []})
+                        variants[v["variant"]]["gbps"] += v[f"{op}_gbps"]
+                        variants[v["variant"]]["pairs"] += _paired(res[f"engine_{op}_gbps"], v[f"{op}_gbps"])
+                best = max(variants, key=lambda k: _median(variants[k]["gbps"]))
+                row.update(raw_best_gbps=_r(_median(variants[best]["gbps"])), raw_best_threads=variants[best]["threads"],
+                           raw_best_variant=best, ratio=_r(_median(variants[best]["pairs"])))
+                reactors = {res.get("engine_reactors") for res in results}
+                row["engine_reactors"] = reactors.pop() if len(reactors) == 1 else sorted(reactors, key=str)
+                row["note"] = None
+            else:
+                row["engine_reactors"] = 1  # the engine had one reactor thread before it recorded the count
+                row["note"] = NOTE_NO_RAW_BEST
+            rows.append(row)
+    return rows
+
+
+PEER_VARIANTS = {"kvtier_slot": "kvtier-slot", "kvtier_host": "kvtier", "vllm_fs": "vllm-fs",
+                 "lmcache_odirect": "lmcache-odirect", "lmcache": "lmcache", "raw": "raw io_uring"}
+
+
+def peers_rows(source, load=None):
+    load = load or (lambda p: json.loads((REPO / p).read_text()))
+    doc = load(source["file"])
+    chunk_of = {r["model"]: r["chunk_bytes"] for r in doc["runs"]}
+    by = {(r["model"], r["variant"]): r for r in doc["rows"]}
+    rows = []
+    for model in sorted(chunk_of, key=lambda m: -chunk_of[m]):
+        for op, key in (("store", "store"), ("cold_load", "cold")):
+            def fig(name, what):
+                r = by.get((model, PEER_VARIANTS[name]))
+                return None if r is None else _r(r.get(f"{key}_{what}"))
+            row = {"machine": source["machine"], "chunk_mib": _mib(chunk_of[model]), "op": op}
+            for name in PEER_VARIANTS:
+                row[f"{name}_gbps"] = fig(name, "gbps")
+            row["kvtier_cpu_s_per_gb"] = fig("kvtier_slot", "cpu")
+            for name in ("kvtier_host", "vllm_fs", "lmcache_odirect"):
+                row[f"{name}_cpu_s_per_gb"] = fig(name, "cpu")
+            slot = row["kvtier_slot_gbps"]
+            row["slot_over_vllm_fs"] = _r(slot / row["vllm_fs_gbps"]) if slot and row["vllm_fs_gbps"] else None
+            row["slot_over_lmcache_odirect"] = (_r(slot / row["lmcache_odirect_gbps"])
+                                                if slot and row["lmcache_odirect_gbps"] else None)
+            row["host_over_vllm_fs"] = (_r(row["kvtier_host_gbps"] / row["vllm_fs_gbps"])
+                                        if row["kvtier_host_gbps"] and row["vllm_fs_gbps"] else None)
+            row.update(date=source["date"], command=source["command"], result=source["file"],
+                       note=None if slot is not None else NOTE_NO_SLOT)
+            rows.append(row)
+    return rows
+
+
+def build(sources=SOURCES, load=None):
+    return {
+        "what": "kvtier's scoreboard, written by bench/scoreboard.py from the result files it names; "
+                "docs/performance.md's summary tables are generated from it",
+        "engine_io": [row for s in sources["engine_io"] for row in engine_io_rows(s, load)],
+        "peers_storage": [row for s in sources["peers_storage"] for row in peers_rows(s, load)],
+        "vllm_ttft": [],
+        "notes": {"vllm_ttft": VLLM_TTFT_NOTE} if not sources["vllm_ttft"] else {},
+    }
+
+
+def dumps(board):
+    return json.dumps(board, indent=1) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The tables of docs/performance.md
+
+
+def _f(x, digits=2):
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def table_engine_io(board):
+    out = ["| machine | device | path | chunk | depth | op | engine GB/s | raw best GB/s (variant) | engine / raw best "
+           "| raw 1 thread GB/s | engine / raw 1 thread | date |",
+           "|---|---|---|---|---:|---|---:|---:|---:|---:|---:|---|"]
+    for r in board["engine_io"]:
+        best = "-" if r["raw_best_gbps"] is None else f"{r['raw_best_gbps']:.2f} ({r['raw_best_variant']})"
+        out.append(f"| {r['machine']} | {r['device']} | {r['path']} | {r['chunk_mib']} MiB | {r['depth']} | {r['op']} "
+                   f"| {_f(r['engine_gbps'])} | {best} | {_f(r['ratio'], 3)} | {_f(r['raw_1t_gbps'])} "
+                   f"| {_f(r['ratio_to_raw_1t'], 3)} | {r['date']} |")
+    return "\n".join(out)
+
+
+def table_peers(board):
+    out = ["| chunk | op | kvtier slot | kvtier host | vLLM fs | LMCache O_DIRECT | LMCache | raw io_uring "
+           "| slot / vLLM fs | slot / LMCache O_DIRECT | CPU s/GB: kvtier slot, host, vLLM fs, LMCache O_DIRECT | date |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+    for r in board["peers_storage"]:
+        cpu = ", ".join(_f(r[k]) for k in ("kvtier_cpu_s_per_gb", "kvtier_host_cpu_s_per_gb", "vllm_fs_cpu_s_per_gb",
+                                           "lmcache_odirect_cpu_s_per_gb"))
+        out.append(f"| {r['chunk_mib']} MiB | {r['op']} | {_f(r['kvtier_slot_gbps'])} | {_f(r['kvtier_host_gbps'])} "
+                   f"| {_f(r['vllm_fs_gbps'])} | {_f(r['lmcache_odirect_gbps'])} | {_f(r['lmcache_gbps'])} "
+                   f"| {_f(r['raw_gbps'])} | {_f(r['slot_over_vllm_fs'])} | {_f(r['slot_over_lmcache_odirect'])} "
+                   f"| {cpu} | {r['date']} |")
+    return "\n".join(out)
+
+
+def table_vllm_ttft(board):
+    if not board["vllm_ttft"]:
+        return "No rows yet: " + board["notes"]["vllm_ttft"].split(": ", 1)[1] + "."
+    out = ["| model | tier | device | tokens | concurrency | requests | system | gate | preload | mean ms | p50 ms "
+           "| p95 ms | completed |", "|---|---|---|---:|---:|---:|---|---|---|---:|---:|---:|---|"]
+    for r in board["vllm_ttft"]:
+        out.append(f"| {r['model']} | {r['tier']} | {r['device']} | {r['tokens']} | {r['concurrency']} "
+                   f"| {r['requests']} | {r['system']} | {r['gate']} | {r['preload']} | {_f(r['mean_ms'], 0)} "
+                   f"| {_f(r['p50_ms'], 0)} | {_f(r['p95_ms'], 0)} | {r['completed']} |")
+    return "\n".join(out)
+
+
+TABLES = {"engine_io": table_engine_io, "peers_storage": table_peers, "vllm_ttft": table_vllm_ttft}
+MARK = re.compile(r"(<!-- scoreboard:(\w+) -->\n)(.*?)(<!-- /scoreboard:\2 -->)", re.S)
+
+
+def render_doc(text, board):
+    """text with every scoreboard table between its markers regenerated from board."""
+    seen = set()
+
+    def repl(m):
+        name = m.group(2)
+        if name not in TABLES:
+            raise ValueError(f"docs/performance.md: unknown scoreboard table '{name}'")
+        seen.add(name)
+        return m.group(1) + "<!-- generated by bench/scoreboard.py from bench/results/scoreboard.json -->\n" + \
+            TABLES[name](board) + "\n" + m.group(4)
+
+    out = MARK.sub(repl, text)
+    missing = set(TABLES) - seen
+    if missing:
+        raise ValueError(f"docs/performance.md: no markers for {sorted(missing)} "
+                         f"(<!-- scoreboard:NAME --> ... <!-- /scoreboard:NAME -->)")
+    return out
+
+
+def check(board_text, doc_text, sources=SOURCES, load=None):
+    """What is out of date, as a list of sentences (empty: nothing)."""
+    problems = []
+    want = dumps(build(sources, load))
+    if board_text != want:
+        problems.append("bench/results/scoreboard.json differs from what the result files give "
+                        "(run bench/scoreboard.py)")
+    try:
+        if doc_text != render_doc(doc_text, json.loads(board_text)):
+            problems.append("docs/performance.md's scoreboard tables differ from bench/results/scoreboard.json "
+                            "(run bench/scoreboard.py)")
+    except (ValueError, KeyError) as e:
+        problems.append(str(e))
+    return problems
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--check", action="store_true", help="write nothing; exit 1 when a file is out of date")
+    args = ap.parse_args(argv)
+    if args.check:
+        problems = check(SCOREBOARD.read_text() if SCOREBOARD.exists() else "", DOC.read_text())
+        for p in problems:
+            print(f"scoreboard.py: {p}", file=sys.stderr)
+        return 1 if problems else 0
+    board = build()
+    SCOREBOARD.write_text(dumps(board))
+    DOC.write_text(render_doc(DOC.read_text(), board))
+    print(f"wrote {SCOREBOARD.relative_to(REPO)} ({len(board['engine_io'])} engine_io, "
+          f"{len(board['peers_storage'])} peers_storage, {len(board['vllm_ttft'])} vllm_ttft rows) and "
+          f"{DOC.relative_to(REPO)}'s tables")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

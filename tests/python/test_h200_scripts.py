@@ -1,0 +1,30 @@
+"""scripts/h200/bench_io.sh and scripts/h200/zram.sh refuse bad settings before they build, mount or measure
+anything (the runs themselves need the GPU box: docs/h200-vllm.md)."""
+
+import os
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def bench_io(env, *args):
+    return subprocess.run(["bash", str(REPO / "scripts/h200/bench_io.sh"), *args], capture_output=True, text=True,
+                          env={**os.environ, "OUT": "/nonexistent/never-created", **env}, timeout=60)
+
+
+def test_bench_io_refuses_bad_settings():
+    for env, args, says in [({}, ["0"], "RUNS must be a positive integer"),
+                            ({"DEVICES": "zram"}, [], "ZRAM (its size, e.g. 16G) is unset"),
+                            ({"ZRAM": "4G", "DEVICES": "nvme"}, [], "'nvme' is not zram or virtio"),
+                            ({"COPIERS": "cuda"}, [], "'cuda' is not none or host")]:
+        r = bench_io(env, *args)
+        assert r.returncode == 2 and says in r.stderr, (env, args, r.stderr)
+        assert not Path("/nonexistent/never-created").exists()
+
+
+def test_zram_up_refuses_a_size_without_a_unit_and_down_without_a_device_does_nothing():
+    script = f"source {REPO}/scripts/h200/zram.sh; kvtier_zram_up 16 /tmp/x; echo rc=$?; kvtier_zram_down; echo down=$?"
+    r = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
+    assert "rc=2" in r.stdout and "must be a number with a unit" in r.stderr
+    assert "down=0" in r.stdout and "reset" not in r.stdout

@@ -1,0 +1,126 @@
+"""bench/scoreboard.py: bench/results/scoreboard.json follows from the committed result files, and
+docs/performance.md's summary tables follow from scoreboard.json."""
+
+import copy
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "bench"))
+
+import scoreboard  # noqa: E402
+
+
+def committed():
+    return (REPO / "bench" / "results" / "scoreboard.json").read_text(), (REPO / "docs" / "performance.md").read_text()
+
+
+def test_the_committed_scoreboard_and_tables_are_up_to_date():
+    board, doc = committed()
+    assert scoreboard.check(board, doc) == []
+
+
+def test_a_table_edited_by_hand_is_caught():
+    board, doc = committed()
+    row = json.loads(board)["engine_io"][0]
+    cell = f"| {row['engine_gbps']:.2f} |"
+    assert cell in doc
+    drifted = doc.replace(cell, "| 9.99 |", 1)
+    assert any("tables differ" in p for p in scoreboard.check(board, drifted))
+
+
+def test_a_scoreboard_that_no_longer_follows_from_the_results_is_caught():
+    board, doc = committed()
+    b = json.loads(board)
+    b["peers_storage"][0]["vllm_fs_gbps"] = 0.5
+    edited = scoreboard.dumps(b)
+    problems = scoreboard.check(edited, scoreboard.render_doc(doc, b))
+    assert problems == ["bench/results/scoreboard.json differs from what the result files give "
+                        "(run bench/scoreboard.py)"]
+
+
+def test_missing_markers_are_named():
+    board, doc = committed()
+    cut = doc.replace("<!-- /scoreboard:peers_storage -->", "", 1)
+    assert any("peers_storage" in p for p in scoreboard.check(board, cut))
+
+
+def bench_io_doc(block_device="zram0", copier="none"):
+    """A `kvtier bench io --json` file with the multi-threaded raw baseline: two repetitions, one cell."""
+    return {
+        "block_device": block_device, "copier": copier,
+        "results": [{
+            "chunk_bytes": 28 << 20, "depth": 16, "engine_reactors": 4,
+            "engine_write_gbps": [8.0, 9.0], "raw_write_gbps": [5.0, 5.0],
+            "engine_read_gbps": [15.0, 16.0], "raw_read_gbps": [5.5, 6.0],
+            "raw_variants": [
+                {"variant": "t1/whole", "threads": 1, "request_bytes": None,
+                 "write_gbps": [5.0, 5.0], "read_gbps": [5.5, 6.0]},
+                {"variant": "t8/4MiB", "threads": 8, "request_bytes": 4 << 20,
+                 "write_gbps": [10.0, 12.0], "read_gbps": [20.0, 16.0]},
+                {"variant": "t4/whole", "threads": 4, "request_bytes": None,
+                 "write_gbps": [9.0, 9.0], "read_gbps": [12.0, 12.0]}],
+        }],
+    }
+
+
+def test_engine_io_rows_take_the_best_raw_variant_and_pair_the_ratio_by_repetition():
+    source = {"machine": "h200", "date": "2026-12-02", "command": "cmd", "files": ["a.json"]}
+    rows = scoreboard.engine_io_rows(source, load=lambda p: bench_io_doc())
+    w, r = rows
+    assert (w["op"], r["op"]) == ("write", "read")
+    assert (w["device"], w["path"], w["chunk_mib"], w["engine_reactors"]) == ("zram", "copier-none", 28, 4)
+    # writes: t8/4MiB has the best median (11.0); ratio = median(8/10, 9/12) = 0.775, not 8.5 / 11
+    assert (w["raw_best_variant"], w["raw_best_threads"], w["raw_best_gbps"], w["ratio"]) == ("t8/4MiB", 8, 11.0, 0.775)
+    # reads: t8/4MiB again (18.0); median(15/20, 16/16) = 0.875
+    assert (r["raw_best_gbps"], r["ratio"], r["engine_gbps"], r["raw_1t_gbps"]) == (18.0, 0.875, 15.5, 5.75)
+    assert w["note"] is None
+
+
+def test_engine_io_pools_runs_and_refuses_to_mix_devices():
+    docs = {"a.json": bench_io_doc(), "b.json": bench_io_doc()}
+    source = {"machine": "h200", "date": "d", "command": "c", "files": ["a.json", "b.json"]}
+    rows = scoreboard.engine_io_rows(source, load=docs.__getitem__)
+    assert rows[0]["repetitions"] == 4 and rows[0]["results"] == ["a.json", "b.json"]
+    docs["b.json"] = bench_io_doc(block_device="vda")
+    with pytest.raises(ValueError, match="share device and copier"):
+        scoreboard.engine_io_rows(source, load=docs.__getitem__)
+
+
+def test_files_without_the_raw_variants_give_null_fields_and_say_why():
+    doc = bench_io_doc(block_device="vda", copier="host")
+    for res in doc["results"]:
+        del res["raw_variants"]
+    source = {"machine": "cpu", "date": "d", "command": "c", "files": ["a.json"]}
+    w = scoreboard.engine_io_rows(source, load=lambda p: doc)[0]
+    assert (w["device"], w["path"], w["raw_best_gbps"], w["ratio"]) == ("virtio", "host", None, None)
+    assert w["ratio_to_raw_1t"] == 1.7 and "single-thread" in w["note"]
+
+
+def test_peers_rows_use_the_slot_path_when_measured():
+    doc = json.loads((REPO / "bench" / "results" / "peers" / "results.json").read_text())
+    with_slot = copy.deepcopy(doc)
+    for r in doc["rows"]:
+        if r["variant"] == "kvtier":
+            with_slot["rows"].append(dict(r, variant="kvtier-slot", store_gbps=2.2, store_cpu=0.1))
+    source = {"machine": "cpu", "date": "d", "command": "c", "file": "results.json"}
+    rows = scoreboard.peers_rows(source, load=lambda p: with_slot)
+    store28 = next(r for r in rows if r["chunk_mib"] == 28 and r["op"] == "store")
+    assert store28["kvtier_slot_gbps"] == 2.2 and store28["kvtier_cpu_s_per_gb"] == 0.1
+    assert store28["slot_over_vllm_fs"] == round(2.2 / store28["vllm_fs_gbps"], 3)
+    assert store28["note"] is None
+    plain = scoreboard.peers_rows(source, load=lambda p: doc)
+    assert all(r["kvtier_slot_gbps"] is None and r["note"] for r in plain)
+
+
+def test_a_source_pattern_stands_for_the_committed_files_it_matches():
+    source = {"machine": "h200", "device": "virtio", "date": "d", "command": "c",
+              "files": ["bench/results/io/box-s8/bench-io-box-run*.json"]}
+    rows = scoreboard.engine_io_rows(source)
+    assert rows[0]["results"] == ["bench/results/io/box-s8/bench-io-box-run1.json",
+                                  "bench/results/io/box-s8/bench-io-box-run2.json"]
+    with pytest.raises(ValueError, match="no such files"):
+        scoreboard.engine_io_rows(dict(source, files=["bench/results/io/nothing-here-*.json"]))
