@@ -522,6 +522,7 @@ class NullCopier final : public DeviceCopier {
     done_.clear();
   }
   size_t pending() const override { return done_.size(); }
+  std::unique_ptr<DeviceCopier> CreateLane() const override { return std::make_unique<NullCopier>(); }
 
  private:
   std::vector<CopyDone> done_;
@@ -531,7 +532,7 @@ class NullCopier final : public DeviceCopier {
 class EngineBench {
  public:
   EngineBench(const std::string& root, uint64_t chunk_bytes, uint32_t depth, IoBackend backend, IoMode mode,
-              uint64_t salt, bool host_copier)
+              uint64_t salt, bool host_copier, uint32_t reactors = 0)
       : root_(root), depth_(depth), salt_(salt) {
     if (mkdir(root_.c_str(), 0750) != 0 && errno != EEXIST) {
       throw CliError("cannot create " + root_ + ": " + std::strerror(errno));
@@ -548,6 +549,7 @@ class EngineBench {
     o.identity.blocks_per_chunk = bpc_;
     o.identity.block_bytes = block_bytes_;
     o.io_depth = depth;
+    o.reactors = reactors;
     o.backend = backend;
     o.io_mode = mode;
     o.op_timeout_ms = 120000;
@@ -808,6 +810,8 @@ int RunBenchIo(int argc, char** argv) {
               "engine's memcpy copier (its job API as tests and a CPU caller use it), none = nobody (the engine's disk "
               "path alone: verified reads into slots, checksummed stores from slots, as when the CUDA copier or "
               "vLLM's workers move the bytes)", "host"},
+             {"reactors", "N", "engine reactor threads (EngineOptions::reactors; 0 = auto, sized from the cores); the "
+              "count used is printed with the engine's description", "0"},
              {"json", "OUT", "also write the results as JSON to OUT", ""},
              {"verbose", "", "print every run, CPU use per phase and this machine's memcpy/XXH3 speed", ""},
              {"cross", "", "also time the raw reader on the engine's chunk files after each read phase (diagnostic: "
@@ -847,6 +851,8 @@ int RunBenchIo(int argc, char** argv) {
   if (args.Has("trace-marks") && marks_path.empty()) throw UsageError("--trace-marks: needs a path");
   const std::string raw_memory = args.Choice("raw-buffers", "huge", {"huge", "heap", "shm", "pool"});
   const bool host_copier = args.Choice("copier", "host", {"host", "none"}) == "host";
+  const uint64_t reactors = args.Uint("reactors", 0);
+  if (reactors > kMaxReactors) throw UsageError("--reactors: must be 0 (auto) or 1.." + std::to_string(kMaxReactors));
   for (uint64_t s : sizes) {
     if (s % kPayloadAlignment != 0) {
       throw UsageError("--chunk-sizes: " + FormatSize(s) + " is not a multiple of 4KiB (the payload alignment)");
@@ -930,7 +936,7 @@ int RunBenchIo(int argc, char** argv) {
         const uint64_t file_bytes = kHeaderBytes + chunk;
         const double gb = static_cast<double>(row.files * file_bytes) / 1e9;
         EngineBench eng(base + "/engine", chunk, depth, backend, direct ? IoMode::kDirect : IoMode::kBuffered,
-                        salt ^ (chunk * 1315423911u) ^ depth, host_copier);
+                        salt ^ (chunk * 1315423911u) ^ depth, host_copier, static_cast<uint32_t>(reactors));
         RawBench raw(base + "/raw", file_bytes, depth, direct, raw_memory,
                      raw_memory == "pool" ? eng.PoolSlots(depth) : std::vector<uint8_t*>{}, touch);
         row.pool = eng.pool_bytes();
@@ -1214,7 +1220,8 @@ int RunBenchIo(int argc, char** argv) {
     WriteFile(args.Str("json"),
               "{\n  \"dir\": " + JsonString(dir) + ", \"mode\": " + JsonString(mode_s) +
                   ", \"backend\": " + JsonString(backend_s) + ", \"raw_buffers\": " + JsonString(raw_memory) +
-                  ", \"copier\": " + JsonString(host_copier ? "host" : "none") + ", \"xxh3\": " + JsonString(xxh3) + ", \"total_bytes\": " + std::to_string(total) +
+                  ", \"copier\": " + JsonString(host_copier ? "host" : "none") +
+                  ", \"reactors_option\": " + std::to_string(reactors) + ", \"xxh3\": " + JsonString(xxh3) + ", \"total_bytes\": " + std::to_string(total) +
                   ", \"repeat\": " + std::to_string(repeat) + ", \"page_cache_dropped\": " +
                   (drop_ok ? "true" : "false") + ", \"peak_rss_bytes\": " + std::to_string(peak_rss) +
                   ",\n  \"engine\": " + JsonString(engine_described) + ",\n  \"results\": [\n    " + json_rows +
