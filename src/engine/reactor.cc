@@ -990,7 +990,6 @@ void EngineImpl::Settle(Chunk& c) {
     SubmitOp(r, std::move(ctx), op);
     c.tmp_exists = false;
   }
-  ReturnJobSlot(c);
   if (c.job->kind == JobKind::kStore) {
     if (c.usage_reserved) {  // dropped: its bytes never became an entry
       usage_->Add(-static_cast<int64_t>(slot_bytes_));
@@ -1002,12 +1001,13 @@ void EngineImpl::Settle(Chunk& c) {
       FreeSlot(c.slot);
     }
     c.slot = -1;
-    return;
-  }
-  if (c.leads_share) {
+  } else if (c.leads_share) {
     c.share->io_done = true;
     MaybeRetireShare(c.share);
   }
+  // Last: the job's place goes back once the pool slot has (S1: another reactor taking the place at once must not
+  // find the job holding one slot more than its bound).
+  ReturnJobSlot(c);
 }
 
 void EngineImpl::MaybeRetireShare(ReadShare* s) {
