@@ -18,6 +18,10 @@ run_preset() {
 }
 
 run_preset dev
+# I1: with one reactor the engine behaves as the single-reactor engine did; the whole dev suite again in that mode
+# (KVTIER_TEST_REACTORS replaces the auto count; tests that ask for several reactors keep them).
+echo "=== test (dev, one reactor: KVTIER_TEST_REACTORS=1) ==="
+KVTIER_TEST_REACTORS=1 ctest --preset dev --timeout 600
 if [ "${KVTIER_TEST_QUICK:-0}" != 1 ] || [ "${CI:-}" = true ]; then
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 run_preset asan
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 run_preset tsan

@@ -737,6 +737,7 @@ class NullCopier final : public DeviceCopier {
     done_.clear();
   }
   size_t pending() const override { return done_.size(); }
+  std::unique_ptr<DeviceCopier> CreateLane() const override { return std::make_unique<NullCopier>(); }
 
  private:
   std::vector<CopyDone> done_;
@@ -746,7 +747,7 @@ class NullCopier final : public DeviceCopier {
 class EngineBench {
  public:
   EngineBench(const std::string& root, uint64_t chunk_bytes, uint32_t depth, IoBackend backend, IoMode mode,
-              uint64_t salt, bool host_copier)
+              uint64_t salt, bool host_copier, uint32_t reactors = 0)
       : root_(root), depth_(depth), salt_(salt) {
     if (mkdir(root_.c_str(), 0750) != 0 && errno != EEXIST) {
       throw CliError("cannot create " + root_ + ": " + std::strerror(errno));
@@ -763,6 +764,7 @@ class EngineBench {
     o.identity.blocks_per_chunk = bpc_;
     o.identity.block_bytes = block_bytes_;
     o.io_depth = depth;
+    o.reactors = reactors;
     o.backend = backend;
     o.io_mode = mode;
     o.op_timeout_ms = 120000;
@@ -804,9 +806,16 @@ class EngineBench {
     std::filesystem::remove_all(root_, ec);
   }
   uint64_t pool_bytes() const { return pool_bytes_; }
-  // The engine's reactor threads, printed beside its figures: one reactor thread (SPEC I1); an engine option that
-  // sets more is printed from here.
-  std::string reactors() const { return "1"; }
+  // The engine's reactor threads (I1), printed beside its figures: the count its Describe() line names ("reactors N
+  // (why)"), which resolves --reactors 0 (auto) as the engine did.
+  std::string reactors() const {
+    const std::string d = engine_->Describe();
+    const size_t at = d.find(", reactors ");
+    if (at == std::string::npos) return "?";
+    const size_t from = at + std::strlen(", reactors ");
+    const size_t to = d.find_first_not_of("0123456789", from);
+    return to == from ? "?" : d.substr(from, to - from);
+  }
   std::string Describe() const { return engine_->Describe(); }
   // Mean physically contiguous pieces per slot-sized stretch of the engine's pool, seen through a second mapping
   // of its shared memory (0: unknown).
@@ -1129,6 +1138,8 @@ int RunBenchIo(int argc, char** argv) {
               "engine's memcpy copier (its job API as tests and a CPU caller use it), none = nobody (the engine's disk "
               "path alone: verified reads into slots, checksummed stores from slots, as when the CUDA copier or "
               "vLLM's workers move the bytes)", "host"},
+             {"reactors", "N", "engine reactor threads (EngineOptions::reactors; 0 = auto, sized from the cores); the "
+              "count used is printed with the engine's description", "0"},
              {"json", "OUT", "also write the results as JSON to OUT", ""},
              {"verbose", "", "print every run, CPU use per phase and this machine's memcpy/XXH3 speed", ""},
              {"cross", "", "also time the raw reader on the engine's chunk files after each read phase (diagnostic: "
@@ -1169,6 +1180,8 @@ int RunBenchIo(int argc, char** argv) {
   const std::string raw_memory = args.Choice("raw-buffers", "huge", {"huge", "heap", "shm", "pool"});
   const bool host_copier = args.Choice("copier", "host", {"host", "none"}) == "host";
   const RawCeilingOptions ceiling = ParseRawCeiling(args);
+  const uint64_t reactors = args.Uint("reactors", 0);
+  if (reactors > kMaxReactors) throw UsageError("--reactors: must be 0 (auto) or 1.." + std::to_string(kMaxReactors));
   for (uint64_t s : sizes) {
     if (s % kPayloadAlignment != 0) {
       throw UsageError("--chunk-sizes: " + FormatSize(s) + " is not a multiple of 4KiB (the payload alignment)");
@@ -1252,7 +1265,7 @@ int RunBenchIo(int argc, char** argv) {
         const uint64_t file_bytes = kHeaderBytes + chunk;
         const double gb = static_cast<double>(row.files * file_bytes) / 1e9;
         EngineBench eng(base + "/engine", chunk, depth, backend, direct ? IoMode::kDirect : IoMode::kBuffered,
-                        salt ^ (chunk * 1315423911u) ^ depth, host_copier);
+                        salt ^ (chunk * 1315423911u) ^ depth, host_copier, static_cast<uint32_t>(reactors));
         RawBench raw(base + "/raw", file_bytes, depth, direct, raw_memory,
                      raw_memory == "pool" ? eng.PoolSlots(depth) : std::vector<uint8_t*>{}, touch);
         row.pool = eng.pool_bytes();
@@ -1636,7 +1649,8 @@ int RunBenchIo(int argc, char** argv) {
                   ", \"copier\": " + JsonString(host_copier ? "host" : "none") +
                   ", \"raw_threads\": [" + raw_threads_json + "], \"raw_split_bytes\": [" + raw_split_json +
                   "], \"raw_queue\": " + JsonString(ceiling.per_thread_queue ? "per-thread" : "total") +
-                  ", \"xxh3\": " + JsonString(xxh3) + ", \"total_bytes\": " + std::to_string(total) +
+                  ", \"reactors_option\": " + std::to_string(reactors) + ", \"xxh3\": " + JsonString(xxh3) +
+                  ", \"total_bytes\": " + std::to_string(total) +
                   ", \"repeat\": " + std::to_string(repeat) + ", \"page_cache_dropped\": " +
                   (drop_ok ? "true" : "false") + ", \"peak_rss_bytes\": " + std::to_string(peak_rss) +
                   ",\n  \"engine\": " + JsonString(engine_described) + ",\n  \"results\": [\n    " + json_rows +

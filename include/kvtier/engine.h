@@ -1,11 +1,13 @@
 // Engine: kvtier's per-instance cache engine (scheduler side).
 //
 // An Engine owns a storage root's namespace, the in-memory index of published chunks, the staging pool in shared
-// memory, and one reactor thread that drives all disk I/O (io_uring or POSIX) and the device copier.
+// memory, and EngineOptions::reactors reactor threads that drive all disk I/O (io_uring or POSIX, one ring each)
+// and the device copier.
 //
 // Threads: every public method is thread-safe. Lookup runs on the caller's thread against the index (and, for
-// keys the index does not know, one stat of the chunk's file). Load and store jobs are queued to the reactor,
-// which alone touches the I/O engine; results come back through PollCompleted() or Wait().
+// keys the index does not know, one stat of the chunk's file). Load and store jobs are queued to the reactors (each
+// chunk to the one its key hashes to, which alone does its I/O); a job's result comes back through
+// PollCompleted() or Wait() once all its chunks have finished.
 //
 // Data path of a load, per chunk: acquire a staging slot (never more than 2 x io_depth slots per job at once, so a
 // job larger than the pool streams through it), open the chunk file, read its header and only the GPU blocks

@@ -27,6 +27,8 @@ struct CacheIdentity {
 enum class IoMode { kAuto, kDirect, kBuffered };      // kAuto: O_DIRECT where the filesystem allows it (I2)
 enum class IoBackend { kAuto, kUring, kPosix };       // kAuto: io_uring where the kernel allows it (I3)
 
+inline constexpr uint32_t kMaxReactors = 64;
+
 struct EngineOptions {
   std::string root;             // storage root: an existing, writable directory (L1)
   CacheIdentity identity;
@@ -48,6 +50,14 @@ struct EngineOptions {
   uint32_t io_depth = 16;             // chunks whose reads/writes are at the disk at once (bounds bytes in
                                       // flight); a job holds at most 2 x io_depth slots: io_depth at the disk
                                       // while as many more are opened, verified or copied
+  // Reactor threads (I1): each drives its own io_uring ring (or POSIX engine) and handles the chunks whose key
+  // hashes to it, from open through verification and publication, so the per-byte work (verification, checksums,
+  // and on devices such as zram or a FUSE client the kernel's copy, which runs in the submitting thread) spreads
+  // over cores. io_depth is shared among them (ceil(io_depth / reactors) chunks at the disk each); a job's slot
+  // bound (2 x io_depth) holds across all of them. 0: auto, half the cores this process may use, at least 2 and at
+  // most 8 (the device is not probed). 1: the single-reactor engine. Tests may set KVTIER_TEST_REACTORS=N to
+  // replace auto.
+  uint32_t reactors = 0;
   uint32_t posix_threads = 4;
   uint32_t op_timeout_ms = 10000;     // per-operation deadline (I4): a late read becomes a miss
   bool fsync_on_publish = false;      // L4: off by default; a torn entry after power loss fails its checksum

@@ -105,7 +105,7 @@ constexpr const char* kOptionNames[] = {
     "root",          "model",          "revision",          "kv_dtype",        "tokens_per_chunk",
     "blocks_per_chunk", "block_bytes", "tp_size",           "pp_size",         "layout_tag",
     "pool_bytes",    "demand_reserve_slots", "pool_name",   "backend",         "io_mode",
-    "io_depth",      "posix_threads",  "op_timeout_ms",     "fsync_on_publish", "disk_budget_bytes",
+    "io_depth",      "reactors",       "posix_threads",  "op_timeout_ms",     "fsync_on_publish", "disk_budget_bytes",
     "high_watermark", "low_watermark", "dir_mode",          "negative_cache_ms", "temp_max_age_s",
     "trace_path",    "pool_populate", "anonymous_temporaries", "allow_insecure_root", "checksum_secret",
     "dram_policy",   "dram_max_slots",
@@ -223,6 +223,8 @@ EngineOptions OptionsFromDict(const nb::dict& d) {
       else throw nb::value_error(("kvtier option 'io_mode' is '" + s + "'; accepted: auto, direct, buffered").c_str());
     } else if (name == "io_depth") {
       o.io_depth = OptU32(name, v);
+    } else if (name == "reactors") {
+      o.reactors = OptU32(name, v);
     } else if (name == "posix_threads") {
       o.posix_threads = OptU32(name, v);
     } else if (name == "op_timeout_ms") {

@@ -1,12 +1,14 @@
 // The engine's reactor: one thread drives every disk operation through the IoEngine, hands ready slots to the
 // device copier in batches, and publishes finished jobs. See engine_impl.h for threads and ownership.
 #include <fcntl.h>
+#include <sched.h>
 #include <linux/openat2.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cinttypes>
 #include <cstring>
 #include <sstream>
@@ -56,6 +58,9 @@ Status EngineOptions::Validate() const {
   if (identity.tp_size == 0 || identity.pp_size == 0) return bad("identity.tp_size/pp_size", "must be >= 1");
   if (io_depth == 0 || io_depth > 1024) return bad("io_depth", "must be 1..1024");
   if (posix_threads == 0 || posix_threads > 256) return bad("posix_threads", "must be 1..256");
+  if (reactors > kMaxReactors) {
+    return bad("reactors", "must be 0 (auto) or 1.." + std::to_string(kMaxReactors));
+  }
   if (op_timeout_ms == 0) return bad("op_timeout_ms", "must be > 0");
   if (!(low_watermark > 0 && low_watermark <= high_watermark && high_watermark <= 1.0)) {
     return bad("high_watermark/low_watermark", "need 0 < low <= high <= 1");
@@ -110,14 +115,53 @@ Result<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& options, std::
 Result<std::unique_ptr<Engine>> EngineImpl::Create(const EngineOptions& options,
                                                    std::unique_ptr<DeviceCopier> copier,
                                                    std::unique_ptr<io::IoEngine> io) {
+  if (!io) return Create(options, std::move(copier), IoFactory());
+  auto given = std::make_shared<std::unique_ptr<io::IoEngine>>(std::move(io));
   std::unique_ptr<EngineImpl> engine(new EngineImpl());
-  Status s = engine->Init(options, copier ? std::move(copier) : CreateHostCopier(), std::move(io));
+  Status s = engine->Init(options, std::move(copier), [given](uint32_t) { return std::move(*given); },
+                          /*forced_reactors=*/1);
   if (!s.ok()) return s;
   return std::unique_ptr<Engine>(std::move(engine));
 }
 
-Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopier> copier,
-                        std::unique_ptr<io::IoEngine> io_override) {
+Result<std::unique_ptr<Engine>> EngineImpl::Create(const EngineOptions& options,
+                                                   std::unique_ptr<DeviceCopier> copier, IoFactory io_factory) {
+  std::unique_ptr<EngineImpl> engine(new EngineImpl());
+  Status s = engine->Init(options, std::move(copier), std::move(io_factory), /*forced_reactors=*/0);
+  if (!s.ok()) return s;
+  return std::unique_ptr<Engine>(std::move(engine));
+}
+
+uint32_t EngineImpl::ResolveReactors(const EngineOptions& options, std::string* why) {
+  if (options.reactors != 0) {
+    if (why) *why = "by option";
+    return options.reactors;
+  }
+  if (const char* env = getenv("KVTIER_TEST_REACTORS"); env && *env) {
+    const long v = strtol(env, nullptr, 10);
+    if (v >= 1 && v <= static_cast<long>(kMaxReactors)) {
+      if (why) *why = "KVTIER_TEST_REACTORS";
+      return static_cast<uint32_t>(v);
+    }
+  }
+  // I1 auto: half the cores this process may run on (the other half for copies, vLLM and the kernel's work),
+  // at least 2 so a fast device's per-byte work spreads, at most 8 (8 readers reach the GPU box's zram ceiling).
+  cpu_set_t set;
+  uint32_t cores = 0;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) cores = static_cast<uint32_t>(CPU_COUNT(&set));
+  if (cores == 0) cores = std::max(1u, std::thread::hardware_concurrency());
+  if (why) *why = "auto: " + std::to_string(cores) + " cores";
+  return std::clamp(cores / 2, 2u, 8u);
+}
+
+uint32_t EngineImpl::ReactorOf(const ChunkKey& key) const {
+  if (reactors_.size() <= 1) return 0;
+  const uint64_t h = static_cast<uint64_t>(ChunkKeyHash{}(key)) * 0x9E3779B97F4A7C15ull;
+  return static_cast<uint32_t>((h >> 32) % reactors_.size());
+}
+
+Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopier> copier, IoFactory io_factory,
+                        uint32_t forced_reactors) {
   KVTIER_RETURN_IF_ERROR(options.Validate());
   options_ = options;
   file_mode_ = options.dir_mode & 0666;
@@ -171,20 +215,32 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
     if (fd >= 0) close(fd);
   }
 
+  // I1: several reactors, one ring and one issuer thread each; a chunk's reactor is ReactorOf(key).
+  const uint32_t nreactors = forced_reactors ? forced_reactors : ResolveReactors(options, &reactors_why_);
+  if (forced_reactors) reactors_why_ = "given I/O engine";
+  const uint32_t rdepth = (options.io_depth + nreactors - 1) / nreactors;
   io::EngineConfig io_cfg;
   io_cfg.kind = options.backend == IoBackend::kUring   ? io::EngineKind::kUring
                 : options.backend == IoBackend::kPosix ? io::EngineKind::kPosix
                                                        : io::EngineKind::kAuto;
   // Each chunk in flight needs up to ~4 ops at once (open, header/payload reads or writes, close, unlink).
-  io_cfg.depth = options.io_depth * 4 + 8;
+  io_cfg.depth = rdepth * 4 + 8;
   io_cfg.posix_threads = options.posix_threads;
   std::string backend_why = "given";
-  if (io_override) {
-    io_ = std::move(io_override);
-  } else {
-    auto io = io::CreateEngine(io_cfg, &backend_why);
-    if (!io.ok()) return io.status();
-    io_ = std::move(io.value());
+  for (uint32_t i = 0; i < nreactors; ++i) {
+    auto r = std::make_unique<Reactor>();
+    r->index = i;
+    r->depth = rdepth;
+    r->trace_tid = 1 + i;
+    if (io_factory) {
+      r->io = io_factory(i);
+      if (!r->io) return Status(StatusCode::kInternal, "I/O engine factory gave no engine");
+    } else {
+      auto io = io::CreateEngine(io_cfg, &backend_why);
+      if (!io.ok()) return io.status().WithContext("reactor " + std::to_string(i));
+      r->io = std::move(io.value());
+    }
+    reactors_.push_back(std::move(r));
   }
 
   block_stride_ = RoundUp(options.identity.block_bytes, kHeaderBytes);
@@ -215,7 +271,20 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
   dram_ = tier::DramTier::Make(tier::ParseDramPolicy(options.dram_policy).value(), dram_max_slots_);
   max_unused_preloads_ = std::max<uint32_t>(1, (pool_->num_slots() - pool_opts.demand_reserve) / 2);
 
-  copier_ = std::move(copier);
+  // Copier lanes: one copier per reactor where the copier can make more of its kind (DeviceCopier::CreateLane),
+  // otherwise one shared by every reactor.
+  lanes_.push_back(std::make_unique<CopierLane>());
+  lanes_[0]->copier = copier ? std::move(copier) : CreateHostCopier();
+  for (uint32_t i = 1; i < nreactors; ++i) {
+    auto more = lanes_[0]->copier->CreateLane();
+    if (!more) break;
+    lanes_.push_back(std::make_unique<CopierLane>());
+    lanes_.back()->copier = std::move(more);
+  }
+  for (auto& r : reactors_) {
+    r->lane = lanes_[r->index % lanes_.size()].get();
+    r->lane->reactors.push_back(r.get());
+  }
   if (!options.trace_path.empty()) {
     auto trace = TraceRecorder::Open(options.trace_path);
     if (!trace.ok()) return trace.status().WithContext("option trace_path");
@@ -230,19 +299,30 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
   if (auto usage = SharedUsage::Open(*ns_, disk_bytes_); usage.ok()) usage_ = std::move(usage.value());
 
   std::ostringstream d;
-  d << "root " << options.root << " namespace " << ns_->path() << "; I/O " << io_->name() << " (" << backend_why
-    << "), " << io_mode_why << ", depth " << options.io_depth << ", publish via "
+  d << "root " << options.root << " namespace " << ns_->path() << "; I/O " << reactors_[0]->io->name() << " ("
+    << backend_why << "), " << io_mode_why << ", depth " << options.io_depth << ", reactors " << nreactors << " ("
+    << reactors_why_ << ", depth " << rdepth << " each), publish via "
     << (tmpfile_publish_ ? "O_TMPFILE + linkat" : "named temporary + link") << ", opens via "
     << (open_resolve_ ? "openat2 (RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS)" : "openat (O_NOFOLLOW)")
     << (checksum_key_ ? ", keyed checksums" : "") << "; pool " << pool_->name() << " "
     << pool_->num_slots() << " slots x " << slot_bytes_ << " B (reserve " << pool_opts.demand_reserve
-    << "), DRAM tier " << tier::DramPolicyName(dram_->policy()) << " " << dram_max_slots_ << " slots; index " << index_.size() << " entries, " << disk_bytes_ << " B; copier " << copier_->name();
+    << "), DRAM tier " << tier::DramPolicyName(dram_->policy()) << " " << dram_max_slots_ << " slots; index " << index_.size() << " entries, " << disk_bytes_ << " B; copier "
+    << lanes_[0]->copier->name() << (lanes_.size() > 1 ? " x" + std::to_string(lanes_.size()) : "");
   if (options.disk_budget_bytes) d << "; budget " << options.disk_budget_bytes << " B";
   if (orphan_pools_removed_) d << "; removed " << orphan_pools_removed_ << " orphaned pools of dead engines";
   describe_ = d.str();
 
-  copier_->SetWakeup([io = io_.get()] { io->Wake(); });
-  reactor_ = std::thread([this] { ReactorMain(); });
+  for (auto& lane : lanes_) {
+    std::vector<io::IoEngine*> ios;
+    for (Reactor* r : lane->reactors) ios.push_back(r->io.get());
+    lane->copier->SetWakeup([ios] {
+      for (io::IoEngine* io : ios) io->Wake();
+    });
+  }
+  for (auto& r : reactors_) {
+    Reactor* rp = r.get();
+    r->thread = std::thread([this, rp] { ReactorMain(*rp); });
+  }
   return Status::Ok();
 }
 
@@ -251,9 +331,14 @@ EngineImpl::~EngineImpl() {
     std::lock_guard<std::mutex> lock(cmd_mu_);
     stop_ = true;
   }
-  if (io_) io_->Wake();
-  if (reactor_.joinable()) reactor_.join();
-  copier_.reset();  // joins the copier thread before the pool goes away
+  for (auto& r : reactors_) {
+    if (r->io) r->io->Wake();
+  }
+  for (auto& r : reactors_) {
+    if (r->thread.joinable()) r->thread.join();
+  }
+  lanes_.clear();  // joins the copier threads before the pool goes away
+  reactors_.clear();
 }
 
 
@@ -363,7 +448,7 @@ Result<JobId> EngineImpl::SubmitStore(std::vector<ChunkTransfer> chunks) {
 
 Result<JobId> EngineImpl::Enqueue(JobKind kind, std::vector<ChunkTransfer> chunks, std::vector<int> preset_slots,
                                   bool internal) {
-  auto job = std::make_unique<Job>();
+  auto job = std::make_shared<Job>();
   job->kind = kind;
   job->internal = internal;
   job->start_ns = io::NowNs();
@@ -387,6 +472,22 @@ Result<JobId> EngineImpl::Enqueue(JobKind kind, std::vector<ChunkTransfer> chunk
   job->unfinished = static_cast<uint32_t>(job->chunks.size());
   JobId id = next_job_id_.fetch_add(1);
   job->id = id;
+  // One part per reactor the job has chunks on (I1); an empty job goes to reactor 0, which reports it.
+  std::vector<std::unique_ptr<Part>> parts(reactors_.size());
+  for (auto& c : job->chunks) {
+    const uint32_t ri = ReactorOf(c->req.key);
+    if (!parts[ri]) {
+      parts[ri] = std::make_unique<Part>();
+      parts[ri]->job = job;
+    }
+    c->reactor = reactors_[ri].get();
+    c->part = parts[ri].get();
+    parts[ri]->chunks.push_back(c.get());
+  }
+  if (job->chunks.empty()) {
+    parts[0] = std::make_unique<Part>();
+    parts[0]->job = job;
+  }
   std::lock_guard<std::mutex> cmd_lock(cmd_mu_);
   if (stop_) return Status(StatusCode::kFailedPrecondition, "engine is shutting down");
   if (kind == JobKind::kLoad) {
@@ -396,8 +497,11 @@ Result<JobId> EngineImpl::Enqueue(JobKind kind, std::vector<ChunkTransfer> chunk
     std::lock_guard<std::mutex> lock(index_mu_);
     for (auto& c : job->chunks) pending_stores_[c->req.key]++;
   }
-  commands_.push_back(std::move(job));
-  io_->Wake();
+  for (size_t ri = 0; ri < parts.size(); ++ri) {
+    if (!parts[ri]) continue;
+    reactors_[ri]->commands.push_back(std::move(parts[ri]));
+    reactors_[ri]->io->Wake();
+  }
   return id;
 }
 
@@ -532,7 +636,7 @@ std::vector<EngineImpl::Victim> EngineImpl::TakeExcessLocked(uint64_t excess, st
   return TakeVictimsLocked(disk_bytes_ > excess ? disk_bytes_ - excess : 0);
 }
 
-void EngineImpl::PublishIndexed(const ChunkKey& key, uint64_t bytes, bool linked) {
+void EngineImpl::PublishIndexed(Reactor& r, const ChunkKey& key, uint64_t bytes, bool linked) {
   if (linked && usage_) usage_->Add(static_cast<int64_t>(bytes));
   {
     std::unique_lock<std::mutex> lock(index_mu_);
@@ -545,10 +649,10 @@ void EngineImpl::PublishIndexed(const ChunkKey& key, uint64_t bytes, bool linked
     stats_.disk_entries.Set(index_.size());
     stats_.disk_bytes_used.Set(disk_bytes_);
   }
-  EvictAboveHighWatermark();
+  EvictAboveHighWatermark(r);
 }
 
-void EngineImpl::EvictAboveHighWatermark() {
+void EngineImpl::EvictAboveHighWatermark(Reactor& r) {
   if (!options_.disk_budget_bytes) return;
   std::vector<Victim> victims;
   {
@@ -560,7 +664,7 @@ void EngineImpl::EvictAboveHighWatermark() {
       for (const Victim& v : victims) evicting_[v.key]++;
     }
   }
-  // On the reactor: unlink through the I/O engine so eviction never stalls other I/O.
+  // On the reactor: unlink through its I/O engine so eviction never stalls other I/O.
   for (const Victim& v : victims) {
     io::IoOp op;
     op.code = io::OpCode::kUnlinkAt;
@@ -569,7 +673,7 @@ void EngineImpl::EvictAboveHighWatermark() {
     ctx.len = v.bytes;  // subtracted from the shared usage when this unlink removes the file
     ctx.path = ChunkRelPath(v.key);
     ctx.key = v.key;
-    SubmitOp(std::move(ctx), op);
+    SubmitOp(r, std::move(ctx), op);
   }
 }
 
@@ -596,8 +700,7 @@ bool EngineImpl::EvictResidentLocked(bool for_speculative) {
   const uint32_t slot = r->second.slot;
   resident_.erase(r);
   dram_->Evict(*victim);
-  pool_->MarkFree(slot);
-  pool_->Release(slot);
+  FreeSlot(slot);
   stats_.dram_entries.Set(resident_.size());
   return true;
 }
@@ -633,6 +736,30 @@ PromoteState EngineImpl::Residency(const ChunkKey& key) {
 std::optional<uint32_t> EngineImpl::AcquireSlot(staging::Priority priority) {
   std::lock_guard<std::mutex> lock(index_mu_);
   return AcquireSlotLocked(priority);
+}
+
+std::optional<uint32_t> EngineImpl::AcquireSlotFor(Reactor& r) {
+  if (auto slot = AcquireSlot(staging::Priority::kDemand)) return slot;
+  if (reactors_.size() == 1) return std::nullopt;  // the only reactor frees slots itself and retries each iteration
+  // Record the wait before trying again: a slot freed in between either is seen by the retry or wakes us.
+  pool_waiters_.fetch_or(uint64_t{1} << r.index);
+  return AcquireSlot(staging::Priority::kDemand);
+}
+
+void EngineImpl::FreeSlot(uint32_t slot) {
+  pool_->MarkFree(slot);
+  pool_->Release(slot);
+  WakeWaiters(pool_waiters_);
+}
+
+void EngineImpl::WakeWaiters(std::atomic<uint64_t>& mask) {
+  if (mask.load() == 0) return;
+  uint64_t m = mask.exchange(0);
+  while (m != 0) {
+    const int i = __builtin_ctzll(m);
+    m &= m - 1;
+    reactors_[i]->io->Wake();
+  }
 }
 
 bool EngineImpl::OnDiskLocked(const ChunkKey& key) {
@@ -702,8 +829,7 @@ void EngineImpl::ResidentLoaded(const ChunkKey& key, uint32_t slot, uint32_t gen
     if (r->second.speculative) unused_preloads_--;
     dram_->Erase(key);
     resident_.erase(r);
-    pool_->MarkFree(slot);
-    pool_->Release(slot);
+    FreeSlot(slot);
   }
   stats_.dram_entries.Set(resident_.size());
 }
@@ -767,8 +893,7 @@ Result<std::vector<std::optional<SlotRef>>> EngineImpl::ReserveForStore(std::spa
       for (size_t j : taken) {
         auto r = resident_.find(keys[j]);
         dram_->Erase(keys[j]);
-        pool_->MarkFree(r->second.slot);
-        pool_->Release(r->second.slot);
+        FreeSlot(r->second.slot);
         resident_.erase(r);
       }
       return Status(StatusCode::kResourceExhausted, "staging pool has no free slot for " +
@@ -793,8 +918,7 @@ void EngineImpl::CommitStore(std::span<const ChunkKey> keys, bool success) {
       auto r = resident_.find(k);
       if (r == resident_.end() || r->second.state != Resident::State::kFilling) continue;
       if (!success) {
-        pool_->MarkFree(r->second.slot);
-        pool_->Release(r->second.slot);
+        FreeSlot(r->second.slot);
         dram_->Erase(k);
         resident_.erase(r);
         stats_.stores_dropped.Add(1);

@@ -1,12 +1,17 @@
 // EngineImpl: the engine behind include/kvtier/engine.h. Internal; see that header for the contract.
 //
-// Threads and ownership:
-// - The reactor thread alone touches io_, copier_ (Submit/Poll), jobs_, chunks and op_ctx_. Other threads reach
-//   it through commands_ (guarded by cmd_mu_) and io_->Wake().
-// - index_mu_ guards the index (published entries, LRU order, negative cache, disk usage). Lookup runs under it
-//   on the caller's thread; the reactor takes it briefly on publish, load pin/unpin and eviction.
+// Threads and ownership (docs/architecture.md, "Threads and ownership"):
+// - reactors_: one Reactor per thread. Reactor r alone touches its io, its parts (jobs), their chunks, its op
+//   contexts, shared reads, in-flight stores and data queue. A chunk's reactor is ReactorOf(key), so every step of
+//   a chunk runs on one thread. Other threads reach a reactor through its commands (guarded by cmd_mu_) and
+//   io->Wake().
+// - A Job is shared by its parts (one per reactor it has chunks on); its counters are atomics, and the reactor
+//   whose chunk finishes last publishes the result.
+// - index_mu_ guards the index (published entries, LRU order, negative cache, disk usage) and the resident map.
+//   Lookup runs under it on the caller's thread; reactors take it briefly on publish, load pin/unpin and eviction.
+// - A copier lane's mutex serializes Submit/Poll of its DeviceCopier (several reactors may share one lane).
 // - done_mu_ guards finished results; done_cv_ wakes Wait().
-// - pool_ is shared memory: slot data is touched by the reactor (I/O buffers), the copier thread and, in vLLM,
+// - pool_ is shared memory: slot data is touched by the reactors (I/O buffers), the copier threads and, in vLLM,
 //   worker processes; the slot state words say who may touch a slot when.
 #pragma once
 
@@ -14,6 +19,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -44,9 +50,21 @@ namespace kvtier {
 
 class EngineImpl final : public Engine {
  public:
-  // io: the I/O engine to use instead of the one options.backend selects (tests: fake, fault-injecting).
+  // copier: null: the host copier. Reactors get copiers of their own where it can make them (CreateLane), else
+  // share it.
+  // io: the I/O engine to use instead of the one options.backend selects (tests: fake, fault-injecting); the
+  // engine then runs one reactor whatever options.reactors says.
   static Result<std::unique_ptr<Engine>> Create(const EngineOptions& options, std::unique_ptr<DeviceCopier> copier,
                                                 std::unique_ptr<io::IoEngine> io = nullptr);
+  // io_factory(r): reactor r's I/O engine (tests with several reactors: one fault-injecting engine each).
+  using IoFactory = std::function<std::unique_ptr<io::IoEngine>(uint32_t reactor)>;
+  static Result<std::unique_ptr<Engine>> Create(const EngineOptions& options, std::unique_ptr<DeviceCopier> copier,
+                                                IoFactory io_factory);
+  // The reactor count an engine with these options runs (options.reactors, else KVTIER_TEST_REACTORS, else auto).
+  static uint32_t ResolveReactors(const EngineOptions& options, std::string* why = nullptr);
+  uint32_t reactors() const { return static_cast<uint32_t>(reactors_.size()); }
+  // Which reactor handles key (tests place keys on chosen reactors with it).
+  uint32_t ReactorOf(const ChunkKey& key) const;
   ~EngineImpl() override;
 
   ChunkLocation Lookup(const ChunkKey& key) override;
@@ -71,8 +89,11 @@ class EngineImpl final : public Engine {
 
  private:
   struct Job;
+  struct Part;
   struct Chunk;
   struct ReadShare;
+  struct Reactor;
+  struct CopierLane;
 
   // One I/O operation in flight; user_data of the IoOp is its id in op_ctx_.
   enum class OpRole { kOpen, kRead, kWrite, kFsync, kClose, kLink, kUnlinkTmp, kUnlinkCorrupt, kUnlinkEvicted, kMkdir };
@@ -95,22 +116,33 @@ class EngineImpl final : public Engine {
   };
 
   EngineImpl() = default;
-  Status Init(const EngineOptions& options, std::unique_ptr<DeviceCopier> copier, std::unique_ptr<io::IoEngine> io);
+  Status Init(const EngineOptions& options, std::unique_ptr<DeviceCopier> copier, IoFactory io_factory,
+              uint32_t forced_reactors);
   Result<JobId> Enqueue(JobKind kind, std::vector<ChunkTransfer> chunks, std::vector<int> preset_slots = {},
                         bool internal = false);
   Status ValidateTransfer(JobKind kind, const ChunkTransfer& t) const;
 
-  // Reactor.
-  void ReactorMain();
-  void TakeCommands();
-  void StartWaitingChunks();
-  bool StartLoadChunk(Job& job, Chunk& c);
-  bool StartStoreChunk(Job& job, Chunk& c);
-  void OnCompletion(const io::IoCompletion& cqe);
-  void OnCopyDone(const CopyDone& done);
-  void CheckDeadlines();
-  void SubmitOp(OpCtx ctx, io::IoOp op);
-  void RetryDeferredOps();
+  // Reactor r's thread; the methods below run on a chunk's reactor (Chunk::reactor) or the one named.
+  void ReactorMain(Reactor& r);
+  void StartWaitingChunks(Reactor& r);
+  bool StartLoadChunk(Part& part, Chunk& c);
+  bool StartStoreChunk(Part& part, Chunk& c);
+  // S1 across reactors: a slot for a chunk of part counts against the part's limit (2 x its reactor's depth) and
+  // the job's (2 x io_depth over all reactors). False: a limit is reached (the reactor is woken when the job's
+  // limit frees a place).
+  bool TakeJobSlot(Part& part);
+  void ReturnJobSlot(Chunk& c);
+  // A pool slot for demand work on reactor r; on failure r is recorded as waiting and woken when a slot is freed.
+  std::optional<uint32_t> AcquireSlotFor(Reactor& r);
+  // Frees a slot to the pool and wakes reactors waiting for one.
+  void FreeSlot(uint32_t slot);
+  void WakeWaiters(std::atomic<uint64_t>& mask);
+  void OnCompletion(Reactor& r, const io::IoCompletion& cqe);
+  void OnCopyDone(Reactor& r, const CopyDone& done);
+  void PollCopies(Reactor& r, std::vector<CopyDone>* done);
+  void CheckDeadlines(Reactor& r);
+  void SubmitOp(Reactor& r, OpCtx ctx, io::IoOp op);
+  void RetryDeferredOps(Reactor& r);
   void QueueLoadCopy(Chunk& c);
   void BeginStoreWrite(Chunk& c);
   void OpenTemporary(Chunk& c);
@@ -125,16 +157,18 @@ class EngineImpl final : public Engine {
   static const char* OpRoleName(OpRole r);
   void SubmitRead(Chunk& c, uint8_t* buf, uint64_t len, uint64_t offset);
   void SubmitWrite(Chunk& c, uint8_t* buf, uint64_t len, uint64_t offset);
-  void SubmitClose(int fd);
+  void SubmitClose(Reactor& r, int fd);
   void LoadReadsDone(Chunk& c);
   // Verifies the loads whose reads came back in this reactor iteration, after every completion has been handled
   // and the freed places at the disk have been refilled (PumpData + Flush): the disk never waits for checksums.
-  void VerifyReadChunks();
+  void VerifyReadChunks(Reactor& r);
   void StoreWritesDone(Chunk& c);
   void FailChunk(Chunk& c, Status status);
   void FinishChunk(Chunk& c);
+  // Every chunk of job has finished: record stats and trace, and hand the result to PollCompleted/Wait.
+  void PublishJob(Job& job);
   void MaybeFinishJob(Job& job);
-  void FlushCopies();
+  void FlushCopies(Reactor& r);
   // Counts, forgets and removes a bad entry (an empty directory too; a non-empty one stays and misses each time).
   void QuarantineCorrupt(const ChunkKey& key, const std::string& rel_path, const Status& why);
   // A load's freshly opened chunk: a regular file of exactly a chunk's size (else kCorrupt); clears the
@@ -143,9 +177,9 @@ class EngineImpl final : public Engine {
   bool RetryStoreAfterEnospc(Chunk& c);
   // linked: this engine's link() created the entry and its bytes were not reserved in usage_ yet (see
   // Chunk::usage_reserved); false: EEXIST (another writer's entry) or already reserved.
-  void PublishIndexed(const ChunkKey& key, uint64_t bytes, bool linked = true);
-  // C1: usage above the high watermark evicts LRU entries down to the low one (unlinks through the ring).
-  void EvictAboveHighWatermark();
+  void PublishIndexed(Reactor& r, const ChunkKey& key, uint64_t bytes, bool linked = true);
+  // C1: usage above the high watermark evicts LRU entries down to the low one (unlinks through r's ring).
+  void EvictAboveHighWatermark(Reactor& r);
   // Disk usage compared with the budget: the namespace's shared counter when there is one (C1), else the index's.
   uint64_t UsageLocked() const { return usage_ ? usage_->Load() : disk_bytes_; }
   // Adds the entries of a scan of the tree that the index lacks (at open: all of them; later: what other
@@ -163,7 +197,7 @@ class EngineImpl final : public Engine {
   // Victims worth `excess` bytes of the local LRU; when the index knows too little (entries of other instances),
   // first merges the tree into it (at most every 500 ms; drops and retakes the lock).
   std::vector<Victim> TakeExcessLocked(uint64_t excess, std::unique_lock<std::mutex>& lock);
-  void PumpData();
+  void PumpData(Reactor& r);
   void EndDataPhase(Chunk& c);  // starts queued chunks' data reads/writes while fewer than io_depth are at the disk
   int64_t Deadline() const;
   // A free slot, evicting the least recently used unpinned resident chunk if the pool has none (T1).
@@ -181,9 +215,7 @@ class EngineImpl final : public Engine {
   EngineOptions options_;
   std::string describe_;
   std::unique_ptr<Namespace> ns_;
-  std::unique_ptr<io::IoEngine> io_;
   std::unique_ptr<StagingPool> pool_;
-  std::unique_ptr<DeviceCopier> copier_;
   std::unique_ptr<TraceRecorder> trace_;
   mutable kvtier::Stats stats_;
   uint64_t block_stride_ = 0;
@@ -201,26 +233,16 @@ class EngineImpl final : public Engine {
   // (create, write, link, unlink) where the filesystem lacks O_TMPFILE.
   bool tmpfile_publish_ = false;
 
-  // Commands from other threads.
+  // Commands from other threads: each reactor's queue (Reactor::commands) and stop_ are guarded by cmd_mu_.
   std::mutex cmd_mu_;
-  std::deque<std::unique_ptr<Job>> commands_;
   bool stop_ = false;
   std::atomic<JobId> next_job_id_{1};
 
-  // Reactor-only state.
-  std::deque<std::unique_ptr<Job>> jobs_;  // FIFO: earlier jobs get slots first
-  std::unordered_map<uint64_t, OpCtx> op_ctx_;
-  uint64_t next_op_id_ = 1;
-  std::unordered_map<uint64_t, Chunk*> copy_ctx_;
-  uint64_t next_copy_id_ = 1;
-  std::vector<CopyTask> copy_batch_;
-  std::unordered_map<ChunkKey, ReadShare*, ChunkKeyHash> read_shares_;
-  std::unordered_map<ChunkKey, Chunk*, ChunkKeyHash> stores_in_flight_;
-  std::deque<DeferredOp> deferred_ops_;
-  std::deque<Chunk*> data_queue_;   // chunks whose file is open, waiting for a data slot at the disk
-  std::vector<Chunk*> read_done_;   // loads whose reads finished this iteration, waiting for VerifyReadChunks
-  uint32_t data_in_flight_ = 0;     // chunks with data reads/writes at the disk: <= io_depth (I1)
-  FanoutDirCache fanout_cache_;
+  std::vector<std::unique_ptr<CopierLane>> lanes_;
+  std::vector<std::unique_ptr<Reactor>> reactors_;
+  std::string reactors_why_;
+  // Reactors (bit r) that found the pool without a free slot for demand work: FreeSlot wakes them.
+  std::atomic<uint64_t> pool_waiters_{0};
 
   // Index of published entries (C1): LRU order, most recent at the back.
   struct IndexEntry {
@@ -263,25 +285,35 @@ class EngineImpl final : public Engine {
   std::unordered_map<JobId, JobResult> done_;
   std::deque<JobId> done_order_;
 
-  std::thread reactor_;
 };
 
+// Shared by the job's parts (shared_ptr); what several reactors write is atomic, the rest is set before queueing.
 struct EngineImpl::Job {
   JobId id = 0;
   JobKind kind = JobKind::kLoad;
   int64_t start_ns = 0;
-  std::vector<std::unique_ptr<Chunk>> chunks;
-  size_t next_to_start = 0;
-  uint32_t slots_held = 0;  // <= 2 x io_depth (S1): a job larger than the pool streams through it
-  uint32_t unfinished = 0;
-  uint64_t bytes = 0;
+  std::vector<std::unique_ptr<Chunk>> chunks;  // request order; chunk i is touched only by its reactor
+  std::atomic<uint32_t> slots_held{0};  // <= 2 x io_depth over all reactors (S1): a job larger than the pool
+                                        // streams through it
+  std::atomic<uint64_t> slot_waiters{0};  // reactors (bit r) that found slots_held at its limit
+  std::atomic<uint32_t> unfinished{0};  // the reactor that brings it to 0 publishes the result
+  std::atomic<uint64_t> bytes{0};
   uint64_t copy_out_bytes = 0;  // loads: bytes of every chunk's segments (the host copier streams big jobs)
-  bool reported = false;
   bool internal = false;  // promotions and committed stores: nobody waits for the result
+};
+
+// The chunks of one job that one reactor handles, in request order. Reactor-only.
+struct EngineImpl::Part {
+  std::shared_ptr<Job> job;
+  std::vector<Chunk*> chunks;
+  size_t next_to_start = 0;
+  uint32_t slots_held = 0;  // <= 2 x the reactor's depth
 };
 
 struct EngineImpl::Chunk {
   Job* job = nullptr;
+  Part* part = nullptr;
+  Reactor* reactor = nullptr;
   size_t index = 0;
   ChunkTransfer req;
   uint32_t first_block = 0;
@@ -293,7 +325,7 @@ struct EngineImpl::Chunk {
   int slot = -1;                // stores: the slot held; loads: see share
   int preset_slot = -1;         // a resident slot: loads read into it, stores write from it; it stays resident
   uint32_t slot_gen = 0;
-  bool counts_job_slot = false; // this chunk's slot counts against job->slots_held
+  bool counts_job_slot = false; // this chunk's slot counts against job->slots_held and part->slots_held
   ReadShare* share = nullptr;   // loads: the shared read this chunk copies from
   bool leads_share = false;
   bool pinned = false;          // loads: index entry pinned against eviction
@@ -317,6 +349,7 @@ struct EngineImpl::Chunk {
 // inside it (X4). Owns the slot; released when the leader's I/O is quiescent and every member has finished.
 struct EngineImpl::ReadShare {
   ChunkKey key;
+  Reactor* reactor = nullptr;
   int slot = -1;
   uint32_t slot_gen = 0;
   uint32_t first_block = 0;
@@ -327,6 +360,43 @@ struct EngineImpl::ReadShare {
   bool resident = false;        // the slot belongs to the DRAM tier: retiring never frees it
   bool resident_pin = false;    // a DRAM hit: retiring unpins the resident chunk
   std::vector<Chunk*> members;  // unfinished members only
+};
+
+// A DeviceCopier and the reactors that share it. Copy ids carry the submitting reactor's index in their low
+// 8 bits: a completion polled by another reactor goes to its owner's inbox.
+struct EngineImpl::CopierLane {
+  std::mutex mu;  // Submit/Poll of copier
+  std::unique_ptr<DeviceCopier> copier;
+  std::vector<Reactor*> reactors;
+};
+
+// One reactor: one thread, one IoEngine (one io_uring ring, this thread its single issuer), and the state of the
+// chunks assigned to it. Everything but commands (cmd_mu_) and inbox (inbox_mu) is touched by its thread only.
+struct EngineImpl::Reactor {
+  uint32_t index = 0;
+  uint32_t depth = 0;  // chunks with data at the disk: ceil(io_depth / reactors) (I1)
+  uint32_t trace_tid = 1;
+  std::unique_ptr<io::IoEngine> io;
+  CopierLane* lane = nullptr;
+  std::thread thread;
+  std::deque<std::unique_ptr<Part>> commands;  // guarded by EngineImpl::cmd_mu_
+
+  std::deque<std::unique_ptr<Part>> jobs;  // FIFO: earlier jobs get slots first
+  std::unordered_map<uint64_t, OpCtx> op_ctx;
+  uint64_t next_op_id = 1;
+  std::unordered_map<uint64_t, Chunk*> copy_ctx;
+  uint64_t next_copy_seq = 1;
+  std::vector<CopyTask> copy_batch;
+  std::unordered_map<ChunkKey, ReadShare*, ChunkKeyHash> read_shares;
+  std::unordered_map<ChunkKey, Chunk*, ChunkKeyHash> stores_in_flight;
+  std::deque<DeferredOp> deferred_ops;
+  std::deque<Chunk*> data_queue;   // chunks whose file is open, waiting for a data slot at the disk
+  std::vector<Chunk*> read_done;   // loads whose reads finished this iteration, waiting for VerifyReadChunks
+  uint32_t data_in_flight = 0;     // chunks with data reads/writes at the disk: <= depth (I1)
+  FanoutDirCache fanout_cache;
+
+  std::mutex inbox_mu;
+  std::vector<CopyDone> inbox;  // completions of this reactor's copies polled by another reactor of the lane
 };
 
 }  // namespace kvtier

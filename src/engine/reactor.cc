@@ -27,72 +27,102 @@ constexpr int64_t kReapWaitNs = 20 * 1000 * 1000;  // bounds how late a deadline
 
 // ---------------------------------------------------------------------------------------------------------------
 
-void EngineImpl::ReactorMain() {
+void EngineImpl::ReactorMain(Reactor& r) {
   std::vector<io::IoCompletion> cqes;
   std::vector<CopyDone> copies;
   for (;;) {
     bool stopping;
     {
       std::lock_guard<std::mutex> lock(cmd_mu_);
-      while (!commands_.empty()) {
-        jobs_.push_back(std::move(commands_.front()));
-        commands_.pop_front();
+      while (!r.commands.empty()) {
+        r.jobs.push_back(std::move(r.commands.front()));
+        r.commands.pop_front();
       }
       stopping = stop_;
     }
-    StartWaitingChunks();
-    PumpData();
-    FlushCopies();
-    RetryDeferredOps();
-    io_->Flush();
-    VerifyReadChunks();
-    FlushCopies();
-    // Drop jobs whose every chunk has settled (results were published when the last chunk finished).
-    std::erase_if(jobs_, [](const std::unique_ptr<Job>& j) {
-      if (!j->reported) return false;
-      for (auto& c : j->chunks) {
-        if (!c->released || c->ops_in_flight > 0 || c->copies_in_flight > 0) return false;
+    StartWaitingChunks(r);
+    PumpData(r);
+    FlushCopies(r);
+    RetryDeferredOps(r);
+    r.io->Flush();
+    VerifyReadChunks(r);
+    FlushCopies(r);
+    // Drop parts whose every chunk has settled (the job's result was published when its last chunk finished, on
+    // whichever reactor that was); the job itself goes with its last part.
+    std::erase_if(r.jobs, [](const std::unique_ptr<Part>& p) {
+      for (Chunk* c : p->chunks) {
+        if (!c->finished || !c->released || c->ops_in_flight > 0 || c->copies_in_flight > 0) return false;
       }
       return true;
     });
-    if (stopping && jobs_.empty() && op_ctx_.empty() && copier_->pending() == 0) break;
+    if (stopping && r.jobs.empty() && r.op_ctx.empty() && r.copy_ctx.empty()) break;
 
     cqes.clear();
-    const bool waiting = !op_ctx_.empty() || copier_->pending() > 0 || !jobs_.empty();
-    int rc = io_->Reap(&cqes, waiting ? kReapWaitNs : -1);
+    const bool waiting = !r.op_ctx.empty() || !r.copy_ctx.empty() || !r.jobs.empty();
+    int rc = r.io->Reap(&cqes, waiting ? kReapWaitNs : -1);
     if (rc < 0 && rc != -EINTR && rc != -ETIME && rc != -ETIMEDOUT) {
       stats_.io_errors.Add(1);
     }
-    for (const io::IoCompletion& cqe : cqes) OnCompletion(cqe);
+    for (const io::IoCompletion& cqe : cqes) OnCompletion(r, cqe);
     // Chunks whose data transfer finished freed places at the disk: start the next reads/writes before any
     // checksum pass (loads' verification below, stores' in the copier's completions).
-    PumpData();
-    io_->Flush();
-    VerifyReadChunks();
-    FlushCopies();
+    PumpData(r);
+    r.io->Flush();
+    VerifyReadChunks(r);
+    FlushCopies(r);
     copies.clear();
-    copier_->Poll(&copies);
-    for (const CopyDone& d : copies) OnCopyDone(d);
-    CheckDeadlines();
+    PollCopies(r, &copies);
+    for (const CopyDone& d : copies) OnCopyDone(r, d);
+    CheckDeadlines(r);
   }
 }
 
-void EngineImpl::EndDataPhase(Chunk& c) {
-  if (!c.data_phase) return;
-  c.data_phase = false;
-  data_in_flight_--;
+void EngineImpl::PollCopies(Reactor& r, std::vector<CopyDone>* done) {
+  CopierLane& lane = *r.lane;
+  if (lane.reactors.size() == 1) {
+    std::lock_guard<std::mutex> lock(lane.mu);
+    lane.copier->Poll(done);
+    return;
+  }
+  std::vector<CopyDone> polled;
+  {
+    std::lock_guard<std::mutex> lock(lane.mu);
+    lane.copier->Poll(&polled);
+  }
+  for (CopyDone& d : polled) {
+    Reactor& owner = *reactors_[d.id & 0xff];
+    if (&owner == &r) {
+      done->push_back(std::move(d));
+      continue;
+    }
+    {
+      std::lock_guard<std::mutex> lock(owner.inbox_mu);
+      owner.inbox.push_back(std::move(d));
+    }
+    owner.io->Wake();
+  }
+  std::lock_guard<std::mutex> lock(r.inbox_mu);
+  for (CopyDone& d : r.inbox) done->push_back(std::move(d));
+  r.inbox.clear();
 }
 
-void EngineImpl::PumpData() {
-  while (data_in_flight_ < options_.io_depth && !data_queue_.empty()) {
-    Chunk* c = data_queue_.front();
-    data_queue_.pop_front();
+void EngineImpl::EndDataPhase(Chunk& c) {
+  Reactor& r = *c.reactor;
+  if (!c.data_phase) return;
+  c.data_phase = false;
+  r.data_in_flight--;
+}
+
+void EngineImpl::PumpData(Reactor& r) {
+  while (r.data_in_flight < r.depth && !r.data_queue.empty()) {
+    Chunk* c = r.data_queue.front();
+    r.data_queue.pop_front();
     if (c->failed) {
       Settle(*c);
       continue;
     }
     c->data_phase = true;
-    data_in_flight_++;
+    r.data_in_flight++;
     if (c->job->kind == JobKind::kLoad) {
       uint8_t* base = pool_->SlotData(c->share->slot);
       if (c->first_block == 0) {  // header and blocks in one aligned read
@@ -108,23 +138,59 @@ void EngineImpl::PumpData() {
   }
 }
 
-void EngineImpl::StartWaitingChunks() {
-  for (auto& job : jobs_) {
-    while (job->next_to_start < job->chunks.size()) {
-      Chunk& c = *job->chunks[job->next_to_start];
-      const bool started = job->kind == JobKind::kLoad ? StartLoadChunk(*job, c) : StartStoreChunk(*job, c);
+void EngineImpl::StartWaitingChunks(Reactor& r) {
+  for (auto& part : r.jobs) {
+    if (part->chunks.empty() && part->job->chunks.empty() && part->next_to_start == 0) {
+      part->next_to_start = 1;  // an empty job: nothing to wait for
+      PublishJob(*part->job);
+      continue;
+    }
+    while (part->next_to_start < part->chunks.size()) {
+      Chunk& c = *part->chunks[part->next_to_start];
+      const bool started =
+          part->job->kind == JobKind::kLoad ? StartLoadChunk(*part, c) : StartStoreChunk(*part, c);
       if (!started) break;  // out of slots for this job (or globally); try again after a release
-      ++job->next_to_start;
+      ++part->next_to_start;
     }
   }
+}
+
+bool EngineImpl::TakeJobSlot(Part& part) {
+  Reactor& r = *part.chunks.front()->reactor;
+  if (part.slots_held >= 2 * r.depth) return false;
+  Job& job = *part.job;
+  const uint32_t limit = 2 * options_.io_depth;
+  auto take = [&job, limit] {
+    uint32_t held = job.slots_held.load();
+    while (held < limit) {
+      if (job.slots_held.compare_exchange_weak(held, held + 1)) return true;
+    }
+    return false;
+  };
+  if (!take()) {
+    if (reactors_.size() == 1) return false;
+    // Record the wait before trying again: a slot returned in between is either seen or wakes this reactor.
+    job.slot_waiters.fetch_or(uint64_t{1} << r.index);
+    if (!take()) return false;
+  }
+  part.slots_held++;
+  return true;
+}
+
+void EngineImpl::ReturnJobSlot(Chunk& c) {
+  if (!c.counts_job_slot) return;
+  c.counts_job_slot = false;
+  c.part->slots_held--;
+  c.job->slots_held.fetch_sub(1);
+  if (reactors_.size() > 1) WakeWaiters(c.job->slot_waiters);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
 // Operations
 
-void EngineImpl::SubmitOp(OpCtx ctx, io::IoOp op) {
-  const uint64_t id = next_op_id_++;
-  auto [it, inserted] = op_ctx_.emplace(id, std::move(ctx));
+void EngineImpl::SubmitOp(Reactor& r, OpCtx ctx, io::IoOp op) {
+  const uint64_t id = r.next_op_id++;
+  auto [it, inserted] = r.op_ctx.emplace(id, std::move(ctx));
   OpCtx& c = it->second;
   // Pointers into the context: stable, unordered_map nodes do not move.
   if (!c.path.empty()) op.path = c.path.c_str();
@@ -133,31 +199,32 @@ void EngineImpl::SubmitOp(OpCtx ctx, io::IoOp op) {
   op.deadline_ns = c.deadline_ns;
   c.start_ns = io::NowNs();
   if (c.chunk) c.chunk->ops_in_flight++;
-  const int rc = io_->Submit(op);
+  const int rc = r.io->Submit(op);
   if (rc == -EAGAIN) {
-    deferred_ops_.push_back(DeferredOp{id, op});  // ring full: resubmitted next iteration
+    r.deferred_ops.push_back(DeferredOp{id, op});  // ring full: resubmitted next iteration
   } else if (rc < 0) {
     io::IoCompletion fake{id, rc};
-    OnCompletion(fake);
+    OnCompletion(r, fake);
   }
 }
 
-void EngineImpl::RetryDeferredOps() {
-  while (!deferred_ops_.empty()) {
-    DeferredOp& d = deferred_ops_.front();
-    if (op_ctx_.count(d.id) == 0) {  // should not happen; be safe
-      deferred_ops_.pop_front();
+void EngineImpl::RetryDeferredOps(Reactor& r) {
+  while (!r.deferred_ops.empty()) {
+    DeferredOp& d = r.deferred_ops.front();
+    if (r.op_ctx.count(d.id) == 0) {  // should not happen; be safe
+      r.deferred_ops.pop_front();
       continue;
     }
-    const int rc = io_->Submit(d.op);
+    const int rc = r.io->Submit(d.op);
     if (rc == -EAGAIN) return;
     const uint64_t id = d.id;
-    deferred_ops_.pop_front();
-    if (rc < 0) OnCompletion(io::IoCompletion{id, rc});
+    r.deferred_ops.pop_front();
+    if (rc < 0) OnCompletion(r, io::IoCompletion{id, rc});
   }
 }
 
 void EngineImpl::SubmitRead(Chunk& c, uint8_t* buf, uint64_t len, uint64_t offset) {
+  Reactor& r = *c.reactor;
   OpCtx ctx{OpRole::kRead, &c, buf, len, offset, Deadline()};
   io::IoOp op;
   op.code = io::OpCode::kRead;
@@ -165,10 +232,11 @@ void EngineImpl::SubmitRead(Chunk& c, uint8_t* buf, uint64_t len, uint64_t offse
   op.buf = buf;
   op.len = static_cast<uint32_t>(std::min<uint64_t>(len, 1u << 30));
   op.offset = offset;
-  SubmitOp(std::move(ctx), op);
+  SubmitOp(r, std::move(ctx), op);
 }
 
 void EngineImpl::SubmitWrite(Chunk& c, uint8_t* buf, uint64_t len, uint64_t offset) {
+  Reactor& r = *c.reactor;
   OpCtx ctx{OpRole::kWrite, &c, buf, len, offset, Deadline()};
   io::IoOp op;
   op.code = io::OpCode::kWrite;
@@ -176,22 +244,22 @@ void EngineImpl::SubmitWrite(Chunk& c, uint8_t* buf, uint64_t len, uint64_t offs
   op.buf = buf;
   op.len = static_cast<uint32_t>(std::min<uint64_t>(len, 1u << 30));
   op.offset = offset;
-  SubmitOp(std::move(ctx), op);
+  SubmitOp(r, std::move(ctx), op);
 }
 
-void EngineImpl::SubmitClose(int fd) {
+void EngineImpl::SubmitClose(Reactor& r, int fd) {
   if (fd < 0) return;
   io::IoOp op;
   op.code = io::OpCode::kClose;
   op.fd = fd;
-  SubmitOp(OpCtx{OpRole::kClose, nullptr}, op);
+  SubmitOp(r, OpCtx{OpRole::kClose, nullptr}, op);
 }
 
-void EngineImpl::OnCompletion(const io::IoCompletion& cqe) {
-  auto it = op_ctx_.find(cqe.user_data);
-  if (it == op_ctx_.end()) return;
+void EngineImpl::OnCompletion(Reactor& r, const io::IoCompletion& cqe) {
+  auto it = r.op_ctx.find(cqe.user_data);
+  if (it == r.op_ctx.end()) return;
   OpCtx ctx = std::move(it->second);
-  op_ctx_.erase(it);
+  r.op_ctx.erase(it);
   const int64_t res = cqe.result;
   if (res < 0 && res != -EEXIST && res != -ENOENT) {
     if (res == -ETIMEDOUT || res == -ECANCELED) {
@@ -212,7 +280,8 @@ void EngineImpl::OnCompletion(const io::IoCompletion& cqe) {
   if (c == nullptr) return;  // fire-and-forget close or unlink
   c->ops_in_flight--;
   if (trace_ && trace_->enabled() && (ctx.role == OpRole::kRead || ctx.role == OpRole::kWrite)) {
-    trace_->Complete(ctx.role == OpRole::kRead ? "read" : "write", "io", ctx.start_ns, io::NowNs() - ctx.start_ns, 1,
+    trace_->Complete(ctx.role == OpRole::kRead ? "read" : "write", "io", ctx.start_ns, io::NowNs() - ctx.start_ns,
+                     r.trace_tid,
                      {{"bytes", res > 0 ? uint64_t(res) : 0}});
   }
 
@@ -249,7 +318,7 @@ void EngineImpl::OnCompletion(const io::IoCompletion& cqe) {
           // retried
         } else if (res == -ENOENT && !c->enoent_retried) {
           c->enoent_retried = true;  // the fan-out directory went away (gc): create it again, once
-          fanout_cache_.Forget(c->req.key);
+          r.fanout_cache.Forget(c->req.key);
           OpenTemporary(*c);
         } else {
           FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "create " + c->tmp_path));
@@ -264,7 +333,7 @@ void EngineImpl::OnCompletion(const io::IoCompletion& cqe) {
           break;
         }
       }
-      data_queue_.push_back(c);  // PumpData starts its reads or writes when the disk has room (io_depth)
+      r.data_queue.push_back(c);  // PumpData starts its reads or writes when the disk has room (io_depth)
       break;
 
     case OpRole::kRead:
@@ -283,7 +352,7 @@ void EngineImpl::OnCompletion(const io::IoCompletion& cqe) {
           // submits before verifying this one (VerifyReadChunks), so the disk never waits for checksums (the raw
           // baseline re-arms a finished slot at once too).
           EndDataPhase(*c);
-          read_done_.push_back(c);
+          r.read_done.push_back(c);
         }
       }
       break;
@@ -320,12 +389,12 @@ void EngineImpl::OnCompletion(const io::IoCompletion& cqe) {
         // EEXIST: another writer published the same key first; its bytes are equally valid (L4).
         if (res == -EEXIST) stats_.stores_deduplicated.Add(1);
         if (res != 0 && c->usage_reserved) usage_->Add(-static_cast<int64_t>(slot_bytes_));  // not ours
-        PublishIndexed(c->req.key, kHeaderBytes + uint64_t(options_.identity.blocks_per_chunk) * block_stride_,
+        PublishIndexed(r, c->req.key, kHeaderBytes + uint64_t(options_.identity.blocks_per_chunk) * block_stride_,
                        /*linked=*/res == 0 && !c->usage_reserved);
         c->usage_reserved = false;
         c->job->bytes += slot_bytes_;
         if (c->fd >= 0) {  // an anonymous temporary's fd, kept open for linkat
-          SubmitClose(c->fd);
+          SubmitClose(r, c->fd);
           c->fd = -1;
         }
         FinishChunk(*c);  // Settle() removes a named temporary
@@ -351,9 +420,9 @@ void EngineImpl::OnCompletion(const io::IoCompletion& cqe) {
   Settle(*c);
 }
 
-void EngineImpl::CheckDeadlines() {
+void EngineImpl::CheckDeadlines(Reactor& r) {
   const int64_t now = io::NowNs();
-  for (auto& [id, ctx] : op_ctx_) {
+  for (auto& [id, ctx] : r.op_ctx) {
     if (ctx.chunk == nullptr || ctx.late || ctx.deadline_ns == 0 || ctx.deadline_ns > now) continue;
     ctx.late = true;  // I4: the chunk becomes a miss now; its buffer stays held until the op returns
     stats_.timeouts.Add(1);
@@ -365,7 +434,8 @@ void EngineImpl::CheckDeadlines() {
 // ---------------------------------------------------------------------------------------------------------------
 // Loads
 
-bool EngineImpl::StartLoadChunk(Job& job, Chunk& c) {
+bool EngineImpl::StartLoadChunk(Part& part, Chunk& c) {
+  Reactor& r = *c.reactor;
   c.started_ns = io::NowNs();
   const bool promotion = c.preset_slot >= 0;
   if (!promotion) {
@@ -374,18 +444,19 @@ bool EngineImpl::StartLoadChunk(Job& job, Chunk& c) {
     std::optional<SlotRef> dram;
     {
       std::lock_guard<std::mutex> lock(index_mu_);
-      auto r = resident_.find(c.req.key);
-      if (r != resident_.end() &&
-          (r->second.state == Resident::State::kReady || r->second.state == Resident::State::kWriting)) {
-        r->second.pins++;
+      auto rit = resident_.find(c.req.key);
+      if (rit != resident_.end() &&
+          (rit->second.state == Resident::State::kReady || rit->second.state == Resident::State::kWriting)) {
+        rit->second.pins++;
         dram_->Touch(c.req.key);
-        UsePreloadLocked(r->second);
-        dram = SlotRef{r->second.slot, r->second.generation};
+        UsePreloadLocked(rit->second);
+        dram = SlotRef{rit->second.slot, rit->second.generation};
       }
     }
     if (dram) {
       auto* s = new ReadShare();
       s->key = c.req.key;
+      s->reactor = &r;
       s->slot = static_cast<int>(dram->slot);
       s->slot_gen = dram->generation;
       s->first_block = 0;
@@ -400,8 +471,8 @@ bool EngineImpl::StartLoadChunk(Job& job, Chunk& c) {
       return true;
     }
     // X4: join a read of the same key already in flight (or ready) that covers our blocks.
-    auto sh = read_shares_.find(c.req.key);
-    if (sh != read_shares_.end()) {
+    auto sh = r.read_shares.find(c.req.key);
+    if (sh != r.read_shares.end()) {
       ReadShare* s = sh->second;
       if (!s->failed && c.first_block >= s->first_block &&
           c.first_block + c.num_blocks <= s->first_block + s->num_blocks) {
@@ -417,12 +488,14 @@ bool EngineImpl::StartLoadChunk(Job& job, Chunk& c) {
   if (promotion) {
     slot = static_cast<uint32_t>(c.preset_slot);
   } else {
-    if (job.slots_held >= 2 * options_.io_depth) return false;
-    auto got = AcquireSlot(staging::Priority::kDemand);
-    if (!got) return false;
-    slot = *got;
-    job.slots_held++;
+    if (!TakeJobSlot(part)) return false;
     c.counts_job_slot = true;
+    auto got = AcquireSlotFor(r);
+    if (!got) {
+      ReturnJobSlot(c);
+      return false;
+    }
+    slot = *got;
   }
   {
     std::lock_guard<std::mutex> lock(index_mu_);
@@ -434,13 +507,14 @@ bool EngineImpl::StartLoadChunk(Job& job, Chunk& c) {
   }
   auto* s = new ReadShare();
   s->key = c.req.key;
+  s->reactor = &r;
   s->slot = static_cast<int>(slot);
   s->slot_gen = pool_->BeginFill(slot);
   s->first_block = c.first_block;
   s->num_blocks = c.num_blocks;
   s->resident = promotion;
   s->members.push_back(&c);
-  if (!promotion) read_shares_[c.req.key] = s;  // promotions are found through the resident map instead
+  if (!promotion) r.read_shares[c.req.key] = s;  // promotions are found through the resident map instead
   c.share = s;
   c.leads_share = true;
 
@@ -455,14 +529,14 @@ bool EngineImpl::StartLoadChunk(Job& job, Chunk& c) {
   OpCtx ctx{OpRole::kOpen, &c};
   ctx.path = c.rel_path;
   ctx.deadline_ns = Deadline();
-  SubmitOp(std::move(ctx), op);
+  SubmitOp(r, std::move(ctx), op);
   return true;
 }
 
-void EngineImpl::VerifyReadChunks() {
-  if (read_done_.empty()) return;
+void EngineImpl::VerifyReadChunks(Reactor& r) {
+  if (r.read_done.empty()) return;
   std::vector<Chunk*> done;
-  done.swap(read_done_);
+  done.swap(r.read_done);
   for (Chunk* c : done) {
     if (!c->failed && !c->finished && c->ops_in_flight == 0) LoadReadsDone(*c);
     Settle(*c);
@@ -470,8 +544,9 @@ void EngineImpl::VerifyReadChunks() {
 }
 
 void EngineImpl::LoadReadsDone(Chunk& c) {
+  Reactor& r = *c.reactor;
   ReadShare* s = c.share;
-  SubmitClose(c.fd);
+  SubmitClose(r, c.fd);
   c.fd = -1;
   const uint8_t* base = pool_->SlotData(s->slot);
   const ChunkGeometry geometry = ns_->geometry();
@@ -487,7 +562,7 @@ void EngineImpl::LoadReadsDone(Chunk& c) {
     return;
   }
   if (trace_ && trace_->enabled()) {
-    trace_->Complete("load_read", "load", c.started_ns, io::NowNs() - c.started_ns, 1,
+    trace_->Complete("load_read", "load", c.started_ns, io::NowNs() - c.started_ns, r.trace_tid,
                      {{"blocks", c.num_blocks}, {"job", c.job->id}});
   }
   s->ready = true;
@@ -498,35 +573,39 @@ void EngineImpl::LoadReadsDone(Chunk& c) {
 }
 
 void EngineImpl::QueueLoadCopy(Chunk& c) {
+  Reactor& r = *c.reactor;
   ReadShare* s = c.share;
   if (c.req.segments.empty()) {  // a load that only verifies presence into the pool (tests, prefetch)
     FinishChunk(c);
     return;
   }
   CopyTask t;
-  t.id = next_copy_id_++;
+  t.id = (r.next_copy_seq++ << 8) | r.index;  // CopierLane: the owner in the low bits
   t.direction = CopyDirection::kSlotToDevice;
   const uint64_t skip = uint64_t(c.first_block - s->first_block) * block_stride_;
   t.slot_data = pool_->SlotData(s->slot) + kHeaderBytes + skip;
   t.slot_bytes = uint64_t(c.num_blocks) * block_stride_;
   t.segments = c.req.segments;
   t.job_bytes = c.job->copy_out_bytes;
-  copy_ctx_[t.id] = &c;
+  r.copy_ctx[t.id] = &c;
   c.copies_in_flight++;
-  copy_batch_.push_back(std::move(t));
+  r.copy_batch.push_back(std::move(t));
 }
 
-void EngineImpl::FlushCopies() {
-  if (copy_batch_.empty()) return;
-  copier_->Submit(std::move(copy_batch_));  // X1: every copy that became ready this iteration, one batch
-  copy_batch_.clear();
+void EngineImpl::FlushCopies(Reactor& r) {
+  if (r.copy_batch.empty()) return;
+  {
+    std::lock_guard<std::mutex> lock(r.lane->mu);
+    r.lane->copier->Submit(std::move(r.copy_batch));  // X1: every copy that became ready this iteration, one batch
+  }
+  r.copy_batch.clear();
 }
 
-void EngineImpl::OnCopyDone(const CopyDone& d) {
-  auto it = copy_ctx_.find(d.id);
-  if (it == copy_ctx_.end()) return;
+void EngineImpl::OnCopyDone(Reactor& r, const CopyDone& d) {
+  auto it = r.copy_ctx.find(d.id);
+  if (it == r.copy_ctx.end()) return;
   Chunk& c = *it->second;
-  copy_ctx_.erase(it);
+  r.copy_ctx.erase(it);
   c.copies_in_flight--;
   if (!d.status.ok()) {
     FailChunk(c, d.status.WithContext("device copy"));
@@ -543,14 +622,15 @@ void EngineImpl::OnCopyDone(const CopyDone& d) {
 // ---------------------------------------------------------------------------------------------------------------
 // Stores
 
-bool EngineImpl::StartStoreChunk(Job& job, Chunk& c) {
+bool EngineImpl::StartStoreChunk(Part& part, Chunk& c) {
+  Reactor& r = *c.reactor;
   c.started_ns = io::NowNs();
   bool present;
   {
     std::lock_guard<std::mutex> lock(index_mu_);
     present = index_.count(c.req.key) > 0;
   }
-  if (present || stores_in_flight_.count(c.req.key)) {
+  if (present || r.stores_in_flight.count(c.req.key)) {
     // Already published (or being published by an earlier job): nothing to write.
     stats_.stores_deduplicated.Add(1);
     c.released = true;
@@ -560,32 +640,35 @@ bool EngineImpl::StartStoreChunk(Job& job, Chunk& c) {
   }
   if (c.preset_slot >= 0) {  // a worker filled this resident slot (CommitStore): write it out as it is
     c.slot = c.preset_slot;
-    stores_in_flight_[c.req.key] = &c;
+    r.stores_in_flight[c.req.key] = &c;
     BeginStoreWrite(c);
     return true;
   }
-  if (job.slots_held >= 2 * options_.io_depth) return false;
-  auto slot = AcquireSlot(staging::Priority::kDemand);
-  if (!slot) return false;
-  job.slots_held++;
+  if (!TakeJobSlot(part)) return false;
   c.counts_job_slot = true;
+  auto slot = AcquireSlotFor(r);
+  if (!slot) {
+    ReturnJobSlot(c);
+    return false;
+  }
   c.slot = static_cast<int>(*slot);
   c.slot_gen = pool_->BeginFill(*slot);
-  stores_in_flight_[c.req.key] = &c;
+  r.stores_in_flight[c.req.key] = &c;
 
   CopyTask t;
-  t.id = next_copy_id_++;
+  t.id = (r.next_copy_seq++ << 8) | r.index;  // CopierLane: the owner in the low bits
   t.direction = CopyDirection::kDeviceToSlot;
   t.slot_data = pool_->SlotData(*slot) + kHeaderBytes;
   t.slot_bytes = uint64_t(c.num_blocks) * block_stride_;
   t.segments = c.req.segments;
-  copy_ctx_[t.id] = &c;
+  r.copy_ctx[t.id] = &c;
   c.copies_in_flight++;
-  copy_batch_.push_back(std::move(t));
+  r.copy_batch.push_back(std::move(t));
   return true;
 }
 
 void EngineImpl::BeginStoreWrite(Chunk& c) {
+  Reactor& r = *c.reactor;
   uint8_t* base = pool_->SlotData(c.slot);
   const uint32_t bpc = options_.identity.blocks_per_chunk;
   const uint64_t bb = options_.identity.block_bytes;
@@ -614,14 +697,15 @@ void EngineImpl::BeginStoreWrite(Chunk& c) {
   if (usage_ && options_.disk_budget_bytes && !c.usage_reserved) {
     usage_->Add(static_cast<int64_t>(slot_bytes_));
     c.usage_reserved = true;
-    EvictAboveHighWatermark();
+    EvictAboveHighWatermark(r);
   }
   OpenTemporary(c);
 }
 
 void EngineImpl::OpenTemporary(Chunk& c) {
-  if (!fanout_cache_.Has(c.req.key)) {
-    SubmitMkdir(c, fanout_cache_.HasFirstLevel(c.req.key.data()[0]) ? 2 : 1);
+  Reactor& r = *c.reactor;
+  if (!r.fanout_cache.Has(c.req.key)) {
+    SubmitMkdir(c, r.fanout_cache.HasFirstLevel(c.req.key.data()[0]) ? 2 : 1);
     return;
   }
   io::IoOp op;
@@ -641,10 +725,11 @@ void EngineImpl::OpenTemporary(Chunk& c) {
   op.resolve = open_resolve_;
   ctx.path = c.tmp_path;
   ctx.deadline_ns = Deadline();
-  SubmitOp(std::move(ctx), op);
+  SubmitOp(r, std::move(ctx), op);
 }
 
 void EngineImpl::SubmitMkdir(Chunk& c, int level) {
+  Reactor& r = *c.reactor;
   io::IoOp op;
   op.code = io::OpCode::kMkdirAt;
   op.dirfd = ns_->dirfd();
@@ -654,7 +739,7 @@ void EngineImpl::SubmitMkdir(Chunk& c, int level) {
   if (level == 1) ctx.path.resize(2);
   ctx.len = static_cast<uint64_t>(level);
   ctx.deadline_ns = Deadline();
-  SubmitOp(std::move(ctx), op);
+  SubmitOp(r, std::move(ctx), op);
 }
 
 namespace {
@@ -676,6 +761,7 @@ mode_t ProcessUmask() {
 }  // namespace
 
 void EngineImpl::OnMkdirDone(Chunk& c, const OpCtx& ctx, int64_t res) {
+  Reactor& r = *c.reactor;
   const int dirfd = ns_->dirfd();
   const char* path = ctx.path.c_str();
   if (res == 0) {
@@ -707,7 +793,7 @@ void EngineImpl::OnMkdirDone(Chunk& c, const OpCtx& ctx, int64_t res) {
     return;
   } else if (res == -ENOENT && ctx.len == 2 && !c.enoent_retried) {
     c.enoent_retried = true;  // the first level went away behind our back (gc): create it again, once
-    fanout_cache_.Forget(c.req.key);
+    r.fanout_cache.Forget(c.req.key);
     SubmitMkdir(c, 1);
     return;
   } else {
@@ -718,11 +804,12 @@ void EngineImpl::OnMkdirDone(Chunk& c, const OpCtx& ctx, int64_t res) {
     SubmitMkdir(c, 2);
     return;
   }
-  fanout_cache_.Add(c.req.key);
+  r.fanout_cache.Add(c.req.key);
   OpenTemporary(c);
 }
 
 void EngineImpl::StoreWritesDone(Chunk& c) {
+  Reactor& r = *c.reactor;
   if (options_.fsync_on_publish && !c.writes_done) {
     c.writes_done = true;
     io::IoOp op;
@@ -730,19 +817,15 @@ void EngineImpl::StoreWritesDone(Chunk& c) {
     op.fd = c.fd;
     OpCtx ctx{OpRole::kFsync, &c};
     ctx.deadline_ns = Deadline();
-    SubmitOp(std::move(ctx), op);
+    SubmitOp(r, std::move(ctx), op);
     return;
   }
   c.writes_done = true;
   if (c.preset_slot < 0 && c.slot >= 0) {
     // The bytes are in the file: the slot can serve the next chunk while the link finishes.
-    pool_->MarkFree(c.slot);
-    pool_->Release(c.slot);
+    FreeSlot(c.slot);
     c.slot = -1;
-    if (c.counts_job_slot) {
-      c.job->slots_held--;
-      c.counts_job_slot = false;
-    }
+    ReturnJobSlot(c);
   }
   io::IoOp op;
   op.code = io::OpCode::kLinkAt;
@@ -753,13 +836,13 @@ void EngineImpl::StoreWritesDone(Chunk& c) {
     ctx.path = "/proc/self/fd/" + std::to_string(c.fd);
     op.flags = AT_SYMLINK_FOLLOW;
   } else {
-    SubmitClose(c.fd);
+    SubmitClose(r, c.fd);
     c.fd = -1;
     ctx.path = c.tmp_path;
   }
   ctx.path2 = c.rel_path;
   ctx.deadline_ns = Deadline();
-  SubmitOp(std::move(ctx), op);
+  SubmitOp(r, std::move(ctx), op);
 }
 
 // C2: on ENOSPC evict and retry once; the caller drops the store when this returns false.
@@ -793,6 +876,7 @@ bool EngineImpl::RetryStoreAfterEnospc(Chunk& c) {
 // Completion, failure, release
 
 void EngineImpl::FailChunk(Chunk& c, Status status) {
+  Reactor& r = *c.reactor;
   if (c.finished) return;
   c.failed = true;
   c.status = std::move(status);
@@ -805,7 +889,7 @@ void EngineImpl::FailChunk(Chunk& c, Status status) {
   if (s && c.leads_share) {
     // Every load waiting on this read misses with the same reason.
     s->failed = true;
-    if (read_shares_.count(s->key) && read_shares_[s->key] == s) read_shares_.erase(s->key);
+    if (r.read_shares.count(s->key) && r.read_shares[s->key] == s) r.read_shares.erase(s->key);
     std::vector<Chunk*> members = s->members;
     for (Chunk* m : members) {
       if (m != &c && !m->finished) {
@@ -819,10 +903,10 @@ void EngineImpl::FailChunk(Chunk& c, Status status) {
 }
 
 void EngineImpl::FinishChunk(Chunk& c) {
+  Reactor& r = *c.reactor;
   if (c.finished) return;
   c.finished = true;
   Job& job = *c.job;
-  job.unfinished--;
   if (c.share) {
     ReadShare* s = c.share;
     auto& m = s->members;
@@ -839,43 +923,48 @@ void EngineImpl::FinishChunk(Chunk& c) {
     c.pinned = false;
   }
   if (job.kind == JobKind::kStore) {
-    auto it = stores_in_flight_.find(c.req.key);
-    if (it != stores_in_flight_.end() && it->second == &c) stores_in_flight_.erase(it);
+    auto it = r.stores_in_flight.find(c.req.key);
+    if (it != r.stores_in_flight.end() && it->second == &c) r.stores_in_flight.erase(it);
     std::lock_guard<std::mutex> lock(index_mu_);
     auto p = pending_stores_.find(c.req.key);
     if (p != pending_stores_.end() && --p->second <= 0) pending_stores_.erase(p);
   }
-  if (job.unfinished == 0 && !job.reported) {
-    job.reported = true;
-    JobResult r;
-    r.id = job.id;
-    r.kind = job.kind;
-    r.latency_ns = io::NowNs() - job.start_ns;
-    r.bytes = job.bytes;
-    r.chunks.reserve(job.chunks.size());
+  // Last, after every effect of this chunk (index, pending stores): the reactor whose chunk is the job's last one
+  // publishes the result; acq_rel makes the other reactors' chunk outcomes visible to it.
+  if (job.unfinished.fetch_sub(1, std::memory_order_acq_rel) == 1) PublishJob(job);
+}
+
+void EngineImpl::PublishJob(Job& job) {
+  {
+    JobResult res;
+    res.id = job.id;
+    res.kind = job.kind;
+    res.latency_ns = io::NowNs() - job.start_ns;
+    res.bytes = job.bytes;
+    res.chunks.reserve(job.chunks.size());
     for (auto& ch : job.chunks) {
-      r.chunks.push_back(ChunkOutcome{ch->req.key, ch->failed ? ch->status : Status::Ok()});
-      if (!ch->failed) r.chunks_ok++;
+      res.chunks.push_back(ChunkOutcome{ch->req.key, ch->failed ? ch->status : Status::Ok()});
+      if (!ch->failed) res.chunks_ok++;
     }
-    const uint64_t us = static_cast<uint64_t>(r.latency_ns / 1000);
+    const uint64_t us = static_cast<uint64_t>(res.latency_ns / 1000);
     if (job.kind == JobKind::kLoad && job.internal) {
       stats_.read_latency_us.Record(us);  // a promotion: disk -> verified resident slot
     } else if (job.kind == JobKind::kLoad) {
       stats_.load_latency_us.Record(us);
-      (r.all_ok() ? stats_.loads_completed : stats_.loads_failed).Add(1);
+      (res.all_ok() ? stats_.loads_completed : stats_.loads_failed).Add(1);
     } else {
       stats_.store_latency_us.Record(us);
       stats_.stores_completed.Add(1);
     }
     if (trace_ && trace_->enabled()) {
-      trace_->Complete(job.kind == JobKind::kLoad ? "load_job" : "store_job", "job", job.start_ns, r.latency_ns, 0,
-                       {{"chunks", r.chunks.size()}, {"ok", r.chunks_ok}, {"bytes", r.bytes}});
+      trace_->Complete(job.kind == JobKind::kLoad ? "load_job" : "store_job", "job", job.start_ns, res.latency_ns, 0,
+                       {{"chunks", res.chunks.size()}, {"ok", res.chunks_ok}, {"bytes", res.bytes}});
     }
     if (job.internal) return;  // promotions and committed stores report through the resident map
     {
       std::lock_guard<std::mutex> lock(done_mu_);
-      done_order_.push_back(r.id);
-      done_.emplace(r.id, std::move(r));
+      done_order_.push_back(res.id);
+      done_.emplace(res.id, std::move(res));
     }
     done_cv_.notify_all();
   }
@@ -883,6 +972,7 @@ void EngineImpl::FinishChunk(Chunk& c) {
 
 // Returns the chunk's resources once nothing in flight can touch them any more.
 void EngineImpl::Settle(Chunk& c) {
+  Reactor& r = *c.reactor;
   if (c.released || c.ops_in_flight > 0 || c.copies_in_flight > 0) return;
   if (!c.finished) return;  // still progressing
   c.released = true;
@@ -897,12 +987,8 @@ void EngineImpl::Settle(Chunk& c) {
     op.dirfd = ns_->dirfd();
     OpCtx ctx{OpRole::kUnlinkTmp, nullptr};
     ctx.path = c.tmp_path;
-    SubmitOp(std::move(ctx), op);
+    SubmitOp(r, std::move(ctx), op);
     c.tmp_exists = false;
-  }
-  if (c.counts_job_slot) {
-    c.job->slots_held--;
-    c.counts_job_slot = false;
   }
   if (c.job->kind == JobKind::kStore) {
     if (c.usage_reserved) {  // dropped: its bytes never became an entry
@@ -912,29 +998,29 @@ void EngineImpl::Settle(Chunk& c) {
     if (c.preset_slot >= 0) {
       ResidentWritten(c.req.key);  // written or not, the slot's bytes stay valid in the DRAM tier
     } else if (c.slot >= 0) {
-      pool_->MarkFree(c.slot);
-      pool_->Release(c.slot);
+      FreeSlot(c.slot);
     }
     c.slot = -1;
-    return;
-  }
-  if (c.leads_share) {
+  } else if (c.leads_share) {
     c.share->io_done = true;
     MaybeRetireShare(c.share);
   }
+  // Last: the job's place goes back once the pool slot has (S1: another reactor taking the place at once must not
+  // find the job holding one slot more than its bound).
+  ReturnJobSlot(c);
 }
 
 void EngineImpl::MaybeRetireShare(ReadShare* s) {
+  Reactor& r = *s->reactor;
   if (!s->io_done || !s->members.empty()) return;
-  auto it = read_shares_.find(s->key);
-  if (it != read_shares_.end() && it->second == s) read_shares_.erase(it);
+  auto it = r.read_shares.find(s->key);
+  if (it != r.read_shares.end() && it->second == s) r.read_shares.erase(it);
   if (s->resident_pin) {
     Unpin(std::span<const ChunkKey>(&s->key, 1));  // a DRAM hit: the slot stays resident
   } else if (s->resident) {
     if (!s->ready) ResidentLoaded(s->key, s->slot, 0, false);  // a failed promotion gives its slot back
   } else {
-    pool_->MarkFree(s->slot);
-    pool_->Release(s->slot);
+    FreeSlot(s->slot);
   }
   delete s;
 }
@@ -990,7 +1076,9 @@ void EngineImpl::QuarantineCorrupt(const ChunkKey& key, const std::string& rel_p
     }
     close(dfd);
   }
-  if (trace_ && trace_->enabled()) trace_->Instant("corrupt_entry", "integrity", io::NowNs(), 1);
+  if (trace_ && trace_->enabled()) {
+    trace_->Instant("corrupt_entry", "integrity", io::NowNs(), reactors_[ReactorOf(key)]->trace_tid);
+  }
 }
 
 void EngineImpl::ForgetEntry(const ChunkKey& key) {

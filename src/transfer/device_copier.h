@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string_view>
 #include <vector>
 
@@ -46,6 +47,10 @@ class DeviceCopier {
   virtual void Poll(std::vector<CopyDone>* done) = 0;
   // Number of submitted copies not yet returned by Poll.
   virtual size_t pending() const = 0;
+  // Another copier of the same kind, independent of this one (its own thread and queues), or null when this kind
+  // cannot make one. An engine with several reactors gives each its own copier this way, so copies spread over
+  // cores and no reactor polls another's completions; a copier that returns null is shared by all reactors.
+  virtual std::unique_ptr<DeviceCopier> CreateLane() const { return nullptr; }
 };
 
 // memcpy on one helper thread; `address` in segments is a host pointer.

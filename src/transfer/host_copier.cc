@@ -187,6 +187,8 @@ class HostCopier final : public DeviceCopier {
     return pending_;
   }
 
+  std::unique_ptr<DeviceCopier> CreateLane() const override { return CreateHostCopier(); }
+
  private:
   static Status Copy(const CopyTask& t) {
     uint64_t total = 0;

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <map>
@@ -124,6 +125,7 @@ TEST_P(FaultSuite, EveryPathEveryErrorKeepsTheEngineServingWithNoWrongBytes) {
   const std::vector<Case> cases = Cases();
   std::map<std::string, uint64_t> faults_by_path;
   uint64_t jobs = 0, load_misses = 0, loads_ok = 0, stores_dropped = 0, stores_ok = 0, served_wrong = 0;
+  uint32_t reactors_seen = 0;
   const int rounds = Soak();
   for (int round = 0; round < rounds; ++round) {
     for (const Case& c : cases) {
@@ -152,16 +154,25 @@ TEST_P(FaultSuite, EveryPathEveryErrorKeepsTheEngineServingWithNoWrongBytes) {
       }
       o.disk_budget_bytes = c.budget ? 6 * kChunkFileBytes : 0;
       FaultTally tally;
+      // Several reactors (auto: at least 2; KVTIER_TEST_REACTORS=1 runs the suite with one), each with its own
+      // fault-injecting engine under the same rules (I1: the faults hit chunks on every reactor).
       io::EngineConfig cfg;
       cfg.kind = GetParam() == IoBackend::kUring ? io::EngineKind::kUring : io::EngineKind::kPosix;
       cfg.depth = o.io_depth * 4 + 8;
-      auto inner = io::CreateEngine(cfg);
-      ASSERT_TRUE(inner.ok());
-      auto fault = std::make_unique<FaultInjectingEngine>(std::move(inner.value()));
-      for (const FaultRule& r : c.rules) fault->AddRule(r);
-      auto opened =
-          EngineImpl::Create(o, nullptr, std::make_unique<CountingEngine>(std::move(fault), &tally));
+      bool made = true;
+      auto opened = EngineImpl::Create(o, nullptr, [&](uint32_t) -> std::unique_ptr<io::IoEngine> {
+        auto inner = io::CreateEngine(cfg);
+        if (!inner.ok()) {
+          made = false;
+          return nullptr;
+        }
+        auto fault = std::make_unique<FaultInjectingEngine>(std::move(inner.value()));
+        for (const FaultRule& r : c.rules) fault->AddRule(r);
+        return std::make_unique<CountingEngine>(std::move(fault), &tally);
+      });
+      ASSERT_TRUE(made);
       ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+      reactors_seen = std::max(reactors_seen, static_cast<EngineImpl&>(*opened.value()).reactors());
       Engine& e = *opened.value();
       // Loads of present entries and stores of new ones, interleaved, twice.
       uint64_t case_dropped = 0;
@@ -235,9 +246,10 @@ TEST_P(FaultSuite, EveryPathEveryErrorKeepsTheEngineServingWithNoWrongBytes) {
   EXPECT_EQ(served_wrong, 0u);
   std::string per_path;
   for (auto& [path, n] : faults_by_path) per_path += " " + path + "=" + std::to_string(n);
-  std::printf("fault suite (%s): %zu cases x %d rounds, %llu jobs, faults seen per path:%s; loads ok %llu, load "
+  std::printf("fault suite (%s, %u reactors): %zu cases x %d rounds, %llu jobs, faults seen per path:%s; loads ok "
+              "%llu, load "
               "misses %llu, stores ok %llu, stores dropped %llu, served wrong: %llu\n",
-              GetParam() == IoBackend::kUring ? "io_uring" : "posix", cases.size(), rounds,
+              GetParam() == IoBackend::kUring ? "io_uring" : "posix", reactors_seen, cases.size(), rounds,
               (unsigned long long)jobs, per_path.c_str(), (unsigned long long)loads_ok,
               (unsigned long long)load_misses, (unsigned long long)stores_ok, (unsigned long long)stores_dropped,
               (unsigned long long)served_wrong);
