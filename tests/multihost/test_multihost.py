@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""The multi-host suite (SPEC M1-M4): engines on several FUSE mounts of one MooseFS volume, each in its own network
+namespace ("host"), as brought up by scripts/dfs/moosefs.sh. Run by scripts/test_multihost.sh, which brings the
+filesystem up and down; standard library only (it runs with the machine's python3).
+
+    python3 tests/multihost/test_multihost.py --env DIR/env --tool build/dev/kvtier_mh_engine \
+        --kvtier build/dev/kvtier [-k CASE]...
+
+Each case uses a root of its own on the shared volume and prints its figures on lines starting with "figure:".
+Exit status: 0 when every case passed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+import traceback
+
+CHUNK_FILE_BYTES = 4096 + int(os.environ.get("KVTIER_MH_BLOCKS", "4")) * (int(os.environ.get("KVTIER_MH_BLOCK_KIB", "256")) << 10)
+
+
+class Host:
+    """One engine process (tests/multihost/mh_engine.cc) in a host's network namespace, on that host's mount."""
+
+    def __init__(self, suite: "Suite", host: str, root_rel: str, *extra: str):
+        self.name = host
+        self.mount = suite.env[f"KVTIER_DFS_MNT_{host}"]
+        self.root = os.path.join(self.mount, root_rel)
+        argv = ["ip", "netns", "exec", suite.env[f"KVTIER_DFS_NS_{host}"], suite.tool, "--root", self.root, *extra]
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+        hello = self._read()
+        if not hello.get("ready"):
+            raise AssertionError(f"host {host}: engine did not open: {hello}")
+        self.pid = hello["pid"]
+
+    def _read(self) -> dict:
+        line = self.proc.stdout.readline()
+        if not line:
+            raise AssertionError(f"host {self.name}: engine exited (rc {self.proc.wait()})")
+        return json.loads(line)
+
+    def send(self, line: str) -> None:
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+
+    def cmd(self, line: str) -> dict:
+        self.send(line)
+        return self._read()
+
+    def stats(self) -> dict:
+        return self.cmd("stats")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.send("quit")
+                self.proc.wait(timeout=60)
+            except (BrokenPipeError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait()
+
+
+class Suite:
+    def __init__(self, env: dict, tool: str, kvtier: str):
+        self.env = env
+        self.tool = tool
+        self.kvtier = kvtier
+        self.hosts_started: list[Host] = []
+        self.case = ""
+        self.engine_args = shlex.split(os.environ.get("KVTIER_MH_ENGINE_ARGS", ""))
+
+    def host(self, name: str, *extra: str) -> Host:
+        h = Host(self, name, self.case, *extra)
+        self.hosts_started.append(h)
+        return h
+
+    def root_on(self, host: str) -> str:
+        return os.path.join(self.env[f"KVTIER_DFS_MNT_{host}"], self.case)
+
+    def entries(self, host: str) -> dict[str, int]:
+        """name -> size of every chunk file under the case's root, as host sees it."""
+        out = {}
+        for dirpath, _dirs, files in os.walk(self.root_on(host)):
+            for f in files:
+                if f.endswith(".kvc"):
+                    out[f] = os.stat(os.path.join(dirpath, f)).st_size
+        return out
+
+    def cli(self, host: str, *args: str) -> subprocess.CompletedProcess:
+        argv = ["ip", "netns", "exec", self.env[f"KVTIER_DFS_NS_{host}"], self.kvtier, *args]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=300)
+
+
+def figure(case: str, **values) -> None:
+    print("figure: " + case + " " + " ".join(f"{k}={v}" for k, v in values.items()), flush=True)
+
+
+def check(cond: bool, what: str) -> None:
+    if not cond:
+        raise AssertionError(what)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Cases
+
+
+def case_publish_then_load(s: Suite) -> None:
+    """M1: A stores 30 chunks (named temporaries: FUSE has no O_TMPFILE); B, on the other mount, loads them right
+    after A's store returns. Every chunk is a hit with the right bytes and no good entry is removed."""
+    b = s.host("b", *s.engine_args)  # opened first, so that its load follows A's store at once
+    a = s.host("a", *s.engine_args)
+    r = a.cmd("store 0 30")
+    check(r["ok"] == 30, f"A stored {r}")
+    lr = b.cmd("load 0 30")
+    sb = b.stats()
+    after = s.entries("a")
+    full = sum(1 for v in after.values() if v == CHUNK_FILE_BYTES)
+    figure("publish_then_load", stored=r["ok"], loaded_ok=lr["ok"], missed=lr["miss"], wrong_bytes=lr["wrong"],
+           corrupt_counted=sb["corrupt_entries"], entries_left=len(after), entries_full=full,
+           store_ms=r["ms"], load_ms=lr["ms"])
+    check(lr["wrong"] == 0, "wrong bytes handed out")
+    check(full == 30, f"good entries removed: {30 - full} of 30 gone or short ({lr['error']})")
+    check(sb["corrupt_entries"] == 0, f"B counted {sb['corrupt_entries']} good entries corrupt ({lr['error']})")
+    check(lr["ok"] == 30, f"B loaded {lr['ok']} of 30 ({lr['error']})")
+
+
+def case_chase_while_storing(s: Suite) -> None:
+    """M1: B loads each of A's 30 chunks the moment it can, while A is still storing them: a name published before
+    its data reached the filesystem's other clients is a 0-byte file on B, and B must never remove a good entry."""
+    b = s.host("b", *s.engine_args)
+    a = s.host("a", *s.engine_args)
+    b.send("chase 0 30 20000")
+    r = a.cmd("store 0 30 1")
+    cr = b._read()
+    sb = b.stats()
+    after = s.entries("a")
+    full = sum(1 for v in after.values() if v == CHUNK_FILE_BYTES)
+    figure("chase_while_storing", stored=r["ok"], loaded_ok=cr["ok"], wrong_bytes=cr["wrong"], rounds=cr["rounds"],
+           corrupt_counted=sb["corrupt_entries"], entries_left=len(after), entries_full=full)
+    check(r["ok"] == 30, f"A stored {r}")
+    check(cr["wrong"] == 0, "wrong bytes handed out")
+    check(full == 30, f"good entries removed: {30 - full} of 30 gone or short")
+    check(sb["corrupt_entries"] == 0, f"B counted {sb['corrupt_entries']} good entries corrupt")
+    check(cr["ok"] == 30, f"B loaded {cr['ok']} of 30")
+
+
+CASES = {
+    "chase_while_storing": case_chase_while_storing,
+    "publish_then_load": case_publish_then_load,
+}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--env", required=True, help="the env file scripts/dfs/moosefs.sh up wrote")
+    ap.add_argument("--tool", required=True)
+    ap.add_argument("--kvtier", required=True)
+    ap.add_argument("-k", action="append", default=[], help="run only these cases")
+    args = ap.parse_args()
+    env = {}
+    with open(args.env) as f:
+        for line in f:
+            k, _, v = line.strip().partition("=")
+            env[k] = v.strip('"')
+    run_id = f"run-{os.getpid()}-{int(time.time())}"
+    failed = []
+    for name, fn in CASES.items():
+        if args.k and name not in args.k:
+            continue
+        s = Suite(env, args.tool, args.kvtier)
+        s.case = f"{run_id}/{name}"
+        os.makedirs(s.root_on(env["KVTIER_DFS_HOSTS"].split()[0]), mode=0o750, exist_ok=True)
+        t0 = time.monotonic()
+        print(f"=== multihost: {name}", flush=True)
+        try:
+            fn(s)
+            print(f"--- PASS {name} ({time.monotonic() - t0:.1f} s)", flush=True)
+        except Exception as e:  # noqa: BLE001 - a failed case is reported and the suite goes on
+            failed.append(name)
+            traceback.print_exc() if not isinstance(e, AssertionError) else None
+            print(f"--- FAIL {name} ({time.monotonic() - t0:.1f} s): {e}", flush=True)
+        finally:
+            for h in s.hosts_started:
+                h.close()
+    print(f"=== multihost: {'FAILED: ' + ' '.join(failed) if failed else 'all cases passed'}", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
