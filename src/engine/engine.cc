@@ -14,6 +14,7 @@
 #include "engine/engine_impl.h"
 #include "layout/chunk_path.h"
 #include "layout/scan.h"
+#include "layout/shared_fs.h"
 
 namespace kvtier {
 
@@ -165,6 +166,8 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
     io_mode_why = "buffered (O_DIRECT unavailable: " + dio.how + ")";
   }
   open_flags_extra_ = direct ? O_DIRECT : 0;
+  const FilesystemKind fs_kind = ProbeFilesystem(ns_->dirfd());  // M1
+  shared_root_ = fs_kind.shared;
   if (options.anonymous_temporaries) {
     const int fd = openat(ns_->dirfd(), ".", O_TMPFILE | O_WRONLY | O_CLOEXEC | open_flags_extra_, file_mode_);
     tmpfile_publish_ = fd >= 0 && access("/proc/self/fd", F_OK) == 0;
@@ -232,7 +235,10 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
   std::ostringstream d;
   d << "root " << options.root << " namespace " << ns_->path() << "; I/O " << io_->name() << " (" << backend_why
     << "), " << io_mode_why << ", depth " << options.io_depth << ", publish via "
-    << (tmpfile_publish_ ? "O_TMPFILE + linkat" : "named temporary + link") << ", opens via "
+    << (tmpfile_publish_ ? (shared_root_ ? "O_TMPFILE + fsync + linkat" : "O_TMPFILE + linkat")
+                         : "named temporary + close + link")
+    << ", filesystem " << fs_kind.name << (shared_root_ ? " (shared)" : "")
+    << ", opens via "
     << (open_resolve_ ? "openat2 (RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS)" : "openat (O_NOFOLLOW)")
     << (checksum_key_ ? ", keyed checksums" : "") << "; pool " << pool_->name() << " "
     << pool_->num_slots() << " slots x " << slot_bytes_ << " B (reserve " << pool_opts.demand_reserve

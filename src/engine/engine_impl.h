@@ -75,7 +75,9 @@ class EngineImpl final : public Engine {
   struct ReadShare;
 
   // One I/O operation in flight; user_data of the IoOp is its id in op_ctx_.
-  enum class OpRole { kOpen, kRead, kWrite, kFsync, kClose, kLink, kUnlinkTmp, kUnlinkCorrupt, kUnlinkEvicted, kMkdir };
+  enum class OpRole {
+    kOpen, kRead, kWrite, kFsync, kClose, kCloseBeforeLink, kLink, kUnlinkTmp, kUnlinkCorrupt, kUnlinkEvicted, kMkdir
+  };
   struct OpCtx {
     OpRole role;
     Chunk* chunk = nullptr;  // null for fire-and-forget ops (close of an abandoned fd, unlink of a corrupt file)
@@ -131,6 +133,12 @@ class EngineImpl final : public Engine {
   // and the freed places at the disk have been refilled (PumpData + Flush): the disk never waits for checksums.
   void VerifyReadChunks();
   void StoreWritesDone(Chunk& c);
+  // M1: a named temporary is closed, and the close has come back, before its link is submitted: on network and
+  // FUSE filesystems the close pushes the data to the servers, and a name linked first is a 0-byte file to other
+  // hosts. OnCloseBeforeLink continues with SubmitLink (or fails the chunk: a failed close is a failed write).
+  void SubmitCloseBeforeLink(Chunk& c);
+  void OnCloseBeforeLink(Chunk& c, int64_t res);
+  void SubmitLink(Chunk& c);
   void FailChunk(Chunk& c, Status status);
   void FinishChunk(Chunk& c);
   void MaybeFinishJob(Job& job);
@@ -200,6 +208,9 @@ class EngineImpl final : public Engine {
   // leaves nothing behind and publication costs one metadata operation fewer. Probed at open; named temporaries
   // (create, write, link, unlink) where the filesystem lacks O_TMPFILE.
   bool tmpfile_publish_ = false;
+  // M1: the root is on a filesystem several hosts mount (network, cluster, FUSE: src/layout/shared_fs.h), probed at
+  // open. Anonymous temporaries are fsync'ed before linkat there.
+  bool shared_root_ = false;
 
   // Commands from other threads.
   std::mutex cmd_mu_;

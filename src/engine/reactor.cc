@@ -314,6 +314,11 @@ void EngineImpl::OnCompletion(const io::IoCompletion& cqe) {
       }
       break;
 
+    case OpRole::kCloseBeforeLink:
+      if (c->failed) break;
+      OnCloseBeforeLink(*c, res);
+      break;
+
     case OpRole::kLink:
       if (c->failed) break;
       if (res == 0 || res == -EEXIST) {
@@ -723,7 +728,10 @@ void EngineImpl::OnMkdirDone(Chunk& c, const OpCtx& ctx, int64_t res) {
 }
 
 void EngineImpl::StoreWritesDone(Chunk& c) {
-  if (options_.fsync_on_publish && !c.writes_done) {
+  // M1: an anonymous temporary on a shared root is made durable to the filesystem's other clients before linkat
+  // names it (it stays open until then, so its close cannot do it first).
+  const bool sync = options_.fsync_on_publish || (shared_root_ && c.tmp_anonymous);
+  if (sync && !c.writes_done) {
     c.writes_done = true;
     io::IoOp op;
     op.code = io::OpCode::kFsync;
@@ -744,6 +752,32 @@ void EngineImpl::StoreWritesDone(Chunk& c) {
       c.counts_job_slot = false;
     }
   }
+  if (c.tmp_anonymous) {
+    SubmitLink(c);
+  } else {
+    SubmitCloseBeforeLink(c);
+  }
+}
+
+void EngineImpl::SubmitCloseBeforeLink(Chunk& c) {
+  io::IoOp op;
+  op.code = io::OpCode::kClose;
+  op.fd = c.fd;
+  c.fd = -1;  // the close owns it now
+  OpCtx ctx{OpRole::kCloseBeforeLink, &c};
+  ctx.deadline_ns = Deadline();
+  SubmitOp(std::move(ctx), op);
+}
+
+void EngineImpl::OnCloseBeforeLink(Chunk& c, int64_t res) {
+  if (res < 0) {  // NFS and FUSE report deferred write errors at close: the temporary's bytes are not all there
+    FailChunk(c, Status::FromErrno(static_cast<int>(-res), "close " + c.tmp_path));
+    return;
+  }
+  SubmitLink(c);
+}
+
+void EngineImpl::SubmitLink(Chunk& c) {
   io::IoOp op;
   op.code = io::OpCode::kLinkAt;
   op.dirfd = ns_->dirfd();
@@ -753,8 +787,6 @@ void EngineImpl::StoreWritesDone(Chunk& c) {
     ctx.path = "/proc/self/fd/" + std::to_string(c.fd);
     op.flags = AT_SYMLINK_FOLLOW;
   } else {
-    SubmitClose(c.fd);
-    c.fd = -1;
     ctx.path = c.tmp_path;
   }
   ctx.path2 = c.rel_path;
@@ -1010,7 +1042,8 @@ const char* EngineImpl::OpRoleName(OpRole r) {
     case OpRole::kRead: return "read";
     case OpRole::kWrite: return "write";
     case OpRole::kFsync: return "fsync";
-    case OpRole::kClose: return "close";
+    case OpRole::kClose:
+    case OpRole::kCloseBeforeLink: return "close";
     case OpRole::kLink: return "link";
     case OpRole::kUnlinkTmp:
     case OpRole::kUnlinkCorrupt:

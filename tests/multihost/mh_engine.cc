@@ -228,7 +228,7 @@ int main(int argc, char** argv) {
       uint64_t first = 0, count = 0, timeout_ms = 0;
       in >> first >> count >> timeout_ms;
       std::vector<bool> done(count, false);
-      uint64_t ok = 0, wrong = 0, rounds = 0;
+      uint64_t ok = 0, wrong = 0, rounds = 0, bad_seen = 0;
       std::vector<uint8_t> buf(payload), want(payload);
       while (ok + wrong < count && NowUs() - t0 < int64_t(timeout_ms) * 1000) {
         ++rounds;
@@ -238,13 +238,17 @@ int main(int argc, char** argv) {
                                                       {{0, reinterpret_cast<uint64_t>(buf.data()), payload}}}});
           if (!id.ok()) continue;
           auto r = engine->Wait(*id, 120000);
-          if (!r.ok() || !r->all_ok()) continue;
+          if (!r.ok()) continue;
+          if (!r->all_ok()) {
+            bad_seen += r->chunks[0].status.code() == StatusCode::kCorrupt;  // short, unreadable or failed checks
+            continue;
+          }
           Fill(first + j, want.data(), payload);
           (std::memcmp(want.data(), buf.data(), payload) == 0 ? ok : wrong)++;
           done[j] = true;
         }
       }
-      out << "{\"op\":\"chase\",\"ok\":" << ok << ",\"wrong\":" << wrong << ",\"rounds\":" << rounds;
+      out << "{\"op\":\"chase\",\"ok\":" << ok << ",\"wrong\":" << wrong << ",\"rounds\":" << rounds << ",\"bad_seen\":" << bad_seen;
     } else if (cmd == "evict") {
       auto r = engine->EvictToBudget();
       out << "{\"op\":\"evict\",\"bytes\":" << (r.ok() ? *r : 0);

@@ -141,12 +141,15 @@ def case_chase_while_storing(s: Suite) -> None:
     after = s.entries("a")
     full = sum(1 for v in after.values() if v == CHUNK_FILE_BYTES)
     figure("chase_while_storing", stored=r["ok"], loaded_ok=cr["ok"], wrong_bytes=cr["wrong"], rounds=cr["rounds"],
-           corrupt_counted=sb["corrupt_entries"], entries_left=len(after), entries_full=full)
+           short_or_bad_loads=cr["bad_seen"], corrupt_counted=sb["corrupt_entries"], entries_left=len(after),
+           entries_full=full)
     check(r["ok"] == 30, f"A stored {r}")
     check(cr["wrong"] == 0, "wrong bytes handed out")
     check(full == 30, f"good entries removed: {30 - full} of 30 gone or short")
     check(sb["corrupt_entries"] == 0, f"B counted {sb['corrupt_entries']} good entries corrupt")
     check(cr["ok"] == 30, f"B loaded {cr['ok']} of 30")
+    # Data reaches the filesystem before the name does (close, then link): B never even sees a short entry.
+    check(cr["bad_seen"] == 0, f"B saw {cr['bad_seen']} short or unreadable entries: names published before data")
 
 
 CASES = {
