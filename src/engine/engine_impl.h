@@ -10,6 +10,8 @@
 //   worker processes; the slot state words say who may touch a slot when.
 #pragma once
 
+#include <sys/stat.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -139,15 +141,20 @@ class EngineImpl final : public Engine {
   void SubmitCloseBeforeLink(Chunk& c);
   void OnCloseBeforeLink(Chunk& c, int64_t res);
   void SubmitLink(Chunk& c);
+  // M1: on a shared root an entry that fails verification while young (mtime within temp_max_age_s) may be another
+  // host's publication whose data this client cannot see yet: a miss, never removed (fsck and gc remove it by age).
+  bool YoungOnSharedRoot(const Chunk& c) const;
   void FailChunk(Chunk& c, Status status);
   void FinishChunk(Chunk& c);
   void MaybeFinishJob(Job& job);
   void FlushCopies();
   // Counts, forgets and removes a bad entry (an empty directory too; a non-empty one stays and misses each time).
-  void QuarantineCorrupt(const ChunkKey& key, const std::string& rel_path, const Status& why);
+  // opened_ino: the inode the load verified (0: unknown); the name is removed only while it still points at it, so
+  // a good entry republished under the name meanwhile stays (M1).
+  void QuarantineCorrupt(const ChunkKey& key, const std::string& rel_path, const Status& why, uint64_t opened_ino = 0);
   // A load's freshly opened chunk: a regular file of exactly a chunk's size (else kCorrupt); clears the
   // O_NONBLOCK the open used.
-  Status CheckOpenedChunk(int fd) const;
+  Status CheckOpenedChunk(int fd, struct stat* st) const;
   bool RetryStoreAfterEnospc(Chunk& c);
   // linked: this engine's link() created the entry and its bytes were not reserved in usage_ yet (see
   // Chunk::usage_reserved); false: EEXIST (another writer's entry) or already reserved.
@@ -209,7 +216,7 @@ class EngineImpl final : public Engine {
   // (create, write, link, unlink) where the filesystem lacks O_TMPFILE.
   bool tmpfile_publish_ = false;
   // M1: the root is on a filesystem several hosts mount (network, cluster, FUSE: src/layout/shared_fs.h), probed at
-  // open. Anonymous temporaries are fsync'ed before linkat there.
+  // open. Anonymous temporaries are fsync'ed before linkat there; young bad entries are misses, not removed.
   bool shared_root_ = false;
 
   // Commands from other threads.
@@ -320,6 +327,8 @@ struct EngineImpl::Chunk {
                                 // so instances evict before the files exist rather than after
   bool enoent_retried = false;
   bool writes_done = false;
+  uint64_t opened_ino = 0;      // loads: the file's inode and mtime at open (M1)
+  int64_t opened_mtime_ns = 0;
   bool data_phase = false;      // counted in data_in_flight_
   int64_t started_ns = 0;
 };

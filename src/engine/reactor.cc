@@ -257,9 +257,16 @@ void EngineImpl::OnCompletion(const io::IoCompletion& cqe) {
         break;
       }
       if (c->job->kind == JobKind::kLoad) {
-        Status shape = CheckOpenedChunk(c->fd);
+        struct stat st {};
+        Status shape = CheckOpenedChunk(c->fd, &st);
+        c->opened_ino = st.st_ino;
+        c->opened_mtime_ns = S_ISREG(st.st_mode) ? int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec : 0;
         if (!shape.ok()) {
-          QuarantineCorrupt(c->req.key, c->rel_path, shape);
+          if (YoungOnSharedRoot(*c)) {
+            ForgetEntry(c->req.key);  // M1: maybe another host's entry whose data is not visible here yet
+          } else {
+            QuarantineCorrupt(c->req.key, c->rel_path, shape, c->opened_ino);
+          }
           FailChunk(*c, shape.WithContext(c->rel_path));
           break;
         }
@@ -272,7 +279,12 @@ void EngineImpl::OnCompletion(const io::IoCompletion& cqe) {
       if (res < 0) {
         FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "read " + c->rel_path));
       } else if (res == 0) {
-        QuarantineCorrupt(c->req.key, c->rel_path, Status(StatusCode::kCorrupt, "file shorter than its header says"));
+        if (YoungOnSharedRoot(*c)) {
+          ForgetEntry(c->req.key);  // M1: see YoungOnSharedRoot
+        } else {
+          QuarantineCorrupt(c->req.key, c->rel_path, Status(StatusCode::kCorrupt, "file shorter than its header says"),
+                            c->opened_ino);
+        }
         FailChunk(*c, Status(StatusCode::kCorrupt, "truncated chunk file " + c->rel_path));
       } else {
         stats_.bytes_read.Add(static_cast<uint64_t>(res));
@@ -487,7 +499,11 @@ void EngineImpl::LoadReadsDone(Chunk& c) {
     verdict = VerifyBlocks(*header, c.first_block, c.num_blocks, base + kHeaderBytes, checksum_key_.get());
   }
   if (!verdict.ok()) {
-    QuarantineCorrupt(c.req.key, c.rel_path, verdict);
+    if (YoungOnSharedRoot(c)) {
+      ForgetEntry(c.req.key);  // M1: see YoungOnSharedRoot
+    } else {
+      QuarantineCorrupt(c.req.key, c.rel_path, verdict, c.opened_ino);
+    }
     FailChunk(c, verdict.WithContext(c.rel_path));
     return;
   }
@@ -794,6 +810,15 @@ void EngineImpl::SubmitLink(Chunk& c) {
   SubmitOp(std::move(ctx), op);
 }
 
+bool EngineImpl::YoungOnSharedRoot(const Chunk& c) const {
+  if (!shared_root_ || c.opened_mtime_ns == 0) return false;  // only regular files seen at open
+  struct timespec now {};
+  clock_gettime(CLOCK_REALTIME, &now);
+  const int64_t now_ns = int64_t(now.tv_sec) * 1000000000 + now.tv_nsec;
+  // Writers' clocks may run ahead of ours: a future mtime is young too.
+  return now_ns - c.opened_mtime_ns < int64_t(options_.temp_max_age_s) * 1000000000;
+}
+
 // C2: on ENOSPC evict and retry once; the caller drops the store when this returns false.
 bool EngineImpl::RetryStoreAfterEnospc(Chunk& c) {
   // Once the slot went back (the data was written, the link failed) there is nothing left to rewrite from.
@@ -971,8 +996,8 @@ void EngineImpl::MaybeRetireShare(ReadShare* s) {
   delete s;
 }
 
-Status EngineImpl::CheckOpenedChunk(int fd) const {
-  struct stat st;
+Status EngineImpl::CheckOpenedChunk(int fd, struct stat* out) const {
+  struct stat& st = *out;
   if (fstat(fd, &st) != 0) return Status::FromErrno(errno, "fstat");
   if (!S_ISREG(st.st_mode)) {
     return Status(StatusCode::kCorrupt,
@@ -992,7 +1017,8 @@ Status EngineImpl::CheckOpenedChunk(int fd) const {
   return Status::Ok();
 }
 
-void EngineImpl::QuarantineCorrupt(const ChunkKey& key, const std::string& rel_path, const Status& why) {
+void EngineImpl::QuarantineCorrupt(const ChunkKey& key, const std::string& rel_path, const Status& why,
+                                   uint64_t opened_ino) {
   // K1: a bad entry is removed so no reader sees it again; the miss and the counter tell the operator.
   stats_.corrupt_entries.Add(1);
   ForgetEntry(key);
@@ -1016,8 +1042,13 @@ void EngineImpl::QuarantineCorrupt(const ChunkKey& key, const std::string& rel_p
   if (dfd >= 0) {
     const std::string name = rel_path.substr(rel_path.rfind('/') + 1);
     struct stat st;
-    const bool directory = fstatat(dfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode);
-    if (unlinkat(dfd, name.c_str(), directory ? AT_REMOVEDIR : 0) != 0 && errno != ENOENT && errno != ENOTEMPTY) {
+    const bool named = fstatat(dfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
+    const bool directory = named && S_ISDIR(st.st_mode);
+    // M1: the name points at another file than the one that failed (a writer republished it): leave it. (A
+    // replacement between this check and the unlink is not excluded; it costs that writer's entry one miss.)
+    if (named && opened_ino != 0 && st.st_ino != opened_ino) {
+      // nothing to remove
+    } else if (unlinkat(dfd, name.c_str(), directory ? AT_REMOVEDIR : 0) != 0 && errno != ENOENT && errno != ENOTEMPTY) {
       stats_.io_errors.Add(1);
     }
     close(dfd);

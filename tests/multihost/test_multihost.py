@@ -152,8 +152,36 @@ def case_chase_while_storing(s: Suite) -> None:
     check(cr["bad_seen"] == 0, f"B saw {cr['bad_seen']} short or unreadable entries: names published before data")
 
 
+def case_young_short_entry_kept(s: Suite) -> None:
+    """M1: a short entry on a shared root is a miss; while young it stays (it may be another host's entry whose
+    data this client cannot see yet); once older than temp_max_age_s it is removed as corrupt."""
+    a = s.host("a", *s.engine_args)
+    r = a.cmd("store 0 2")
+    check(r["ok"] == 2, f"A stored {r}")
+    files = []
+    for dirpath, _dirs, names in os.walk(s.root_on("a")):
+        files += [os.path.join(dirpath, n) for n in names if n.endswith(".kvc")]
+    check(len(files) == 2, f"expected 2 entries, found {files}")
+    for f in files:
+        os.truncate(f, 4096)  # a header page only: what another client sees of a name published too early
+    old = time.time() - 3600
+    os.utime(files[1], (old, old))  # the second one is an hour old
+    b = s.host("b", *s.engine_args)
+    lr = b.cmd("load 0 2")
+    sb = b.stats()
+    young_left = os.path.exists(files[0].replace(s.env["KVTIER_DFS_MNT_a"], s.env["KVTIER_DFS_MNT_b"]))
+    old_left = os.path.exists(files[1].replace(s.env["KVTIER_DFS_MNT_a"], s.env["KVTIER_DFS_MNT_b"]))
+    figure("young_short_entry_kept", loaded_ok=lr["ok"], missed=lr["miss"], corrupt_counted=sb["corrupt_entries"],
+           young_kept=young_left, old_kept=old_left)
+    check(lr["ok"] == 0 and lr["wrong"] == 0, f"short entries loaded: {lr}")
+    check(young_left, "a young short entry on a shared root was removed")
+    check(not old_left, "an old short entry was kept")
+    check(sb["corrupt_entries"] == 1, f"corrupt_entries {sb['corrupt_entries']}, want 1 (the old one)")
+
+
 CASES = {
     "chase_while_storing": case_chase_while_storing,
+    "young_short_entry_kept": case_young_short_entry_kept,
     "publish_then_load": case_publish_then_load,
 }
 
