@@ -303,8 +303,10 @@ ChunkLocation EngineImpl::Lookup(const ChunkKey& key) {
   // Not known here: another instance (or process) may have published it under the same root.
   const std::string rel = ChunkRelPath(key);
   struct stat st;
+  // M1: exactly a chunk's size. A shorter file is another host's entry whose data is not visible here yet (or a
+  // broken one): a miss, not a hit that would fail at load time.
   const bool present = fstatat(ns_->dirfd(), rel.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
-                       static_cast<uint64_t>(st.st_size) >= kHeaderBytes + block_stride_;
+                       static_cast<uint64_t>(st.st_size) == slot_bytes_;
   std::lock_guard<std::mutex> lock(index_mu_);
   if (present) {
     if (!index_.count(key)) {
@@ -648,7 +650,8 @@ bool EngineImpl::OnDiskLocked(const ChunkKey& key) {
   if (neg != negative_.end() && neg->second > io::NowNs()) return false;
   struct stat st;
   const std::string rel = ChunkRelPath(key);
-  if (fstatat(ns_->dirfd(), rel.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) {
+  if (fstatat(ns_->dirfd(), rel.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+      static_cast<uint64_t>(st.st_size) == slot_bytes_) {  // M1: exactly a chunk's size, as in Lookup
     lru_.push_back(key);
     index_.emplace(key, IndexEntry{static_cast<uint64_t>(st.st_size), 0, std::prev(lru_.end())});
     disk_bytes_ += st.st_size;
