@@ -230,7 +230,20 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
   KVTIER_RETURN_IF_ERROR(MergeTreeIntoIndex());
   // C1 across instances. The first engine to hold the namespace's counter sets it from this scan (which also
   // repairs drift); later ones join it as it is (see usage_counter.h).
-  if (auto usage = SharedUsage::Open(*ns_, disk_bytes_); usage.ok()) usage_ = std::move(usage.value());
+  // M2: on a shared root, the per-engine usage records in the namespace directory instead (every host sees them);
+  // where they cannot be written, the host's counter (this host's engines only).
+  std::string usage_why;
+  if (shared_root_) {
+    auto ledger = UsageLedger::Open(*ns_, disk_bytes_);
+    if (ledger.ok()) {
+      ledger_ = std::move(ledger.value());
+    } else {
+      usage_why = ledger.status().ToString();
+    }
+  }
+  if (!ledger_) {
+    if (auto usage = SharedUsage::Open(*ns_, disk_bytes_); usage.ok()) usage_ = std::move(usage.value());
+  }
 
   std::ostringstream d;
   d << "root " << options.root << " namespace " << ns_->path() << "; I/O " << io_->name() << " (" << backend_why
@@ -244,6 +257,9 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
     << pool_->num_slots() << " slots x " << slot_bytes_ << " B (reserve " << pool_opts.demand_reserve
     << "), DRAM tier " << tier::DramPolicyName(dram_->policy()) << " " << dram_max_slots_ << " slots; index " << index_.size() << " entries, " << disk_bytes_ << " B; copier " << copier_->name();
   if (options.disk_budget_bytes) d << "; budget " << options.disk_budget_bytes << " B";
+  d << "; usage " << (ledger_ ? "records in " + ns_->path() + "/usage (all hosts)"
+                      : usage_ ? std::string("this host's counter") : std::string("this engine's index"));
+  if (!usage_why.empty()) d << " (usage records unavailable: " << usage_why << ")";
   if (orphan_pools_removed_) d << "; removed " << orphan_pools_removed_ << " orphaned pools of dead engines";
   describe_ = d.str();
 
@@ -465,7 +481,7 @@ uint64_t EngineImpl::UnlinkVictims(const std::vector<Victim>& victims) {
   for (const Victim& v : victims) {
     if (unlinkat(ns_->dirfd(), ChunkRelPath(v.key).c_str(), 0) == 0) {
       freed += v.bytes;
-      if (usage_) usage_->Add(-static_cast<int64_t>(v.bytes));
+      UsageAdd(-static_cast<int64_t>(v.bytes));
     } else if (errno == ENOENT) {
       freed += v.bytes;
     } else {
@@ -530,8 +546,10 @@ Status EngineImpl::MergeTreeIntoIndex() {
 }
 
 std::vector<EngineImpl::Victim> EngineImpl::TakeExcessLocked(uint64_t excess, std::unique_lock<std::mutex>& lock) {
+  // M2: every host over the watermark evicts its share, so hosts evicting at once free the excess about once.
+  if (ledger_) excess = excess / std::max<uint32_t>(1, ledger_->live_engines()) + 1;
   const int64_t now = io::NowNs();
-  if (usage_ && excess > disk_bytes_ && now - last_merge_ns_ > 500 * kMsToNs) {
+  if (HasSharedUsage() && excess > disk_bytes_ && now - last_merge_ns_ > 500 * kMsToNs) {
     last_merge_ns_ = now;
     lock.unlock();
     static_cast<void>(MergeTreeIntoIndex());  // best effort: a failed rescan leaves the index as it was
@@ -541,7 +559,7 @@ std::vector<EngineImpl::Victim> EngineImpl::TakeExcessLocked(uint64_t excess, st
 }
 
 void EngineImpl::PublishIndexed(const ChunkKey& key, uint64_t bytes, bool linked) {
-  if (linked && usage_) usage_->Add(static_cast<int64_t>(bytes));
+  if (linked) UsageAdd(static_cast<int64_t>(bytes));
   {
     std::unique_lock<std::mutex> lock(index_mu_);
     negative_.erase(key);
@@ -554,6 +572,25 @@ void EngineImpl::PublishIndexed(const ChunkKey& key, uint64_t bytes, bool linked
     stats_.disk_bytes_used.Set(disk_bytes_);
   }
   EvictAboveHighWatermark();
+}
+
+void EngineImpl::UsageReserve(uint64_t bytes) {
+  if (ledger_) ledger_->Reserve(bytes);
+  if (usage_) usage_->Add(static_cast<int64_t>(bytes));
+}
+
+void EngineImpl::UsageCommitReserved(uint64_t bytes) {
+  if (ledger_) ledger_->Commit(bytes);  // the host counter counted it at the reservation already
+}
+
+void EngineImpl::UsageRelease(uint64_t bytes) {
+  if (ledger_) ledger_->Release(bytes);
+  if (usage_) usage_->Add(-static_cast<int64_t>(bytes));
+}
+
+void EngineImpl::UsageAdd(int64_t bytes) {
+  if (ledger_) ledger_->Add(bytes);
+  if (usage_) usage_->Add(bytes);
 }
 
 void EngineImpl::EvictAboveHighWatermark() {

@@ -30,6 +30,7 @@
 #include "layout/chunk_path.h"
 #include "layout/namespace.h"
 #include "layout/usage_counter.h"
+#include "layout/usage_ledger.h"
 #include "staging/staging_pool.h"
 #include "stats/stats.h"
 #include "tier/dram_tier.h"
@@ -161,8 +162,17 @@ class EngineImpl final : public Engine {
   void PublishIndexed(const ChunkKey& key, uint64_t bytes, bool linked = true);
   // C1: usage above the high watermark evicts LRU entries down to the low one (unlinks through the ring).
   void EvictAboveHighWatermark();
-  // Disk usage compared with the budget: the namespace's shared counter when there is one (C1), else the index's.
-  uint64_t UsageLocked() const { return usage_ ? usage_->Load() : disk_bytes_; }
+  // Disk usage compared with the budget: the namespace's usage records on a shared root (M2), else its shared
+  // counter on this host (C1), else the index's.
+  uint64_t UsageLocked() const { return ledger_ ? ledger_->Total() : usage_ ? usage_->Load() : disk_bytes_; }
+  // The shared usage, whichever kind this root has (usage_ or ledger_; none: no-ops). Reserve when a store starts
+  // writing; CommitReserved when its link made the entry; Release when it ends without one; Add for entries linked
+  // without a reservation (+) and for every unlink that removed an entry (-).
+  bool HasSharedUsage() const { return usage_ || ledger_; }
+  void UsageReserve(uint64_t bytes);
+  void UsageCommitReserved(uint64_t bytes);
+  void UsageRelease(uint64_t bytes);
+  void UsageAdd(int64_t bytes);
   // Adds the entries of a scan of the tree that the index lacks (at open: all of them; later: what other
   // instances published), oldest at the LRU front.
   Status MergeTreeIntoIndex();
@@ -206,6 +216,7 @@ class EngineImpl final : public Engine {
   int open_flags_extra_ = 0;  // O_DIRECT when direct I/O is on
   uint64_t open_resolve_ = 0; // RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS where the kernel has openat2 (K2)
   std::unique_ptr<SharedUsage> usage_;  // C1: the namespace's usage shared by every engine on this host
+  std::unique_ptr<UsageLedger> ledger_;  // M2: instead of usage_ on a shared root: shared by every host
   int64_t last_merge_ns_ = 0;           // guarded by index_mu_
   std::unique_ptr<ChecksumKey> checksum_key_;  // K3: set when options.checksum_secret is
   mode_t file_mode_ = 0640;

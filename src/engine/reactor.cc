@@ -202,7 +202,7 @@ void EngineImpl::OnCompletion(const io::IoCompletion& cqe) {
     if (res == -ENOSPC || res == -EDQUOT) stats_.enospc_events.Add(1);
   }
   if (ctx.role == OpRole::kUnlinkEvicted) {
-    if (res == 0 && usage_) usage_->Add(-static_cast<int64_t>(ctx.len));
+    if (res == 0) UsageAdd(-static_cast<int64_t>(ctx.len));
     std::lock_guard<std::mutex> lock(index_mu_);
     if (res < 0 && res != -ENOENT) ReindexLocked(ctx.key, ctx.len);  // still on disk: a later eviction retries
     auto it = evicting_.find(ctx.key);
@@ -336,7 +336,8 @@ void EngineImpl::OnCompletion(const io::IoCompletion& cqe) {
       if (res == 0 || res == -EEXIST) {
         // EEXIST: another writer published the same key first; its bytes are equally valid (L4).
         if (res == -EEXIST) stats_.stores_deduplicated.Add(1);
-        if (res != 0 && c->usage_reserved) usage_->Add(-static_cast<int64_t>(slot_bytes_));  // not ours
+        if (res != 0 && c->usage_reserved) UsageRelease(slot_bytes_);  // not ours
+        if (res == 0 && c->usage_reserved) UsageCommitReserved(slot_bytes_);
         PublishIndexed(c->req.key, kHeaderBytes + uint64_t(options_.identity.blocks_per_chunk) * block_stride_,
                        /*linked=*/res == 0 && !c->usage_reserved);
         c->usage_reserved = false;
@@ -632,8 +633,8 @@ void EngineImpl::BeginStoreWrite(Chunk& c) {
     FailChunk(c, s);
     return;
   }
-  if (usage_ && options_.disk_budget_bytes && !c.usage_reserved) {
-    usage_->Add(static_cast<int64_t>(slot_bytes_));
+  if (HasSharedUsage() && options_.disk_budget_bytes && !c.usage_reserved) {
+    UsageReserve(slot_bytes_);
     c.usage_reserved = true;
     EvictAboveHighWatermark();
   }
@@ -963,7 +964,7 @@ void EngineImpl::Settle(Chunk& c) {
   }
   if (c.job->kind == JobKind::kStore) {
     if (c.usage_reserved) {  // dropped: its bytes never became an entry
-      usage_->Add(-static_cast<int64_t>(slot_bytes_));
+      UsageRelease(slot_bytes_);
       c.usage_reserved = false;
     }
     if (c.preset_slot >= 0) {

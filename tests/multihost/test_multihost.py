@@ -179,9 +179,80 @@ def case_young_short_entry_kept(s: Suite) -> None:
     check(sb["corrupt_entries"] == 1, f"corrupt_entries {sb['corrupt_entries']}, want 1 (the old one)")
 
 
+class UsageSampler:
+    """Bytes under a case's root as the MooseFS master counts them (mfsdirinfo: one request to the master, a few
+    milliseconds, whatever the number of files), sampled in a thread from one host's namespace."""
+
+    def __init__(self, s: Suite, host: str = "a"):
+        import threading
+
+        self.argv = ["ip", "netns", "exec", s.env[f"KVTIER_DFS_NS_{host}"], "mfsdirinfo", "-n", s.root_on(host)]
+        self.peak = 0
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def usage(self) -> int:
+        out = subprocess.run(self.argv, capture_output=True, text=True, timeout=30).stdout
+        for line in out.splitlines():
+            if line.strip().startswith("length:"):
+                return int(line.split(":")[1])
+        raise AssertionError(f"mfsdirinfo printed no length: {out!r}")
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self.usage())
+            self.samples += 1
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        return self.peak
+
+
+BUDGET = 100 << 20
+
+
+def case_budget_across_hosts(s: Suite) -> None:
+    """M2: A and B, each with the same 100 MiB budget, store 200 distinct chunks each at once: the volume holds the
+    one budget (peak within 5% of it). Then C joins with the same budget and stores 16 more: it sees A's and B's
+    usage (it evicts although its own entries are far below the budget) and the budget still holds."""
+    args = [*s.engine_args, "--budget", str(BUDGET)]
+    a = s.host("a", *args)
+    b = s.host("b", *args)
+    sampler = UsageSampler(s)
+    a.send("store 0 200 4")
+    b.send("store 100000 200 4")
+    ra, rb = a._read(), b._read()
+    peak_ab = sampler.stop()
+    samples_ab = sampler.samples
+    after_ab = sampler.usage()
+    sa, sb = a.stats(), b.stats()
+    c = s.host("c", *args)
+    sampler = UsageSampler(s)
+    rc = c.cmd("store 200000 16 4")
+    peak_c = sampler.stop()
+    sc = c.stats()
+    final = sampler.usage()
+    mib = 1 << 20
+    figure("budget_across_hosts", budget_mib=BUDGET // mib, stored_a=ra["ok"], stored_b=rb["ok"],
+           written_mib=(ra["ok"] + rb["ok"]) * CHUNK_FILE_BYTES // mib, peak_mib=f"{peak_ab / mib:.1f}",
+           peak_ratio=f"{peak_ab / BUDGET:.3f}", after_mib=f"{after_ab / mib:.1f}", evictions_a=sa["evictions"],
+           evictions_b=sb["evictions"], samples=samples_ab, store_s=f"{max(ra['ms'], rb['ms']) / 1000:.1f}")
+    figure("budget_third_host", stored_c=rc["ok"], evictions_c=sc["evictions"], peak_mib=f"{peak_c / mib:.1f}",
+           peak_ratio=f"{peak_c / BUDGET:.3f}", final_mib=f"{final / mib:.1f}")
+    check(ra["ok"] + ra["failed"] == 200 and rb["ok"] + rb["failed"] == 200, f"stores {ra} {rb}")
+    check(peak_ab <= BUDGET * 1.05, f"peak {peak_ab / mib:.1f} MiB over the 100 MiB budget + 5%")
+    check(after_ab <= BUDGET, f"{after_ab / mib:.1f} MiB left after the stores")
+    check(sc["evictions"] > 0, "host C did not evict: it did not see the others' usage")
+    check(peak_c <= BUDGET * 1.05, f"peak {peak_c / mib:.1f} MiB with C over the budget + 5%")
+
+
 CASES = {
     "chase_while_storing": case_chase_while_storing,
     "young_short_entry_kept": case_young_short_entry_kept,
+    "budget_across_hosts": case_budget_across_hosts,
     "publish_then_load": case_publish_then_load,
 }
 
