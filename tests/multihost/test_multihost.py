@@ -216,7 +216,8 @@ BUDGET = 100 << 20
 
 def case_budget_across_hosts(s: Suite) -> None:
     """M2: A and B, each with the same 100 MiB budget, store 200 distinct chunks each at once: the volume holds the
-    one budget (peak within 5% of it). Then C joins with the same budget and stores 16 more: it sees A's and B's
+    one budget (peak within 5% of it). Then C joins with the same budget and stores enough to cross the high
+    watermark together with A's and B's entries: it sees A's and B's
     usage (it evicts although its own entries are far below the budget) and the budget still holds."""
     args = [*s.engine_args, "--budget", str(BUDGET)]
     a = s.host("a", *args)
@@ -231,7 +232,9 @@ def case_budget_across_hosts(s: Suite) -> None:
     sa, sb = a.stats(), b.stats()
     c = s.host("c", *args)
     sampler = UsageSampler(s)
-    rc = c.cmd("store 200000 16 4")
+    # Enough to cross the high watermark only together with A's and B's entries (alone C stays far below it).
+    n_c = max(0, int(0.95 * BUDGET - after_ab)) // CHUNK_FILE_BYTES + 8
+    rc = c.cmd(f"store 200000 {n_c} 4")
     peak_c = sampler.stop()
     sc = c.stats()
     final = sampler.usage()
@@ -240,8 +243,14 @@ def case_budget_across_hosts(s: Suite) -> None:
            written_mib=(ra["ok"] + rb["ok"]) * CHUNK_FILE_BYTES // mib, peak_mib=f"{peak_ab / mib:.1f}",
            peak_ratio=f"{peak_ab / BUDGET:.3f}", after_mib=f"{after_ab / mib:.1f}", evictions_a=sa["evictions"],
            evictions_b=sb["evictions"], samples=samples_ab, store_s=f"{max(ra['ms'], rb['ms']) / 1000:.1f}")
-    figure("budget_third_host", stored_c=rc["ok"], evictions_c=sc["evictions"], peak_mib=f"{peak_c / mib:.1f}",
+    figure("budget_third_host", stored_c=rc["ok"], own_mib=f"{n_c * CHUNK_FILE_BYTES / mib:.1f}", evictions_c=sc["evictions"], peak_mib=f"{peak_c / mib:.1f}",
            peak_ratio=f"{peak_c / BUDGET:.3f}", final_mib=f"{final / mib:.1f}")
+    st = json.loads(s.cli("c", "stats", "--root", s.root_on("c"), "--json").stdout)["namespaces"][0]
+    figure("budget_stats", usage_records=len(st["usage"]), usage_sum_mib=f"{st['usage_sum'] / mib:.1f}",
+           entries_mib=f"{st['bytes'] / mib:.1f}")
+    check(len(st["usage"]) >= 3, f"kvtier stats shows {len(st['usage'])} usage records, want one per live host")
+    check(abs(st["usage_sum"] - st["bytes"]) <= 4 * CHUNK_FILE_BYTES,
+          f"usage records sum {st['usage_sum']} B, the tree {st['bytes']} B")
     check(ra["ok"] + ra["failed"] == 200 and rb["ok"] + rb["failed"] == 200, f"stores {ra} {rb}")
     check(peak_ab <= BUDGET * 1.05, f"peak {peak_ab / mib:.1f} MiB over the 100 MiB budget + 5%")
     check(after_ab <= BUDGET, f"{after_ab / mib:.1f} MiB left after the stores")
