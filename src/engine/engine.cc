@@ -327,7 +327,8 @@ ChunkLocation EngineImpl::Lookup(const ChunkKey& key) {
   if (present) {
     if (!index_.count(key)) {
       lru_.push_back(key);
-      index_.emplace(key, IndexEntry{static_cast<uint64_t>(st.st_size), 0, std::prev(lru_.end())});
+      index_.emplace(key, IndexEntry{static_cast<uint64_t>(st.st_size), 0, std::prev(lru_.end()),
+                                     int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec});
       disk_bytes_ += st.st_size;
       stats_.disk_entries.Set(index_.size());
       stats_.disk_bytes_used.Set(disk_bytes_);
@@ -336,7 +337,7 @@ ChunkLocation EngineImpl::Lookup(const ChunkKey& key) {
     return ChunkLocation::kDisk;
   }
   if (negative_.size() > 1000000) negative_.clear();  // bounded: a burst of unique misses cannot grow it forever
-  negative_[key] = now + static_cast<int64_t>(options_.negative_cache_ms) * kMsToNs;
+  negative_[key] = now + NegativeTtlNs();
   stats_.lookup_misses.Add(1);
   return ChunkLocation::kAbsent;
 }
@@ -457,8 +458,15 @@ Result<JobResult> EngineImpl::Wait(JobId id, int64_t timeout_ms) {
 std::vector<EngineImpl::Victim> EngineImpl::TakeVictimsLocked(uint64_t target_bytes) {
   std::vector<Victim> victims;
   auto it = lru_.begin();
-  while (disk_bytes_ > target_bytes && it != lru_.end()) {
+  size_t looked_at = 0;
+  const size_t listed = lru_.size();  // entries moved to the back by UsedElsewhereLocked are not looked at again
+  while (disk_bytes_ > target_bytes && it != lru_.end() && looked_at++ < listed) {
     auto e = index_.find(*it);
+    if (e != index_.end() && e->second.pins == 0 && shared_root_ && UsedElsewhereLocked(*it, e->second)) {
+      auto moved = it++;
+      lru_.splice(lru_.end(), lru_, moved);
+      continue;
+    }
     if (e != index_.end() && e->second.pins == 0) {
       victims.push_back(Victim{*it, e->second.bytes});
       disk_bytes_ -= e->second.bytes;
@@ -537,7 +545,7 @@ Status EngineImpl::MergeTreeIntoIndex() {
   for (const Found& f : found) {
     if (index_.count(f.key) || evicting_.count(f.key)) continue;
     lru_.push_front(f.key);
-    index_.emplace(f.key, IndexEntry{f.bytes, 0, lru_.begin()});
+    index_.emplace(f.key, IndexEntry{f.bytes, 0, lru_.begin(), f.mtime});
     disk_bytes_ += f.bytes;
   }
   stats_.disk_entries.Set(index_.size());
@@ -565,13 +573,28 @@ void EngineImpl::PublishIndexed(const ChunkKey& key, uint64_t bytes, bool linked
     negative_.erase(key);
     if (!index_.count(key)) {
       lru_.push_back(key);
-      index_.emplace(key, IndexEntry{bytes, 0, std::prev(lru_.end())});
+      // M3: our own publication; its mtime is about now (a touch by another host comes later than that).
+      index_.emplace(key, IndexEntry{bytes, 0, std::prev(lru_.end()),
+                                     std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                         std::chrono::system_clock::now().time_since_epoch())
+                                         .count()});
       disk_bytes_ += bytes;
     }
     stats_.disk_entries.Set(index_.size());
     stats_.disk_bytes_used.Set(disk_bytes_);
   }
   EvictAboveHighWatermark();
+}
+
+bool EngineImpl::UsedElsewhereLocked(const ChunkKey& key, IndexEntry& e) {
+  if (options_.touch_interval_s == 0 || e.mtime_ns == 0) return false;
+  struct stat st;
+  if (fstatat(ns_->dirfd(), ChunkRelPath(key).c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return false;
+  const int64_t mtime = int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  // A touch moves the mtime forward by at least touch_interval_s; a second of slack covers coarse timestamps.
+  if (mtime <= e.mtime_ns + 1000000000) return false;
+  e.mtime_ns = mtime;
+  return true;
 }
 
 void EngineImpl::UsageReserve(uint64_t bytes) {
@@ -690,11 +713,12 @@ bool EngineImpl::OnDiskLocked(const ChunkKey& key) {
   if (fstatat(ns_->dirfd(), rel.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
       static_cast<uint64_t>(st.st_size) == slot_bytes_) {  // M1: exactly a chunk's size, as in Lookup
     lru_.push_back(key);
-    index_.emplace(key, IndexEntry{static_cast<uint64_t>(st.st_size), 0, std::prev(lru_.end())});
+    index_.emplace(key, IndexEntry{static_cast<uint64_t>(st.st_size), 0, std::prev(lru_.end()),
+                                   int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec});
     disk_bytes_ += st.st_size;
     return true;
   }
-  negative_[key] = io::NowNs() + static_cast<int64_t>(options_.negative_cache_ms) * kMsToNs;
+  negative_[key] = io::NowNs() + NegativeTtlNs();
   return false;
 }
 

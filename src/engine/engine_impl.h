@@ -145,6 +145,11 @@ class EngineImpl final : public Engine {
   // M1: on a shared root an entry that fails verification while young (mtime within temp_max_age_s) may be another
   // host's publication whose data this client cannot see yet: a miss, never removed (fsck and gc remove it by age).
   bool YoungOnSharedRoot(const Chunk& c) const;
+  // M3: how long a miss is remembered (shorter on a shared root: other hosts publish there).
+  int64_t NegativeTtlNs() const;
+  // M3: a verified load of an entry whose mtime is older than touch_interval_s sets it to now (utimensat), and the
+  // index learns the new mtime.
+  void MaybeTouchEntry(const Chunk& c);
   void FailChunk(Chunk& c, Status status);
   void FinishChunk(Chunk& c);
   void MaybeFinishJob(Job& job);
@@ -256,7 +261,12 @@ class EngineImpl final : public Engine {
     uint64_t bytes = 0;
     uint32_t pins = 0;  // loads in flight: never evicted while pinned
     std::list<ChunkKey>::iterator lru;
+    int64_t mtime_ns = 0;  // M3: the file's mtime as this engine last knew it (0: unknown)
   };
+  // M3, on a shared root: a victim whose file another host touched since this engine learnt its mtime (a hit
+  // there) is not evicted; it moves to the recent end with its new mtime. Requires index_mu_.
+  bool UsedElsewhereLocked(const ChunkKey& key, IndexEntry& e);
+
   mutable std::mutex index_mu_;
   std::unordered_map<ChunkKey, IndexEntry, ChunkKeyHash> index_;
   std::list<ChunkKey> lru_;

@@ -512,6 +512,7 @@ void EngineImpl::LoadReadsDone(Chunk& c) {
     trace_->Complete("load_read", "load", c.started_ns, io::NowNs() - c.started_ns, 1,
                      {{"blocks", c.num_blocks}, {"job", c.job->id}});
   }
+  MaybeTouchEntry(c);
   s->ready = true;
   pool_->PublishReady(s->slot, s->slot_gen);
   if (s->resident) ResidentLoaded(s->key, s->slot, s->slot_gen, true);
@@ -809,6 +810,26 @@ void EngineImpl::SubmitLink(Chunk& c) {
   ctx.path2 = c.rel_path;
   ctx.deadline_ns = Deadline();
   SubmitOp(std::move(ctx), op);
+}
+
+int64_t EngineImpl::NegativeTtlNs() const {
+  const uint32_t ms = shared_root_ ? std::min(options_.negative_cache_ms, options_.shared_negative_cache_ms)
+                                   : options_.negative_cache_ms;
+  return static_cast<int64_t>(ms) * 1000000;
+}
+
+void EngineImpl::MaybeTouchEntry(const Chunk& c) {
+  if (options_.touch_interval_s == 0 || c.opened_mtime_ns == 0) return;
+  struct timespec now {};
+  clock_gettime(CLOCK_REALTIME, &now);
+  const int64_t now_ns = int64_t(now.tv_sec) * 1000000000 + now.tv_nsec;
+  if (now_ns - c.opened_mtime_ns < int64_t(options_.touch_interval_s) * 1000000000) return;
+  // Both times "now" (nullptr): write permission suffices, as in group-shared deployments (K2). Not following a
+  // symlink as the last component; the fan-out directories were checked when created (docs/operations.md, K2).
+  if (utimensat(ns_->dirfd(), c.rel_path.c_str(), nullptr, AT_SYMLINK_NOFOLLOW) != 0) return;
+  std::lock_guard<std::mutex> lock(index_mu_);
+  auto e = index_.find(c.req.key);
+  if (e != index_.end()) e->second.mtime_ns = now_ns;
 }
 
 bool EngineImpl::YoungOnSharedRoot(const Chunk& c) const {

@@ -1,7 +1,7 @@
 // kvtier_mh_engine: one engine driven by a line protocol, the "host" process of the multi-host suite
 // (tests/multihost/test_multihost.py, SPEC M4). Each host runs one of these in its network namespace on its mount.
 //
-//   kvtier_mh_engine --root DIR [--budget BYTES] [--block-kib N] [--blocks N] [--fsync 0|1] [--neg-ms N]
+//   kvtier_mh_engine --root DIR [--budget BYTES] [--block-kib N] [--blocks N] [--fsync 0|1] [--neg-ms N] [--shared-neg-ms N] [--touch-s N]
 //                    [--pool-chunks N] [--io-depth N] [--io-mode auto|direct|buffered] [--backend auto|uring|posix]
 //
 // Commands on stdin, one per line; one JSON line per command on stdout:
@@ -10,6 +10,7 @@
 //   lookup FIRST COUNT         how many are hits (kDisk or kDram)
 //   waithit KEY TIMEOUT_MS     look KEY up until it is a hit; the elapsed milliseconds
 //   chase FIRST COUNT TIMEOUT_MS  load each key as soon as it can be had (another host is storing them)
+//   keys FIRST COUNT           the keys' hex (their chunk files are <hex>.kvc)
 //   evict                      Engine::EvictToBudget
 //   stats                      counters
 //   describe                   Engine::Describe
@@ -99,6 +100,8 @@ int main(int argc, char** argv) {
     else if (a == "--blocks") o.identity.blocks_per_chunk = static_cast<uint32_t>(std::atoi(v));
     else if (a == "--fsync") o.fsync_on_publish = std::atoi(v) != 0;
     else if (a == "--neg-ms") o.negative_cache_ms = static_cast<uint32_t>(std::atoi(v));
+    else if (a == "--shared-neg-ms") o.shared_negative_cache_ms = static_cast<uint32_t>(std::atoi(v));
+    else if (a == "--touch-s") o.touch_interval_s = static_cast<uint32_t>(std::atoi(v));
     else if (a == "--pool-chunks") pool_chunks = static_cast<uint32_t>(std::atoi(v));
     else if (a == "--io-depth") o.io_depth = static_cast<uint32_t>(std::atoi(v));
     else if (a == "--io-mode") o.io_mode = std::string(v) == "buffered" ? IoMode::kBuffered
@@ -249,6 +252,12 @@ int main(int argc, char** argv) {
         }
       }
       out << "{\"op\":\"chase\",\"ok\":" << ok << ",\"wrong\":" << wrong << ",\"rounds\":" << rounds << ",\"bad_seen\":" << bad_seen;
+    } else if (cmd == "keys") {
+      uint64_t first = 0, count = 0;
+      in >> first >> count;
+      out << "{\"op\":\"keys\",\"hex\":[";
+      for (uint64_t j = 0; j < count; ++j) out << (j ? "," : "") << "\"" << KeyOf(first + j).Hex() << "\"";
+      out << "]";
     } else if (cmd == "evict") {
       auto r = engine->EvictToBudget();
       out << "{\"op\":\"evict\",\"bytes\":" << (r.ok() ? *r : 0);

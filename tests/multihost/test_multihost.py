@@ -91,6 +91,19 @@ class Suite:
                     out[f] = os.stat(os.path.join(dirpath, f)).st_size
         return out
 
+    def chunk_paths(self, host: str) -> dict[str, str]:
+        """chunk file name -> path, under the case's root as host sees it."""
+        out = {}
+        for dirpath, _dirs, files in os.walk(self.root_on(host)):
+            for f in files:
+                if f.endswith(".kvc"):
+                    out[f] = os.path.join(dirpath, f)
+        return out
+
+    def key_names(self, h: "Host", n: int) -> list[str]:
+        """The chunk file names of the tool's keys 0..n-1."""
+        return [k + ".kvc" for k in h.cmd(f"keys 0 {n}")["hex"]]
+
     def cli(self, host: str, *args: str) -> subprocess.CompletedProcess:
         argv = ["ip", "netns", "exec", self.env[f"KVTIER_DFS_NS_{host}"], self.kvtier, *args]
         return subprocess.run(argv, capture_output=True, text=True, timeout=300)
@@ -258,10 +271,51 @@ def case_budget_across_hosts(s: Suite) -> None:
     check(peak_c <= BUDGET * 1.05, f"peak {peak_c / mib:.1f} MiB with C over the budget + 5%")
 
 
+def case_cross_host_hit(s: Suite) -> None:
+    """M3: B looks a key up (a miss, remembered), A publishes it; B's lookups find it within the shared negative
+    cache's bound (shared_negative_cache_ms, 50 ms, plus the filesystem's delay), not after negative_cache_ms."""
+    b = s.host("b", *s.engine_args)
+    a = s.host("a", *s.engine_args)
+    lat = []
+    for k in range(20):
+        check(b.cmd(f"lookup {k} 1")["hits"] == 0, "a hit before the store")
+        check(a.cmd(f"store {k} 1")["ok"] == 1, "store failed")
+        r = b.cmd(f"waithit {k} 5000")
+        check(r["hit"], f"key {k} published on A never became a hit on B")
+        lat.append(r["ms"])
+    lat.sort()
+    figure("cross_host_hit", keys=len(lat), median_ms=f"{lat[len(lat) // 2]:.1f}", max_ms=f"{lat[-1]:.1f}",
+           bound_ms=50)
+    # Not a timing test: only that the 1000 ms negative cache of local roots no longer hides other hosts' entries.
+    check(lat[-1] < 500, f"a cross-host hit took {lat[-1]:.0f} ms: the negative cache hid it")
+
+
+def case_lru_across_hosts(s: Suite) -> None:
+    """M3: a hit on B refreshes the entry's mtime, so A's eviction (and gc) takes the entry least recently used on
+    any host, not the oldest publication."""
+    args = [*s.engine_args, "--touch-s", "1", "--budget", str(4 * CHUNK_FILE_BYTES)]
+    a = s.host("a", *args)
+    check(a.cmd("store 0 3 1")["ok"] == 3, "store failed")  # key 0 oldest, then 1, then 2
+    time.sleep(2.2)  # older than touch_interval_s
+    b = s.host("b", *args)
+    check(b.cmd("load 0 1")["ok"] == 1, "B could not load key 0")
+    mt = {k: os.stat(p).st_mtime for k, p in s.chunk_paths("a").items()}
+    check(a.cmd("store 3 1")["ok"] == 1, "store failed")  # over the high watermark: one entry goes
+    left = set(s.chunk_paths("a"))
+    paths = s.key_names(a, 4)
+    figure("lru_across_hosts", entries_left=len(left), key0_kept=paths[0] in left, key1_kept=paths[1] in left,
+           key0_touched=f"{mt[paths[0]] - mt[paths[1]]:.1f}s")
+    check(mt[paths[0]] > mt[paths[1]], "B's hit did not refresh key 0's mtime")
+    check(paths[0] in left, "A evicted key 0, which B had just used (FIFO, not LRU across hosts)")
+    check(paths[1] not in left, "A did not evict key 1, the least recently used entry")
+
+
 CASES = {
     "chase_while_storing": case_chase_while_storing,
     "young_short_entry_kept": case_young_short_entry_kept,
     "budget_across_hosts": case_budget_across_hosts,
+    "cross_host_hit": case_cross_host_hit,
+    "lru_across_hosts": case_lru_across_hosts,
     "publish_then_load": case_publish_then_load,
 }
 
