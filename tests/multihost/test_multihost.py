@@ -184,8 +184,12 @@ def case_young_short_entry_kept(s: Suite) -> None:
     sb = b.stats()
     young_left = os.path.exists(files[0].replace(s.env["KVTIER_DFS_MNT_a"], s.env["KVTIER_DFS_MNT_b"]))
     old_left = os.path.exists(files[1].replace(s.env["KVTIER_DFS_MNT_a"], s.env["KVTIER_DFS_MNT_b"]))
+    fsck = s.cli("b", "fsck", "--root", s.root_on("b"), "--repair")
+    young_after_fsck = os.path.exists(files[0])
     figure("young_short_entry_kept", loaded_ok=lr["ok"], missed=lr["miss"], corrupt_counted=sb["corrupt_entries"],
-           young_kept=young_left, old_kept=old_left)
+           young_kept=young_left, old_kept=old_left, fsck_rc=fsck.returncode, young_kept_by_fsck=young_after_fsck)
+    check(fsck.returncode == 0 and young_after_fsck, f"fsck --repair: rc {fsck.returncode}: {fsck.stdout[-600:]}")
+    check("young:" in fsck.stdout, f"fsck did not report the young entry: {fsck.stdout[-600:]}")
     check(lr["ok"] == 0 and lr["wrong"] == 0, f"short entries loaded: {lr}")
     check(young_left, "a young short entry on a shared root was removed")
     check(not old_left, "an old short entry was kept")
