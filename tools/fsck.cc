@@ -259,14 +259,14 @@ int RunFsck(int argc, char** argv) {
                 static_cast<unsigned long long>(corrupt - corrupt_left), corrupt - corrupt_left == 1 ? "y" : "ies",
                 static_cast<unsigned long long>(removed), removed == 1 ? "y" : "ies");
   }
+  if (young > 0) {
+    std::printf("young: %llu bad entr%s kept (shared filesystem; removed once older than --temp-max-age)\n",
+                static_cast<unsigned long long>(young), young == 1 ? "y" : "ies");
+  }
   std::printf("fsck: %llu entries, %llu corrupt, %llu temporaries (%llu removed), %llu foreign\n",
               static_cast<unsigned long long>(entries), static_cast<unsigned long long>(corrupt),
               static_cast<unsigned long long>(temporaries), static_cast<unsigned long long>(removed),
               static_cast<unsigned long long>(foreign));
-  if (young > 0) {
-    std::printf("fsck: %llu young bad entr%s kept (shared filesystem; removed once older than --temp-max-age)\n",
-                static_cast<unsigned long long>(young), young == 1 ? "y" : "ies");
-  }
   if (corrupt_left > 0) rc = 1;
   return rc;
 }
