@@ -19,11 +19,14 @@ run_preset() {
 
 run_preset dev
 # Many hosts on one machine (SPEC M4): a real MooseFS in network namespaces, one engine per host namespace on its own
-# FUSE mount; prints its figures. ~40 s (install of four Debian packages the first time: ~15 s more). Skips, saying
-# why, only without root, /dev/fuse or network namespaces. KVTIER_TEST_MULTIHOST=0 skips it for a fast local loop.
+# FUSE mount, then two vLLM CPU servers on two hosts (with the vLLM tests); prints its figures. ~40 s for the engines
+# (Debian packages the first time: ~15 s more), plus two vLLM server starts (~4.5 min on the 2-core development VM).
+# Skips, saying why, only without root, /dev/fuse or network namespaces. KVTIER_TEST_MULTIHOST=0 skips it.
 if [ "${KVTIER_TEST_MULTIHOST:-1}" != 0 ] || [ "${CI:-}" = true ]; then
   echo "=== multihost (MooseFS, hosts a b c in network namespaces) ==="
-  KVTIER_BUILD_DIR=build/dev scripts/test_multihost.sh
+  mh_vllm=0
+  if [ "${KVTIER_TEST_VLLM:-1}" != 0 ] || [ "${CI:-}" = true ]; then mh_vllm=1; fi
+  KVTIER_BUILD_DIR=build/dev KVTIER_MULTIHOST_VLLM=$mh_vllm scripts/test_multihost.sh
 fi
 if [ "${KVTIER_TEST_QUICK:-0}" != 1 ] || [ "${CI:-}" = true ]; then
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 run_preset asan
