@@ -343,7 +343,9 @@ def case_sigkill_mid_store(s: Suite) -> None:
     check(b.cmd("store 100000 20 4")["ok"] == 20, "B's stores failed")
     a = s.host("a", *s.engine_args)
     a.send("store 0 300 2")
-    time.sleep(0.5)
+    deadline = time.monotonic() + 60
+    while len(s.entries("b")) < 20 + 10 and time.monotonic() < deadline:  # A is well into its store
+        time.sleep(0.05)
     os.kill(a.pid, 9)
     a.proc.wait()
     served = b.cmd("load 100000 20")
