@@ -22,6 +22,16 @@ run_preset dev
 # (KVTIER_TEST_REACTORS replaces the auto count; tests that ask for several reactors keep them).
 echo "=== test (dev, one reactor: KVTIER_TEST_REACTORS=1) ==="
 KVTIER_TEST_REACTORS=1 ctest --preset dev --timeout 600
+# Many hosts on one machine (SPEC M4): a real MooseFS in network namespaces, one engine per host namespace on its own
+# FUSE mount, then two vLLM CPU servers on two hosts (with the vLLM tests); prints its figures. ~40 s for the engines
+# (Debian packages the first time: ~15 s more), plus two vLLM server starts (~4.5 min on the 2-core development VM).
+# Skips, saying why, only without root, /dev/fuse or network namespaces. KVTIER_TEST_MULTIHOST=0 skips it.
+if [ "${KVTIER_TEST_MULTIHOST:-1}" != 0 ] || [ "${CI:-}" = true ]; then
+  echo "=== multihost (MooseFS, hosts a b c in network namespaces) ==="
+  mh_vllm=0
+  if [ "${KVTIER_TEST_VLLM:-1}" != 0 ] || [ "${CI:-}" = true ]; then mh_vllm=1; fi
+  KVTIER_BUILD_DIR=build/dev KVTIER_MULTIHOST_VLLM=$mh_vllm scripts/test_multihost.sh
+fi
 if [ "${KVTIER_TEST_QUICK:-0}" != 1 ] || [ "${CI:-}" = true ]; then
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 run_preset asan
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 run_preset tsan

@@ -20,6 +20,7 @@
 #include "commands.h"
 #include "layout/chunk_format.h"
 #include "layout/scan.h"
+#include "layout/shared_fs.h"
 #include "root.h"
 
 namespace kvtier::cli {
@@ -159,7 +160,7 @@ int RunFsck(int argc, char** argv) {
   const uint64_t temp_max_age_s = args.Uint("temp-max-age", 600);
   auto spaces = OpenRootNamespaces(root, args.Str("namespace"));
 
-  uint64_t entries = 0, corrupt = 0, corrupt_left = 0, temporaries = 0, removed = 0, foreign = 0;
+  uint64_t entries = 0, corrupt = 0, corrupt_left = 0, temporaries = 0, removed = 0, foreign = 0, young = 0;
   int rc = 0;
   std::unique_ptr<ChecksumKey> checksum_key;
   if (args.Has("checksum-secret")) {
@@ -179,6 +180,7 @@ int RunFsck(int argc, char** argv) {
       continue;
     }
     const Namespace& ns = *r.ns;
+    const bool shared = ProbeFilesystem(ns.dirfd()).shared;
     std::vector<Found> chunks, temps;
     {
       Progress scan("scanning " + r.dir_name, 0, args.Has("progress"));
@@ -207,6 +209,14 @@ int RunFsck(int argc, char** argv) {
       if (c.verdict == Verdict::kVanished) continue;  // removed concurrently (eviction, gc): not an entry any more
       entries++;
       if (c.verdict == Verdict::kOk) continue;
+      if (shared && now_ns - f.mtime_ns < static_cast<int64_t>(temp_max_age_s) * 1000000000) {
+        // M1: on a filesystem several hosts mount, a young bad entry may be another host's whose data this client
+        // cannot see yet: reported and kept, removed once older than --temp-max-age.
+        young++;
+        std::printf("young: %s/%s: %s (kept: on a shared filesystem it may still be arriving)\n", r.dir_name.c_str(),
+                    f.rel.c_str(), c.reason.c_str());
+        continue;
+      }
       corrupt++;
       bool gone = false;
       if (repair) {
@@ -248,6 +258,10 @@ int RunFsck(int argc, char** argv) {
     std::printf("repair: removed %llu corrupt entr%s and %llu stale temporar%s\n",
                 static_cast<unsigned long long>(corrupt - corrupt_left), corrupt - corrupt_left == 1 ? "y" : "ies",
                 static_cast<unsigned long long>(removed), removed == 1 ? "y" : "ies");
+  }
+  if (young > 0) {
+    std::printf("young: %llu bad entr%s kept (shared filesystem; removed once older than --temp-max-age)\n",
+                static_cast<unsigned long long>(young), young == 1 ? "y" : "ies");
   }
   std::printf("fsck: %llu entries, %llu corrupt, %llu temporaries (%llu removed), %llu foreign\n",
               static_cast<unsigned long long>(entries), static_cast<unsigned long long>(corrupt),

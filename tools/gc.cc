@@ -4,6 +4,10 @@
 // time (publication time: the tree knows no access time, and kvtier never relies on atime) until the total is at
 // most low-watermark x budget. Stale publication temporaries are swept first. Fan-out directories are kept: running
 // engines cache their existence. A running engine that later opens a removed entry sees a miss, never an error.
+//
+// Shared roots (M2): a namespace with usage records (layout/usage_ledger.h) is reconciled afterwards: the
+// difference between the bytes of its entries after gc and the records' committed sum is published as a closed
+// record, which the next live engine folds in (so gc's removals, and any drift, reach every host's budget).
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -20,6 +24,7 @@
 #include "commands.h"
 #include "layout/scan.h"
 #include "layout/usage_counter.h"
+#include "layout/usage_ledger.h"
 #include "root.h"
 
 namespace kvtier::cli {
@@ -50,6 +55,7 @@ int RunGc(int argc, char** argv) {
              {"high-watermark", "FRACTION", "evict only when usage exceeds this fraction of the budget", "1.0"},
              {"temp-max-age", "SECONDS", "sweep temporaries older than this", "600"},
              {"dry-run", "", "print what would be removed, remove nothing", ""},
+             {"no-reconcile", "", "leave the usage records of shared roots as they are", ""},
              {"verbose", "", "print every removed file", ""},
              {"progress", "", "show a progress bar even when stderr is not a terminal", ""}});
   args.Parse(argc, argv);
@@ -172,6 +178,29 @@ int RunGc(int argc, char** argv) {
                     c.rel.c_str(), FormatSize(c.bytes).c_str(), FormatTime(c.mtime_ns).c_str());
       }
     }
+  }
+
+  // M2: reconcile the usage records of namespaces on shared roots with what the tree holds now.
+  for (size_t i = 0; i < spaces.size() && !dry && !args.Has("no-reconcile"); ++i) {
+    if (!spaces[i].ns) continue;
+    auto recs = UsageLedger::ReadAll(*spaces[i].ns);
+    if (!recs.ok() || recs->empty()) continue;
+    int64_t committed = 0;
+    for (const LedgerRecord& u : *recs) committed += u.valid ? u.committed : 0;
+    const int64_t entries_now = static_cast<int64_t>(per[i].bytes - per[i].removed_bytes);
+    const int64_t delta = entries_now - committed;
+    if (delta == 0) continue;
+    auto name = UsageLedger::PublishCorrection(*spaces[i].ns, delta);
+    if (!name.ok()) {
+      std::fprintf(stderr, "kvtier: error: %s: usage records: %s\n", spaces[i].dir_name.c_str(),
+                   name.status().message().c_str());
+      rc = 1;
+      continue;
+    }
+    std::printf("gc: %s: usage records held %s, the tree %s: correction %s%s published (usage/%s)\n",
+                spaces[i].dir_name.c_str(), FormatSize(static_cast<uint64_t>(std::max<int64_t>(0, committed))).c_str(),
+                FormatSize(static_cast<uint64_t>(entries_now)).c_str(), delta < 0 ? "-" : "+",
+                FormatSize(static_cast<uint64_t>(delta < 0 ? -delta : delta)).c_str(), name->c_str());
   }
 
   Table t({"namespace", "entries", "bytes", dry ? "would remove" : "removed", "removed bytes", "temporaries swept"});

@@ -1,4 +1,5 @@
 // kvtier stats: what a storage root holds, per namespace, read from the tree (not from a live engine).
+#include <algorithm>
 #include <cstdio>
 #include <limits>
 #include <string>
@@ -7,6 +8,7 @@
 #include "cli_util.h"
 #include "commands.h"
 #include "layout/scan.h"
+#include "layout/usage_ledger.h"
 #include "root.h"
 
 namespace kvtier::cli {
@@ -24,6 +26,8 @@ struct NsStats {
   uint64_t foreign = 0;
   int64_t oldest_ns = 0;
   int64_t newest_ns = 0;
+  std::vector<LedgerRecord> usage;  // M2: the per-engine usage records of a shared root
+  int64_t usage_sum = 0;
 };
 
 std::string IdentityJson(const NamespaceIdentity& id) {
@@ -85,6 +89,10 @@ int RunStats(int argc, char** argv) {
     });
     progress.Finish();
     if (s.entries == 0) s.oldest_ns = 0;
+    if (auto recs = UsageLedger::ReadAll(*r.ns); recs.ok()) {
+      s.usage = std::move(recs.value());
+      for (const LedgerRecord& u : s.usage) s.usage_sum += u.valid ? u.committed + (u.closed ? 0 : u.reserved) : 0;
+    }
     if (!st.ok()) {
       s.error = st.message();
       std::fprintf(stderr, "kvtier: error: namespace %s: %s\n", r.dir_name.c_str(), st.message().c_str());
@@ -112,7 +120,15 @@ int RunStats(int argc, char** argv) {
              ", \"temporaries\": " + std::to_string(s.temporaries) + ", \"temporary_bytes\": " +
              std::to_string(s.temp_bytes) + ", \"foreign\": " + std::to_string(s.foreign) +
              ", \"oldest_mtime_ns\": " + std::to_string(s.oldest_ns) + ", \"newest_mtime_ns\": " +
-             std::to_string(s.newest_ns);
+             std::to_string(s.newest_ns) + ", \"usage_sum\": " + std::to_string(s.usage_sum) + ", \"usage\": [";
+        for (size_t j = 0; j < s.usage.size(); ++j) {
+          const LedgerRecord& u = s.usage[j];
+          o += (j ? ", " : "") + std::string("{\"name\": ") + JsonString(u.name) +
+               ", \"valid\": " + (u.valid ? "true" : "false") + ", \"committed\": " + std::to_string(u.committed) +
+               ", \"reserved\": " + std::to_string(u.reserved) + ", \"closed\": " + (u.closed ? "true" : "false") +
+               ", \"written_unix_ns\": " + std::to_string(u.written_unix_ns) + "}";
+        }
+        o += "]";
       }
       o += "}";
     }
@@ -142,6 +158,22 @@ int RunStats(int argc, char** argv) {
     std::printf("  foreign      %llu\n", static_cast<unsigned long long>(s.foreign));
     std::printf("  oldest       %s\n", FormatTime(s.oldest_ns).c_str());
     std::printf("  newest       %s\n", FormatTime(s.newest_ns).c_str());
+    if (!s.usage.empty()) {
+      // M2: one record per engine that used this namespace on a shared root; their sum is what engines compare
+      // with the budget (a record's own figure is what that engine changed, not what it owns).
+      std::printf("  usage        %zu records, sum %s (docs/operations.md, shared filesystems)\n", s.usage.size(),
+                  FormatSize(static_cast<uint64_t>(std::max<int64_t>(0, s.usage_sum))).c_str());
+      for (const LedgerRecord& u : s.usage) {
+        if (!u.valid) {
+          std::printf("    %-40s unreadable\n", u.name.c_str());
+          continue;
+        }
+        std::printf("    %-40s committed %s%s, reserved %s, %s %s\n", u.name.c_str(), u.committed < 0 ? "-" : "",
+                    FormatSize(static_cast<uint64_t>(u.committed < 0 ? -u.committed : u.committed)).c_str(),
+                    FormatSize(static_cast<uint64_t>(std::max<int64_t>(0, u.reserved))).c_str(),
+                    u.closed ? "closed" : "written", FormatTime(u.written_unix_ns).c_str());
+      }
+    }
     if (!s.error.empty()) std::printf("  error        %s\n", s.error.c_str());
   }
   return rc;

@@ -84,6 +84,13 @@ struct EngineOptions {
   // Lookups of keys not in the in-memory index stat the file (entries published by other instances); a miss
   // is remembered this long before the filesystem is asked again.
   uint32_t negative_cache_ms = 1000;
+  // M3: on a root several hosts mount (network, cluster, FUSE filesystems; probed at open) a miss is remembered
+  // at most this long instead, so a key another host publishes is a hit here within about this bound.
+  uint32_t shared_negative_cache_ms = 50;
+  // M3: a load that verifies an entry whose modification time is older than this sets it to now (at most one touch
+  // per entry per interval), so that the mtime is "last used" on every host: gc and every engine's eviction order
+  // by it (least recently used across hosts, not first in first out). 0: never touch.
+  uint32_t touch_interval_s = 60;
   uint32_t temp_max_age_s = 600;      // L5: temporaries older than this are swept at open
 
   std::string trace_path;             // O2: Chrome trace JSON; empty: off

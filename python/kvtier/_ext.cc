@@ -108,7 +108,7 @@ constexpr const char* kOptionNames[] = {
     "io_depth",      "reactors",       "posix_threads",  "op_timeout_ms",     "fsync_on_publish", "disk_budget_bytes",
     "high_watermark", "low_watermark", "dir_mode",          "negative_cache_ms", "temp_max_age_s",
     "trace_path",    "pool_populate", "anonymous_temporaries", "allow_insecure_root", "checksum_secret",
-    "dram_policy",   "dram_max_slots",
+    "dram_policy",   "dram_max_slots", "shared_negative_cache_ms", "touch_interval_s",
 };
 
 std::string AcceptedOptions() {
@@ -243,6 +243,10 @@ EngineOptions OptionsFromDict(const nb::dict& d) {
       o.negative_cache_ms = OptU32(name, v);
     } else if (name == "temp_max_age_s") {
       o.temp_max_age_s = OptU32(name, v);
+    } else if (name == "shared_negative_cache_ms") {
+      o.shared_negative_cache_ms = OptU32(name, v);
+    } else if (name == "touch_interval_s") {
+      o.touch_interval_s = OptU32(name, v);
     } else if (name == "trace_path") {
       o.trace_path = OptString(name, v);
     } else if (name == "allow_insecure_root") {

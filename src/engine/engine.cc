@@ -16,6 +16,7 @@
 #include "engine/engine_impl.h"
 #include "layout/chunk_path.h"
 #include "layout/scan.h"
+#include "layout/shared_fs.h"
 
 namespace kvtier {
 
@@ -209,6 +210,8 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
     io_mode_why = "buffered (O_DIRECT unavailable: " + dio.how + ")";
   }
   open_flags_extra_ = direct ? O_DIRECT : 0;
+  const FilesystemKind fs_kind = ProbeFilesystem(ns_->dirfd());  // M1
+  shared_root_ = fs_kind.shared;
   if (options.anonymous_temporaries) {
     const int fd = openat(ns_->dirfd(), ".", O_TMPFILE | O_WRONLY | O_CLOEXEC | open_flags_extra_, file_mode_);
     tmpfile_publish_ = fd >= 0 && access("/proc/self/fd", F_OK) == 0;
@@ -296,19 +299,38 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
   KVTIER_RETURN_IF_ERROR(MergeTreeIntoIndex());
   // C1 across instances. The first engine to hold the namespace's counter sets it from this scan (which also
   // repairs drift); later ones join it as it is (see usage_counter.h).
-  if (auto usage = SharedUsage::Open(*ns_, disk_bytes_); usage.ok()) usage_ = std::move(usage.value());
+  // M2: on a shared root, the per-engine usage records in the namespace directory instead (every host sees them);
+  // where they cannot be written, the host's counter (this host's engines only).
+  std::string usage_why;
+  if (shared_root_) {
+    auto ledger = UsageLedger::Open(*ns_, disk_bytes_);
+    if (ledger.ok()) {
+      ledger_ = std::move(ledger.value());
+    } else {
+      usage_why = ledger.status().ToString();
+    }
+  }
+  if (!ledger_) {
+    if (auto usage = SharedUsage::Open(*ns_, disk_bytes_); usage.ok()) usage_ = std::move(usage.value());
+  }
 
   std::ostringstream d;
   d << "root " << options.root << " namespace " << ns_->path() << "; I/O " << reactors_[0]->io->name() << " ("
     << backend_why << "), " << io_mode_why << ", depth " << options.io_depth << ", reactors " << nreactors << " ("
     << reactors_why_ << ", depth " << rdepth << " each), publish via "
-    << (tmpfile_publish_ ? "O_TMPFILE + linkat" : "named temporary + link") << ", opens via "
+    << (tmpfile_publish_ ? (shared_root_ ? "O_TMPFILE + fsync + linkat" : "O_TMPFILE + linkat")
+                         : "named temporary + close + link")
+    << ", filesystem " << fs_kind.name << (shared_root_ ? " (shared: young bad entries are misses, not removed)" : "")
+    << ", opens via "
     << (open_resolve_ ? "openat2 (RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS)" : "openat (O_NOFOLLOW)")
     << (checksum_key_ ? ", keyed checksums" : "") << "; pool " << pool_->name() << " "
     << pool_->num_slots() << " slots x " << slot_bytes_ << " B (reserve " << pool_opts.demand_reserve
     << "), DRAM tier " << tier::DramPolicyName(dram_->policy()) << " " << dram_max_slots_ << " slots; index " << index_.size() << " entries, " << disk_bytes_ << " B; copier "
     << lanes_[0]->copier->name() << (lanes_.size() > 1 ? " x" + std::to_string(lanes_.size()) : "");
   if (options.disk_budget_bytes) d << "; budget " << options.disk_budget_bytes << " B";
+  d << "; usage " << (ledger_ ? "records in " + ns_->path() + "/usage (all hosts)"
+                      : usage_ ? std::string("this host's counter") : std::string("this engine's index"));
+  if (!usage_why.empty()) d << " (usage records unavailable: " << usage_why << ")";
   if (orphan_pools_removed_) d << "; removed " << orphan_pools_removed_ << " orphaned pools of dead engines";
   describe_ = d.str();
 
@@ -382,13 +404,16 @@ ChunkLocation EngineImpl::Lookup(const ChunkKey& key) {
   // Not known here: another instance (or process) may have published it under the same root.
   const std::string rel = ChunkRelPath(key);
   struct stat st;
+  // M1: exactly a chunk's size. A shorter file is another host's entry whose data is not visible here yet (or a
+  // broken one): a miss, not a hit that would fail at load time.
   const bool present = fstatat(ns_->dirfd(), rel.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
-                       static_cast<uint64_t>(st.st_size) >= kHeaderBytes + block_stride_;
+                       static_cast<uint64_t>(st.st_size) == slot_bytes_;
   std::lock_guard<std::mutex> lock(index_mu_);
   if (present) {
     if (!index_.count(key)) {
       lru_.push_back(key);
-      index_.emplace(key, IndexEntry{static_cast<uint64_t>(st.st_size), 0, std::prev(lru_.end())});
+      index_.emplace(key, IndexEntry{static_cast<uint64_t>(st.st_size), 0, std::prev(lru_.end()),
+                                     int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec});
       disk_bytes_ += st.st_size;
       stats_.disk_entries.Set(index_.size());
       stats_.disk_bytes_used.Set(disk_bytes_);
@@ -397,7 +422,7 @@ ChunkLocation EngineImpl::Lookup(const ChunkKey& key) {
     return ChunkLocation::kDisk;
   }
   if (negative_.size() > 1000000) negative_.clear();  // bounded: a burst of unique misses cannot grow it forever
-  negative_[key] = now + static_cast<int64_t>(options_.negative_cache_ms) * kMsToNs;
+  negative_[key] = now + NegativeTtlNs();
   stats_.lookup_misses.Add(1);
   return ChunkLocation::kAbsent;
 }
@@ -537,8 +562,15 @@ Result<JobResult> EngineImpl::Wait(JobId id, int64_t timeout_ms) {
 std::vector<EngineImpl::Victim> EngineImpl::TakeVictimsLocked(uint64_t target_bytes) {
   std::vector<Victim> victims;
   auto it = lru_.begin();
-  while (disk_bytes_ > target_bytes && it != lru_.end()) {
+  size_t looked_at = 0;
+  const size_t listed = lru_.size();  // entries moved to the back by UsedElsewhereLocked are not looked at again
+  while (disk_bytes_ > target_bytes && it != lru_.end() && looked_at++ < listed) {
     auto e = index_.find(*it);
+    if (e != index_.end() && e->second.pins == 0 && shared_root_ && UsedElsewhereLocked(*it, e->second)) {
+      auto moved = it++;
+      lru_.splice(lru_.end(), lru_, moved);
+      continue;
+    }
     if (e != index_.end() && e->second.pins == 0) {
       victims.push_back(Victim{*it, e->second.bytes});
       disk_bytes_ -= e->second.bytes;
@@ -561,7 +593,7 @@ uint64_t EngineImpl::UnlinkVictims(const std::vector<Victim>& victims) {
   for (const Victim& v : victims) {
     if (unlinkat(ns_->dirfd(), ChunkRelPath(v.key).c_str(), 0) == 0) {
       freed += v.bytes;
-      if (usage_) usage_->Add(-static_cast<int64_t>(v.bytes));
+      UsageAdd(-static_cast<int64_t>(v.bytes));
     } else if (errno == ENOENT) {
       freed += v.bytes;
     } else {
@@ -617,7 +649,7 @@ Status EngineImpl::MergeTreeIntoIndex() {
   for (const Found& f : found) {
     if (index_.count(f.key) || evicting_.count(f.key)) continue;
     lru_.push_front(f.key);
-    index_.emplace(f.key, IndexEntry{f.bytes, 0, lru_.begin()});
+    index_.emplace(f.key, IndexEntry{f.bytes, 0, lru_.begin(), f.mtime});
     disk_bytes_ += f.bytes;
   }
   stats_.disk_entries.Set(index_.size());
@@ -626,8 +658,10 @@ Status EngineImpl::MergeTreeIntoIndex() {
 }
 
 std::vector<EngineImpl::Victim> EngineImpl::TakeExcessLocked(uint64_t excess, std::unique_lock<std::mutex>& lock) {
+  // M2: every host over the watermark evicts its share, so hosts evicting at once free the excess about once.
+  if (ledger_) excess = excess / std::max<uint32_t>(1, ledger_->live_engines()) + 1;
   const int64_t now = io::NowNs();
-  if (usage_ && excess > disk_bytes_ && now - last_merge_ns_ > 500 * kMsToNs) {
+  if (HasSharedUsage() && excess > disk_bytes_ && now - last_merge_ns_ > 500 * kMsToNs) {
     last_merge_ns_ = now;
     lock.unlock();
     static_cast<void>(MergeTreeIntoIndex());  // best effort: a failed rescan leaves the index as it was
@@ -637,19 +671,53 @@ std::vector<EngineImpl::Victim> EngineImpl::TakeExcessLocked(uint64_t excess, st
 }
 
 void EngineImpl::PublishIndexed(Reactor& r, const ChunkKey& key, uint64_t bytes, bool linked) {
-  if (linked && usage_) usage_->Add(static_cast<int64_t>(bytes));
+  if (linked) UsageAdd(static_cast<int64_t>(bytes));
   {
     std::unique_lock<std::mutex> lock(index_mu_);
     negative_.erase(key);
     if (!index_.count(key)) {
       lru_.push_back(key);
-      index_.emplace(key, IndexEntry{bytes, 0, std::prev(lru_.end())});
+      // M3: our own publication; its mtime is about now (a touch by another host comes later than that).
+      index_.emplace(key, IndexEntry{bytes, 0, std::prev(lru_.end()),
+                                     std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                         std::chrono::system_clock::now().time_since_epoch())
+                                         .count()});
       disk_bytes_ += bytes;
     }
     stats_.disk_entries.Set(index_.size());
     stats_.disk_bytes_used.Set(disk_bytes_);
   }
   EvictAboveHighWatermark(r);
+}
+
+bool EngineImpl::UsedElsewhereLocked(const ChunkKey& key, IndexEntry& e) {
+  if (options_.touch_interval_s == 0 || e.mtime_ns == 0) return false;
+  struct stat st;
+  if (fstatat(ns_->dirfd(), ChunkRelPath(key).c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return false;
+  const int64_t mtime = int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  // A touch moves the mtime forward by at least touch_interval_s; a second of slack covers coarse timestamps.
+  if (mtime <= e.mtime_ns + 1000000000) return false;
+  e.mtime_ns = mtime;
+  return true;
+}
+
+void EngineImpl::UsageReserve(uint64_t bytes) {
+  if (ledger_) ledger_->Reserve(bytes);
+  if (usage_) usage_->Add(static_cast<int64_t>(bytes));
+}
+
+void EngineImpl::UsageCommitReserved(uint64_t bytes) {
+  if (ledger_) ledger_->Commit(bytes);  // the host counter counted it at the reservation already
+}
+
+void EngineImpl::UsageRelease(uint64_t bytes) {
+  if (ledger_) ledger_->Release(bytes);
+  if (usage_) usage_->Add(-static_cast<int64_t>(bytes));
+}
+
+void EngineImpl::UsageAdd(int64_t bytes) {
+  if (ledger_) ledger_->Add(bytes);
+  if (usage_) usage_->Add(bytes);
 }
 
 void EngineImpl::EvictAboveHighWatermark(Reactor& r) {
@@ -769,13 +837,15 @@ bool EngineImpl::OnDiskLocked(const ChunkKey& key) {
   if (neg != negative_.end() && neg->second > io::NowNs()) return false;
   struct stat st;
   const std::string rel = ChunkRelPath(key);
-  if (fstatat(ns_->dirfd(), rel.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) {
+  if (fstatat(ns_->dirfd(), rel.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+      static_cast<uint64_t>(st.st_size) == slot_bytes_) {  // M1: exactly a chunk's size, as in Lookup
     lru_.push_back(key);
-    index_.emplace(key, IndexEntry{static_cast<uint64_t>(st.st_size), 0, std::prev(lru_.end())});
+    index_.emplace(key, IndexEntry{static_cast<uint64_t>(st.st_size), 0, std::prev(lru_.end()),
+                                   int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec});
     disk_bytes_ += st.st_size;
     return true;
   }
-  negative_[key] = io::NowNs() + static_cast<int64_t>(options_.negative_cache_ms) * kMsToNs;
+  negative_[key] = io::NowNs() + NegativeTtlNs();
   return false;
 }
 

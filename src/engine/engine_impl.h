@@ -15,6 +15,8 @@
 //   worker processes; the slot state words say who may touch a slot when.
 #pragma once
 
+#include <sys/stat.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -34,6 +36,7 @@
 #include "layout/chunk_path.h"
 #include "layout/namespace.h"
 #include "layout/usage_counter.h"
+#include "layout/usage_ledger.h"
 #include "staging/staging_pool.h"
 #include "stats/stats.h"
 #include "tier/dram_tier.h"
@@ -96,7 +99,9 @@ class EngineImpl final : public Engine {
   struct CopierLane;
 
   // One I/O operation in flight; user_data of the IoOp is its id in op_ctx_.
-  enum class OpRole { kOpen, kRead, kWrite, kFsync, kClose, kLink, kUnlinkTmp, kUnlinkCorrupt, kUnlinkEvicted, kMkdir };
+  enum class OpRole {
+    kOpen, kRead, kWrite, kFsync, kClose, kCloseBeforeLink, kLink, kUnlinkTmp, kUnlinkCorrupt, kUnlinkEvicted, kMkdir
+  };
   struct OpCtx {
     OpRole role;
     Chunk* chunk = nullptr;  // null for fire-and-forget ops (close of an abandoned fd, unlink of a corrupt file)
@@ -163,6 +168,20 @@ class EngineImpl final : public Engine {
   // and the freed places at the disk have been refilled (PumpData + Flush): the disk never waits for checksums.
   void VerifyReadChunks(Reactor& r);
   void StoreWritesDone(Chunk& c);
+  // M1: a named temporary is closed, and the close has come back, before its link is submitted: on network and
+  // FUSE filesystems the close pushes the data to the servers, and a name linked first is a 0-byte file to other
+  // hosts. OnCloseBeforeLink continues with SubmitLink (or fails the chunk: a failed close is a failed write).
+  void SubmitCloseBeforeLink(Chunk& c);
+  void OnCloseBeforeLink(Chunk& c, int64_t res);
+  void SubmitLink(Chunk& c);
+  // M1: on a shared root an entry that fails verification while young (mtime within temp_max_age_s) may be another
+  // host's publication whose data this client cannot see yet: a miss, never removed (fsck and gc remove it by age).
+  bool YoungOnSharedRoot(const Chunk& c) const;
+  // M3: how long a miss is remembered (shorter on a shared root: other hosts publish there).
+  int64_t NegativeTtlNs() const;
+  // M3: a verified load of an entry whose mtime is older than touch_interval_s sets it to now (utimensat), and the
+  // index learns the new mtime.
+  void MaybeTouchEntry(const Chunk& c);
   void FailChunk(Chunk& c, Status status);
   void FinishChunk(Chunk& c);
   // Every chunk of job has finished: record stats and trace, and hand the result to PollCompleted/Wait.
@@ -170,18 +189,29 @@ class EngineImpl final : public Engine {
   void MaybeFinishJob(Job& job);
   void FlushCopies(Reactor& r);
   // Counts, forgets and removes a bad entry (an empty directory too; a non-empty one stays and misses each time).
-  void QuarantineCorrupt(const ChunkKey& key, const std::string& rel_path, const Status& why);
+  // opened_ino: the inode the load verified (0: unknown); the name is removed only while it still points at it, so
+  // a good entry republished under the name meanwhile stays (M1).
+  void QuarantineCorrupt(const ChunkKey& key, const std::string& rel_path, const Status& why, uint64_t opened_ino = 0);
   // A load's freshly opened chunk: a regular file of exactly a chunk's size (else kCorrupt); clears the
   // O_NONBLOCK the open used.
-  Status CheckOpenedChunk(int fd) const;
+  Status CheckOpenedChunk(int fd, struct stat* st) const;
   bool RetryStoreAfterEnospc(Chunk& c);
   // linked: this engine's link() created the entry and its bytes were not reserved in usage_ yet (see
   // Chunk::usage_reserved); false: EEXIST (another writer's entry) or already reserved.
   void PublishIndexed(Reactor& r, const ChunkKey& key, uint64_t bytes, bool linked = true);
   // C1: usage above the high watermark evicts LRU entries down to the low one (unlinks through r's ring).
   void EvictAboveHighWatermark(Reactor& r);
-  // Disk usage compared with the budget: the namespace's shared counter when there is one (C1), else the index's.
-  uint64_t UsageLocked() const { return usage_ ? usage_->Load() : disk_bytes_; }
+  // Disk usage compared with the budget: the namespace's usage records on a shared root (M2), else its shared
+  // counter on this host (C1), else the index's.
+  uint64_t UsageLocked() const { return ledger_ ? ledger_->Total() : usage_ ? usage_->Load() : disk_bytes_; }
+  // The shared usage, whichever kind this root has (usage_ or ledger_; none: no-ops). Reserve when a store starts
+  // writing; CommitReserved when its link made the entry; Release when it ends without one; Add for entries linked
+  // without a reservation (+) and for every unlink that removed an entry (-).
+  bool HasSharedUsage() const { return usage_ || ledger_; }
+  void UsageReserve(uint64_t bytes);
+  void UsageCommitReserved(uint64_t bytes);
+  void UsageRelease(uint64_t bytes);
+  void UsageAdd(int64_t bytes);
   // Adds the entries of a scan of the tree that the index lacks (at open: all of them; later: what other
   // instances published), oldest at the LRU front.
   Status MergeTreeIntoIndex();
@@ -223,6 +253,7 @@ class EngineImpl final : public Engine {
   int open_flags_extra_ = 0;  // O_DIRECT when direct I/O is on
   uint64_t open_resolve_ = 0; // RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS where the kernel has openat2 (K2)
   std::unique_ptr<SharedUsage> usage_;  // C1: the namespace's usage shared by every engine on this host
+  std::unique_ptr<UsageLedger> ledger_;  // M2: instead of usage_ on a shared root: shared by every host
   int64_t last_merge_ns_ = 0;           // guarded by index_mu_
   std::unique_ptr<ChecksumKey> checksum_key_;  // K3: set when options.checksum_secret is
   mode_t file_mode_ = 0640;
@@ -232,6 +263,9 @@ class EngineImpl final : public Engine {
   // leaves nothing behind and publication costs one metadata operation fewer. Probed at open; named temporaries
   // (create, write, link, unlink) where the filesystem lacks O_TMPFILE.
   bool tmpfile_publish_ = false;
+  // M1: the root is on a filesystem several hosts mount (network, cluster, FUSE: src/layout/shared_fs.h), probed at
+  // open. Anonymous temporaries are fsync'ed before linkat there; young bad entries are misses, not removed.
+  bool shared_root_ = false;
 
   // Commands from other threads: each reactor's queue (Reactor::commands) and stop_ are guarded by cmd_mu_.
   std::mutex cmd_mu_;
@@ -249,7 +283,12 @@ class EngineImpl final : public Engine {
     uint64_t bytes = 0;
     uint32_t pins = 0;  // loads in flight: never evicted while pinned
     std::list<ChunkKey>::iterator lru;
+    int64_t mtime_ns = 0;  // M3: the file's mtime as this engine last knew it (0: unknown)
   };
+  // M3, on a shared root: a victim whose file another host touched since this engine learnt its mtime (a hit
+  // there) is not evicted; it moves to the recent end with its new mtime. Requires index_mu_.
+  bool UsedElsewhereLocked(const ChunkKey& key, IndexEntry& e);
+
   mutable std::mutex index_mu_;
   std::unordered_map<ChunkKey, IndexEntry, ChunkKeyHash> index_;
   std::list<ChunkKey> lru_;
@@ -341,6 +380,8 @@ struct EngineImpl::Chunk {
                                 // so instances evict before the files exist rather than after
   bool enoent_retried = false;
   bool writes_done = false;
+  uint64_t opened_ino = 0;      // loads: the file's inode and mtime at open (M1)
+  int64_t opened_mtime_ns = 0;
   bool data_phase = false;      // counted in data_in_flight_
   int64_t started_ns = 0;
 };

@@ -270,7 +270,7 @@ void EngineImpl::OnCompletion(Reactor& r, const io::IoCompletion& cqe) {
     if (res == -ENOSPC || res == -EDQUOT) stats_.enospc_events.Add(1);
   }
   if (ctx.role == OpRole::kUnlinkEvicted) {
-    if (res == 0 && usage_) usage_->Add(-static_cast<int64_t>(ctx.len));
+    if (res == 0) UsageAdd(-static_cast<int64_t>(ctx.len));
     std::lock_guard<std::mutex> lock(index_mu_);
     if (res < 0 && res != -ENOENT) ReindexLocked(ctx.key, ctx.len);  // still on disk: a later eviction retries
     auto it = evicting_.find(ctx.key);
@@ -326,9 +326,16 @@ void EngineImpl::OnCompletion(Reactor& r, const io::IoCompletion& cqe) {
         break;
       }
       if (c->job->kind == JobKind::kLoad) {
-        Status shape = CheckOpenedChunk(c->fd);
+        struct stat st {};
+        Status shape = CheckOpenedChunk(c->fd, &st);
+        c->opened_ino = st.st_ino;
+        c->opened_mtime_ns = S_ISREG(st.st_mode) ? int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec : 0;
         if (!shape.ok()) {
-          QuarantineCorrupt(c->req.key, c->rel_path, shape);
+          if (YoungOnSharedRoot(*c)) {
+            ForgetEntry(c->req.key);  // M1: maybe another host's entry whose data is not visible here yet
+          } else {
+            QuarantineCorrupt(c->req.key, c->rel_path, shape, c->opened_ino);
+          }
           FailChunk(*c, shape.WithContext(c->rel_path));
           break;
         }
@@ -341,7 +348,12 @@ void EngineImpl::OnCompletion(Reactor& r, const io::IoCompletion& cqe) {
       if (res < 0) {
         FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "read " + c->rel_path));
       } else if (res == 0) {
-        QuarantineCorrupt(c->req.key, c->rel_path, Status(StatusCode::kCorrupt, "file shorter than its header says"));
+        if (YoungOnSharedRoot(*c)) {
+          ForgetEntry(c->req.key);  // M1: see YoungOnSharedRoot
+        } else {
+          QuarantineCorrupt(c->req.key, c->rel_path, Status(StatusCode::kCorrupt, "file shorter than its header says"),
+                            c->opened_ino);
+        }
         FailChunk(*c, Status(StatusCode::kCorrupt, "truncated chunk file " + c->rel_path));
       } else {
         stats_.bytes_read.Add(static_cast<uint64_t>(res));
@@ -383,12 +395,18 @@ void EngineImpl::OnCompletion(Reactor& r, const io::IoCompletion& cqe) {
       }
       break;
 
+    case OpRole::kCloseBeforeLink:
+      if (c->failed) break;
+      OnCloseBeforeLink(*c, res);
+      break;
+
     case OpRole::kLink:
       if (c->failed) break;
       if (res == 0 || res == -EEXIST) {
         // EEXIST: another writer published the same key first; its bytes are equally valid (L4).
         if (res == -EEXIST) stats_.stores_deduplicated.Add(1);
-        if (res != 0 && c->usage_reserved) usage_->Add(-static_cast<int64_t>(slot_bytes_));  // not ours
+        if (res != 0 && c->usage_reserved) UsageRelease(slot_bytes_);  // not ours
+        if (res == 0 && c->usage_reserved) UsageCommitReserved(slot_bytes_);
         PublishIndexed(r, c->req.key, kHeaderBytes + uint64_t(options_.identity.blocks_per_chunk) * block_stride_,
                        /*linked=*/res == 0 && !c->usage_reserved);
         c->usage_reserved = false;
@@ -557,7 +575,11 @@ void EngineImpl::LoadReadsDone(Chunk& c) {
     verdict = VerifyBlocks(*header, c.first_block, c.num_blocks, base + kHeaderBytes, checksum_key_.get());
   }
   if (!verdict.ok()) {
-    QuarantineCorrupt(c.req.key, c.rel_path, verdict);
+    if (YoungOnSharedRoot(c)) {
+      ForgetEntry(c.req.key);  // M1: see YoungOnSharedRoot
+    } else {
+      QuarantineCorrupt(c.req.key, c.rel_path, verdict, c.opened_ino);
+    }
     FailChunk(c, verdict.WithContext(c.rel_path));
     return;
   }
@@ -565,6 +587,7 @@ void EngineImpl::LoadReadsDone(Chunk& c) {
     trace_->Complete("load_read", "load", c.started_ns, io::NowNs() - c.started_ns, r.trace_tid,
                      {{"blocks", c.num_blocks}, {"job", c.job->id}});
   }
+  MaybeTouchEntry(c);
   s->ready = true;
   pool_->PublishReady(s->slot, s->slot_gen);
   if (s->resident) ResidentLoaded(s->key, s->slot, s->slot_gen, true);
@@ -694,8 +717,8 @@ void EngineImpl::BeginStoreWrite(Chunk& c) {
     FailChunk(c, s);
     return;
   }
-  if (usage_ && options_.disk_budget_bytes && !c.usage_reserved) {
-    usage_->Add(static_cast<int64_t>(slot_bytes_));
+  if (HasSharedUsage() && options_.disk_budget_bytes && !c.usage_reserved) {
+    UsageReserve(slot_bytes_);
     c.usage_reserved = true;
     EvictAboveHighWatermark(r);
   }
@@ -810,7 +833,10 @@ void EngineImpl::OnMkdirDone(Chunk& c, const OpCtx& ctx, int64_t res) {
 
 void EngineImpl::StoreWritesDone(Chunk& c) {
   Reactor& r = *c.reactor;
-  if (options_.fsync_on_publish && !c.writes_done) {
+  // M1: an anonymous temporary on a shared root is made durable to the filesystem's other clients before linkat
+  // names it (it stays open until then, so its close cannot do it first).
+  const bool sync = options_.fsync_on_publish || (shared_root_ && c.tmp_anonymous);
+  if (sync && !c.writes_done) {
     c.writes_done = true;
     io::IoOp op;
     op.code = io::OpCode::kFsync;
@@ -827,6 +853,32 @@ void EngineImpl::StoreWritesDone(Chunk& c) {
     c.slot = -1;
     ReturnJobSlot(c);
   }
+  if (c.tmp_anonymous) {
+    SubmitLink(c);
+  } else {
+    SubmitCloseBeforeLink(c);
+  }
+}
+
+void EngineImpl::SubmitCloseBeforeLink(Chunk& c) {
+  io::IoOp op;
+  op.code = io::OpCode::kClose;
+  op.fd = c.fd;
+  c.fd = -1;  // the close owns it now
+  OpCtx ctx{OpRole::kCloseBeforeLink, &c};
+  ctx.deadline_ns = Deadline();
+  SubmitOp(*c.reactor, std::move(ctx), op);
+}
+
+void EngineImpl::OnCloseBeforeLink(Chunk& c, int64_t res) {
+  if (res < 0) {  // NFS and FUSE report deferred write errors at close: the temporary's bytes are not all there
+    FailChunk(c, Status::FromErrno(static_cast<int>(-res), "close " + c.tmp_path));
+    return;
+  }
+  SubmitLink(c);
+}
+
+void EngineImpl::SubmitLink(Chunk& c) {
   io::IoOp op;
   op.code = io::OpCode::kLinkAt;
   op.dirfd = ns_->dirfd();
@@ -836,13 +888,40 @@ void EngineImpl::StoreWritesDone(Chunk& c) {
     ctx.path = "/proc/self/fd/" + std::to_string(c.fd);
     op.flags = AT_SYMLINK_FOLLOW;
   } else {
-    SubmitClose(r, c.fd);
-    c.fd = -1;
     ctx.path = c.tmp_path;
   }
   ctx.path2 = c.rel_path;
   ctx.deadline_ns = Deadline();
-  SubmitOp(r, std::move(ctx), op);
+  SubmitOp(*c.reactor, std::move(ctx), op);
+}
+
+int64_t EngineImpl::NegativeTtlNs() const {
+  const uint32_t ms = shared_root_ ? std::min(options_.negative_cache_ms, options_.shared_negative_cache_ms)
+                                   : options_.negative_cache_ms;
+  return static_cast<int64_t>(ms) * 1000000;
+}
+
+void EngineImpl::MaybeTouchEntry(const Chunk& c) {
+  if (options_.touch_interval_s == 0 || c.opened_mtime_ns == 0) return;
+  struct timespec now {};
+  clock_gettime(CLOCK_REALTIME, &now);
+  const int64_t now_ns = int64_t(now.tv_sec) * 1000000000 + now.tv_nsec;
+  if (now_ns - c.opened_mtime_ns < int64_t(options_.touch_interval_s) * 1000000000) return;
+  // Both times "now" (nullptr): write permission suffices, as in group-shared deployments (K2). Not following a
+  // symlink as the last component; the fan-out directories were checked when created (docs/operations.md, K2).
+  if (utimensat(ns_->dirfd(), c.rel_path.c_str(), nullptr, AT_SYMLINK_NOFOLLOW) != 0) return;
+  std::lock_guard<std::mutex> lock(index_mu_);
+  auto e = index_.find(c.req.key);
+  if (e != index_.end()) e->second.mtime_ns = now_ns;
+}
+
+bool EngineImpl::YoungOnSharedRoot(const Chunk& c) const {
+  if (!shared_root_ || c.opened_mtime_ns == 0) return false;  // only regular files seen at open
+  struct timespec now {};
+  clock_gettime(CLOCK_REALTIME, &now);
+  const int64_t now_ns = int64_t(now.tv_sec) * 1000000000 + now.tv_nsec;
+  // Writers' clocks may run ahead of ours: a future mtime is young too.
+  return now_ns - c.opened_mtime_ns < int64_t(options_.temp_max_age_s) * 1000000000;
 }
 
 // C2: on ENOSPC evict and retry once; the caller drops the store when this returns false.
@@ -992,7 +1071,7 @@ void EngineImpl::Settle(Chunk& c) {
   }
   if (c.job->kind == JobKind::kStore) {
     if (c.usage_reserved) {  // dropped: its bytes never became an entry
-      usage_->Add(-static_cast<int64_t>(slot_bytes_));
+      UsageRelease(slot_bytes_);
       c.usage_reserved = false;
     }
     if (c.preset_slot >= 0) {
@@ -1025,8 +1104,8 @@ void EngineImpl::MaybeRetireShare(ReadShare* s) {
   delete s;
 }
 
-Status EngineImpl::CheckOpenedChunk(int fd) const {
-  struct stat st;
+Status EngineImpl::CheckOpenedChunk(int fd, struct stat* out) const {
+  struct stat& st = *out;
   if (fstat(fd, &st) != 0) return Status::FromErrno(errno, "fstat");
   if (!S_ISREG(st.st_mode)) {
     return Status(StatusCode::kCorrupt,
@@ -1046,7 +1125,8 @@ Status EngineImpl::CheckOpenedChunk(int fd) const {
   return Status::Ok();
 }
 
-void EngineImpl::QuarantineCorrupt(const ChunkKey& key, const std::string& rel_path, const Status& why) {
+void EngineImpl::QuarantineCorrupt(const ChunkKey& key, const std::string& rel_path, const Status& why,
+                                   uint64_t opened_ino) {
   // K1: a bad entry is removed so no reader sees it again; the miss and the counter tell the operator.
   stats_.corrupt_entries.Add(1);
   ForgetEntry(key);
@@ -1070,8 +1150,13 @@ void EngineImpl::QuarantineCorrupt(const ChunkKey& key, const std::string& rel_p
   if (dfd >= 0) {
     const std::string name = rel_path.substr(rel_path.rfind('/') + 1);
     struct stat st;
-    const bool directory = fstatat(dfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode);
-    if (unlinkat(dfd, name.c_str(), directory ? AT_REMOVEDIR : 0) != 0 && errno != ENOENT && errno != ENOTEMPTY) {
+    const bool named = fstatat(dfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
+    const bool directory = named && S_ISDIR(st.st_mode);
+    // M1: the name points at another file than the one that failed (a writer republished it): leave it. (A
+    // replacement between this check and the unlink is not excluded; it costs that writer's entry one miss.)
+    if (named && opened_ino != 0 && st.st_ino != opened_ino) {
+      // nothing to remove
+    } else if (unlinkat(dfd, name.c_str(), directory ? AT_REMOVEDIR : 0) != 0 && errno != ENOENT && errno != ENOTEMPTY) {
       stats_.io_errors.Add(1);
     }
     close(dfd);
@@ -1098,7 +1183,8 @@ const char* EngineImpl::OpRoleName(OpRole r) {
     case OpRole::kRead: return "read";
     case OpRole::kWrite: return "write";
     case OpRole::kFsync: return "fsync";
-    case OpRole::kClose: return "close";
+    case OpRole::kClose:
+    case OpRole::kCloseBeforeLink: return "close";
     case OpRole::kLink: return "link";
     case OpRole::kUnlinkTmp:
     case OpRole::kUnlinkCorrupt:

@@ -52,6 +52,11 @@ class DirHandle {
   DIR* dir_ = nullptr;
 };
 
+bool IsRealDirectory(int dirfd, const char* name) {
+  struct stat st;
+  return fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode);
+}
+
 class Walker {
  public:
   Walker(const Namespace& ns, const std::function<void(const EntryInfo&)>& visit) : ns_(ns), visit_(visit) {
@@ -64,7 +69,10 @@ class Walker {
     errno = 0;
     while (struct dirent* e = readdir(top.get())) {
       const char* name = e->d_name;
-      if (!IsDotOrDotDot(name) && std::strcmp(name, "MANIFEST") != 0) {
+      // MANIFEST and usage/ (the per-engine usage records of M2, layout/usage_ledger.h) are kvtier's own.
+      const bool usage_dir = std::strcmp(name, "usage") == 0 && (e->d_type == DT_DIR || e->d_type == DT_UNKNOWN) &&
+                             IsRealDirectory(top.fd(), name);
+      if (!IsDotOrDotDot(name) && std::strcmp(name, "MANIFEST") != 0 && !usage_dir) {
         if (IsFanoutName(name) && (e->d_type == DT_DIR || e->d_type == DT_UNKNOWN)) {
           KVTIER_RETURN_IF_ERROR(WalkFirstLevel(top.fd(), name));
         } else {

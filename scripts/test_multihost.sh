@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The multi-host suite (SPEC M4, tests/multihost): brings up a real MooseFS (scripts/dfs/moosefs.sh: master and
+# chunkserver in one network namespace, one FUSE client mount per host namespace), runs the engines of hosts a, b
+# (and c) as separate processes in their namespaces on their mounts, prints the figures, tears it all down.
+#
+#   scripts/test_multihost.sh [-k CASE]...      (arguments go to tests/multihost/test_multihost.py)
+#
+# KVTIER_MULTIHOST_VLLM=1 also runs two vLLM CPU servers, one per host, on the shared root
+# (tests/multihost/vllm_two_hosts.py) in the vLLM venv of scripts/setup_vllm.sh (KVTIER_VENV_ROOT applies), with
+# kvtier installed there from this tree (build-vllm/, as scripts/test_vllm.sh does).
+#
+# Environment: KVTIER_SKIP_APT=1 skips the Debian install step (scripts/dfs/setup_moosefs.sh); KVTIER_BUILD_DIR
+# (default build/dev) is where kvtier_mh_engine and kvtier are built.
+# Skips (exit 0, saying why) only where a capability is missing: root (network namespaces, mounts), /dev/fuse,
+# `ip netns`. Anything else that fails is a failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+skip() {
+  echo "multihost: SKIPPED: $*" >&2
+  exit 0
+}
+[ "$(id -u)" = 0 ] || skip "needs root (network namespaces, FUSE mounts); run as root or in a privileged container"
+[ -c /dev/fuse ] || skip "no /dev/fuse (FUSE is not available in this kernel or container)"
+probe=kvtprobe$$
+ip netns add "$probe" 2>/dev/null || skip "cannot create a network namespace (ip netns add: CAP_SYS_ADMIN/NET_ADMIN)"
+ip netns del "$probe"
+
+[ "${KVTIER_SKIP_APT:-0}" = 1 ] || { scripts/setup.sh && scripts/dfs/setup_moosefs.sh; }
+build=${KVTIER_BUILD_DIR:-build/dev}
+if [ ! -f "$build/CMakeCache.txt" ]; then cmake --preset dev >/dev/null; fi
+cmake --build "$build" -j"$(nproc)" --target kvtier_mh_engine kvtier >/dev/null
+
+dfs=$(mktemp -d /tmp/kvtier-dfs.XXXXXX)
+cleanup() {
+  scripts/dfs/moosefs.sh down "$dfs" || echo "multihost: teardown of $dfs reported a problem" >&2
+  rm -rf "$dfs"
+}
+trap cleanup EXIT
+start=$(date +%s)
+scripts/dfs/moosefs.sh up "$dfs" a b c >/dev/null
+echo "multihost: MooseFS up in $(grep KVTIER_DFS_UP_MS "$dfs/env" | cut -d= -f2) ms (hosts a b c)"
+rc=0
+python3 tests/multihost/test_multihost.py --env "$dfs/env" --tool "$build/kvtier_mh_engine" \
+  --kvtier "$build/kvtier" "$@" || rc=$?
+if [ "${KVTIER_MULTIHOST_VLLM:-0}" = 1 ]; then
+  echo "=== multihost: two vLLM servers (hosts a, b) on one root ==="
+  venv=$(scripts/setup_vllm.sh | tail -n1)
+  "$venv/bin/python" -c "import scikit_build_core, nanobind" 2>/dev/null ||
+    "$venv/bin/python" -m pip install -q scikit-build-core==1.1.2 nanobind==3.1.0
+  "$venv/bin/python" -m pip install -q --no-deps --no-build-isolation -Cbuild-dir=build-vllm/{wheel_tag} .
+  mkdir -p build/multihost-logs
+  repo=$(pwd)
+  # From outside the repository: `kvtier` must be the installed package, not python/kvtier.
+  (cd /tmp && "$venv/bin/python" "$repo/tests/multihost/vllm_two_hosts.py" --env "$dfs/env" \
+     --logs "$repo/build/multihost-logs") || rc=$?
+fi
+echo "multihost: done in $(($(date +%s) - start)) s"
+exit "$rc"
