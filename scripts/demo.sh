@@ -58,24 +58,14 @@ py="$venv/bin/python"
 [[ -x "$py" ]] || die "no python in the vLLM venv $venv"
 
 if want disk; then
-    # Install the kvtier package (C++ engine + extension + vLLM adapter) into the vLLM venv, rebuilding only when a
-    # source file changed since the last install (stamp: hash of the tracked sources and their contents).
-    stamp_file="$venv/.kvtier-demo-install"
-    stamp=$(git ls-files -co --exclude-standard -- CMakeLists.txt CMakePresets.json pyproject.toml src include \
-                python/kvtier cmake 2>/dev/null | LC_ALL=C sort | while read -r f; do [[ -f "$f" ]] && echo "$f"; done \
-            | xargs -d '\n' sha256sum | sha256sum | cut -c1-16)
-    if [[ "$(cat "$stamp_file" 2>/dev/null)" != "$stamp" ]] || ! "$py" -c "import kvtier._kvtier" 2>/dev/null; then
-        say "installing kvtier into $venv (C++ build, a few minutes the first time)"
-        "$py" -c "import scikit_build_core, nanobind" 2>/dev/null \
-            || "$py" -m pip install -q --disable-pip-version-check "scikit-build-core>=0.10" "nanobind>=2.0" >&2 \
-            || die "could not install the build requirements (scikit-build-core, nanobind) into $venv"
-        # Same CMake tree as scripts/test_vllm.sh (incremental rebuilds).
-        CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) "$py" -m pip install -q --disable-pip-version-check --no-deps \
-            --no-build-isolation -C build-dir="build-vllm/{wheel_tag}" . >&2 \
-            || die "the kvtier package does not build (pip install . failed above); the kvtier configurations need it.
+    # Install this checkout's kvtier package (C++ engine + extension + vLLM adapter) into the vLLM venv unless it
+    # holds exactly this checkout's build (scripts/kvtier_install.sh: a stamp keyed by the sources' hash and the
+    # installed files, so another clone's install into a shared venv is never taken for ours; the same CMake tree
+    # as scripts/test_vllm.sh).
+    say "checking the kvtier install in $venv (a C++ build of a few minutes when the sources changed)"
+    source scripts/kvtier_install.sh
+    kvtier_install_into "$venv" || die "the kvtier package does not build (above); the kvtier configurations need it.
       Run only the recompute configuration with KVTIER_DEMO_CONFIGS=recompute."
-        echo "$stamp" > "$stamp_file"
-    fi
     "$py" -c "import kvtier._kvtier" 2>/dev/null \
         || die "kvtier is installed in $venv but its extension does not import: $("$py" -c 'import kvtier._kvtier' 2>&1 | tail -n1)"
     "$py" -c "import kvtier.vllm" 2>/dev/null \

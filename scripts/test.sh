@@ -1,17 +1,28 @@
 #!/usr/bin/env bash
-# The whole test suite: C++ unit, contract, multi-process and crash tests in the dev build, then the same suites
-# under AddressSanitizer (+LeakSanitizer, UBSan) and ThreadSanitizer, then the Python/vLLM end-to-end tests.
-# Fails on the first failure. For a fast local loop: KVTIER_TEST_QUICK=1 skips the sanitizer builds and
-# KVTIER_TEST_VLLM=0 the vLLM tests (CI=true runs everything).
+# The whole test suite, in this order; fails on the first failure:
+#   1. C++ unit, contract, multi-process and crash tests in the dev build (CMake preset dev, ctest)
+#   2. the same suites under AddressSanitizer (+LeakSanitizer, UBSan) and ThreadSanitizer (presets asan, tsan)
+#   3. the CUDA copier compiled and linked (preset cuda, targets kvtier_cuda and kvtier_gpu_bench), where nvcc is;
+#      nothing runs it here (scripts/gpu_bench.sh does, on a GPU machine)
+#   4. the libFuzzer targets, 30 s each from the committed corpus (scripts/fuzz.sh), where clang links them
+#   5. the Python package's tests in the project venv .venv (scripts/test_python.sh)
+#   6. the vLLM tests in the pinned vLLM venv: the adapter's unit tests, real servers on the tiny model, the README's
+#      own commands (scripts/test_vllm.sh)
+# For a fast local loop: KVTIER_TEST_QUICK=1 skips the sanitizer builds, KVTIER_TEST_FUZZ=0 the fuzzers and
+# KVTIER_TEST_VLLM=0 the vLLM tests (CI=true runs everything). With CI=true (or KVTIER_WERROR=ON) every preset is
+# built with -DKVTIER_WERROR=ON: a compiler warning in kvtier's own code fails the build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 jobs=$(nproc)
 
+werror=()
+if [ "${CI:-}" = true ] || [ "${KVTIER_WERROR:-}" = ON ]; then werror=(-DKVTIER_WERROR=ON); fi
+
 run_preset() {
   local preset=$1
   echo "=== build ($preset) ==="
-  cmake --preset "$preset" >/dev/null
+  cmake --preset "$preset" "${werror[@]}" >/dev/null
   cmake --build --preset "$preset" -j"$jobs"
   echo "=== test ($preset) ==="
   ctest --preset "$preset" --timeout 600
@@ -40,7 +51,7 @@ fi
 # GPU machine).
 if command -v nvcc >/dev/null; then
   echo "=== build (cuda: kvtier_cuda, kvtier_gpu_bench) ==="
-  cmake --preset cuda >/dev/null
+  cmake --preset cuda "${werror[@]}" >/dev/null
   cmake --build --preset cuda -j"$jobs" --target kvtier_cuda kvtier_gpu_bench
 fi
 # libFuzzer targets (fuzz/): chunk header, MANIFEST, config parsers, 30 s each from the committed seed corpus.

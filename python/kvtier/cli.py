@@ -1,7 +1,9 @@
-"""The `kvtier` console script: runs the C++ CLI installed in the package (kvtier/bin/kvtier) with the same argv.
+"""The `kvtier` console script (installed by `pip install .`, README.md): one command for the C++ CLI and the
+vLLM-facing tools of this package.
 
-Subcommands the C++ CLI does not know (e.g. `kvtier bench longdoc`, which drives vLLM) are to be handled here,
-before the exec; today every command goes to the binary.
+`calibrate`, `replay` and `bench longdoc` run here (they drive vLLM over HTTP); every other argv, `--help`
+included, goes to the C++ CLI installed in the package (kvtier/bin/kvtier, tools/main.cc), whose usage text lists
+all commands, these three too, with their docs.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ def main(argv: list[str] | None = None) -> int:
     if args[:1] == ["replay"]:
         from kvtier import replay
         return replay.main(args[1:])
+    if args[:2] == ["bench", "longdoc"]:
+        from kvtier import bench_longdoc
+        return bench_longdoc.main(args[2:])
     exe = binary_path()
     if not os.access(exe, os.X_OK):
         print(f"kvtier: the C++ CLI is missing at {exe}; reinstall with pip install .", file=sys.stderr)

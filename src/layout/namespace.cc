@@ -87,13 +87,20 @@ Result<std::string> Unescape(std::string_view field, std::string_view v) {
 template <typename T>
 Status ParseNumber(std::string_view field, std::string_view v, T* out) {
   if (v.empty()) return ManifestError(field, "empty number");
-  if (v.size() > 1 && v[0] == '0') return ManifestError(field, "number '" + std::string(v) + "' has a leading zero");
+  // The value quoted as an lvalue: GCC 12 warns -Wrestrict (a false positive, GCC bug 105329) on
+  // `"literal" + std::string(v)` (operator+ of a pointer and an rvalue string) in optimized builds.
+  const auto quoted = [&v](const char* before, const char* after) {
+    std::string s(before);
+    s.append(v).append(after);
+    return s;
+  };
+  if (v.size() > 1 && v[0] == '0') return ManifestError(field, quoted("number '", "' has a leading zero"));
   for (char c : v) {
-    if (c < '0' || c > '9') return ManifestError(field, "'" + std::string(v) + "' is not a decimal number");
+    if (c < '0' || c > '9') return ManifestError(field, quoted("'", "' is not a decimal number"));
   }
   auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), *out);
   if (ec != std::errc() || ptr != v.data() + v.size()) {
-    return ManifestError(field, "number '" + std::string(v) + "' is out of range");
+    return ManifestError(field, quoted("number '", "' is out of range"));
   }
   return Status::Ok();
 }

@@ -66,9 +66,15 @@ void AppendHistogramJson(std::string& out, const HistogramSnapshot& h) {
   for (size_t i = 0; i < h.buckets.size(); ++i) {
     const HistogramBucket& b = h.buckets[i];
     if (i > 0) out += ", ";
-    out += "[" + std::to_string(b.lower_us) + ", " +
-           (b.upper_us == UINT64_MAX ? std::string("null") : std::to_string(b.upper_us)) + ", " +
-           std::to_string(b.count) + "]";
+    // Appended piece by piece: GCC 12 warns -Wrestrict (a false positive, GCC bug 105329) on `"[" + rvalue string`
+    // in optimized builds.
+    out += '[';
+    out += std::to_string(b.lower_us);
+    out += ", ";
+    out += b.upper_us == UINT64_MAX ? std::string("null") : std::to_string(b.upper_us);
+    out += ", ";
+    out += std::to_string(b.count);
+    out += ']';
   }
   out += "]}";
 }

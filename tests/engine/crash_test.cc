@@ -47,7 +47,7 @@ EngineOptions Options(const std::string& root) {
   EngineOptions o;
   o.root = root;
   o.identity.model = "crash";
-  o.identity.revision = "1";
+  o.identity.revision = "r1";  // not a 1-char literal: GCC 12 -Wrestrict false positive (GCC bug 105329)
   o.identity.kv_dtype = "bfloat16";
   o.identity.tokens_per_chunk = 64;
   o.identity.blocks_per_chunk = kBlocks;

@@ -183,6 +183,25 @@ TEST_F(CliTest, UnknownFlagExitsTwoNamingTheFlagAndTheAcceptedOnes) {
   EXPECT_EQ(Kvtier("stats --help").rc, 0);
 }
 
+// `kvtier --help` is the one list of every command, the Python package's too, each with the docs that cover it.
+TEST_F(CliTest, HelpListsEveryCommandWithItsDocs) {
+  CliRun r = Kvtier("--help");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  for (const char* cmd : {"bench io ", "bench meta ", "bench longdoc ", "stats ", "fsck ", "gc ", "calibrate ",
+                          "replay "}) {
+    const size_t at = r.out.find(std::string("\n  ") + cmd);
+    ASSERT_NE(at, std::string::npos) << cmd << " missing from:\n" << r.out;
+    const std::string line = r.out.substr(at + 1, r.out.find('\n', at + 1) - at - 1);
+    EXPECT_NE(line.find("docs/"), std::string::npos) << "no docs named on: " << line;
+  }
+  // This binary alone does not run the Python package's commands: it says where they are.
+  for (const char* cmd : {"calibrate --help", "replay", "bench longdoc --url x"}) {
+    r = Kvtier(cmd);
+    EXPECT_EQ(r.rc, 1) << cmd << ": " << r.out;
+    EXPECT_NE(r.out.find("command of the Python package"), std::string::npos) << r.out;
+  }
+}
+
 TEST_F(CliTest, BadRootsAreOneLineErrorsWithExitOne) {
   CliRun r = Kvtier("stats --root " + root_ + "/missing");
   EXPECT_EQ(r.rc, 1);

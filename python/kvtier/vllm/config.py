@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .compat import VLLM_KEYS, logger
@@ -186,6 +186,24 @@ def parse_config(extra: Mapping[str, Any]) -> dict[str, Any]:
         raise ValueError("kvtier: kv_connector_extra_config key 'kvtier_checksum_secret' is shorter than 16 bytes; "
                          "accepted: 'file:<path of a key file>' or a secret of at least 16 bytes ('' = off)")
     return out
+
+
+# Tokens per chunk when kv_connector_extra_config has neither block_size nor blocks_per_chunk (vLLM's own default is
+# one GPU block, i.e. a 16-token file): one chunk is one file and one disk operation, docs/vllm-integration.md.
+DEFAULT_TOKENS_PER_CHUNK = 256
+
+
+def default_blocks_per_chunk(tokens_per_block: Iterable[int]) -> int:
+    """GPU blocks per chunk for DEFAULT_TOKENS_PER_CHUNK tokens; a block of that size or more is a chunk alone.
+    Raises ValueError saying what to set when the block size does not divide it."""
+    tpb = max(tokens_per_block, default=0)
+    if tpb >= DEFAULT_TOKENS_PER_CHUNK or tpb <= 0:
+        return 1
+    if DEFAULT_TOKENS_PER_CHUNK % tpb:
+        raise ValueError(f"kvtier: --block-size {tpb} does not divide the default chunk of "
+                         f"{DEFAULT_TOKENS_PER_CHUNK} tokens; set kv_connector_extra_config key 'block_size' to a "
+                         f"multiple of {tpb} (e.g. {tpb * max(1, DEFAULT_TOKENS_PER_CHUNK // tpb)})")
+    return DEFAULT_TOKENS_PER_CHUNK // tpb
 
 
 _hashseed_warned = False

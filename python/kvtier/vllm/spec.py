@@ -34,6 +34,8 @@ class KVTierSpec(OffloadingSpec):
         if len(set(self.tokens_per_block)) > 1:
             raise ValueError(f"kvtier: KV cache groups with different block sizes {self.tokens_per_block} are "
                              "not supported")
+        if "block_size" not in self.extra_config and "blocks_per_chunk" not in self.extra_config:
+            self.blocks_per_chunk = cfg.default_blocks_per_chunk(self.tokens_per_block)  # vLLM reads it from the spec
         self._manager: KVTierManager | None = None
         self._worker: KVTierWorker | None = None
 
