@@ -106,7 +106,7 @@ kv_bytes_per_token=$("$py" -c "import json; print(json.load(open('$model_dir/kvt
 pool_bytes=$(( kv_bytes_per_token * (doc_tokens + 1024) * num_docs * 2 ))
 (( pool_bytes >= 268435456 )) || pool_bytes=268435456
 kvtier_config() {
-    printf '{"kv_connector":"OffloadingConnector","kv_role":"kv_both","kv_connector_extra_config":{"spec_name":"KVTierSpec","spec_module_path":"kvtier.vllm","block_size":256,"kvtier_root":"%s","kvtier_pool_bytes":%d}}' \
+    printf '{"kv_connector":"KVTierConnector","kv_connector_module_path":"kvtier.vllm","kv_role":"kv_both","kv_connector_extra_config":{"spec_name":"KVTierSpec","spec_module_path":"kvtier.vllm","block_size":256,"kvtier_root":"%s","kvtier_pool_bytes":%d}}' \
         "$kv_root" "$pool_bytes"
 }
 

@@ -11,8 +11,8 @@ Three steps, the first two on the GPU machine (scripts/gpu_frontier.sh runs them
              dram  - the same chunks, now resident in the pool: promote (ready) + pin + one copy launch + wait.
              Every load lands on poisoned blocks and is compared with the stored KV bit for bit.
   recompute  f(D): prefill time of D tokens with transformers, random bf16 weights of the real architecture (SDPA),
-             through kvtier.calibrate.offline_recompute (one warm-up per size, as shared/baselines/h200_baseline.py).
-  analyze    per model: kvtier.calibrate's frontier model (break-even prefix fraction per document size and tier,
+             through kvtier.tools.calibrate.offline_recompute (one warm-up per size, as shared/baselines/h200_baseline.py).
+  analyze    per model: kvtier.tools.calibrate's frontier model (break-even prefix fraction per document size and tier,
              min_load_tokens), thresholds file (docs/break-even.md), speedup map and minimum-bandwidth plots, plus
              the same model with a 13.5 GB/s SSD in place of this box's disk (the paper's drive) for comparison.
 
@@ -383,7 +383,7 @@ def run_load(a) -> int:
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# f(D): prefill with transformers (kvtier.calibrate.offline_recompute)
+# f(D): prefill with transformers (kvtier.tools.calibrate.offline_recompute)
 # ----------------------------------------------------------------------------------------------------------------
 
 def run_recompute(a) -> int:
@@ -391,7 +391,7 @@ def run_recompute(a) -> int:
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     import torch
     import transformers
-    from kvtier import calibrate
+    from kvtier.tools import calibrate
 
     sizes = _int_list(a.sizes)
     out = {"what": "f(D): transformers prefill, random bf16 weights", "sizes": sizes, "reps": a.reps,
@@ -454,7 +454,7 @@ def analyze_model(calibrate, name: str, rec: dict, load: dict | None, out: Path,
     model = calibrate.build_model(summary, kvb, TOKENS_PER_CHUNK)
     model["measured_with"] = ("f(D): transformers prefill, random bf16 weights, SDPA; g(P): kvtier engine + CUDA "
                               "copier into vLLM-shaped GPU tensors (no request overhead on either side)")
-    th = calibrate._json_safe(calibrate.thresholds(model, name))
+    th = calibrate.json_safe(calibrate.thresholds(model, name))
     calibrate.write_json(out / f"thresholds-{name}.json", th)
     # the paper's drive in place of this box's disk: same f; g_disk(P) = g_dram(P) + KV bytes / 13.5 GB/s (the read,
     # then this path's DRAM hit: no overlap, so an upper bound for such a drive behind this engine)
@@ -516,7 +516,7 @@ def frontier_table(results: dict) -> str:
     lines = ["| model | D | f(D) ms | g disk(D) ms | g DRAM(D) ms | break-even P/D disk | break-even P/D DRAM | "
              "P/D, 13.5 GB/s drive | causal: disk P* / D | min GB/s |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    from kvtier import calibrate
+    from kvtier.tools import calibrate
 
     def pct(v):
         return "never" if v is None else f"{100 * v:.1f}%"
@@ -546,7 +546,7 @@ def frontier_table(results: dict) -> str:
 
 
 def run_analyze(a) -> int:
-    from kvtier import calibrate
+    from kvtier.tools import calibrate
     rec = json.load(open(a.recompute))
     load = json.load(open(a.load)) if a.load and os.path.exists(a.load) else {"models": {}}
     out = Path(a.out)
@@ -566,7 +566,7 @@ def run_analyze(a) -> int:
                             "paper_ssd_model": r["paper_ssd_model"],
                             "min_load_tokens": {t: r["thresholds"]["tiers"][t]["min_load_tokens"]
                                                 for t in ("dram", "disk")}} for n, r in results.items()}}
-    calibrate.write_json(out / a.name, calibrate._json_safe(doc))
+    calibrate.write_json(out / a.name, calibrate.json_safe(doc))
     return 0
 
 

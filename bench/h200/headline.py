@@ -10,10 +10,11 @@ cache. Run on the GPU box by scripts/h200/headline.sh; `summarize` and `plot` ru
 What runs. One model directory with Llama-3.2-3B's published shape (config.json only, weights are `--load-format
 dummy`) and a word-level tokenizer over a synthetic vocabulary (kvtier.tiny_model), so nothing is downloaded. One
 vLLM OpenAI server per system, all started at once with the same flags except the KV connector (staggered by a few
-seconds; each gets a fixed KV cache, --kv-cache-memory-bytes, so they share the GPU), then benchmarked one after
-the other with kvtier.bench_longdoc (token-id prompts, streaming TTFT): per document size a warm-up phase (each
-document once: this is what fills the caches) and a query phase (each document again with the whole document
-reused and a new question), `--concurrency` requests in flight.
+seconds; each gets a fixed KV cache, --kv-cache-memory-bytes, so they share the GPU; kvtier.tools.launcher), then
+benchmarked one after the other with the long-document benchmark (kvtier.tools.longdoc: token-id prompts,
+streaming TTFT): per document size a warm-up phase (each document once: this is what fills the caches) and a query
+phase (each document again with the whole document reused and a new question), `--concurrency` requests in
+flight.
 
   baseline             no connector. Its warm-up TTFT is the full recompute; its query TTFT is the GPU prefix cache.
   kvtier-dram          kvtier, pool large enough for every document of a size: the query finds the prefix in the
@@ -37,7 +38,6 @@ import json
 import os
 import shlex
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -47,6 +47,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "python"))
+
+from kvtier.tools.launcher import VllmServer, kvtier_transfer_config, server_env  # noqa: E402
 
 SHAPES = {}
 SHAPES["llama-3.2-3b"] = {
@@ -125,8 +127,7 @@ def system_config(name: str, a: argparse.Namespace, work: Path) -> tuple[list[st
     if name.startswith("kvtier"):
         root = work / name
         root.mkdir(parents=True, exist_ok=True)
-        extra = {"spec_name": "KVTierSpec", "spec_module_path": "kvtier.vllm", "block_size": 256,
-                 "kvtier_root": str(root), "kvtier_stats_interval_s": 5}
+        extra: dict = {"kvtier_stats_interval_s": 5}
         if name == "kvtier-dram":
             extra["kvtier_pool_bytes"] = tiered
         else:
@@ -140,8 +141,7 @@ def system_config(name: str, a: argparse.Namespace, work: Path) -> tuple[list[st
             extra["kvtier_thresholds_path"] = gate
         if a.timeline:  # the connector's per-request event log (python/kvtier/vllm/metrics.py, "Timeline")
             env["KVTIER_TIMELINE_DIR"] = str(Path(a.logs or a.out).resolve() / f"timeline-{name}")
-        cfg = {"kv_connector": "KVTierConnector", "kv_connector_module_path": "kvtier.vllm", "kv_role": "kv_both",
-               "kv_connector_extra_config": extra}
+        cfg = kvtier_transfer_config(root, **extra)
         return ["--kv-transfer-config", json.dumps(cfg)], env, knobs
     if name == "native":
         root = work / "native"
@@ -163,50 +163,19 @@ def system_config(name: str, a: argparse.Namespace, work: Path) -> tuple[list[st
     raise ValueError(f"unknown system {name!r}; known: {', '.join(SYSTEMS)}")
 
 
-class Server:
+class Server(VllmServer):
+    """One system's server (kvtier.tools.launcher); `extra_env` is what it adds to this process's environment."""
+
     def __init__(self, name: str, port: int, argv: list[str], env: dict[str, str], log_path: Path):
-        self.name, self.port, self.argv, self.env, self.log_path = name, port, argv, env, log_path
-        self.proc: subprocess.Popen | None = None
-        self.ready = False
-        self.error = ""
-        self.started = 0.0
-        self.ready_s = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        self.started = time.monotonic()
-        out = open(self.log_path, "w")
-        self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **self.env},
-                                     start_new_session=True)
+        super().__init__(argv, server_env(cpu=False, **env), log_path, port, name=name, stop_timeout_s=15)
+        self.extra_env = env
 
     def poll_ready(self) -> bool:
-        if self.ready or self.error:
-            return self.ready
-        if self.proc.poll() is not None:
-            self.error = f"exited with {self.proc.returncode} before /health: " + tail(self.log_path, 6)
-            return False
-        try:
-            with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
-                if r.status == 200:
-                    self.ready = True
-                    self.ready_s = time.monotonic() - self.started
-        except Exception:
-            pass
-        return self.ready
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
-                self.proc.wait(timeout=15)
-            except Exception:
-                try:
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                except Exception:
-                    pass
+        failed_before = bool(self.error)
+        ready = super().poll_ready()
+        if self.error and not failed_before:
+            self.error += ": " + tail(self.log_path, 6)
+        return ready
 
 
 def tail(path: Path, n: int) -> str:
@@ -277,7 +246,7 @@ def run(a: argparse.Namespace) -> int:
                               logs / f"server-{name}.log"))
     if a.dry_run:
         for s in servers:
-            print(" ".join(f"{k}={shlex.quote(v)}" for k, v in s.env.items()), shlex.join(s.argv))
+            print(" ".join(f"{k}={shlex.quote(v)}" for k, v in s.extra_env.items()), shlex.join(s.argv))
         return 0
 
     result = {"what": "headline: long-document TTFT in vLLM on one GPU (issue 8)", "model": MODEL["name"],

@@ -25,7 +25,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from kvtier.bench_longdoc import FIRST_WORD_ID, Server as Client, metric_deltas, _rng, _words
+from kvtier.tools.client import ApiClient as Client, metric_deltas
+from kvtier.tools.longdoc.prompts import FIRST_WORD_ID, seeded_rng, words
 
 
 def block_device_stat(path: Path) -> Path | None:
@@ -46,7 +47,7 @@ def sectors_read(stat: Path | None) -> int | None:
 
 def conversation(c: int, tokens: int, vocab: int) -> list[int]:
     """The first `tokens` tokens of conversation c (deterministic; every turn extends the same stream)."""
-    return [1] + _words(tokens - 1, _rng(8, c), vocab)
+    return [1] + words(tokens - 1, seeded_rng(8, c), vocab)
 
 
 def multiturn(server, model: dict, kn: dict, a, root: Path) -> dict:

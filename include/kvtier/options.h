@@ -1,10 +1,16 @@
 // EngineOptions: everything an Engine is configured with. Validate() checks every field and names the bad one.
+// OptionSchema() describes every field that can be set by name (type, range, default, documentation): the
+// extension's options dict, the vLLM adapter's kvtier_* keys and their table in docs/vllm-integration.md are built
+// from it (src/engine/options.cc holds the rows).
 #pragma once
 
 #include <sys/types.h>
 
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
 
 #include "kvtier/status.h"
 
@@ -97,5 +103,50 @@ struct EngineOptions {
 
   Status Validate() const;
 };
+
+// --- The options schema --------------------------------------------------------------------------------------------
+
+enum class OptionType {
+  kString,    // any string; min: the shortest length accepted
+  kPath,      // a directory that must exist (a string; min: the shortest length)
+  kSecret,    // checksum_secret's rule: "" (off), "file:<path>", or at least 16 bytes
+  kChoice,    // one of `choices`
+  kBool,
+  kCount,     // an unsigned integer in [min, max]
+  kBytes,     // a byte count in [min, max] (front ends accept sizes like "512MiB")
+  kFraction,  // a real number in [min, max]
+  kMode,      // a permission mode (at most 07777) that gives the owner rwx
+};
+
+using OptionValue = std::variant<bool, uint64_t, double, std::string>;
+
+struct OptionSpec {
+  const char* field;     // the EngineOptions member ("io_depth", "identity.model")
+  const char* name;      // its name in options dicts ("io_depth", "model")
+  OptionType type;
+  double min, max;       // kCount, kBytes, kFraction: the accepted range; kString, kPath: min = shortest length
+  const char* choices;   // kChoice: "a|b|c"
+  const char* vllm_key;  // the kv_connector_extra_config key offered to vLLM users, or nullptr (not offered)
+  const char* doc;
+  OptionValue (*get)(const EngineOptions&);
+  void (*set)(EngineOptions&, const OptionValue&);  // value of the row's type, already checked
+};
+
+// Every settable option, in documentation order.
+const std::vector<OptionSpec>& OptionSchema();
+// The row of option `name` (its name in options dicts), or nullptr.
+const OptionSpec* FindOption(std::string_view name);
+// Whether `value` (of the row's type: bool, uint64_t, double or string) is acceptable for the option:
+// "option <field>: <why>" (kInvalidArgument) when it is not.
+Status CheckOption(const OptionSpec& spec, const OptionValue& value);
+// The rules over several options (low_watermark <= high_watermark, ...): Validate() = CheckOption of every row,
+// then this.
+Status CheckOptionCombinations(const EngineOptions& options);
+// CheckOption, then stores the value in *options.
+Status SetOption(EngineOptions* options, const OptionSpec& spec, const OptionValue& value);
+// The accepted values in words ("1..1024", "lru | arc", "a permission mode with owner rwx").
+std::string OptionAccepted(const OptionSpec& spec);
+// "bool", "count", "bytes", ...
+const char* OptionTypeName(OptionType type);
 
 }  // namespace kvtier

@@ -41,6 +41,7 @@
 #include "layout/chunk_format.h"
 #include "policy/preload_planner.h"
 #include "staging/staging_pool.h"
+#include "transfer/device_copier.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -101,21 +102,13 @@ nb::bytes KeyToBytes(const ChunkKey& key) {
 
 // --- Options -------------------------------------------------------------------------------------------------------
 
-constexpr const char* kOptionNames[] = {
-    "root",          "model",          "revision",          "kv_dtype",        "tokens_per_chunk",
-    "blocks_per_chunk", "block_bytes", "tp_size",           "pp_size",         "layout_tag",
-    "pool_bytes",    "demand_reserve_slots", "pool_name",   "backend",         "io_mode",
-    "io_depth",      "reactors",       "posix_threads",  "op_timeout_ms",     "fsync_on_publish", "disk_budget_bytes",
-    "high_watermark", "low_watermark", "dir_mode",          "negative_cache_ms", "temp_max_age_s",
-    "trace_path",    "pool_populate", "anonymous_temporaries", "allow_insecure_root", "checksum_secret",
-    "dram_policy",   "dram_max_slots", "shared_negative_cache_ms", "touch_interval_s",
-};
+// Names and types come from the options schema (OptionSchema(), src/engine/options.cc).
 
 std::string AcceptedOptions() {
   std::string s;
-  for (const char* name : kOptionNames) {
+  for (const OptionSpec& spec : OptionSchema()) {
     if (!s.empty()) s += ", ";
-    s += name;
+    s += spec.name;
   }
   return s;
 }
@@ -125,144 +118,130 @@ std::string AcceptedOptions() {
   throw nb::type_error(("kvtier option '" + name + "' must be " + expected + ", not " + got).c_str());
 }
 
-std::string OptString(const std::string& name, nb::handle v) {
-  if (!PyUnicode_Check(v.ptr())) ThrowOptionType(name, "a str", v);
-  return nb::cast<std::string>(v);
-}
-
-uint64_t OptUint(const std::string& name, nb::handle v, uint64_t max) {
-  if (!PyLong_Check(v.ptr()) || PyBool_Check(v.ptr())) ThrowOptionType(name, "an int", v);
-  const unsigned long long x = PyLong_AsUnsignedLongLong(v.ptr());
-  if (x == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
-    PyErr_Clear();  // OverflowError: negative or wider than 64 bits
-    throw nb::value_error(("kvtier option '" + name + "' must be a non-negative int of at most " +
-                           std::to_string(max))
-                              .c_str());
+// A Python value as the row's type: TypeError for a value of another type, ValueError for an int out of 64 bits.
+OptionValue OptionFromPython(const OptionSpec& spec, nb::handle v) {
+  const std::string name = spec.name;
+  switch (spec.type) {
+    case OptionType::kBool:
+      if (!PyBool_Check(v.ptr())) ThrowOptionType(name, "a bool", v);
+      return v.ptr() == Py_True;
+    case OptionType::kCount:
+    case OptionType::kBytes:
+    case OptionType::kMode: {
+      if (!PyLong_Check(v.ptr()) || PyBool_Check(v.ptr())) ThrowOptionType(name, "an int", v);
+      const unsigned long long x = PyLong_AsUnsignedLongLong(v.ptr());
+      if (x == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
+        PyErr_Clear();  // OverflowError: negative or wider than 64 bits
+        throw nb::value_error(("kvtier option '" + name + "' must be a non-negative int; accepted: " +
+                               OptionAccepted(spec))
+                                  .c_str());
+      }
+      return static_cast<uint64_t>(x);
+    }
+    case OptionType::kFraction:
+      if (PyBool_Check(v.ptr()) || !(PyFloat_Check(v.ptr()) || PyLong_Check(v.ptr()))) {
+        ThrowOptionType(name, "a float", v);
+      }
+      return PyFloat_AsDouble(v.ptr());
+    case OptionType::kSecret:
+      if (PyBytes_Check(v.ptr())) return std::string(PyBytes_AsString(v.ptr()), PyBytes_Size(v.ptr()));
+      [[fallthrough]];  // the secret, or "file:<path>"
+    default:
+      if (!PyUnicode_Check(v.ptr())) ThrowOptionType(name, "a str", v);
+      return nb::cast<std::string>(v);
   }
-  if (x > max) {
-    throw nb::value_error(
-        ("kvtier option '" + name + "' is " + std::to_string(x) + ", more than " + std::to_string(max)).c_str());
+}
+
+const OptionSpec& OptionNamed(nb::handle k) {
+  if (!PyUnicode_Check(k.ptr())) throw nb::type_error("kvtier option names must be str");
+  const std::string name = nb::cast<std::string>(k);
+  const OptionSpec* spec = FindOption(name);
+  if (spec == nullptr) {
+    throw nb::value_error(("unknown kvtier option '" + name + "'; accepted: " + AcceptedOptions()).c_str());
   }
-  return x;
+  return *spec;
 }
 
-uint32_t OptU32(const std::string& name, nb::handle v) {
-  return static_cast<uint32_t>(OptUint(name, v, std::numeric_limits<uint32_t>::max()));
-}
-
-double OptFloat(const std::string& name, nb::handle v) {
-  if (PyBool_Check(v.ptr()) || !(PyFloat_Check(v.ptr()) || PyLong_Check(v.ptr()))) {
-    ThrowOptionType(name, "a float", v);
+// ValueError "kvtier option 'name': InvalidArgument: option field: why[; accepted: ...]".
+void SetFromPython(EngineOptions* o, const OptionSpec& spec, nb::handle v) {
+  if (Status st = SetOption(o, spec, OptionFromPython(spec, v)); !st.ok()) {
+    std::string msg = "kvtier option '" + std::string(spec.name) + "': " + st.ToString();
+    if (st.message().find("accepted") == std::string::npos) msg += "; accepted: " + OptionAccepted(spec);
+    throw nb::value_error(msg.c_str());
   }
-  return PyFloat_AsDouble(v.ptr());
-}
-
-bool OptBool(const std::string& name, nb::handle v) {
-  if (!PyBool_Check(v.ptr())) ThrowOptionType(name, "a bool", v);
-  return v.ptr() == Py_True;
 }
 
 EngineOptions OptionsFromDict(const nb::dict& d) {
   EngineOptions o;
   bool have_root = false;
   for (auto [k, v] : d) {
-    if (!PyUnicode_Check(k.ptr())) {
-      throw nb::type_error("kvtier option names must be str");
-    }
-    const std::string name = nb::cast<std::string>(k);
-    CacheIdentity& id = o.identity;
-    if (name == "root") {
-      o.root = OptString(name, v);
-      have_root = true;
-    } else if (name == "model") {
-      id.model = OptString(name, v);
-    } else if (name == "revision") {
-      id.revision = OptString(name, v);
-    } else if (name == "kv_dtype") {
-      id.kv_dtype = OptString(name, v);
-    } else if (name == "tokens_per_chunk") {
-      id.tokens_per_chunk = OptU32(name, v);
-    } else if (name == "blocks_per_chunk") {
-      id.blocks_per_chunk = OptU32(name, v);
-    } else if (name == "block_bytes") {
-      id.block_bytes = OptUint(name, v, std::numeric_limits<uint64_t>::max());
-    } else if (name == "tp_size") {
-      id.tp_size = OptU32(name, v);
-    } else if (name == "pp_size") {
-      id.pp_size = OptU32(name, v);
-    } else if (name == "layout_tag") {
-      id.layout_tag = OptString(name, v);
-    } else if (name == "pool_bytes") {
-      o.pool_bytes = OptUint(name, v, std::numeric_limits<uint64_t>::max());
-    } else if (name == "demand_reserve_slots") {
-      o.demand_reserve_slots = OptU32(name, v);
-    } else if (name == "dram_policy") {
-      o.dram_policy = OptString(name, v);
-      if (o.dram_policy != "lru" && o.dram_policy != "arc") {
-        throw nb::value_error(("kvtier option 'dram_policy' is '" + o.dram_policy + "'; accepted: lru, arc").c_str());
-      }
-    } else if (name == "dram_max_slots") {
-      o.dram_max_slots = OptU32(name, v);
-    } else if (name == "pool_name") {
-      o.pool_name = OptString(name, v);
-    } else if (name == "pool_populate") {
-      o.pool_populate = OptBool(name, v);
-    } else if (name == "anonymous_temporaries") {
-      o.anonymous_temporaries = OptBool(name, v);
-    } else if (name == "backend") {
-      const std::string s = OptString(name, v);
-      if (s == "auto") o.backend = IoBackend::kAuto;
-      else if (s == "uring") o.backend = IoBackend::kUring;
-      else if (s == "posix") o.backend = IoBackend::kPosix;
-      else throw nb::value_error(("kvtier option 'backend' is '" + s + "'; accepted: auto, uring, posix").c_str());
-    } else if (name == "io_mode") {
-      const std::string s = OptString(name, v);
-      if (s == "auto") o.io_mode = IoMode::kAuto;
-      else if (s == "direct") o.io_mode = IoMode::kDirect;
-      else if (s == "buffered") o.io_mode = IoMode::kBuffered;
-      else throw nb::value_error(("kvtier option 'io_mode' is '" + s + "'; accepted: auto, direct, buffered").c_str());
-    } else if (name == "io_depth") {
-      o.io_depth = OptU32(name, v);
-    } else if (name == "reactors") {
-      o.reactors = OptU32(name, v);
-    } else if (name == "posix_threads") {
-      o.posix_threads = OptU32(name, v);
-    } else if (name == "op_timeout_ms") {
-      o.op_timeout_ms = OptU32(name, v);
-    } else if (name == "fsync_on_publish") {
-      o.fsync_on_publish = OptBool(name, v);
-    } else if (name == "disk_budget_bytes") {
-      o.disk_budget_bytes = OptUint(name, v, std::numeric_limits<uint64_t>::max());
-    } else if (name == "high_watermark") {
-      o.high_watermark = OptFloat(name, v);
-    } else if (name == "low_watermark") {
-      o.low_watermark = OptFloat(name, v);
-    } else if (name == "dir_mode") {
-      o.dir_mode = static_cast<mode_t>(OptUint(name, v, 07777));
-    } else if (name == "negative_cache_ms") {
-      o.negative_cache_ms = OptU32(name, v);
-    } else if (name == "temp_max_age_s") {
-      o.temp_max_age_s = OptU32(name, v);
-    } else if (name == "shared_negative_cache_ms") {
-      o.shared_negative_cache_ms = OptU32(name, v);
-    } else if (name == "touch_interval_s") {
-      o.touch_interval_s = OptU32(name, v);
-    } else if (name == "trace_path") {
-      o.trace_path = OptString(name, v);
-    } else if (name == "allow_insecure_root") {
-      o.allow_insecure_root = OptBool(name, v);
-    } else if (name == "checksum_secret") {
-      if (PyBytes_Check(v.ptr())) {
-        o.checksum_secret = std::string(PyBytes_AsString(v.ptr()), PyBytes_Size(v.ptr()));
-      } else {
-        o.checksum_secret = OptString(name, v);  // the secret, or "file:<path>"
-      }
-    } else {
-      throw nb::value_error(("unknown kvtier option '" + name + "'; accepted: " + AcceptedOptions()).c_str());
-    }
+    const OptionSpec& spec = OptionNamed(k);
+    SetFromPython(&o, spec, v);
+    have_root = have_root || std::string_view(spec.name) == "root";
   }
   if (!have_root) throw nb::value_error("kvtier option 'root' is required (an existing, writable directory)");
   return o;
+}
+
+nb::object OptionToPython(const OptionValue& v) {
+  if (const bool* b = std::get_if<bool>(&v)) return nb::bool_(*b);
+  if (const uint64_t* u = std::get_if<uint64_t>(&v)) return nb::int_(*u);
+  if (const double* f = std::get_if<double>(&v)) return nb::float_(*f);
+  return nb::str(std::get<std::string>(v).c_str());
+}
+
+// The schema for Python: one dict per option (name, field, type, default, min, max, choices, vllm_key, accepted, doc).
+nb::list OptionSchemaForPython() {
+  const EngineOptions defaults;
+  nb::list out;
+  for (const OptionSpec& s : OptionSchema()) {
+    nb::dict row;
+    row["name"] = s.name;
+    row["field"] = s.field;
+    row["type"] = OptionTypeName(s.type);
+    row["default"] = OptionToPython(s.get(defaults));
+    const bool integral = s.type == OptionType::kCount || s.type == OptionType::kBytes;
+    if (integral) {
+      row["min"] = nb::int_(static_cast<uint64_t>(s.min));
+      row["max"] = s.max >= 18446744073709551615.0 ? nb::int_(std::numeric_limits<uint64_t>::max())
+                                                  : nb::int_(static_cast<uint64_t>(s.max));
+    } else if (s.type == OptionType::kFraction) {
+      row["min"] = nb::float_(s.min);
+      row["max"] = nb::float_(s.max);
+    } else {
+      row["min"] = nb::none();
+      row["max"] = nb::none();
+    }
+    nb::list choices;
+    if (s.choices != nullptr) {
+      std::string_view rest(s.choices);
+      while (true) {
+        const size_t bar = rest.find('|');
+        choices.append(nb::str(std::string(rest.substr(0, bar)).c_str()));
+        if (bar == std::string_view::npos) break;
+        rest.remove_prefix(bar + 1);
+      }
+    }
+    row["choices"] = choices;
+    row["vllm_key"] = s.vllm_key != nullptr ? nb::object(nb::str(s.vllm_key)) : nb::none();
+    row["accepted"] = OptionAccepted(s);
+    row["doc"] = s.doc;
+    out.append(row);
+  }
+  return out;
+}
+
+// One option checked as the options dict would: TypeError or ValueError naming it, else None.
+void CheckOptionFromPython(nb::handle name, nb::handle value) {
+  EngineOptions scratch;
+  SetFromPython(&scratch, OptionNamed(name), value);
+}
+
+// Several options (the others at their defaults): each as check_option, then the rules over several of them.
+void CheckOptionsFromPython(const nb::dict& d) {
+  EngineOptions o;
+  for (auto [k, v] : d) SetFromPython(&o, OptionNamed(k), v);
+  if (Status st = CheckOptionCombinations(o); !st.ok()) throw nb::value_error(("kvtier: " + st.ToString()).c_str());
 }
 
 // --- Conversions of results ----------------------------------------------------------------------------------------
@@ -741,7 +720,14 @@ uint64_t At(const AnyArray& a, size_t i) {
   return static_cast<const uint64_t*>(a.data())[static_cast<int64_t>(i) * a.stride(0)];
 }
 
-uint64_t CopyBatch(const AnyArray& dst, const AnyArray& src, const AnyArray& sizes, int threads) {
+// direction: "h2d" (a load: out of pool slots into KV memory), "d2h" (a store: into pool slots), "" (plain memcpy).
+// Loads and stores copy as the engine's host copier does (HostCopy, HostCopierStreams: streaming stores out of the
+// slots of a load of at least a quarter of the last-level cache), so `kvtier bench io` measures this path too.
+uint64_t CopyBatch(const AnyArray& dst, const AnyArray& src, const AnyArray& sizes, int threads,
+                   const std::string& direction) {
+  if (direction != "h2d" && direction != "d2h" && !direction.empty()) {
+    throw nb::value_error(("copy_batch: direction must be 'h2d', 'd2h' or '', not '" + direction + "'").c_str());
+  }
   CheckU64Vector(dst, "dst");
   CheckU64Vector(src, "src");
   CheckU64Vector(sizes, "sizes");
@@ -770,10 +756,12 @@ uint64_t CopyBatch(const AnyArray& dst, const AnyArray& src, const AnyArray& siz
     copies.push_back({reinterpret_cast<uint8_t*>(d), reinterpret_cast<const uint8_t*>(s), bytes});
     total += bytes;
   }
+  const CopyDirection dir = direction == "h2d" ? CopyDirection::kSlotToDevice : CopyDirection::kDeviceToSlot;
+  const bool stream = direction == "h2d" && HostCopierStreams(0, total);
   nb::gil_scoped_release unlocked;
   const size_t workers = std::min<size_t>(static_cast<size_t>(threads), copies.size());
   if (workers <= 1) {
-    for (const Copy& c : copies) std::memcpy(c.dst, c.src, c.bytes);
+    for (const Copy& c : copies) HostCopy(dir, c.dst, c.src, c.bytes, stream);
     return total;
   }
   // Split by bytes, not by count: worker w copies the byte range [w*total/workers, (w+1)*total/workers) of the
@@ -783,7 +771,7 @@ uint64_t CopyBatch(const AnyArray& dst, const AnyArray& src, const AnyArray& siz
     uint64_t pos = 0;
     for (const Copy& c : copies) {
       const uint64_t lo = std::max(pos, begin), hi = std::min(pos + c.bytes, end);
-      if (lo < hi) std::memcpy(c.dst + (lo - pos), c.src + (lo - pos), hi - lo);
+      if (lo < hi) HostCopy(dir, c.dst + (lo - pos), c.src + (lo - pos), hi - lo, stream);
       pos += c.bytes;
       if (pos >= end) break;
     }
@@ -849,7 +837,17 @@ NB_MODULE(_kvtier, m) {
       .def("__enter__", [](nb::handle self) { return self; }, nb::rv_policy::reference)
       .def("__exit__", [](PyPool& self, nb::args) { self.close(); });
 
-  m.def("copy_batch", &kvtier::CopyBatch, "dst"_a, "src"_a, "sizes"_a, "threads"_a = 1,
-        "memcpy(dst[i], src[i], sizes[i]) for every i (1-D uint64 arrays of addresses and sizes), GIL released, "
-        "split over `threads` threads; returns the bytes copied.");
+  m.def("option_schema", &kvtier::OptionSchemaForPython,
+        "The engine's options schema: one dict per option (name, field, type, default, min, max, choices, vllm_key, "
+        "accepted, doc), from src/engine/options.cc.");
+  m.def("check_option", &kvtier::CheckOptionFromPython, "name"_a, "value"_a,
+        "Checks one option as Engine(options) would: TypeError or ValueError naming it, else None.");
+  m.def("check_options", &kvtier::CheckOptionsFromPython, "options"_a,
+        "Checks options as Engine(options) would, without the required ones (root, identity): each value, then the "
+        "rules over several (low_watermark <= high_watermark); TypeError or ValueError naming them, else None.");
+  m.def("copy_batch", &kvtier::CopyBatch, "dst"_a, "src"_a, "sizes"_a, "threads"_a = 1, "direction"_a = "",
+        "Copies sizes[i] bytes from src[i] to dst[i] for every i (1-D uint64 arrays of addresses and sizes), GIL "
+        "released, split over `threads` threads; returns the bytes copied. direction 'h2d' (out of pool slots, a "
+        "load) or 'd2h' (into pool slots, a store) copies as the engine's host copier does (streaming stores out of "
+        "the slots of a large load); '' is plain memcpy.");
 }

@@ -25,14 +25,14 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     # Python-side subcommands (they drive vLLM over HTTP; the C++ CLI does not know them).
     if args[:1] == ["calibrate"]:
-        from kvtier import calibrate
-        return calibrate.main(args[1:])
+        from kvtier.tools.calibrate.cli import main as calibrate
+        return calibrate(args[1:])
     if args[:1] == ["replay"]:
-        from kvtier import replay
-        return replay.main(args[1:])
+        from kvtier.tools.replay.cli import main as replay
+        return replay(args[1:])
     if args[:2] == ["bench", "longdoc"]:
-        from kvtier import bench_longdoc
-        return bench_longdoc.main(args[2:])
+        from kvtier.tools.longdoc.cli import main as longdoc
+        return longdoc(args[2:])
     exe = binary_path()
     if not os.access(exe, os.X_OK):
         print(f"kvtier: the C++ CLI is missing at {exe}; reinstall with pip install .", file=sys.stderr)

@@ -40,49 +40,6 @@ NamespaceIdentity ToNamespaceIdentity(const CacheIdentity& c) {
 
 uint64_t RoundUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
-}  // namespace
-
-Status EngineOptions::Validate() const {
-  auto bad = [](const char* field, const std::string& why) {
-    return Status(StatusCode::kInvalidArgument, std::string("option ") + field + ": " + why);
-  };
-  if (root.empty()) return bad("root", "must name an existing directory");
-  if (identity.model.empty()) return bad("identity.model", "must not be empty");
-  if (identity.kv_dtype.empty()) return bad("identity.kv_dtype", "must not be empty");
-  if (identity.blocks_per_chunk == 0 || identity.blocks_per_chunk > kMaxBlocksPerChunk) {
-    return bad("identity.blocks_per_chunk", "must be 1.." + std::to_string(kMaxBlocksPerChunk));
-  }
-  if (identity.block_bytes == 0 || identity.block_bytes > (1ull << 32)) {
-    return bad("identity.block_bytes", "must be 1..4 GiB");
-  }
-  if (identity.tokens_per_chunk == 0) return bad("identity.tokens_per_chunk", "must be > 0");
-  if (identity.tp_size == 0 || identity.pp_size == 0) return bad("identity.tp_size/pp_size", "must be >= 1");
-  if (io_depth == 0 || io_depth > 1024) return bad("io_depth", "must be 1..1024");
-  if (posix_threads == 0 || posix_threads > 256) return bad("posix_threads", "must be 1..256");
-  if (reactors > kMaxReactors) {
-    return bad("reactors", "must be 0 (auto) or 1.." + std::to_string(kMaxReactors));
-  }
-  if (op_timeout_ms == 0) return bad("op_timeout_ms", "must be > 0");
-  if (!(low_watermark > 0 && low_watermark <= high_watermark && high_watermark <= 1.0)) {
-    return bad("high_watermark/low_watermark", "need 0 < low <= high <= 1");
-  }
-  if ((dir_mode & ~07777) != 0 || (dir_mode & 0700) != 0700) {
-    return bad("dir_mode", "must be a permission mode that gives the owner rwx (e.g. 0750, 0770)");
-  }
-  if (pool_bytes == 0) return bad("pool_bytes", "must be > 0");
-  if (auto p = tier::ParseDramPolicy(dram_policy); !p.ok()) return bad("dram_policy", "must be lru or arc");
-  if (!checksum_secret.empty()) {
-    if (checksum_secret.rfind("file:", 0) == 0) {
-      if (checksum_secret.size() == 5) return bad("checksum_secret", "\"file:\" must be followed by a key file's path");
-    } else if (checksum_secret.size() < 16) {
-      return bad("checksum_secret", "must be at least 16 bytes, or \"file:<path of a key file>\" (empty: off)");
-    }
-  }
-  return Status::Ok();
-}
-
-namespace {
-
 // K2: a root that others can write to lets them plant entries or symlinks: refuse it unless told otherwise.
 Status CheckRootOwnership(const EngineOptions& o) {
   struct stat st;

@@ -182,8 +182,7 @@ uint64_t PopulateHuge(uint8_t* base, uint64_t bytes) {
 
 // One cache line per slot so that workers polling one slot never share a line with the engine writing another.
 struct alignas(64) StagingPool::SlotControl {
-  std::atomic<uint64_t> state;     // generation:32 | state:8
-  std::atomic<uint64_t> consumed;  // generation:32 | consumers_done:32
+  std::atomic<uint64_t> state;  // generation:32 | state:8
 };
 
 std::string_view SlotStateName(SlotState state) {
@@ -272,7 +271,7 @@ Result<std::unique_ptr<StagingPool>> StagingPool::Create(const StagingPoolOption
   pool->controls_ = reinterpret_cast<SlotControl*>(bytes + g.control_offset);
   pool->data_ = bytes + g.data_offset;
   for (uint32_t i = 0; i < options.num_slots; ++i) {
-    new (&pool->controls_[i]) SlotControl{{PackState(0, SlotState::kFree)}, {0}};
+    new (&pool->controls_[i]) SlotControl{{PackState(0, SlotState::kFree)}};
   }
   pool->free_list_.reserve(options.num_slots);
   for (uint32_t i = options.num_slots; i > 0; --i) pool->free_list_.push_back(i - 1);  // slot 0 goes out first
@@ -442,8 +441,6 @@ uint32_t StagingPool::BeginFill(uint32_t slot) {
   SlotControl& c = control(slot);
   uint32_t generation = UnpackState(c.state.load(std::memory_order_relaxed)).generation + 1;
   if (generation == 0) generation = 1;  // 0 means "never filled"; skip it on wrap-around
-  // Reset the consumer count before announcing the new generation, so that nobody can count against it early.
-  c.consumed.store(uint64_t{generation} << 32, std::memory_order_relaxed);
   c.state.store(PackState(generation, SlotState::kFilling), std::memory_order_release);
   return generation;
 }
@@ -460,15 +457,6 @@ void StagingPool::MarkFree(uint32_t slot) {
   SlotControl& c = control(slot);
   uint32_t generation = UnpackState(c.state.load(std::memory_order_relaxed)).generation;
   c.state.store(PackState(generation, SlotState::kFree), std::memory_order_release);
-}
-
-uint32_t StagingPool::ConsumersDone(uint32_t slot, uint32_t generation) const {
-  uint64_t word = control(slot).consumed.load(std::memory_order_acquire);
-  return static_cast<uint32_t>(word >> 32) == generation ? static_cast<uint32_t>(word) : 0;
-}
-
-uint32_t StagingPool::ConsumersDone(uint32_t slot) const {
-  return static_cast<uint32_t>(control(slot).consumed.load(std::memory_order_acquire));
 }
 
 // --- Slot protocol, consumer side ---
@@ -504,18 +492,6 @@ WaitOutcome StagingPool::WaitReady(uint32_t slot, uint32_t generation, std::chro
     std::this_thread::sleep_for(sleep);
     sleep = std::min(sleep * 2, kMaxPollSleep);
   }
-}
-
-bool StagingPool::MarkConsumed(uint32_t slot, uint32_t generation) {
-  std::atomic<uint64_t>& consumed = control(slot).consumed;
-  uint64_t word = consumed.load(std::memory_order_relaxed);
-  while (static_cast<uint32_t>(word >> 32) == generation) {
-    // acq_rel: the consumer's reads of the slot happen before the engine's acquire in ConsumersDone.
-    if (consumed.compare_exchange_weak(word, word + 1, std::memory_order_acq_rel, std::memory_order_relaxed)) {
-      return true;
-    }
-  }
-  return false;
 }
 
 }  // namespace kvtier::staging

@@ -7,37 +7,34 @@
 //
 // Shared memory layout (all offsets from base()):
 //   [0, header_bytes)                  header: magic, version, num_slots, slot_stride, slot_bytes, offsets, owner pid
-//   [control_offset, +64 * num_slots)  one 64-byte cache line per slot: its state word and consumer word
+//   [control_offset, +64 * num_slots)  one 64-byte cache line per slot: its state word
 //   [data_offset, +stride * num_slots) slot data; data_offset and slot_stride are multiples of the alignment
 //
-// Slot protocol (cross-process, lock-free). Each slot has two 64-bit atomic words in its control line:
+// Slot protocol (cross-process, lock-free). Each slot has one 64-bit atomic word in its control line:
 //   state    = generation:32 | state:8          (generation in the high 32 bits, state in the low 8)
-//   consumed = generation:32 | consumers_done:32
-// The engine is the only writer of `state`; consumers are the only incrementers of `consumed`.
+// The engine is the only writer of `state`.
 //
 //   Engine (one thread at a time per slot: the thread that holds the slot from Acquire):
-//     gen = BeginFill(slot)      consumed := gen|0 (relaxed), then state := gen|kFilling (release).
-//                                Returns the new generation (never 0). Tell the workers (slot, gen) out of band.
+//     gen = BeginFill(slot)      state := gen|kFilling (release). Returns the new generation (never 0). Tell the
+//                                workers (slot, gen) out of band.
 //     ... write the slot's bytes (disk read or device copy into SlotData(slot)) ...
 //     PublishReady(slot, gen)    state := gen|kReady (release): every byte written before it is visible to a
 //                                consumer whose acquire load sees kReady with the same generation.
 //     PublishFailed(slot, gen)   state := gen|kFailed (release): the bytes must not be used; consumers give up
 //                                (the request recomputes).
-//     ConsumersDone(slot, gen)   (acquire) how many consumers finished with generation gen.
 //     MarkFree(slot)             state := gen|kFree (release), generation unchanged. Release() does this too.
 //   Consumer (any process, any thread; never allocates, never writes `state`):
 //     Observe(slot)              acquire load of state: {generation, state}.
 //     WaitReady(slot, gen, t)    polls Observe until generation gen is kReady or kFailed, the slot moves on to
 //                                another generation (kSuperseded), or t passes (kTimedOut). On kReady the slot's
 //                                bytes are visible to the caller.
-//     MarkConsumed(slot, gen)    increments consumers_done with a CAS that succeeds only while `consumed` still
-//                                carries gen (acq_rel): a late consumer of an old generation changes nothing,
-//                                even if the engine has refilled the slot in between.
 //
-// The engine must not BeginFill, MarkFree or Release a slot while consumers still read it: it waits until
-// ConsumersDone(slot, gen) reaches the number of consumers it announced (e.g. the TP size), or until its own
-// deadline has passed and it has told them to stop. Generations only make late consumers harmless; they do not
-// stop a consumer from reading bytes that are being overwritten.
+// The engine must not BeginFill, MarkFree or Release a slot while consumers still read or write it. It learns that
+// they are done out of band, not through the pool: in vLLM the slots of a load stay pinned until the manager's
+// complete_load and a store's slot stays kFilling until complete_store, both called after every worker reported its
+// copy (docs/vllm-integration.md, "The slot protocol"). Generations only make late consumers harmless (a worker
+// checks the generation before and after its copy); they do not stop a consumer from reading bytes that are being
+// overwritten.
 //
 // Threads and ownership: allocation (Acquire/Release and the counters) is for the engine process only and is
 // thread-safe (an internal mutex). Protocol calls are lock-free and thread-safe. The StagingPool object owns its
@@ -140,17 +137,11 @@ class StagingPool {
   void PublishReady(uint32_t slot, uint32_t generation);
   void PublishFailed(uint32_t slot, uint32_t generation);
   void MarkFree(uint32_t slot);
-  // Consumers that finished with `generation`; 0 if the slot has moved on to another generation.
-  uint32_t ConsumersDone(uint32_t slot, uint32_t generation) const;
-  // Consumers that finished with the slot's current generation.
-  uint32_t ConsumersDone(uint32_t slot) const;
 
   // --- Slot protocol, consumer side. ---
   SlotView Observe(uint32_t slot) const;
   // Spins briefly, then sleeps with a backoff of up to ~50us between polls.
   WaitOutcome WaitReady(uint32_t slot, uint32_t generation, std::chrono::nanoseconds timeout) const;
-  // Returns true if the count was incremented (the generation still matched).
-  bool MarkConsumed(uint32_t slot, uint32_t generation);
 
   // --- Geometry. ---
   uint32_t num_slots() const { return num_slots_; }

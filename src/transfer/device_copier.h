@@ -56,6 +56,11 @@ class DeviceCopier {
 // memcpy on one helper thread; `address` in segments is a host pointer.
 std::unique_ptr<DeviceCopier> CreateHostCopier();
 
+// The host copy itself, used by the host copier and by the vLLM worker's copies (kvtier._kvtier.copy_batch), so that
+// what `kvtier bench io` measures is what vLLM's CPU workers do: `n` bytes from src to dst, out of a slot
+// (kSlotToDevice) with streaming stores when `stream` (HostCopierStreams decides), else memcpy.
+void HostCopy(CopyDirection direction, void* dst, const void* src, size_t n, bool stream);
+
 // Whether the host copier copies a chunk of `chunk_bytes` out of its slot with streaming (non-temporal) stores:
 // chunks, or chunks of load jobs (`job_bytes`, CopyTask::job_bytes), of at least a quarter of the last-level cache,
 // on CPUs with AVX2, outside sanitizer builds, unless KVTIER_HOST_COPY=memcpy. Exposed for tests and `kvtier bench io`.

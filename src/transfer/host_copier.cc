@@ -200,9 +200,9 @@ class HostCopier final : public DeviceCopier {
       }
       void* host = reinterpret_cast<void*>(s.address);
       if (t.direction == CopyDirection::kSlotToDevice) {
-        CopyOutOfSlot(host, t.slot_data + s.slot_offset, s.bytes, stream);
+        HostCopy(t.direction, host, t.slot_data + s.slot_offset, s.bytes, stream);
       } else {
-        std::memcpy(t.slot_data + s.slot_offset, host, s.bytes);
+        HostCopy(t.direction, t.slot_data + s.slot_offset, host, s.bytes, false);
       }
     }
     return Status::Ok();
@@ -236,6 +236,14 @@ class HostCopier final : public DeviceCopier {
 }  // namespace
 
 std::unique_ptr<DeviceCopier> CreateHostCopier() { return std::make_unique<HostCopier>(); }
+
+void HostCopy(CopyDirection direction, void* dst, const void* src, size_t n, bool stream) {
+  if (direction == CopyDirection::kSlotToDevice) {
+    CopyOutOfSlot(dst, src, n, stream);
+  } else {
+    std::memcpy(dst, src, n);  // into a slot: the reactor checksums it next and should find it in the cache
+  }
+}
 
 bool HostCopierStreams(uint64_t chunk_bytes, uint64_t job_bytes) {
   return StreamChunk(std::max(chunk_bytes, job_bytes));

@@ -8,32 +8,34 @@ import sys
 
 import pytest
 
-from kvtier import bench_longdoc as b
+import kvtier
+from kvtier.tools import client
+from kvtier.tools.longdoc import cli as ld_cli, prompts as ld
 from kvtier.tiny_model import BOS_ID
 
 
 def spec(**kw):
     base = dict(doc_tokens=512, num_docs=3, query_tokens=8, reuse_fraction=1.0, seed=5)
     base.update(kw)
-    return b.PromptSpec(**base)
+    return ld.PromptSpec(**base)
 
 
 def test_prompts_are_deterministic_and_seeded():
     s = spec()
-    assert b.warmup_prompt(s, 1) == b.warmup_prompt(spec(), 1)
-    assert b.query_prompt(s, 1, 0) == b.query_prompt(spec(), 1, 0)
-    assert b.warmup_prompt(s, 1) != b.warmup_prompt(spec(seed=6), 1)
-    assert b.document(s, 0) != b.document(s, 1)
+    assert ld.warmup_prompt(s, 1) == ld.warmup_prompt(spec(), 1)
+    assert ld.query_prompt(s, 1, 0) == ld.query_prompt(spec(), 1, 0)
+    assert ld.warmup_prompt(s, 1) != ld.warmup_prompt(spec(seed=6), 1)
+    assert ld.document(s, 0) != ld.document(s, 1)
 
 
 def test_prompts_do_not_depend_on_pythonhashseed():
-    code = ("import json,sys; from kvtier import bench_longdoc as b; s=b.PromptSpec(doc_tokens=64,num_docs=2,"
+    code = ("import json,sys; from kvtier.tools.longdoc import prompts as ld; s=ld.PromptSpec(doc_tokens=64,num_docs=2,"
             "query_tokens=4,reuse_fraction=0.5,repeat_mode='random',repeat_count=3,seed=9);"
-            "print(json.dumps([b.query_prompt(s,1,2), b.query_order(s)]))")
+            "print(json.dumps([ld.query_prompt(s,1,2), ld.query_order(s)]))")
     outs = []
     for hs in ("1", "2"):
         env = dict(os.environ, PYTHONHASHSEED=hs)
-        env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(b.__file__)),
+        env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(kvtier.__file__)),
                                              env.get("PYTHONPATH", "")])
         outs.append(subprocess.run([sys.executable, "-c", code], env=env, check=True,
                                    capture_output=True, text=True).stdout)
@@ -43,12 +45,12 @@ def test_prompts_do_not_depend_on_pythonhashseed():
 def test_lengths_are_exact_and_start_with_bos():
     s = spec(doc_tokens=777, query_tokens=13)
     for d in range(s.num_docs):
-        w = b.warmup_prompt(s, d)
-        q = b.query_prompt(s, d, 0)
-        assert len(b.document(s, d)) == 777
+        w = ld.warmup_prompt(s, d)
+        q = ld.query_prompt(s, d, 0)
+        assert len(ld.document(s, d)) == 777
         assert len(w) == len(q) == 790 == s.prompt_tokens
         assert w[0] == q[0] == BOS_ID
-        assert all(b.FIRST_WORD_ID <= t < s.vocab_size for t in w[1:] + q[1:])
+        assert all(ld.FIRST_WORD_ID <= t < s.vocab_size for t in w[1:] + q[1:])
 
 
 @pytest.mark.parametrize("frac", [0.0, 0.1, 0.25, 0.5, 0.9, 0.999, 1.0])
@@ -58,42 +60,42 @@ def test_reuse_fraction_is_exact(frac):
     assert s.reuse_tokens == expected
     for d in range(s.num_docs):
         for rep in range(3):
-            w, q = b.warmup_prompt(s, d), b.query_prompt(s, d, rep)
-            assert b.common_prefix(w, q) == expected
-            assert q[:expected] == b.document(s, d)[:expected]
+            w, q = ld.warmup_prompt(s, d), ld.query_prompt(s, d, rep)
+            assert ld.common_prefix(w, q) == expected
+            assert q[:expected] == ld.document(s, d)[:expected]
 
 
 def test_query_tails_differ_between_reps_docs_and_salts():
     s = spec(reuse_fraction=0.5)
     keep = s.reuse_tokens
-    q0, q1 = b.query_prompt(s, 0, 0), b.query_prompt(s, 0, 1)
+    q0, q1 = ld.query_prompt(s, 0, 0), ld.query_prompt(s, 0, 1)
     assert q0[:keep] == q1[:keep]
-    assert b.common_prefix(q0, q1) == keep or b.common_prefix(q0, q1) < keep + 3
-    qs = b.query_prompt(spec(reuse_fraction=0.5, salt=1), 0, 0)
+    assert ld.common_prefix(q0, q1) == keep or ld.common_prefix(q0, q1) < keep + 3
+    qs = ld.query_prompt(spec(reuse_fraction=0.5, salt=1), 0, 0)
     assert qs[:keep] == q0[:keep] and qs[keep:] != q0[keep:]
     # A salted query phase shares nothing past the reused prefix with the unsalted one (bar chance matches).
-    assert b.common_prefix(qs, q0) < keep + 3
+    assert ld.common_prefix(qs, q0) < keep + 3
     # Whole-document reuse: only the question differs.
     s1 = spec(reuse_fraction=1.0)
-    w, q = b.warmup_prompt(s1, 2), b.query_prompt(s1, 2, 0)
-    assert b.common_prefix(w, q) == s1.doc_tokens
+    w, q = ld.warmup_prompt(s1, 2), ld.query_prompt(s1, 2, 0)
+    assert ld.common_prefix(w, q) == s1.doc_tokens
 
 
 def test_warmup_prompt_does_not_depend_on_salt_or_reuse():
-    assert b.warmup_prompt(spec(salt=3, reuse_fraction=0.2), 1) == b.warmup_prompt(spec(), 1)
+    assert ld.warmup_prompt(spec(salt=3, reuse_fraction=0.2), 1) == ld.warmup_prompt(spec(), 1)
 
 
 def test_repeat_modes():
     s = spec(num_docs=3, repeat_count=2, repeat_mode="tile")
-    assert b.query_order(s) == [(0, 0), (1, 0), (2, 0), (0, 1), (1, 1), (2, 1)]
+    assert ld.query_order(s) == [(0, 0), (1, 0), (2, 0), (0, 1), (1, 1), (2, 1)]
     s = spec(num_docs=3, repeat_count=2, repeat_mode="interleave")
-    assert b.query_order(s) == [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)]
+    assert ld.query_order(s) == [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)]
     s = spec(num_docs=6, repeat_count=3, repeat_mode="random")
-    o = b.query_order(s)
-    assert sorted(o) == sorted(b.query_order(spec(num_docs=6, repeat_count=3, repeat_mode="tile")))
-    assert o == b.query_order(spec(num_docs=6, repeat_count=3, repeat_mode="random"))
-    assert o != b.query_order(spec(num_docs=6, repeat_count=3, repeat_mode="tile"))
-    assert b.query_order(spec(num_docs=1, repeat_count=1, repeat_mode="random")) == [(0, 0)]
+    o = ld.query_order(s)
+    assert sorted(o) == sorted(ld.query_order(spec(num_docs=6, repeat_count=3, repeat_mode="tile")))
+    assert o == ld.query_order(spec(num_docs=6, repeat_count=3, repeat_mode="random"))
+    assert o != ld.query_order(spec(num_docs=6, repeat_count=3, repeat_mode="tile"))
+    assert ld.query_order(spec(num_docs=1, repeat_count=1, repeat_mode="random")) == [(0, 0)]
 
 
 @pytest.mark.parametrize("kw", [dict(doc_tokens=1), dict(num_docs=0), dict(query_tokens=0),
@@ -105,17 +107,17 @@ def test_invalid_specs(kw):
 
 
 def test_percentiles_and_summary():
-    assert b.percentile([3.0], 95) == 3.0
-    assert b.percentile([1, 2, 3, 4], 50) == 2.5
-    assert b.percentile(list(range(101)), 95) == pytest.approx(95.0)
-    assert b.percentile([10, 0], 100) == 10
-    assert math.isnan(b.percentile([], 50))
+    assert ld.percentile([3.0], 95) == 3.0
+    assert ld.percentile([1, 2, 3, 4], 50) == 2.5
+    assert ld.percentile(list(range(101)), 95) == pytest.approx(95.0)
+    assert ld.percentile([10, 0], 100) == 10
+    assert math.isnan(ld.percentile([], 50))
     with pytest.raises(ValueError):
-        b.percentile([1], 101)
-    st = b.summarize_ttft([0.1, 0.2, 0.3, 0.4])
+        ld.percentile([1], 101)
+    st = ld.summarize_ttft([0.1, 0.2, 0.3, 0.4])
     assert st["n"] == 4 and st["mean"] == pytest.approx(0.25) and st["p50"] == pytest.approx(0.25)
     assert st["p95"] == pytest.approx(0.385) and st["min"] == 0.1 and st["max"] == 0.4
-    assert b.summarize_ttft([])["n"] == 0
+    assert ld.summarize_ttft([])["n"] == 0
 
 
 PROM_BEFORE = """# HELP vllm:prefix_cache_queries_total x
@@ -141,9 +143,9 @@ vllm:kv_offload_load_time_count 2
 
 
 def test_metric_deltas():
-    before, after = b.parse_prometheus(PROM_BEFORE), b.parse_prometheus(PROM_AFTER)
+    before, after = client.parse_prometheus(PROM_BEFORE), client.parse_prometheus(PROM_AFTER)
     assert before['vllm:prefix_cache_queries_total{engine="0",model_name="tiny"}'] == 100.0
-    d = b.metric_deltas(before, after)
+    d = client.metric_deltas(before, after)
     assert d["vllm:prefix_cache_queries_total"] == 200.0
     assert d["vllm:prefix_cache_hits_total"] == 0.0
     assert d["vllm:kv_offload_load_bytes_total"] == 120.0
@@ -151,11 +153,11 @@ def test_metric_deltas():
     assert "vllm:prefix_cache_queries_created" not in d and "vllm:num_requests_running" not in d
     assert "vllm:kvtier_dram_entries" not in d
     assert d["vllm:kv_offload_load_time_sum"] == 0.5 and d["vllm:kv_offload_load_time_count"] == 2
-    assert b.metric_gauges(after) == {"vllm:kvtier_dram_entries": 64}
-    assert b.bytes_read(d) == 8192  # kvtier's own counter wins over vLLM's offload bytes
+    assert client.metric_gauges(after) == {"vllm:kvtier_dram_entries": 64}
+    assert client.bytes_read(d) == 8192  # kvtier's own counter wins over vLLM's offload bytes
     del d["kvtier_bytes_read_total"]
-    assert b.bytes_read(d) == 120.0
-    assert b.bytes_read({}) is None
+    assert client.bytes_read(d) == 120.0
+    assert client.bytes_read({}) is None
 
 
 def test_summary_table(tmp_path, capsys):
@@ -165,7 +167,7 @@ def test_summary_table(tmp_path, capsys):
             m["vllm:external_prefix_cache_hits"] = hits
         if nbytes is not None:
             m["vllm:kv_offload_load_bytes"] = nbytes
-        return {"label": label, "phases": {"query": {"ttft": b.summarize_ttft([mean, mean]), "metrics": m}}}
+        return {"label": label, "phases": {"query": {"ttft": ld.summarize_ttft([mean, mean]), "metrics": m}}}
 
     files = []
     for i, r in enumerate([res("recompute", 2.0), res("kvtier-disk", 0.5, 16384, 3 * 2**20),
@@ -173,7 +175,7 @@ def test_summary_table(tmp_path, capsys):
         f = tmp_path / f"{i}.json"
         f.write_text(json.dumps(r))
         files.append(str(f))
-    assert b.main(["summarize", *files]) == 0
+    assert ld_cli.main(["summarize", *files]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("config")
     assert "recompute" in out[2] and "1.00x" in out[2] and "2000.0" in out[2]

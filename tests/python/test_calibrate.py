@@ -8,7 +8,9 @@ import sys
 
 import pytest
 
-from kvtier import calibrate as c
+import kvtier
+from kvtier import tiny_model
+from kvtier.tools.calibrate import cli as cal_cli, model as cal_model, plots as cal_plots, sweep as cal_sweep
 
 KVB = 8192  # KV bytes per token of the tiny model
 SIZES = [512, 1024, 2048, 4096]
@@ -43,21 +45,21 @@ def synthetic_samples(tiers=("dram", "disk"), bws=None, reps=3, t0=0.05):
 
 
 def test_curve_interpolates_and_extends():
-    cu = c.Curve([(0, 0.0), (10, 1.0), (20, 3.0)])
+    cu = cal_model.Curve([(0, 0.0), (10, 1.0), (20, 3.0)])
     assert cu(5) == pytest.approx(0.5)
     assert cu(15) == pytest.approx(2.0)
     assert cu(30) == pytest.approx(5.0)  # extended with the last segment
-    assert c.Curve([(0, 1.0), (10, 2.0), (20, 1.0)])(40) == 1.0  # a falling last segment is held flat
+    assert cal_model.Curve([(0, 1.0), (10, 2.0), (20, 1.0)])(40) == 1.0  # a falling last segment is held flat
     assert cu(-10) == 0.0  # never below 0
-    assert c.Curve([(4, 2.0)])(100) == 2.0
+    assert cal_model.Curve([(4, 2.0)])(100) == 2.0
     with pytest.raises(ValueError):
-        c.Curve([])
+        cal_model.Curve([])
     with pytest.raises(ValueError):
-        c.Curve([(1, 1.0), (1, 2.0)])
+        cal_model.Curve([(1, 1.0), (1, 2.0)])
 
 
 def test_summarize_takes_medians():
-    s = c.summarize([
+    s = cal_model.summarize([
         {"kind": "cold", "doc_tokens": 512, "ttft_s": 1.0}, {"kind": "cold", "doc_tokens": 512, "ttft_s": 9.0},
         {"kind": "cold", "doc_tokens": 512, "ttft_s": 2.0},
         {"kind": "hit", "tier": "dram", "doc_tokens": 512, "fraction": 1.0, "ttft_s": 0.5},
@@ -69,46 +71,46 @@ def test_summarize_takes_medians():
 
 
 def test_break_even_fraction_matches_the_inequality():
-    f = c.recompute_curve({d: f_true(d) for d in SIZES})
-    g = c.hit_curve({d: g_true(d) for d in SIZES}, 0.05)
+    f = cal_model.recompute_curve({d: f_true(d) for d in SIZES})
+    g = cal_model.hit_curve({d: g_true(d) for d in SIZES}, 0.05)
     for d in SIZES:
-        p = c.break_even_fraction(f, g, d)
+        p = cal_model.break_even_fraction(f, g, d)
         assert p is not None and 0 < p <= 1
         # just above the line loading wins, just below it loses
-        assert c.speedup(f, g, d, min(1.0, p + 1e-3)) >= 1.0
-        assert c.speedup(f, g, d, p - 1e-3) < 1.0
-    fr = [c.break_even_fraction(f, g, d) for d in SIZES]
+        assert cal_model.speedup(f, g, d, min(1.0, p + 1e-3)) >= 1.0
+        assert cal_model.speedup(f, g, d, p - 1e-3) < 1.0
+    fr = [cal_model.break_even_fraction(f, g, d) for d in SIZES]
     assert fr == sorted(fr, reverse=True)  # bigger documents need a smaller reused fraction (paper fig. 6)
 
 
 def test_break_even_never_when_loading_is_slower():
-    f = c.recompute_curve({d: f_true(d) for d in SIZES})
-    g = c.hit_curve({d: 10 * f_true(d) + 1 for d in SIZES}, 1.0)
-    assert all(c.break_even_fraction(f, g, d) is None for d in SIZES)
-    assert c.min_load_tokens(f, g, max(SIZES), 256) == c.NEVER
+    f = cal_model.recompute_curve({d: f_true(d) for d in SIZES})
+    g = cal_model.hit_curve({d: 10 * f_true(d) + 1 for d in SIZES}, 1.0)
+    assert all(cal_model.break_even_fraction(f, g, d) is None for d in SIZES)
+    assert cal_model.min_load_tokens(f, g, max(SIZES), 256) == cal_model.NEVER
 
 
 def test_min_load_tokens_is_the_chunk_rounded_crossing():
-    f = c.recompute_curve({d: f_true(d) for d in SIZES})
-    g = c.hit_curve({d: g_true(d) for d in SIZES}, 0.05)
-    n = c.min_load_tokens(f, g, max(SIZES), 256)
+    f = cal_model.recompute_curve({d: f_true(d) for d in SIZES})
+    g = cal_model.hit_curve({d: g_true(d) for d in SIZES}, 0.05)
+    n = cal_model.min_load_tokens(f, g, max(SIZES), 256)
     assert n % 256 == 0
     exact = next(p for p in range(1, 4097) if g(p) <= f(p))
     assert n - 256 < exact <= n
-    assert c.min_load_tokens(f, g, max(SIZES), 1) == exact
+    assert cal_model.min_load_tokens(f, g, max(SIZES), 1) == exact
 
 
 def test_measured_break_even():
-    assert c.measured_break_even([0.25, 0.5, 0.75, 1.0], [0.5, 0.8, 1.2, 2.0]) == pytest.approx(0.625)
-    assert c.measured_break_even([0.25, 0.5], [1.1, 2.0]) == 0.25
-    assert c.measured_break_even([0.25, 0.5], [0.9, 0.95]) is None
-    assert c.measured_break_even([0.25, 0.5], [None, 1.5]) == 0.5
+    assert cal_model.measured_break_even([0.25, 0.5, 0.75, 1.0], [0.5, 0.8, 1.2, 2.0]) == pytest.approx(0.625)
+    assert cal_model.measured_break_even([0.25, 0.5], [1.1, 2.0]) == 0.25
+    assert cal_model.measured_break_even([0.25, 0.5], [0.9, 0.95]) is None
+    assert cal_model.measured_break_even([0.25, 0.5], [None, 1.5]) == 0.5
 
 
 def test_thresholds_file(tmp_path):
-    model = c.build_model(c.summarize(synthetic_samples()), KVB, 256)
-    th = c._json_safe(c.thresholds(model, "tiny"))
-    c.write_json(tmp_path / "thresholds.json", th)
+    model = cal_model.build_model(cal_model.summarize(synthetic_samples()), KVB, 256)
+    th = cal_model.json_safe(cal_model.thresholds(model, "tiny"))
+    cal_model.write_json(tmp_path / "thresholds.json", th)
     back = json.loads((tmp_path / "thresholds.json").read_text())
     assert back["version"] == 1 and back["model"] == "tiny" and back["tokens_per_chunk"] == 256
     dram, disk = back["tiers"]["dram"]["min_load_tokens"], back["tiers"]["disk"]["min_load_tokens"]
@@ -129,41 +131,41 @@ def test_thresholds_file(tmp_path):
 
 
 def test_thresholds_missing_tier_and_modeled_tier():
-    s = c.summarize(synthetic_samples(tiers=("dram",)))
-    th = c.thresholds(c.build_model(s, KVB, 256), "m")
+    s = cal_model.summarize(synthetic_samples(tiers=("dram",)))
+    th = cal_model.thresholds(cal_model.build_model(s, KVB, 256), "m")
     assert th["tiers"]["disk"]["min_load_tokens"] == th["tiers"]["dram"]["min_load_tokens"]
     assert "disk" in th["frontier"]["estimated"]
-    model = c.build_model(s, KVB, 256, bandwidths={"disk": 1e7})
+    model = cal_model.build_model(s, KVB, 256, bandwidths={"disk": 1e7})
     assert model["tiers"]["disk"]["source"].startswith("modeled")
-    th2 = c.thresholds(model, "m")
+    th2 = cal_model.thresholds(model, "m")
     assert "estimated" not in th2["frontier"]
     assert th2["tiers"]["disk"]["min_load_tokens"] > th2["tiers"]["dram"]["min_load_tokens"]
 
 
 def test_parse_bandwidths():
-    assert c.parse_bandwidths("disk=6.5G, dram=5e10") == {"disk": 6.5e9, "dram": 5e10}
+    assert cal_model.parse_bandwidths("disk=6.5G, dram=5e10") == {"disk": 6.5e9, "dram": 5e10}
     with pytest.raises(ValueError):
-        c.parse_bandwidths("tape=1G")
-    assert c._int_list("512,1k,4K") == [512, 1024, 4096]
+        cal_model.parse_bandwidths("tape=1G")
+    assert cal_cli._int_list("512,1k,4K") == [512, 1024, 4096]
 
 
 def test_plots(tmp_path):
-    model = c.build_model(c.summarize(synthetic_samples()), KVB, 256)
-    a = c.plot_speedup_map(model, tmp_path / "map.png", "synthetic")
-    b = c.plot_min_bandwidth(model, tmp_path / "bw.png", "synthetic", {"drive": 2e8})
+    model = cal_model.build_model(cal_model.summarize(synthetic_samples()), KVB, 256)
+    a = cal_plots.plot_speedup_map(model, tmp_path / "map.png", "synthetic")
+    b = cal_plots.plot_min_bandwidth(model, tmp_path / "bw.png", "synthetic", {"drive": 2e8})
     for p in (a, b):
         data = p.read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
 
 
 def test_prompts_share_exactly_the_prefix():
-    doc = c.doc_prompt(0, "dram", 512, 0, 0, 8192)
-    assert len(doc) == 512 and doc[0] == c.BOS_ID
+    doc = cal_sweep.doc_prompt(0, "dram", 512, 0, 0, 8192)
+    assert len(doc) == 512 and doc[0] == tiny_model.BOS_ID
     for p in (1, 128, 256, 511):
-        q = c.hit_prompt(doc, p, 0, 0, 8192)
+        q = cal_sweep.hit_prompt(doc, p, 0, 0, 8192)
         assert len(q) == 512 and q[:p] == doc[:p] and q[p] != doc[p]
-    assert c.hit_prompt(doc, 512, 0, 0, 8192) == doc
-    assert c.doc_prompt(0, "disk", 512, 0, 0, 8192) != doc
+    assert cal_sweep.hit_prompt(doc, 512, 0, 0, 8192) == doc
+    assert cal_sweep.doc_prompt(0, "disk", 512, 0, 0, 8192) != doc
 
 
 def test_replot_cli_writes_everything(tmp_path):
@@ -171,7 +173,7 @@ def test_replot_cli_writes_everything(tmp_path):
             "samples": synthetic_samples()}
     (tmp_path / "m.json").write_text(json.dumps(meas))
     out = tmp_path / "out"
-    assert c.main(["--replot", str(tmp_path / "m.json"), "--out", str(out), "--no-progress"]) == 0
+    assert cal_cli.main(["--replot", str(tmp_path / "m.json"), "--out", str(out), "--no-progress"]) == 0
     for name in ("thresholds.json", "measurements.json", "speedup_map.png", "min_bandwidth.png"):
         assert (out / name).stat().st_size > 0
     th = json.loads((out / "thresholds.json").read_text())
@@ -179,17 +181,17 @@ def test_replot_cli_writes_everything(tmp_path):
 
 
 def test_import_needs_neither_vllm_nor_torch():
-    code = ("import sys, kvtier.calibrate, kvtier.replay; "
+    code = ("import sys, kvtier.calibrate, kvtier.replay, kvtier.bench_longdoc, kvtier.tools.launcher; "
             "print(any(m.split('.')[0] in ('vllm', 'torch', 'matplotlib') for m in sys.modules))")
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(c.__file__)), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(kvtier.__file__)), env.get("PYTHONPATH", "")])
     out = subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True)
     assert out.stdout.strip() == "False"
 
 
 def test_progress_without_tqdm(capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "tqdm", None)
-    p = c.Progress(3, "t")
+    p = cal_sweep.Progress(3, "t")
     for _ in range(3):
         p.update("x")
     p.close()
@@ -197,26 +199,26 @@ def test_progress_without_tqdm(capsys, monkeypatch):
 
 
 def test_hit_curve_without_t0_extends_the_first_segment():
-    g = c.hit_curve({128: 0.05, 256: 0.10}, None)
+    g = cal_model.hit_curve({128: 0.05, 256: 0.10}, None)
     assert g(0) == pytest.approx(0.0) and g(64) == pytest.approx(0.025)
-    g = c.hit_curve({128: 0.05, 256: 0.10}, 0.5)  # t0 above the fastest hit: capped at it
+    g = cal_model.hit_curve({128: 0.05, 256: 0.10}, 0.5)  # t0 above the fastest hit: capped at it
     assert g(0) == pytest.approx(0.05)
 
 
 def test_stat_min():
     samples = [{"kind": "cold", "doc_tokens": 512, "ttft_s": v} for v in (3.0, 1.0, 2.0)]
-    assert c.summarize(samples, "min")["f"] == {512: 1.0}
+    assert cal_model.summarize(samples, "min")["f"] == {512: 1.0}
     with pytest.raises(ValueError):
-        c.summarize(samples, "mean")
+        cal_model.summarize(samples, "mean")
 
 
 def test_suffix_model():
-    f = c.recompute_curve({d: f_true(d) for d in SIZES})
-    g = c.hit_curve({d: g_true(d) for d in SIZES}, 0.05)
+    f = cal_model.recompute_curve({d: f_true(d) for d in SIZES})
+    g = cal_model.hit_curve({d: g_true(d) for d in SIZES}, 0.05)
     d, p = 4096, 0.5
-    assert c.speedup(f, g, d, p, "suffix") == pytest.approx(f(d) / (g(p * d) + f(d) - f(p * d)))
+    assert cal_model.speedup(f, g, d, p, "suffix") == pytest.approx(f(d) / (g(p * d) + f(d) - f(p * d)))
     # with a convex f the rest of the prompt costs more than f(D - P): the suffix model is the more cautious
-    assert c.speedup(f, g, d, p, "suffix") < c.speedup(f, g, d, p, "paper")
-    be = c.break_even_fraction(f, g, d, kind="suffix")
+    assert cal_model.speedup(f, g, d, p, "suffix") < cal_model.speedup(f, g, d, p, "paper")
+    be = cal_model.break_even_fraction(f, g, d, kind="suffix")
     exact = next(x for x in range(1, 4097) if g(x) <= f(x))
     assert be * d == pytest.approx(exact, abs=16)  # the suffix frontier is min_load_tokens / D

@@ -5,13 +5,13 @@ import os
 
 import pytest
 
-from kvtier import replay as r
+from kvtier.tools.replay import report as rp_report, run as rp_run, trace as rp_trace
 
 TRACES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data", "traces")
 
 
 def req(i, ts, n, ids, out=4):
-    return r.TraceRequest(i, ts, n, out, tuple(ids))
+    return rp_trace.TraceRequest(i, ts, n, out, tuple(ids))
 
 
 def write_trace(path, rows):
@@ -21,7 +21,7 @@ def write_trace(path, rows):
 
 
 def test_same_ids_give_identical_blocks_and_different_ids_differ():
-    b = r.TokenBuilder(block_tokens=16, seed=1)
+    b = rp_trace.TokenBuilder(block_tokens=16, seed=1)
     p1 = b.prompt(req(0, 0, 48, [7, 8, 9]))
     p2 = b.prompt(req(1, 0, 48, [7, 8, 10]))
     p3 = b.prompt(req(2, 0, 48, [5, 8, 9]))
@@ -30,12 +30,12 @@ def test_same_ids_give_identical_blocks_and_different_ids_differ():
     # id 8 is the same block wherever it appears
     assert p3[16:32] == p1[16:32] and p3[:16] != p1[:16]
     # deterministic across builders, depends on the seed
-    assert r.TokenBuilder(16, seed=1).prompt(req(0, 0, 48, [7, 8, 9])) == p1
-    assert r.TokenBuilder(16, seed=2).prompt(req(0, 0, 48, [7, 8, 9])) != p1
+    assert rp_trace.TokenBuilder(16, seed=1).prompt(req(0, 0, 48, [7, 8, 9])) == p1
+    assert rp_trace.TokenBuilder(16, seed=2).prompt(req(0, 0, 48, [7, 8, 9])) != p1
 
 
 def test_final_partial_block_and_padding():
-    b = r.TokenBuilder(block_tokens=16)
+    b = rp_trace.TokenBuilder(block_tokens=16)
     full = b.prompt(req(0, 0, 32, [1, 2]))
     part = b.prompt(req(1, 0, 21, [1, 2]))
     assert len(part) == 21 and part == full[:21]  # the last block cut to input_length
@@ -46,7 +46,7 @@ def test_final_partial_block_and_padding():
 
 
 def test_length_scale_keeps_the_structure():
-    b = r.TokenBuilder(block_tokens=512, length_scale=0.125)
+    b = rp_trace.TokenBuilder(block_tokens=512, length_scale=0.125)
     assert b.block_tokens == 64
     a = b.prompt(req(0, 0, 1024 + 100, [1, 2, 3]))
     c = b.prompt(req(1, 0, 1024 + 300, [1, 2, 4]))
@@ -55,36 +55,36 @@ def test_length_scale_keeps_the_structure():
 
 
 def test_max_input_tokens_truncates():
-    b = r.TokenBuilder(16, max_input_tokens=20)
+    b = rp_trace.TokenBuilder(16, max_input_tokens=20)
     assert len(b.prompt(req(0, 0, 64, [1, 2, 3, 4]))) == 20 and b.truncated == 1
 
 
 def test_schedule_scales_time():
     reqs = [req(0, 1000, 8, [1]), req(1, 1500, 8, [1]), req(2, 4000, 8, [1])]
-    assert r.schedule(reqs, 1.0) == [0.0, 0.5, 3.0]
-    assert r.schedule(reqs, 0.1) == pytest.approx([0.0, 0.05, 0.3])
-    assert r.schedule(reqs, 0) == [0.0, 0.0, 0.0]
+    assert rp_trace.schedule(reqs, 1.0) == [0.0, 0.5, 3.0]
+    assert rp_trace.schedule(reqs, 0.1) == pytest.approx([0.0, 0.05, 0.3])
+    assert rp_trace.schedule(reqs, 0) == [0.0, 0.0, 0.0]
     with pytest.raises(ValueError):
-        r.schedule(reqs, -1)
+        rp_trace.schedule(reqs, -1)
 
 
 def test_load_and_cut(tmp_path):
     rows = [(0, 10, [1]), (500, 20, [1, 2]), (1000, 30, [3]), (2500, 40, [4]), (9000, 50, [5])]
     write_trace(tmp_path / "t.jsonl", rows)
-    all_ = r.load_trace(str(tmp_path / "t.jsonl"))
+    all_ = rp_trace.load_trace(str(tmp_path / "t.jsonl"))
     assert [x.input_length for x in all_] == [10, 20, 30, 40, 50]
-    assert [x.index for x in r.load_trace(str(tmp_path / "t.jsonl"), start=2)] == [2, 3, 4]
-    assert len(r.load_trace(str(tmp_path / "t.jsonl"), max_requests=2)) == 2
+    assert [x.index for x in rp_trace.load_trace(str(tmp_path / "t.jsonl"), start=2)] == [2, 3, 4]
+    assert len(rp_trace.load_trace(str(tmp_path / "t.jsonl"), max_requests=2)) == 2
     # duration in trace seconds from the first kept request
-    assert [x.index for x in r.load_trace(str(tmp_path / "t.jsonl"), start=1, duration_s=2.0)] == [1, 2, 3]
-    assert [x.index for x in r.cut(all_, start=1, duration_s=2.0)] == [1, 2, 3]
-    assert [x.index for x in r.cut(all_, max_requests=3, duration_s=100)] == [0, 1, 2]
+    assert [x.index for x in rp_trace.load_trace(str(tmp_path / "t.jsonl"), start=1, duration_s=2.0)] == [1, 2, 3]
+    assert [x.index for x in rp_trace.cut(all_, start=1, duration_s=2.0)] == [1, 2, 3]
+    assert [x.index for x in rp_trace.cut(all_, max_requests=3, duration_s=100)] == [0, 1, 2]
 
 
 def test_ideal_reuse_counts_repeated_prefixes():
-    b = r.TokenBuilder(16)
+    b = rp_trace.TokenBuilder(16)
     reqs = [req(0, 0, 48, [1, 2, 3]), req(1, 0, 40, [1, 2, 9]), req(2, 0, 32, [5, 2])]
-    ideal = r.ideal_reuse(reqs, b)
+    ideal = rp_trace.ideal_reuse(reqs, b)
     # request 1 reuses blocks 1,2 (32 tokens); request 2 starts with a new id: block 2 at a new chain is no hit
     assert ideal["prompt_tokens"] == 120 and ideal["reusable_tokens"] == 32
 
@@ -100,7 +100,7 @@ def test_metrics_report():
              "vllm:external_prefix_cache_hits_total": 100,
              'vllm:prompt_tokens_by_source_total{source="local_compute"}': 150,
              'vllm:prompt_tokens_by_source_total{source="external_kv_transfer"}': 100}
-    m = r.metrics_report(before, after)
+    m = rp_report.metrics_report(before, after)
     assert m["gpu_prefix_hit_rate"] == pytest.approx(0.25)
     assert m["kvtier_lookups"] == 10 and m["kvtier_hit_rate_dram"] == pytest.approx(0.4)
     assert m["kvtier_hit_rate_disk"] == pytest.approx(0.3)
@@ -113,8 +113,8 @@ def test_mooncake_trace_prompts_repeat_where_ids_repeat():
     if not os.path.exists(path):
         pytest.skip(f"the Mooncake trace {os.path.normpath(path)} is not on this machine (team data outside the "
                     "repository, not in a clean clone)")
-    reqs = r.load_trace(path, max_requests=200)
-    b = r.TokenBuilder(512, length_scale=1 / 32)
+    reqs = rp_trace.load_trace(path, max_requests=200)
+    b = rp_trace.TokenBuilder(512, length_scale=1 / 32)
     prompts = {x.index: b.prompt(x) for x in reqs}
     bt = b.block_tokens
     for x in reqs[:60]:
@@ -135,7 +135,7 @@ def test_format_report_runs():
            "block_tokens": 64, "trace_block_tokens": 512, "length_scale": 0.125, "prompt_tokens_mean": 100.0,
            "prompt_tokens_max": 120, "truncated": 0, "ideal": {"reusable_fraction": 0.5},
            "passes": [{"name": "replay", "errors": 0, "wall_s": 1.0,
-                       "ttft": r.summarize([0.1, 0.2]), "queue_delay": r.summarize([0.0, 0.0]),
+                       "ttft": rp_run.summarize([0.1, 0.2]), "queue_delay": rp_run.summarize([0.0, 0.0]),
                        "metrics": {"kvtier_lookups": 4, "kvtier_hit_rate_dram": 0.5, "kvtier_bytes_read": 2048}}]}
-    text = r.format_report(res)
+    text = rp_report.format_report(res)
     assert "p99" in text and "DRAM 50.0%" in text and "2.0 KiB" in text

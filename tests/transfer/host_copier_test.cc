@@ -200,5 +200,25 @@ TEST(HostCopier, StreamsOnlyChunksOrJobsLargerThanTheCacheCanHold) {
   EXPECT_EQ(HostCopierStreams(64 << 10, uint64_t{1} << 40), HostCopierStreams(uint64_t{1} << 40));
 }
 
+// HostCopy is the copy the engine's host copier and the vLLM worker's copy_batch share: both directions, streaming
+// or not, copy exactly the bytes asked for from any alignment.
+TEST(HostCopy, CopiesExactlyInBothDirectionsStreamingOrNot) {
+  std::vector<uint8_t> src(3 << 20), dst(src.size() + 64);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 131 + 7);
+  for (CopyDirection dir : {CopyDirection::kSlotToDevice, CopyDirection::kDeviceToSlot}) {
+    for (bool stream : {false, true}) {
+      for (size_t offset : {size_t{0}, size_t{1}, size_t{33}}) {
+        for (size_t n : {size_t{0}, size_t{100}, size_t{4096}, size_t{(2 << 20) + 77}}) {
+          std::fill(dst.begin(), dst.end(), 0xEE);
+          HostCopy(dir, dst.data() + offset, src.data() + 5, n, stream);
+          ASSERT_EQ(std::memcmp(dst.data() + offset, src.data() + 5, n), 0) << n << " stream=" << stream;
+          for (size_t i = 0; i < offset; ++i) ASSERT_EQ(dst[i], 0xEE);
+          for (size_t i = offset + n; i < dst.size(); ++i) ASSERT_EQ(dst[i], 0xEE) << i;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kvtier

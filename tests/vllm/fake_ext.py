@@ -46,7 +46,7 @@ class Pool:
         pass
 
 
-def copy_batch(dst, src, sizes, threads=1):
+def copy_batch(dst, src, sizes, threads=1, direction=""):
     for d, s, n in zip(dst.tolist(), src.tolist(), sizes.tolist()):
         ctypes.memmove(d, s, n)
     return int(sizes.sum())

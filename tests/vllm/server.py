@@ -1,17 +1,16 @@
-"""A real `vllm serve` (the OpenAI API server module) on the tiny model, in its own process group, always killed."""
+"""A real `vllm serve` (the OpenAI API server module) on the tiny model, in its own process group, always killed
+(kvtier.tools.launcher), with the client calls the tests make (kvtier.tools.client)."""
 
 import hashlib
 import json
 import os
 import re
-import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from typing import NamedTuple
+
+from kvtier.tools import launcher
+from kvtier.tools.client import ApiClient
 
 # float32, not the bf16 of a real deployment: the tiny model's weights are random, so its next-token logits are all
 # within a few hundredths of each other (logprobs about -7.9 against -ln(8192) = -9.0 for uniform). In bf16 the
@@ -41,18 +40,10 @@ def tiny_model_dir() -> str:
     return d
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def kvtier_transfer_config(root, **extra) -> str:
-    ec = {"spec_name": "KVTierSpec", "spec_module_path": "kvtier.vllm", "kvtier_root": str(root),
-          "block_size": 256, "kvtier_pool_bytes": "256MiB", "kvtier_stats_interval_s": 1}
-    ec.update(extra)
-    return json.dumps({"kv_connector": "KVTierConnector", "kv_connector_module_path": "kvtier.vllm",
-                       "kv_role": "kv_both", "kv_connector_extra_config": ec})
+    """kvtier's --kv-transfer-config for the tests: a 256 MiB pool, stats every second."""
+    return json.dumps(launcher.kvtier_transfer_config(root, **{"kvtier_pool_bytes": "256MiB",
+                                                                 "kvtier_stats_interval_s": 1, **extra}))
 
 
 class Completion(NamedTuple):
@@ -62,125 +53,36 @@ class Completion(NamedTuple):
     logprobs: tuple[float, ...]
 
 
-class Server:
+class Server(launcher.VllmServer):
+    """One server on the tiny model (SERVE_ARGS), started at construction; the client calls the tests make."""
+
     def __init__(self, model_dir, log_path, transfer_config=None, start_timeout_s=420, env=None, extra_args=()):
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.log_path = log_path
-        args = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
-                "--host", "127.0.0.1", "--port", str(self.port), *SERVE_ARGS]
-        if transfer_config:
-            args += ["--kv-transfer-config", transfer_config]
-        args += list(extra_args)
-        e = dict(os.environ)
-        e.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
-                  "PYTHONHASHSEED": "0", "VLLM_CPU_OMP_THREADS_BIND": "nobind", "VLLM_SERVER_DEV_MODE": "1"})
-        e.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 2))
-        tcmalloc = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"
-        if os.path.exists(tcmalloc) and "tcmalloc" not in e.get("LD_PRELOAD", ""):
-            e["LD_PRELOAD"] = tcmalloc + (":" + e["LD_PRELOAD"] if e.get("LD_PRELOAD") else "")
-        e.update(env or {})
-        self._log = open(log_path, "w")
-        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     env=e, start_new_session=True)
-        self.start_timeout_s = start_timeout_s
+        port = launcher.free_port()
+        argv = launcher.server_argv(sys.executable, model_dir, port, SERVE_ARGS, transfer_config) + list(extra_args)
+        super().__init__(argv, launcher.server_env(**(env or {})), log_path, port, name="server",
+                         start_timeout_s=start_timeout_s)
+        self.base = self.url
+        self.client = ApiClient(self.url, "tiny", timeout=300)
+        self.start()
 
-    def wait_healthy(self):
-        deadline = time.monotonic() + self.start_timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited with {self.proc.returncode} during startup:\n{self.log_tail()}")
-            try:
-                with urllib.request.urlopen(self.base + "/health", timeout=5) as r:
-                    if r.status == 200:
-                        return self
-            except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(1)
-        raise TimeoutError(f"/health not ready after {self.start_timeout_s}s:\n{self.log_tail()}")
-
-    def wait_exit(self, timeout_s) -> int:
-        try:
-            return self.proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            raise TimeoutError(f"server still running after {timeout_s}s:\n{self.log_tail()}") from None
-
-    def log_tail(self, n=60) -> str:
-        try:
-            with open(self.log_path) as f:
-                return "".join(f.readlines()[-n:])
-        except OSError:
-            return ""
-
-    def stop(self):
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                try:
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                self.proc.wait(timeout=30)
-        else:  # the leader is gone: its children may not be
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        self._log.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.stop()
-
-    # --- client ---
-    def post(self, path, body, timeout=300):
-        req = urllib.request.Request(self.base + path, json.dumps(body).encode(),
-                                     {"Content-Type": "application/json"})
-        return urllib.request.urlopen(req, timeout=timeout)
-
-    def complete(self, prompt, max_tokens=8, timeout=300) -> Completion:
+    def complete(self, prompt, max_tokens=8) -> Completion:
         """Streamed greedy completion with the logprob of every generated token."""
-        body = {"model": "tiny", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
-                "ignore_eos": True, "stream": True, "logprobs": 1}
-        t0 = time.perf_counter()
-        ttft, parts, logprobs = None, [], []
-        with self.post("/v1/completions", body, timeout=timeout) as r:
-            for raw in r:
-                line = raw.decode().strip()
-                if not line.startswith("data:") or line == "data: [DONE]":
-                    continue
-                choice = json.loads(line[5:])["choices"][0]
-                piece = choice.get("text", "")
-                if ttft is None and piece:
-                    ttft = time.perf_counter() - t0
-                parts.append(piece)
-                logprobs.extend((choice.get("logprobs") or {}).get("token_logprobs") or [])
-        return Completion("".join(parts), ttft, tuple(logprobs))
+        r = self.client.completion(prompt, max_tokens, logprobs=True)
+        return Completion(r["text"], r["ttft_s"], tuple(r["logprobs"]))
 
     def reset_prefix_cache(self):
-        with self.post("/reset_prefix_cache", {}) as r:
-            assert r.status == 200
+        status, body = self.client.request("POST", "/reset_prefix_cache")
+        assert status == 200, (status, body)
 
     def metrics(self) -> dict:
-        """Sum of every sample of each metric name (labels dropped)."""
-        text = urllib.request.urlopen(self.base + "/metrics", timeout=30).read().decode()
+        """Sum of every sample of each metric name (labels dropped), and name[source] per source label."""
+        series = self.client.metrics(None)
+        assert series is not None, "no /metrics"
         out: dict = {}
-        for line in text.splitlines():
-            if not line or line.startswith("#"):
-                continue
-            m = re.match(r"^([^{\s]+)(\{[^}]*\})?\s+(\S+)", line)
-            if not m:
-                continue
-            name, labels, val = m.group(1), m.group(2) or "", float(m.group(3))
+        for key, val in series.items():
+            name = key.split("{", 1)[0]
             out[name] = out.get(name, 0.0) + val
-            src = re.search(r'source="([^"]+)"', labels)
+            src = re.search(r'source="([^"]+)"', key)
             if src:
                 out[f"{name}[{src.group(1)}]"] = out.get(f"{name}[{src.group(1)}]", 0.0) + val
         return out

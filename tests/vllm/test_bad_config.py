@@ -115,3 +115,41 @@ def test_engine_refuses_a_world_writable_root_unless_allowed(tmp_path):
     opts = _engine_options(root)
     opts["allow_insecure_root"] = True
     ext.Engine(opts)
+
+
+# ------------------------------------------------------------------------------------------ one options schema
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_engine_keys_are_the_schema_rows_offered_to_vllm():
+    """The kvtier_* keys of engine options are exactly the schema's rows with a vllm_key, with its default and range:
+    a key added, removed or changed in src/engine/options.cc shows up here without a second table to edit."""
+    ext = pytest.importorskip("kvtier._kvtier")
+    rows = {r["vllm_key"]: r for r in ext.option_schema() if r["vllm_key"] is not None}
+    engine_keys = {name[len("kvtier_"):]: key for name, key in kv.KVTIER_KEYS.items() if key.engine_key}
+    assert engine_keys.keys() == rows.keys()
+    for k, key in engine_keys.items():
+        r = rows[k]
+        assert key.engine_key == r["name"]
+        assert (key.lo, key.hi) == (r["min"], r["max"]), k
+        assert key.default == (None if r["name"] == "root" else r["default"]), k
+    assert not set(kv.config.ADAPTER_KEYS) & set(rows), "an adapter key shadows an engine option"
+
+
+def test_doc_table_is_the_generated_one():
+    with open(os.path.join(REPO, "docs", "vllm-integration.md")) as f:
+        in_doc = kv.config.doc_table(f.read())
+    assert in_doc is not None, "docs/vllm-integration.md lost its generated-table markers"
+    assert in_doc == kv.config.options_table(), (
+        "docs/vllm-integration.md's key table differs from the schema: run "
+        "python -m kvtier.vllm.config --update docs/vllm-integration.md")
+
+
+def test_engine_options_of_a_spec_pass_the_engines_checks(tmp_path):
+    """What KVTierSpec.engine_options() hands the engine is accepted by the engine's own option checks."""
+    ext = pytest.importorskip("kvtier._kvtier")
+    cfg = kv.parse_config({"kvtier_root": str(tmp_path), "kvtier_pool_bytes": "2GiB", "kvtier_dir_mode": "0770",
+                           "kvtier_fsync": "true", "kvtier_io_depth": 64})
+    engine = {key.engine_key: cfg[name] for name, key in kv.KVTIER_KEYS.items() if key.engine_key}
+    ext.check_options(engine)
+    assert engine["pool_bytes"] == 2 << 30 and engine["dir_mode"] == 0o770 and engine["fsync_on_publish"] is True

@@ -6,81 +6,78 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from . import extension
 from .compat import VLLM_KEYS, logger
 
-_IO_MODES = ("auto", "direct", "buffered")
-_BACKENDS = ("auto", "uring", "posix")
 _SIZE_SUFFIXES = {"": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20, "g": 1 << 30,
                   "gib": 1 << 30, "t": 1 << 40, "tib": 1 << 40}
+# How a key's value is written in kv_connector_extra_config, by the schema's option type.
+_KIND_OF_TYPE = {"path": "path", "string": "str", "secret": "str", "choice": "str", "bool": "bool", "count": "int",
+                 "bytes": "size", "fraction": "float", "mode": "mode"}
+_SPELLING = {"size": "a byte count (int, or a string like '512MiB', '4G')", "int": "an integer", "float": "a number",
+             "bool": "true or false", "str": "a string", "path": "an existing writable directory, absolute path",
+             "mode": "a file mode (int, or octal string '0750') that gives the owner rwx"}
 
 
 class _Key:
+    """One kv_connector_extra_config key: an engine option (engine_key, from the engine's schema) or one of the
+    adapter's own."""
+
     def __init__(self, kind: str, default: Any, doc: str, lo: float | None = None, hi: float | None = None,
-                 choices: tuple[str, ...] | None = None, engine_key: str | None = None):
+                 choices: tuple[str, ...] | None = None, engine_key: str | None = None, spelling: str | None = None):
         self.kind, self.default, self.doc, self.lo, self.hi = kind, default, doc, lo, hi
-        self.choices, self.engine_key = choices, engine_key
+        self.choices, self.engine_key, self.spelling = choices, engine_key, spelling
 
     def accepted(self) -> str:
         if self.choices:
             return " | ".join(repr(c) for c in self.choices)
         rng = ""
-        if self.lo is not None or self.hi is not None:
+        if self.hi is not None and self.hi >= 1 << 63:
+            rng = f" >= {self.lo}"
+        elif self.lo is not None or self.hi is not None:
             rng = f" in [{self.lo if self.lo is not None else '-inf'}, {self.hi if self.hi is not None else 'inf'}]"
-        return {"size": "a byte count (int, or a string like '512MiB', '4G')",
-                "int": "an integer", "float": "a number", "bool": "true or false",
-                "str": "a string", "path": "an absolute path", "mode": "a file mode (int, or octal string '0750')",
-                }[self.kind] + rng
+        return (self.spelling or _SPELLING[self.kind]) + rng
 
 
-# Every key kvtier accepts; docs/vllm-integration.md has the same table.
-KVTIER_KEYS: dict[str, _Key] = {
-    "kvtier_root": _Key("path", None, "storage root, an existing writable directory (required)"),
-    "kvtier_pool_bytes": _Key("size", 1 << 30, "staging pool (shared memory) size; also the DRAM tier", lo=1 << 20,
-                              engine_key="pool_bytes"),
-    "kvtier_demand_reserve_slots": _Key("int", 0, "pool slots speculative reads never take (0: io_depth)", lo=0,
-                                        hi=1 << 20, engine_key="demand_reserve_slots"),
-    "kvtier_io_mode": _Key("str", "auto", "O_DIRECT or page cache", choices=_IO_MODES, engine_key="io_mode"),
-    "kvtier_backend": _Key("str", "auto", "I/O engine", choices=_BACKENDS, engine_key="backend"),
-    "kvtier_io_depth": _Key("int", 16, "disk operations in flight", lo=1, hi=4096, engine_key="io_depth"),
-    "kvtier_op_timeout_ms": _Key("int", 10000, "per-operation deadline; a late read is a miss", lo=1,
-                                 hi=3_600_000, engine_key="op_timeout_ms"),
-    "kvtier_disk_budget_bytes": _Key("size", 0, "disk budget of the root (0: unlimited)", lo=0,
-                                     engine_key="disk_budget_bytes"),
-    "kvtier_high_watermark": _Key("float", 0.95, "evict above this fraction of the budget", lo=0.0, hi=1.0,
-                                  engine_key="high_watermark"),
-    "kvtier_low_watermark": _Key("float", 0.85, "evict down to this fraction of the budget", lo=0.0, hi=1.0,
-                                 engine_key="low_watermark"),
-    "kvtier_dir_mode": _Key("mode", 0o750, "mode of created directories (files: same without x bits)",
-                            engine_key="dir_mode"),
-    "kvtier_negative_cache_ms": _Key("int", 1000, "how long a miss is remembered before the filesystem is asked "
-                                     "again", lo=0, hi=3_600_000, engine_key="negative_cache_ms"),
-    "kvtier_fsync": _Key("bool", False, "fsync each entry before publishing it", engine_key="fsync_on_publish"),
-    "kvtier_allow_insecure_root": _Key("bool", False, "accept a root that is world-writable (no sticky bit) or owned "
-                                       "by another user", engine_key="allow_insecure_root"),
-    "kvtier_checksum_secret": _Key("str", "", "keyed checksums (K3): 'file:<path>' of a key file not readable by "
-                                   "others, or the secret itself (>= 16 bytes); '' = off",
-                                   engine_key="checksum_secret"),
-    "kvtier_trace_path": _Key("str", "", "Chrome trace JSON of every engine operation ('' = off)",
-                              engine_key="trace_path"),
+def _engine_keys() -> dict[str, _Key]:
+    """The engine options offered to vLLM users (rows of the engine's schema with a vllm_key), as kvtier_<key>."""
+    out: dict[str, _Key] = {}
+    for row in extension.options_schema():
+        if row["vllm_key"] is None:
+            continue
+        kind = _KIND_OF_TYPE[row["type"]]
+        default = None if row["name"] == "root" else row["default"]
+        spelling = row["accepted"] if row["type"] == "secret" else None  # the engine's words for its own rule
+        out["kvtier_" + row["vllm_key"]] = _Key(kind, default, row["doc"], lo=row["min"], hi=row["max"],
+                                                choices=tuple(row["choices"]) or None, engine_key=row["name"],
+                                                spelling=spelling)
+    return out
+
+
+# The adapter's own keys (not engine options: the cache identity's names, the worker, preload, the gate, stats).
+ADAPTER_KEYS: dict[str, _Key] = {
     "kvtier_model_tag": _Key("str", "", "model name in the cache identity (default: vLLM's model name/path); set "
                              "it when instances load the same weights from different paths"),
-    "kvtier_revision": _Key("str", "", "weights revision (or any hash) in the cache identity"),
-    "kvtier_copy_threads": _Key("int", 1, "memcpy threads per worker copy", lo=1, hi=64),
-    "kvtier_dram_policy": _Key("str", "lru", "replacement policy of the DRAM tier (pool slots kept as a cache)",
-                               choices=("lru", "arc"), engine_key="dram_policy"),
-    "kvtier_dram_max_slots": _Key("int", 0, "most pool slots the DRAM tier keeps (0: the whole pool)", lo=0,
-                                  hi=1 << 20, engine_key="dram_max_slots"),
-    "kvtier_preload_max_inflight": _Key("int", 1, "speculative chunk reads in flight for waiting requests "
-                                        "(R2; 0 turns preload off)", lo=0, hi=1 << 20),
-    "kvtier_thresholds_path": _Key("str", "", "break-even thresholds file (docs/break-even.md); '' = gate off"),
-    "kvtier_attach_timeout_s": _Key("float", 60.0, "how long a worker waits for the scheduler's pool", lo=0.1,
-                                    hi=3600.0),
+    "kvtier_revision": _Key("str", "", "weights revision (or any hash) in the cache identity (default: for a local "
+                            "model directory a hash of its config.json and weight file names and sizes)"),
+    "kvtier_copy_threads": _Key("int", 1, "host copy threads per worker copy", lo=1, hi=64),
+    "kvtier_attach_timeout_s": _Key("float", 60.0, "how long a worker waits for the scheduler's pool to appear",
+                                    lo=0.1, hi=3600.0),
+    "kvtier_preload_max_inflight": _Key("int", 1, "speculative chunk reads in flight for waiting requests (R1, R2); "
+                                        "0 turns preload off", lo=0, hi=1 << 20),
+    "kvtier_thresholds_path": _Key("str", "", "break-even thresholds file (G1, docs/break-even.md); '' = gate off, "
+                                   "logged at startup"),
     "kvtier_stats_interval_s": _Key("float", 10.0, "log a stats line and rewrite the stats file this often "
                                     "(0: never)", lo=0.0, hi=86400.0),
 }
+
+# Every key kvtier accepts: the engine's (generated from its schema) and the adapter's. docs/vllm-integration.md's
+# table is generated from it (options_table(); tests/vllm/test_bad_config.py fails when the doc differs).
+KVTIER_KEYS: dict[str, _Key] = {**_engine_keys(), **ADAPTER_KEYS}
 
 
 def _parse_value(name: str, key: _Key, raw: Any) -> Any:
@@ -88,12 +85,26 @@ def _parse_value(name: str, key: _Key, raw: Any) -> Any:
         return ValueError(f"kvtier: bad value {raw!r} for kv_connector_extra_config key '{name}'"
                           f"{': ' + why if why else ''}; accepted: {key.accepted()}")
 
+    val = _convert(key, raw, bad)
+    if key.kind in ("int", "float", "size") and ((key.lo is not None and val < key.lo) or
+                                                  (key.hi is not None and val > key.hi)):
+        raise bad("out of range")
+    if key.engine_key is not None:
+        try:
+            extension.check_option(key.engine_key, val)  # the engine's own rules (mode, secret, ...)
+        except (TypeError, ValueError) as e:
+            raise bad(str(e)) from None
+    return val
+
+
+def _convert(key: _Key, raw: Any, bad) -> Any:
+    """The value in the key's kind: strings (choices lower-cased), bools (also 'true'/'false'), modes (also octal
+    strings), sizes (also '512MiB'), numbers; ValueError (from `bad`) for anything else."""
     if key.kind in ("str", "path"):
         if not isinstance(raw, str):
             raise bad()
         if key.choices and raw.lower() not in key.choices:
             raise bad()
-        val: Any = raw.lower() if key.choices else raw
         if key.kind == "path":
             if not raw or not os.path.isabs(raw):
                 raise bad("not an absolute path")
@@ -101,50 +112,66 @@ def _parse_value(name: str, key: _Key, raw: Any) -> Any:
                 raise bad("no such directory")
             if not os.access(raw, os.W_OK | os.X_OK):
                 raise bad("directory is not writable")
-        return val
+        return raw.lower() if key.choices else raw
     if key.kind == "bool":
         if isinstance(raw, bool):
             return raw
         if isinstance(raw, str) and raw.lower() in ("true", "false", "1", "0", "yes", "no"):
             return raw.lower() in ("true", "1", "yes")
         raise bad()
-    if key.kind == "mode":
-        if isinstance(raw, bool):
-            raise bad()
-        try:
-            val = raw if isinstance(raw, int) else int(str(raw), 8)
-        except ValueError:
-            raise bad() from None
-        if not 0 <= val <= 0o7777 or not val & 0o700 == 0o700:
-            raise bad("the owner needs rwx")
-        return val
-    # numbers
     if isinstance(raw, bool):
         raise bad()
     try:
+        if key.kind == "mode":
+            return raw if isinstance(raw, int) else int(str(raw), 8)
         if key.kind == "size":
             if isinstance(raw, int):
-                val = raw
-            else:
-                s = str(raw).strip().lower().replace(" ", "")
-                num = s.rstrip("abcdefghijklmnopqrstuvwxyz")
-                suffix = s[len(num):]
-                if suffix.endswith("b") and suffix not in _SIZE_SUFFIXES:
-                    suffix = suffix[:-1]
-                if suffix not in _SIZE_SUFFIXES:
-                    raise ValueError
-                val = int(float(num) * _SIZE_SUFFIXES[suffix])
-        elif key.kind == "int":
+                return raw
+            if not isinstance(raw, str):
+                raise ValueError  # a float is not a byte count
+            s = raw.strip().lower().replace(" ", "")
+            num = s.rstrip("abcdefghijklmnopqrstuvwxyz")
+            suffix = s[len(num):]
+            if suffix.endswith("b") and suffix not in _SIZE_SUFFIXES:
+                suffix = suffix[:-1]
+            if suffix not in _SIZE_SUFFIXES:
+                raise ValueError
+            return int(float(num) * _SIZE_SUFFIXES[suffix])
+        if key.kind == "int":
             if isinstance(raw, float) and not raw.is_integer():
                 raise ValueError
-            val = int(raw)
-        else:
-            val = float(raw)
+            return int(raw)
+        return float(raw)
     except (TypeError, ValueError):
         raise bad() from None
-    if (key.lo is not None and val < key.lo) or (key.hi is not None and val > key.hi):
-        raise bad("out of range")
-    return val
+
+
+def options_table() -> str:
+    """The Markdown table of KVTIER_KEYS for docs/vllm-integration.md ("Configuration keys")."""
+    rows = ["| key | default | accepted | meaning |", "|---|---|---|---|"]
+    for name, key in KVTIER_KEYS.items():
+        if key.default is None:
+            default = "(required)"
+        elif key.kind == "size":
+            default = _fmt_size(key.default)
+        elif key.kind == "mode":
+            default = f"`0{key.default:o}`"
+        elif key.kind == "bool":
+            default = "true" if key.default else "false"
+        elif key.kind == "str":
+            default = f"`{key.default}`" if key.default else "''"
+        else:
+            default = f"{key.default:g}" if isinstance(key.default, float) else str(key.default)
+        accepted = key.accepted().replace("|", "\\|")
+        rows.append(f"| `{name}` | {default} | {accepted} | {key.doc} |")
+    return "\n".join(rows) + "\n"
+
+
+def _fmt_size(n: int) -> str:
+    for unit, div in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n and n % div == 0:
+            return f"{n // div} {unit}"
+    return str(n)
 
 
 def parse_config(extra: Mapping[str, Any]) -> dict[str, Any]:
@@ -172,19 +199,20 @@ def parse_config(extra: Mapping[str, Any]) -> dict[str, Any]:
     if out["kvtier_root"] is None:
         raise ValueError("kvtier: kv_connector_extra_config key 'kvtier_root' is required; accepted: "
                          + KVTIER_KEYS["kvtier_root"].accepted())
-    if out["kvtier_low_watermark"] > out["kvtier_high_watermark"]:
-        raise ValueError(f"kvtier: kv_connector_extra_config key 'kvtier_low_watermark' "
-                         f"({out['kvtier_low_watermark']}) must not exceed 'kvtier_high_watermark' "
-                         f"({out['kvtier_high_watermark']})")
+    engine = {key.engine_key: out[name] for name, key in KVTIER_KEYS.items() if key.engine_key is not None}
+    try:
+        extension.check_options(engine)  # the engine's rules over several options (watermark order, ...)
+    except ValueError as e:
+        why = str(e)
+        for name, key in KVTIER_KEYS.items():
+            if key.engine_key is not None:
+                why = re.sub(rf"\b{key.engine_key}\b", name, why)
+        raise ValueError(f"kvtier: kv_connector_extra_config: {why}") from None
     secret = out["kvtier_checksum_secret"]
-    if secret.startswith("file:"):
-        if not os.path.isfile(secret[5:]):
-            raise ValueError(f"kvtier: kv_connector_extra_config key 'kvtier_checksum_secret' names a key file "
-                             f"{secret[5:]!r} that does not exist; accepted: "
-                             + KVTIER_KEYS["kvtier_checksum_secret"].accepted() + " 'file:<path>' or >= 16 bytes")
-    elif secret and len(secret.encode()) < 16:
-        raise ValueError("kvtier: kv_connector_extra_config key 'kvtier_checksum_secret' is shorter than 16 bytes; "
-                         "accepted: 'file:<path of a key file>' or a secret of at least 16 bytes ('' = off)")
+    if secret.startswith("file:") and not os.path.isfile(secret[5:]):
+        raise ValueError(f"kvtier: kv_connector_extra_config key 'kvtier_checksum_secret' names a key file "
+                         f"{secret[5:]!r} that does not exist; accepted: "
+                         + KVTIER_KEYS["kvtier_checksum_secret"].accepted())
     return out
 
 
@@ -285,3 +313,42 @@ def load_thresholds(path: str, model: str | None = None) -> dict[str, int]:
         logger.warning("kvtier: thresholds file %s was calibrated on model %r, serving %r: the break-even points "
                        "are a property of model and machine", path, data["model"], model)
     return out
+
+
+TABLE_BEGIN = "<!-- kvtier keys: generated by `python -m kvtier.vllm.config --update docs/vllm-integration.md` -->"
+TABLE_END = "<!-- end of generated kvtier keys -->"
+
+
+def doc_table(text: str) -> str | None:
+    """The generated table inside a document's text (between TABLE_BEGIN and TABLE_END), or None."""
+    if TABLE_BEGIN not in text or TABLE_END not in text:
+        return None
+    return text.split(TABLE_BEGIN, 1)[1].split(TABLE_END, 1)[0].strip("\n") + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import sys
+
+    p = argparse.ArgumentParser(prog="python -m kvtier.vllm.config",
+                                description="Print the kv_connector_extra_config keys table (from the engine's "
+                                            "options schema and the adapter's keys), or rewrite it in a document.")
+    p.add_argument("--update", metavar="DOC", help="replace the table between the markers in DOC")
+    a = p.parse_args(sys.argv[1:] if argv is None else argv)
+    table = options_table()
+    if not a.update:
+        print(table, end="")
+        return 0
+    with open(a.update) as f:
+        text = f.read()
+    if doc_table(text) is None:
+        raise SystemExit(f"{a.update}: no {TABLE_BEGIN} ... {TABLE_END} markers")
+    head, rest = text.split(TABLE_BEGIN, 1)
+    tail = rest.split(TABLE_END, 1)[1]
+    with open(a.update, "w") as f:
+        f.write(head + TABLE_BEGIN + "\n" + table + TABLE_END + tail)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

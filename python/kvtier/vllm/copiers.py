@@ -43,7 +43,9 @@ class Copier(Protocol):
 
 
 class HostCopier:
-    """Host KV tensors: memcpy through kvtier._kvtier.copy_batch (GIL released, `threads` threads), synchronous."""
+    """Host KV tensors: kvtier._kvtier.copy_batch with the copy's direction, the engine's host copy path (HostCopy in
+    src/transfer/host_copier.cc: memcpy, streaming stores out of the slots of a large load), GIL released, `threads`
+    threads, synchronous."""
 
     asynchronous = False
 
@@ -58,7 +60,9 @@ class HostCopier:
         return
 
     def copy(self, direction: str, dst: np.ndarray, src: np.ndarray, sizes: np.ndarray) -> Any:
-        return self._ext.copy_batch(dst, src, sizes, self._threads)  # the bytes copied; nothing left to wait for
+        # The engine's host copy path (streaming stores out of the slots of a large load; src/transfer): the bytes
+        # copied, nothing left to wait for.
+        return self._ext.copy_batch(dst, src, sizes, self._threads, direction)
 
     def done(self, ticket: Any) -> bool:
         return True
@@ -70,7 +74,7 @@ class HostCopier:
         return
 
     def describe(self) -> str:
-        return f"host memcpy, {self._threads} thread(s)"
+        return f"host copy (the engine's host copier path), {self._threads} thread(s)"
 
 
 class CudaCopier:

@@ -7,6 +7,10 @@ from typing import Any
 
 def load() -> Any:
     """kvtier._kvtier, or an ImportError that says how to install it into vLLM's Python."""
+    return _load_extension()
+
+
+def _load_extension() -> Any:
     try:
         from kvtier import _kvtier  # type: ignore[attr-defined]
     except ImportError as e:
@@ -26,3 +30,19 @@ def load_cuda() -> Any:
                           "CUDA: pip install --no-deps --no-build-isolation "
                           "-C cmake.define.KVTIER_WITH_CUDA=ON <kvtier repo> (needs nvcc; docs/gpu.md)") from e
     return _kvtier_cuda
+
+
+def options_schema() -> list[dict]:
+    """The engine's options schema (src/engine/options.cc, through kvtier._kvtier.option_schema): always the real
+    extension's, also where tests replace `load`."""
+    return _load_extension().option_schema()
+
+
+def check_option(name: str, value: Any) -> None:
+    """The engine's own check of one option value: TypeError or ValueError naming it (the real extension's)."""
+    _load_extension().check_option(name, value)
+
+
+def check_options(values: dict) -> None:
+    """The engine's rules over several options (values by engine option name): ValueError naming them."""
+    _load_extension().check_options(values)

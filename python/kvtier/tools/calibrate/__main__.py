@@ -1,0 +1,5 @@
+import sys
+
+from kvtier.tools.calibrate.cli import main
+
+sys.exit(main())

@@ -1,0 +1,182 @@
+"""Starting and stopping vLLM's OpenAI API server (`python -m vllm.entrypoints.openai.api_server`), the one launcher
+of the tests (tests/vllm/server.py), `kvtier calibrate`, the H200 headline benchmark and the demo.
+
+A server runs in its own process group and is always killed (SIGTERM to the group, SIGKILL after a grace period).
+Only the standard library: the module imports neither vLLM nor torch, so a client Python that has only the kvtier
+sources on its path (bench/h200/headline.py) can use it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+API_SERVER = ("-m", "vllm.entrypoints.openai.api_server")
+TCMALLOC = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"
+
+# What every server gets unless the caller says otherwise: no network, no usage stats, the dev endpoints
+# (/reset_prefix_cache), and a fixed PYTHONHASHSEED (docs/vllm-integration.md, "PYTHONHASHSEED").
+BASE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
+            "VLLM_SERVER_DEV_MODE": "1", "PYTHONHASHSEED": "0"}
+# vLLM's CPU platform on a small shared machine: no thread pinning, tcmalloc when installed.
+CPU_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def kvtier_transfer_config(root: str | os.PathLike, **extra: Any) -> dict:
+    """vLLM's --kv-transfer-config for kvtier (docs/vllm-integration.md): KVTierConnector with KVTierSpec on `root`;
+    `extra` adds or overrides kv_connector_extra_config keys (block_size defaults to 256 tokens)."""
+    ec = {"spec_name": "KVTierSpec", "spec_module_path": "kvtier.vllm", "kvtier_root": str(root), "block_size": 256}
+    ec.update(extra)
+    return {"kv_connector": "KVTierConnector", "kv_connector_module_path": "kvtier.vllm", "kv_role": "kv_both",
+            "kv_connector_extra_config": ec}
+
+
+def server_env(cpu: bool = True, base: Mapping[str, str] | None = None, **overrides: str) -> dict[str, str]:
+    """The server's environment: `base` (default os.environ) with BASE_ENV filled in where unset, CPU_ENV and
+    tcmalloc for vLLM's CPU platform (`cpu`), then `overrides`."""
+    env = dict(os.environ if base is None else base)
+    for k, v in BASE_ENV.items():
+        env.setdefault(k, v)
+    if cpu:
+        for k, v in CPU_ENV.items():
+            env.setdefault(k, v)
+        env.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 2))
+        if os.path.exists(TCMALLOC) and "tcmalloc" not in env.get("LD_PRELOAD", ""):
+            env["LD_PRELOAD"] = TCMALLOC + (":" + env["LD_PRELOAD"] if env.get("LD_PRELOAD") else "")
+    env.update(overrides)
+    _drop_unbuilt_source(env)
+    return env
+
+
+def _drop_unbuilt_source(env: dict[str, str]) -> None:
+    """Drop this source tree from the server's PYTHONPATH when it has no built extension there: a client run from
+    python/ must not make vLLM import an unbuilt kvtier instead of the installed one."""
+    pkg = Path(__file__).resolve().parents[1]  # python/kvtier
+    if any(pkg.glob("_kvtier*.so")) or not env.get("PYTHONPATH"):
+        return
+    keep = [x for x in env["PYTHONPATH"].split(os.pathsep) if x and Path(x).resolve() != pkg.parent]
+    if keep:
+        env["PYTHONPATH"] = os.pathsep.join(keep)
+    else:
+        env.pop("PYTHONPATH")
+
+
+def server_argv(python: str, model: str | os.PathLike, port: int, args: Sequence[str] = (),
+                transfer_config: Mapping | str | None = None) -> list[str]:
+    """The command line of one API server on 127.0.0.1:port."""
+    argv = [python, *API_SERVER, "--model", str(model), "--host", "127.0.0.1", "--port", str(port), *args]
+    if transfer_config:
+        tc = transfer_config if isinstance(transfer_config, str) else json.dumps(transfer_config)
+        argv += ["--kv-transfer-config", tc]
+    return argv
+
+
+def log_tail(path: str | os.PathLike, n: int = 40) -> str:
+    try:
+        return "".join(Path(path).read_text(errors="replace").splitlines(True)[-n:])
+    except OSError:
+        return ""
+
+
+class VllmServer:
+    """One vLLM API server process. `start()` launches it; `wait_healthy()` blocks until /health answers (or raises
+    with the log's tail); `poll_ready()` checks once, for starting several servers side by side; `stop()` ends the
+    whole process group. A context manager (stops on exit)."""
+
+    def __init__(self, argv: Sequence[str], env: Mapping[str, str], log_path: str | os.PathLike, port: int,
+                 name: str = "vllm", start_timeout_s: float = 600, stop_timeout_s: float = 30):
+        self.argv, self.env, self.port, self.name = list(argv), dict(env), int(port), name
+        self.log_path = Path(log_path)
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.start_timeout_s, self.stop_timeout_s = start_timeout_s, stop_timeout_s
+        self.proc: subprocess.Popen | None = None
+        self._log = None
+        self.started = 0.0
+        self.ready = False
+        self.ready_s: float | None = None
+        self.error = ""
+
+    def start(self) -> "VllmServer":
+        self.started = time.monotonic()
+        self._log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(self.argv, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     env=self.env, start_new_session=True)
+        return self
+
+    def poll_ready(self) -> bool:
+        """One /health probe; sets `ready` (and `ready_s`), or `error` if the process exited."""
+        if self.ready or self.error:
+            return self.ready
+        if self.proc.poll() is not None:
+            self.error = f"{self.name} exited with {self.proc.returncode} during startup; log: {self.log_path}"
+            return False
+        try:
+            with urllib.request.urlopen(self.url + "/health", timeout=5) as r:
+                if r.status == 200:
+                    self.ready = True
+                    self.ready_s = time.monotonic() - self.started
+        except (urllib.error.URLError, OSError):
+            pass
+        return self.ready
+
+    def wait_healthy(self) -> "VllmServer":
+        deadline = self.started + self.start_timeout_s
+        while time.monotonic() < deadline:
+            if self.poll_ready():
+                return self
+            if self.error:
+                raise RuntimeError(self.error + "\n" + self.log_tail())
+            time.sleep(1)
+        raise TimeoutError(f"{self.name}: /health not ready after {self.start_timeout_s}s; log: {self.log_path}\n"
+                           + self.log_tail())
+
+    def wait_exit(self, timeout_s: float) -> int:
+        try:
+            return self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise TimeoutError(f"{self.name} still running after {timeout_s}s:\n{self.log_tail()}") from None
+
+    def log_tail(self, n: int = 60) -> str:
+        return log_tail(self.log_path, n)
+
+    def _kill(self, sig: int) -> None:
+        try:
+            os.killpg(self.proc.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self._kill(signal.SIGTERM)
+                try:
+                    self.proc.wait(timeout=self.stop_timeout_s)
+                except subprocess.TimeoutExpired:
+                    self._kill(signal.SIGKILL)
+                    self.proc.wait(timeout=30)
+            else:  # the leader is gone: its children may not be
+                self._kill(signal.SIGKILL)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def __enter__(self) -> "VllmServer":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()

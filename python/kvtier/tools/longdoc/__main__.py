@@ -1,0 +1,5 @@
+import sys
+
+from kvtier.tools.longdoc.cli import main
+
+sys.exit(main())
