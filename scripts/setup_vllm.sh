@@ -33,7 +33,7 @@ lock="${1:-${KVTIER_VLLM_LOCK:-}}"
 if [[ -z "$lock" ]]; then req="$repo_root/python/requirements-vllm.txt"
 elif [[ "$lock" =~ ^[0-9]+(\.[0-9]+)+$ ]]; then req="$repo_root/python/requirements-vllm-$lock.txt"
 else req=$(realpath -- "$lock"); fi
-[[ -f "$req" ]] || die "missing lock $req (committed locks: python/requirements-vllm*.txt; scripts/vllm_lock.py makes one)"
+[[ -f "$req" ]] || die "missing lock $req (locks: python/requirements-vllm*.txt; scripts/vllm_lock.py writes one)"
 
 hash=$(sha256sum "$req" | cut -c1-12)
 root="${KVTIER_VENV_ROOT:-$HOME/.cache/kvtier}"

@@ -8,12 +8,13 @@
 #
 # How kvtier gets into vLLM's Python: the pinned vLLM lives in its own venv (scripts/setup_vllm.sh prints its path);
 # this script installs the kvtier package there with `pip install --no-deps --no-build-isolation .`, building
-# the C++ extension in build-vllm/ (incremental after the first build, separate from the .venv build in
-# build-python/ so the two never race). The build needs scikit-build-core and nanobind in that venv, and pytest runs
-# the tests: all three are installed there if missing. The vLLM server processes the e2e tests start import
-# kvtier.vllm from that same installed package.
+# the C++ extension in build-vllm/<venv name>/ (one CMake tree per venv, incremental after the first build,
+# separate from the .venv build in build-python/ so no two ever race). The build needs scikit-build-core and
+# nanobind in that venv, and pytest runs the tests: all three are installed there if missing. The vLLM server
+# processes the e2e tests start import kvtier.vllm from that same installed package.
 #
-# Environment: KVTIER_MODEL_DIR (tiny model; built if missing), PYTHONHASHSEED is forced to 0 for the servers.
+# Environment: KVTIER_VLLM_LOCK (which vLLM: a lock for scripts/setup_vllm.sh, default the oldest supported),
+# KVTIER_MODEL_DIR (tiny model; built if missing), PYTHONHASHSEED is forced to 0 for the servers.
 set -Eeuo pipefail
 repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo_root"
@@ -27,7 +28,7 @@ if ! "$py" -c "import scikit_build_core, nanobind, pytest" 2>/dev/null; then
     "$py" -m pip install -q scikit-build-core==1.1.2 nanobind==3.1.0 pytest==9.2.0 >&2
 fi
 echo "=== installing kvtier into $venv ===" >&2
-"$py" -m pip install -q --no-deps --no-build-isolation -Cbuild-dir=build-vllm/{wheel_tag} . >&2
+"$py" -m pip install -q --no-deps --no-build-isolation -Cbuild-dir="build-vllm/$(basename "$venv")/{wheel_tag}" . >&2
 "$py" -c "import kvtier._kvtier, kvtier.vllm" || { echo "test_vllm.sh: kvtier not importable in $venv" >&2; exit 1; }
 
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 PYTHONHASHSEED=0

@@ -13,6 +13,18 @@ import urllib.error
 import urllib.request
 from typing import NamedTuple
 
+
+def cpu_block_size() -> int:
+    """16 where vLLM's CPU attention takes it (up to 0.28), else the smallest block size it takes (0.29+: multiples
+    of 32; CPUAttentionBackend.get_supported_kernel_block_sizes, docs/vllm-version.md)."""
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+    sizes = CPUAttentionBackend.get_supported_kernel_block_sizes()
+    if any(16 % s.base == 0 if hasattr(s, "base") else s == 16 for s in sizes):
+        return 16
+    return min(getattr(s, "base", s) for s in sizes)
+
+
 # float32, not the bf16 of a real deployment: the tiny model's weights are random, so its next-token logits are all
 # within a few hundredths of each other (logprobs about -7.9 against -ln(8192) = -9.0 for uniform). In bf16 the
 # rounding of two equally valid orders of summation (a prompt computed in one pass, or a cached prefix plus the
@@ -20,7 +32,8 @@ from typing import NamedTuple
 # 41 such variants of the test prompts (bench/vllm/numerics.py; a CI run once failed on such a flip). In float32
 # none did, logprobs within 9.5e-7, while one prompt token changed moves a logprob by 3.5e-4 or more: the comparison
 # in test_e2e_server.py (text and logprobs, LOGPROB_TOL) is then both stable and sensitive.
-SERVE_ARGS = ["--served-model-name", "tiny", "--dtype", "float32", "--enforce-eager", "--block-size", "16",
+SERVE_ARGS = ["--served-model-name", "tiny", "--dtype", "float32", "--enforce-eager",
+              "--block-size", str(cpu_block_size()),
               "--max-model-len", "8192", "--max-num-seqs", "4", "--kv-cache-memory-bytes", str(512 << 20),
               "--enable-prefix-caching", "--seed", "0"]
 

@@ -32,6 +32,7 @@ from vllm.v1.kv_offload.config import (
 )
 
 import fake_ext
+from offload_config import build
 
 LAYERS, HEADS, TOKENS, HEAD_DIM = 3, 2, 16, 64
 PAGE = HEADS * TOKENS * 2 * HEAD_DIM * 2  # bf16, K and V packed: vLLM CPU layout
@@ -43,16 +44,16 @@ def make_config(root, bpc=4, engine_id="e0", extra=None, rank=0, world=1):
           "blocks_per_chunk": bpc, "kvtier_pool_bytes": "64MiB", "kvtier_stats_interval_s": 0}
     ec.update(extra or {})
     return OffloadingConfig(
-        groups=(OffloadingGroupConfig(tokens_per_block=TOKENS,
-                                      layer_names=tuple(f"l{i}" for i in range(LAYERS))),),
+        groups=(build(OffloadingGroupConfig, tokens_per_block=TOKENS,
+                      layer_names=tuple(f"l{i}" for i in range(LAYERS))),),
         worker_kv_bytes_per_block=LAYERS * PAGE,
         enable_kv_cache_events=False,
         extra_config=ec,
         engine_id=engine_id,
         model=OffloadingModelConfig(name="tiny-test", dtype="bfloat16"),
         cache=OffloadingCacheConfig(tokens_per_hash=TOKENS, blocks_per_chunk=bpc),
-        parallel=OffloadingParallelConfig(rank=rank, world_size=world, tp_size=world, pp_size=1, pcp_size=1,
-                                          dcp_size=1, data_parallel_index=0, is_parallelism_agnostic=True),
+        parallel=build(OffloadingParallelConfig, rank=rank, world_size=world, tp_size=world, pp_size=1, pcp_size=1,
+                       dcp_size=1, data_parallel_index=0, is_parallelism_agnostic=True),
     )
 
 
