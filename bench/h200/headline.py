@@ -138,9 +138,10 @@ def system_config(name: str, a: argparse.Namespace, work: Path) -> tuple[list[st
         gate = a.thresholds if name == "kvtier-dram" else a.disk_thresholds
         if gate:
             extra["kvtier_thresholds_path"] = gate
-        if a.timeline:  # the connector's per-request event log (python/kvtier/vllm.py, "Timeline")
+        if a.timeline:  # the connector's per-request event log (python/kvtier/vllm/metrics.py, "Timeline")
             env["KVTIER_TIMELINE_DIR"] = str(Path(a.logs or a.out).resolve() / f"timeline-{name}")
-        cfg = {"kv_connector": "OffloadingConnector", "kv_role": "kv_both", "kv_connector_extra_config": extra}
+        cfg = {"kv_connector": "KVTierConnector", "kv_connector_module_path": "kvtier.vllm", "kv_role": "kv_both",
+               "kv_connector_extra_config": extra}
         return ["--kv-transfer-config", json.dumps(cfg)], env, knobs
     if name == "native":
         root = work / "native"

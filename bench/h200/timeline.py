@@ -1,5 +1,5 @@
 """Where a kvtier hit's time goes inside vLLM: per-request phases from the connector's timeline
-(KVTIER_TIMELINE_DIR, python/kvtier/vllm.py "Timeline"; headline.py run --timeline writes one directory per kvtier
+(KVTIER_TIMELINE_DIR, python/kvtier/vllm/metrics.py "Timeline"; headline.py run --timeline writes one directory per kvtier
 server).
 
     python3 bench/h200/timeline.py DIR [--headline headline.json --system kvtier-dram --phase query]

@@ -625,8 +625,8 @@ class VllmServer:
         ec = {"spec_name": "KVTierSpec", "spec_module_path": "kvtier.vllm", "kvtier_root": str(root),
               "block_size": chunk_tokens, "kvtier_pool_bytes": pool_bytes, "kvtier_stats_interval_s": 1}
         ec.update(extra_config or {})
-        tc = json.dumps({"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
-                         "kv_connector_extra_config": ec})
+        tc = json.dumps({"kv_connector": "KVTierConnector", "kv_connector_module_path": "kvtier.vllm",
+                         "kv_role": "kv_both", "kv_connector_extra_config": ec})
         args = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
                 "--served-model-name", served_name, "--host", "127.0.0.1", "--port", str(self.port),
                 "--max-model-len", str(max_model_len), *shlex.split(serve_args), "--kv-transfer-config", tc]

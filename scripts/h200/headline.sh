@@ -8,7 +8,9 @@
 # arguments for headline.py run, e.g. "--systems baseline,kvtier-dram --sizes 1k,10k"), HEADLINE_STEPS
 # (default "install,build,check,run"; "install,build,check" prepares the box in an earlier call), HEADLINE_RAMDISK_GIB
 # (N > 0: an ext4 file system on a loop device backed by /dev/shm, N GiB, mounted at /mnt/kvtier-ram, a fast-NVMe
-# stand-in; the run's --work goes there), HEADLINE_TIMELINE=1 (kvtier servers log the connector's timeline; the
+# stand-in; the run's --work goes there), ZRAM (SIZE like 48G: instead, an ext4 on /dev/zram0 of that size at
+# /mnt/kvtier-zram, the fast-NVMe stand-in of docs/h200-vllm.md, reset when the script ends, on failure too;
+# scripts/h200/zram.sh; the run's --work goes there), HEADLINE_TIMELINE=1 (kvtier servers log the connector's timeline; the
 # per-request breakdown of kvtier-dram's query phases is printed and saved as timeline-kvtier-dram.json).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -23,7 +25,10 @@ steps=",${HEADLINE_STEPS:-install,build,check,run},"
 want() { [[ "$steps" == *",$1,"* ]]; }
 logs=/tmp/kvtier-headline-logs
 mkdir -p "$logs"
+# shellcheck source=scripts/h200/zram.sh
+source scripts/h200/zram.sh
 finish() {
+  kvtier_zram_down
   tar -C "$logs" -czf "$OUT/logs.tar.gz" . 2>/dev/null
   step "done"
 }
@@ -74,6 +79,14 @@ EOF
 fi
 
 work_args=()
+if [ -n "${ZRAM:-}" ] && [ "${HEADLINE_RAMDISK_GIB:-0}" != 0 ]; then
+  echo "ZRAM and HEADLINE_RAMDISK_GIB exclude each other"; exit 2
+fi
+if [ -n "${ZRAM:-}" ]; then
+  step "zram: ${ZRAM} ext4 on /dev/zram0"
+  kvtier_zram_up "$ZRAM" /mnt/kvtier-zram || exit 1
+  work_args=(--work /mnt/kvtier-zram/work)
+fi
 if [ "${HEADLINE_RAMDISK_GIB:-0}" != 0 ]; then
   step "RAM disk: ${HEADLINE_RAMDISK_GIB} GiB ext4 on a loop device over /dev/shm"
   mnt=/mnt/kvtier-ram

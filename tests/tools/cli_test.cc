@@ -382,8 +382,8 @@ TEST_F(CliTest, BenchIoRereadsTheFilesAtRestWithTheReadersRotating) {
 TEST_F(CliTest, BenchIoTouchingReaderAndWritersJoinTheRotationsAtRest) {
   const std::string json = dir_.path() + "/io-touch.json";
   const std::string marks = dir_.path() + "/marks-touch.txt";
-  CliRun r = BenchIo("--total 8MiB --chunk-sizes 2MiB --depths 4 --repeat 2 --reread 2 --touch --verbose --json " +
-                     json + " --trace-marks " + marks);
+  CliRun r = BenchIo("--total 8MiB --chunk-sizes 2MiB --depths 4 --repeat 2 --reread 2 --touch --verbose "
+                     "--raw-threads 1 --raw-split none --json " + json + " --trace-marks " + marks);
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("engine/(raw+touch)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("qd 4 reread 1: raw on its files"), std::string::npos) << r.out;
@@ -418,7 +418,8 @@ TEST_F(CliTest, BenchIoTouchingReaderAndWritersJoinTheRotationsAtRest) {
 // a kernel trace can be cut into phases; an unwritable PATH is refused before anything runs.
 TEST_F(CliTest, BenchIoMarksEveryTimedPhase) {
   const std::string marks = dir_.path() + "/marks.txt";
-  CliRun r = BenchIo("--total 8MiB --chunk-sizes 2MiB --depths 4 --repeat 2 --cross --reread 1 --trace-marks " + marks);
+  CliRun r = BenchIo("--total 8MiB --chunk-sizes 2MiB --depths 4 --repeat 2 --cross --reread 1 --raw-threads 1 "
+                     "--raw-split none --trace-marks " + marks);
   ASSERT_EQ(r.rc, 0) << r.out;
   std::vector<std::string> lines;
   std::istringstream in(Slurp(marks));
@@ -443,6 +444,67 @@ TEST_F(CliTest, BenchIoMarksEveryTimedPhase) {
   EXPECT_EQ(lines, want) << Slurp(marks);
   ExpectNoBenchLeftovers();
   ExpectBenchIoRefuses("--trace-marks " + dir_.path() + "/no/such/dir/marks", "--trace-marks " + dir_.path());
+}
+
+// The device's ceiling: beside the single-thread raw baseline, T threads (each its own ring) read and write the same
+// files, whole or split into requests; the variants run after the pair in raw-first repetitions and before it in
+// the others, the best of all is "raw best", and the engine's ratio to it is printed and written beside the
+// ratio to the single-thread baseline. With one queue of `depth` files, thread counts above the depth are skipped.
+TEST_F(CliTest, BenchIoMeasuresTheDevicesCeilingWithThreadsAndSplitRequests) {
+  const std::string json = dir_.path() + "/io-ceiling.json";
+  const std::string marks = dir_.path() + "/marks-ceiling.txt";
+  CliRun r = BenchIo("--total 8MiB --chunk-sizes 2MiB --depths 4 --repeat 2 --raw-threads 1,2,8 "
+                     "--raw-split 1MiB,4MiB --verbose --json " + json + " --trace-marks " + marks);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("ratio to best"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("raw baseline variants, GB/s"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("qd 4 rep 1 raw t2/1MiB    read "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("2MiB depth 4: t8/whole t8/1MiB\n"), std::string::npos) << r.out;
+  std::vector<std::string> phases;
+  std::istringstream in(Slurp(marks));
+  for (std::string line; std::getline(in, line);) {
+    const size_t at = line.find("PHASE "), end = line.find(" begin ");
+    if (at != std::string::npos && end != std::string::npos) phases.push_back(line.substr(at + 6, end - at - 6));
+  }
+  // 4MiB is not below a 2MiB file: no such split. t1/whole is the single-thread baseline itself.
+  const std::vector<std::string> w = {"par_t1_1MiB_write", "par_t2_whole_write", "par_t2_1MiB_write"};
+  const std::vector<std::string> rd = {"par_t1_1MiB_read", "par_t2_whole_read", "par_t2_1MiB_read"};
+  std::vector<std::string> want = {"raw_write", "eng_write"};
+  want.insert(want.end(), w.begin(), w.end());
+  want.insert(want.end(), {"raw_read", "eng_read"});
+  want.insert(want.end(), rd.begin(), rd.end());
+  want.insert(want.end(), w.begin(), w.end());
+  want.insert(want.end(), {"eng_write", "raw_write"});
+  want.insert(want.end(), rd.begin(), rd.end());
+  want.insert(want.end(), {"eng_read", "raw_read"});
+  EXPECT_EQ(phases, want) << Slurp(marks);
+  const std::string doc = Slurp(json);
+  for (const char* field :
+       {"\"raw_threads\": [1, 2, 8]", "\"raw_split_bytes\": [1048576, 4194304]", "\"raw_queue\": \"total\"",
+        "\"engine_reactors\": 1", "\"raw_best_write\": {\"variant\": \"t", "\"raw_best_read\": {\"variant\": \"t",
+        "\"write_ratio_to_best\": ", "\"read_ratio_to_best\": ",
+        "\"raw_variants\": [{\"variant\": \"t1/whole\", \"threads\": 1, \"request_bytes\": null, \"write_gbps\": [",
+        "{\"variant\": \"t2/1MiB\", \"threads\": 2, \"request_bytes\": 1048576, \"write_gbps\": [",
+        "\"raw_variants_skipped\": [\"t8/whole\", \"t8/1MiB\"]"}) {
+    EXPECT_NE(doc.find(field), std::string::npos) << field << "\n" << doc;
+  }
+  ExpectNoBenchLeftovers();
+  // One queue per thread: eight threads with four files each, nothing skipped.
+  r = BenchIo("--total 8MiB --chunk-sizes 2MiB --depths 4 --repeat 2 --raw-threads 8 --raw-split none "
+              "--raw-queue per-thread --json " + json);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.out.find("raw variants skipped"), std::string::npos) << r.out;
+  EXPECT_NE(Slurp(json).find("{\"variant\": \"t8/whole\", \"threads\": 8, \"request_bytes\": null"),
+            std::string::npos) << Slurp(json);
+  EXPECT_NE(Slurp(json).find("\"raw_queue\": \"per-thread\""), std::string::npos) << Slurp(json);
+  ExpectNoBenchLeftovers();
+  ExpectBenchIoRefuses("--raw-threads 0", "--raw-threads");
+  ExpectBenchIoRefuses("--raw-threads 2,x", "--raw-threads");
+  ExpectBenchIoRefuses("--raw-threads 257", "--raw-threads: 257 is above 256");
+  ExpectBenchIoRefuses("--raw-split 1000", "--raw-split: 1000B is not a multiple of 4KiB");
+  ExpectBenchIoRefuses("--raw-split 2GiB", "--raw-split: 2GiB is above 1GiB");
+  ExpectBenchIoRefuses("--raw-split 1MiB,banana", "--raw-split");
+  ExpectBenchIoRefuses("--raw-queue both", "--raw-queue");
 }
 
 // A run killed with SIGKILL leaves its DIR/kvtier-bench-io.<pid>; the next run removes such a directory when no

@@ -64,8 +64,8 @@ def kvtier_transfer_config(root, **extra) -> str:
     ec = {"spec_name": "KVTierSpec", "spec_module_path": "kvtier.vllm", "kvtier_root": str(root),
           "block_size": 256, "kvtier_pool_bytes": "256MiB", "kvtier_stats_interval_s": 1}
     ec.update(extra)
-    return json.dumps({"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
-                       "kv_connector_extra_config": ec})
+    return json.dumps({"kv_connector": "KVTierConnector", "kv_connector_module_path": "kvtier.vllm",
+                       "kv_role": "kv_both", "kv_connector_extra_config": ec})
 
 
 class Completion(NamedTuple):

@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -74,7 +75,7 @@ def keys_for(n, salt=b""):
 @pytest.fixture
 def fake(monkeypatch):
     fake_ext._PoolMem.registry.clear()
-    monkeypatch.setattr(kv, "_import_ext", lambda: fake_ext)
+    monkeypatch.setattr(kv.extension, "load", lambda: fake_ext)
     return fake_ext
 
 
@@ -134,7 +135,7 @@ def test_identity_from_vllm_config(tmp_path):
 
 def test_hashseed_warning(monkeypatch):
     monkeypatch.delenv("PYTHONHASHSEED", raising=False)
-    monkeypatch.setattr(kv, "_hashseed_warned", False)
+    monkeypatch.setattr(kv.config, "_hashseed_warned", False)
     assert kv.check_hash_seed() is False
     monkeypatch.setenv("PYTHONHASHSEED", "0")
     assert kv.check_hash_seed() is True
@@ -344,9 +345,15 @@ class _Req:
 
 
 def _scheduler_on_new_request(manager, request):
-    """Stands in for OffloadingConnectorScheduler.on_new_request(self, request): the manager finds `request` in
-    its caller's frame."""
-    return manager.on_new_request(ReqContext(req_id=request.request_id))
+    """vLLM's scheduler adding a request: KVTierConnector.on_new_request (hands the manager the block hashes),
+    then vLLM's own OffloadingConnector.on_new_request, here into a stand-in of its connector scheduler that calls
+    the manager's on_new_request with a ReqContext as OffloadingConnectorScheduler does."""
+    connector = object.__new__(kv.KVTierConnector)  # the connector's state, without vLLM's config objects
+    connector._kvtier_manager = manager
+    manager.requests_noted = True
+    connector.connector_scheduler = SimpleNamespace(
+        on_new_request=lambda req: manager.on_new_request(ReqContext(req_id=req.request_id)))
+    connector.on_new_request(request)
 
 
 def _connector_keys(request, hashes_per_chunk):
@@ -365,6 +372,22 @@ def test_new_request_keys_match_the_connector_and_are_preloaded(fake, tmp_path):
     assert manager.engine.preload_log[0] == ("enqueue", "r1", 4)
     manager.on_request_finished(ReqContext(req_id="r1"))
     assert manager.engine.preload_log[-1] == ("forget", "r1")
+
+
+def test_plain_offloading_connector_turns_preload_off_and_says_so(fake, tmp_path, monkeypatch):
+    """With vLLM's OffloadingConnector (no note_request), on_new_request has only a ReqContext: no keys, no
+    preload, lookups as usual, and one warning that names the connector to use."""
+    spec = kv.KVTierSpec(make_config(tmp_path, bpc=2, extra={"kvtier_preload_max_inflight": 2}))
+    manager = spec.get_manager()
+    logged = []
+    monkeypatch.setattr(kv.manager.logger, "warning", lambda msg, *a: logged.append(msg % a))
+    manager.on_new_request(ReqContext(req_id="r1"))
+    manager.on_new_request(ReqContext(req_id="r2"))
+    assert "r1" not in manager._req_keys and manager.engine.preload_log == []
+    warnings = [m for m in logged if "KVTierConnector" in m]
+    assert len(warnings) == 1, warnings
+    key = make_offload_key(_Req("r1", 2).block_hashes[1], 0)
+    assert manager.lookup(key, ReqContext(req_id="r1")) == LookupResult.MISS
 
 
 def test_preload_off_enqueues_nothing(fake, tmp_path):
@@ -462,7 +485,7 @@ def test_reset_cache_releases_in_flight_slots_only_after_the_workers_flush(fake,
     assert all(res[k][2] == 1 for k in loaded), "pins released while the load may run"
     assert res[bytes(stored[0])][1] == "filling", "store slot given back while the copy may write it"
     assert manager.has_pending_work()
-    for _ in range(kv._RESET_QUARANTINE_STEPS - 1):
+    for _ in range(kv.manager._RESET_QUARANTINE_STEPS - 1):
         manager.on_schedule_end(ScheduleEndContext((), ()))
         assert all(res[k][2] == 1 for k in loaded)
         assert bytes(stored[0]) in res

@@ -27,7 +27,7 @@ from test_spec_unit import LAYERS, PAGE, _lookup_all, keys_for, make_config, mak
 @pytest.fixture
 def fake(monkeypatch):
     fake_ext._PoolMem.registry.clear()
-    monkeypatch.setattr(kv, "_import_ext", lambda: fake_ext)
+    monkeypatch.setattr(kv.extension, "load", lambda: fake_ext)
     return fake_ext
 
 
@@ -343,12 +343,12 @@ class FakeCudaExt(types.SimpleNamespace):
 
 def test_cuda_tensors_use_the_cuda_copier(fake, tmp_path, monkeypatch):
     ext = FakeCudaExt()
-    monkeypatch.setattr(kv, "_import_cuda_ext", lambda: ext)
+    monkeypatch.setattr(kv.extension, "load_cuda", lambda: ext)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: types.SimpleNamespace(cuda_stream=0xABC))
     spec, manager, keys = _setup(tmp_path, bpc=1, n_keys=2)
     src_layers, host_src, src_kv = _cuda_kv(1)
     worker = kv.KVTierWorker(src_kv, 1, 0, LAYERS * PAGE)
-    assert isinstance(worker._copier, kv._CudaCopier) and ext.log[0] == ("init", 1)
+    assert isinstance(worker._copier, kv.CudaCopier) and ext.log[0] == ("init", 1)
 
     ctx = ReqContext(req_id="s")
     out = manager.prepare_store(keys, ctx)
@@ -402,7 +402,7 @@ def test_mixed_devices_are_refused(fake):
 def test_host_tensors_keep_the_synchronous_host_copier(fake, tmp_path):
     _, src_kv = make_kv(1)
     w = kv.KVTierWorker(src_kv, 1, 0, LAYERS * PAGE, copy_threads=2)
-    assert isinstance(w._copier, kv._HostCopier) and not w._copier.asynchronous
+    assert isinstance(w._copier, kv.HostCopier) and not w._copier.asynchronous
 
 
 # ------------------------------------------------------------------------------------------- real extension

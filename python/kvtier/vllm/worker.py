@@ -1,0 +1,334 @@
+"""The worker side: KVTierWorker, vLLM's OffloadingWorker, copying chunks between staging-pool slots and this
+rank's KV tensors (docs/vllm-integration.md "Who does what", "The slot protocol", "The CUDA worker")."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from . import extension, metrics
+from .compat import CanonicalKVCaches, GPULoadStoreSpec, LoadStoreSpec, OffloadingWorker, TransferResult, logger
+from .copiers import Copier, make_copier
+from .transfer import KVTierLoadStoreSpec
+
+
+class _Job:
+    """A submitted transfer whose copy may still be running."""
+
+    __slots__ = ("job_id", "load", "ticket", "nbytes", "t0", "pool", "slots", "gens")
+
+    def __init__(self, job_id: int, load: bool, ticket: Any, nbytes: int, t0: float, pool: Any,
+                 spec: KVTierLoadStoreSpec):
+        self.job_id, self.load, self.ticket, self.nbytes, self.t0, self.pool = job_id, load, ticket, nbytes, t0, pool
+        self.slots, self.gens = spec.slots.tolist(), spec.gens.tolist()
+
+
+class KVTierWorker(OffloadingWorker):
+    """Copies chunks between pool slots and this rank's KV tensors: host memcpy for host tensors (vLLM's CPU
+    platform), the CUDA copier for tensors on a CUDA device (docs/vllm-integration.md, "The CUDA worker")."""
+
+    def __init__(self, kv_caches: CanonicalKVCaches, blocks_per_chunk: int, rank: int, rank_block_bytes: int,
+                 copy_threads: int = 1, attach_timeout_s: float = 60.0, copier: Copier | None = None,
+                 pool_suffix: str | None = None):
+        self._ext = extension.load()
+        self.bpc = int(blocks_per_chunk)
+        self.rank_offset = int(rank) * int(rank_block_bytes)
+        self.copy_threads = int(copy_threads)
+        self.attach_timeout_s = float(attach_timeout_s)
+        tensors = [t.tensor for t in kv_caches.tensors]
+        self._copier: Copier = copier if copier is not None else make_copier(tensors, self._ext, copy_threads)
+        self._tensors = tensors  # keep them alive
+        self._bases = np.array([t.data_ptr() for t in tensors], dtype=np.uint64)
+        self._row_strides = np.array([t.stride(0) * t.element_size() for t in tensors], dtype=np.uint64)
+        # Per group: (tensor index, page bytes, offset inside the rank's share of a block), layer order; a tensor
+        # shared by several layers appears once.
+        self._groups: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        for refs in kv_caches.group_data_refs:
+            seen: set[int] = set()
+            idx, sizes, offs = [], [], []
+            off = 0
+            for r in refs:
+                if r.tensor_idx in seen:
+                    continue
+                seen.add(r.tensor_idx)
+                idx.append(r.tensor_idx)
+                sizes.append(r.page_size_bytes)
+                offs.append(off)
+                off += r.page_size_bytes
+            if off > rank_block_bytes:
+                raise ValueError(f"kvtier: a block of this rank holds {off} bytes, more than the "
+                                 f"{rank_block_bytes} bytes per block the cache identity was built with")
+            self._groups.append((np.array(idx, dtype=np.int64), np.array(sizes, dtype=np.uint64),
+                                 np.array(offs, dtype=np.uint64)))
+        self._pool = None
+        self._pool_name: str | None = None
+        self._finished: list[TransferResult] = []
+        self._pending: dict[int, _Job] = {}  # asynchronous copies not yet seen complete, in submission order
+        self._lock = threading.Lock()
+        self._tl = metrics.timeline()
+        self._attach_lock = threading.RLock()  # _attach: the transfer path and the pre-attach thread
+        self._closed = False
+        logger.info("kvtier worker: %d KV tensors, %d groups, %d bytes/block for this rank, blocks_per_chunk=%d, %s",
+                    len(tensors), len(self._groups), int(sum(int(s.sum()) for _, s, _ in self._groups)), self.bpc,
+                    self._copier.describe())
+        # Registering a large pool with CUDA takes seconds (3.5 s for 20 GiB on the H200): do it before the first
+        # request needs it. The worker does not know the pool's name (the scheduler's pid is in it) but its suffix,
+        # so a thread looks for the pool in /dev/shm and attaches it while the server starts.
+        self._preattach_thread = None
+        if pool_suffix and self._copier.asynchronous:
+            self._preattach_thread = threading.Thread(target=self._preattach, args=(pool_suffix,),
+                                                      name="kvtier-preattach", daemon=True)
+            self._preattach_thread.start()
+
+    @staticmethod
+    def _find_pool(suffix: str) -> str | None:
+        """The newest /dev/shm/kvtier-<pid>-<suffix> ('/name' as shm_open wants it), or None."""
+        try:
+            names = [n for n in os.listdir("/dev/shm") if n.startswith("kvtier-") and n.endswith("-" + suffix)]
+        except OSError:
+            return None
+        if not names:
+            return None
+        newest = max(names, key=lambda n: os.stat(os.path.join("/dev/shm", n)).st_mtime_ns)
+        return "/" + newest
+
+    def _preattach(self, suffix: str) -> None:
+        deadline = time.monotonic() + self.attach_timeout_s
+        while time.monotonic() < deadline:
+            name = self._find_pool(suffix)
+            if name is not None:
+                try:
+                    with self._attach_lock:
+                        if self._pool is None and not self._closed:
+                            self._attach(name)
+                    return
+                except Exception as e:  # the transfer path attaches (and reports) on its own
+                    logger.debug("kvtier worker: pre-attach of %s: %s", name, e)
+            time.sleep(0.2)
+
+    # -- pool ----------------------------------------------------------------------------------------------
+    def _attach(self, name: str):
+        with self._attach_lock:
+            return self._attach_locked(name)
+
+    def _attach_locked(self, name: str):
+        if self._pool is not None and self._pool_name == name:
+            return self._pool
+        if self._pool is not None:
+            # Another pool (a new scheduler-side engine): nothing may still copy from or into the old mapping.
+            self._drain()
+            self._copier.detach(self._pool)
+            self._pool.close()
+            self._pool = None
+        deadline = time.monotonic() + self.attach_timeout_s
+        delay = 0.01
+        while True:
+            try:
+                pool = self._ext.Pool.attach(name)
+                break
+            except (OSError, ValueError, RuntimeError) as e:
+                if time.monotonic() >= deadline:
+                    raise RuntimeError(f"kvtier worker: cannot attach the staging pool {name} within "
+                                       f"{self.attach_timeout_s}s (kvtier_attach_timeout_s): {e}") from e
+                time.sleep(delay)
+                delay = min(delay * 2, 0.5)
+        try:
+            self._copier.attach(pool)  # CUDA: register the mapping (once per attached pool)
+        except BaseException:
+            pool.close()
+            raise
+        self._pool, self._pool_name = pool, name
+        return pool
+
+    def _slot_addresses(self, pool, spec: KVTierLoadStoreSpec) -> np.ndarray:
+        return np.array([pool.slot_address(int(s)) for s in spec.slots], dtype=np.uint64) + \
+            np.uint64(spec.payload_offset)
+
+    def _check_slots(self, pool, spec: KVTierLoadStoreSpec, want: str) -> str | None:
+        for s, g in zip(spec.slots.tolist(), spec.gens.tolist()):
+            gen, state = pool.observe(int(s))
+            if gen != g or state != want:
+                return f"slot {s}: generation {gen} state {state}, expected generation {g} state {want}"
+        return None
+
+    def _addresses(self, spec: KVTierLoadStoreSpec, gpu: GPULoadStoreSpec, slot_addr: np.ndarray):
+        """(slot-side addresses, KV-side addresses, sizes) of every page of the transfer, in vLLM's semantics:
+        group by group, the first chunk of a group skips block_indices[g] % blocks_per_chunk blocks. KV-side
+        addresses are tensor.data_ptr() + block id * row stride: device addresses for CUDA tensors."""
+        block_ids = np.asarray(gpu.block_ids, dtype=np.uint64)
+        group_sizes = list(gpu.group_sizes)
+        block_indices = list(gpu.block_indices)
+        if len(group_sizes) != len(self._groups):
+            raise ValueError(f"transfer has {len(group_sizes)} groups, the worker knows {len(self._groups)}")
+        slot_parts, kv_parts, size_parts = [], [], []
+        gpu_off = 0
+        key_off = 0
+        stride = np.uint64(spec.block_stride)
+        for (tidx, sizes, offs), n, bidx in zip(self._groups, group_sizes, block_indices):
+            n = int(n)
+            if n == 0:
+                continue
+            skip = int(bidx) % self.bpc
+            nkeys = -(-(n + skip) // self.bpc)
+            if key_off + nkeys > len(slot_addr):
+                raise ValueError(f"transfer needs {key_off + nkeys} chunks, the spec has {len(slot_addr)}")
+            j = np.arange(skip, skip + n, dtype=np.uint64)
+            block_base = slot_addr[key_off + (j // np.uint64(self.bpc)).astype(np.int64)] + \
+                (j % np.uint64(self.bpc)) * stride + np.uint64(self.rank_offset)
+            ids = block_ids[gpu_off:gpu_off + n]
+            # (n blocks, E pages): slot side in payload order, KV side one row per tensor.
+            slot_parts.append((block_base[:, None] + offs[None, :]).ravel())
+            kv_parts.append((self._bases[tidx][None, :] + ids[:, None] * self._row_strides[tidx][None, :]).ravel())
+            size_parts.append(np.tile(sizes, n))
+            gpu_off += n
+            key_off += nkeys
+        if gpu_off != len(block_ids) or key_off != len(slot_addr):
+            raise ValueError(f"transfer covers {gpu_off}/{len(block_ids)} blocks and {key_off}/{len(slot_addr)} "
+                             "chunks")
+        if not slot_parts:
+            e = np.zeros(0, dtype=np.uint64)
+            return e, e, e
+        return np.concatenate(slot_parts), np.concatenate(kv_parts), np.concatenate(size_parts)
+
+    # -- transfers -----------------------------------------------------------------------------------------
+    #
+    # Ordering with the CUDA copier (mirrors vLLM 0.26's own CPU offloading worker, kv_offload/cpu/gpu_worker.py,
+    # where it matters, and is stricter where that is cheap):
+    # * Store (d2h): queued behind the caller's current stream, i.e. behind the forward pass that wrote the KV
+    #   (vLLM submits stores at the start of the next step, before that step's forward is queued, exactly as its
+    #   own worker does with stream.wait_stream(current_stream)). vLLM keeps the GPU blocks of a store from reuse
+    #   until the job is reported (completed_jobs) or flushed through wait(jobs_to_flush): wait() must block.
+    # * Load (h2d): also queued behind the current stream. vLLM's own worker does not do this for loads; we do, so
+    #   that a destination block freed by a preemption while an earlier step's forward pass is still queued (async
+    #   scheduling) is not written before that pass is done with it. The cost is at most one step's queued work of
+    #   delay before the copy starts; the copy still overlaps the forward pass of the step it is submitted in.
+    # * No stream_wait after a load: vLLM schedules the loaded request only after get_finished() reported the job,
+    #   which happens only after query() saw the copy complete on the device, so any later forward pass that reads
+    #   the blocks is queued after the bytes landed. Making the compute stream wait on the ticket at submit time
+    #   would instead stall this step's forward pass (which does not read those blocks) for the whole copy.
+    # * Slots stay valid while a copy runs: a load's slots stay pinned until complete_load, a store's slot stays
+    #   `filling` until complete_store, and vLLM calls those only after get_finished() reported the job (a request
+    #   finished during its load keeps its pins until then: KVTierManager.on_request_finished). The exception is
+    #   reset_cache, which releases everything at once while the workers learn of the flush one step later; the
+    #   generation re-check at completion (_finish) keeps a load whose slot was refilled meanwhile from reporting
+    #   success.
+    def _transfer(self, job_id: int, spec: LoadStoreSpec, gpu: GPULoadStoreSpec, load: bool) -> bool:
+        t0 = time.perf_counter()
+        assert isinstance(spec, KVTierLoadStoreSpec), type(spec)
+        ok, nbytes = True, 0
+        try:
+            if len(spec) > 0:
+                pool = self._attach(spec.pool_name)
+                problem = self._check_slots(pool, spec, "ready" if load else "filling")
+                if problem is not None:
+                    if load:
+                        # Never hand unverified bytes to the model: fail the job loudly.
+                        logger.error("kvtier worker: load job %d: %s", job_id, problem)
+                        ok = False
+                    else:
+                        # Only after vLLM's reset_cache: the reservation was given back; vLLM drops the job.
+                        logger.warning("kvtier worker: store job %d skipped: %s", job_id, problem)
+                else:
+                    slot_side, kv_side, sizes = self._addresses(spec, gpu, self._slot_addresses(pool, spec))
+                    t1 = time.perf_counter()
+                    if load:
+                        ticket = self._copier.copy("h2d", kv_side, slot_side, sizes)
+                    else:
+                        ticket = self._copier.copy("d2h", slot_side, kv_side, sizes)
+                    if self._tl is not None:
+                        t2 = time.perf_counter()
+                        self._tl("submit", job=job_id, load=load, bytes=int(sizes.sum()), pages=int(len(sizes)),
+                                 chunks=len(spec), addr_ms=(t1 - t0) * 1e3, issue_ms=(t2 - t1) * 1e3)
+                    if self._copier.asynchronous:
+                        with self._lock:
+                            self._pending[job_id] = _Job(job_id, load, ticket, int(sizes.sum()), t0, pool, spec)
+                        return True
+                    nbytes = int(ticket)  # HostCopier: the bytes copied
+        except Exception:
+            logger.exception("kvtier worker: %s job %d failed", "load" if load else "store", job_id)
+            ok = False
+        with self._lock:
+            self._finished.append(TransferResult(job_id=job_id, success=ok, transfer_size=int(nbytes),
+                                                 transfer_time=time.perf_counter() - t0))
+        return True
+
+    def _finish(self, job: _Job) -> None:
+        """Completes an asynchronous job (its copy is done, or wait() blocks until it is) and queues its result.
+        transfer_time runs from submission to the moment completion was seen (includes the wait for the stream's
+        earlier work and the polling interval: an upper bound of the copy time). A job is finished once: the
+        caller that takes it out of _pending does it."""
+        with self._lock:
+            if self._pending.pop(job.job_id, None) is None:
+                return
+        ok = True
+        try:
+            self._copier.wait(job.ticket)  # raises if the copy failed
+        except Exception:
+            logger.exception("kvtier worker: %s job %d: the copy failed", "load" if job.load else "store", job.job_id)
+            ok = False
+        if ok:
+            problem = None
+            for s, g in zip(job.slots, job.gens):
+                gen, state = job.pool.observe(int(s))
+                if gen != g:  # the slot was refilled while we copied (only after vLLM's reset_cache)
+                    problem = f"slot {s}: generation {gen} state {state}, expected generation {g}"
+                    break
+            if problem is not None and job.load:
+                logger.error("kvtier worker: load job %d: slot reused during the copy, bytes not trusted: %s",
+                             job.job_id, problem)
+                ok = False
+            elif problem is not None:
+                # The reservation was given back by reset_cache and the slot handed to another chunk before this
+                # store's copy finished; vLLM has dropped the job. Say so: the other chunk's bytes may be affected.
+                logger.error("kvtier worker: store job %d: slot reassigned before its copy finished (after a "
+                             "cache reset): %s", job.job_id, problem)
+        if self._tl is not None:
+            self._tl("done", job=job.job_id, load=job.load, ok=ok, ms=(time.perf_counter() - job.t0) * 1e3)
+        with self._lock:
+            self._finished.append(TransferResult(job_id=job.job_id, success=ok,
+                                                 transfer_size=int(job.nbytes) if ok else 0,
+                                                 transfer_time=time.perf_counter() - job.t0))
+
+    def _drain(self) -> None:
+        with self._lock:
+            jobs = list(self._pending.values())
+        for job in jobs:
+            self._finish(job)
+
+    def submit_store(self, job_id: int, src_spec: GPULoadStoreSpec, dst_spec: LoadStoreSpec) -> bool:
+        return self._transfer(job_id, dst_spec, src_spec, load=False)
+
+    def submit_load(self, job_id: int, src_spec: LoadStoreSpec, dst_spec: GPULoadStoreSpec) -> bool:
+        return self._transfer(job_id, src_spec, dst_spec, load=True)
+
+    def get_finished(self) -> list[TransferResult]:
+        with self._lock:
+            jobs = list(self._pending.values())
+        for job in jobs:
+            if self._copier.done(job.ticket):
+                self._finish(job)
+        with self._lock:
+            out, self._finished = self._finished, []
+        return out
+
+    def wait(self, job_ids: set[int]) -> None:
+        # Host copies are synchronous (nothing pending). Asynchronous ones: block on each job's own ticket; the
+        # result is reported by the next get_finished(), as vLLM's own worker does.
+        with self._lock:
+            jobs = [self._pending[j] for j in job_ids if j in self._pending]
+        for job in jobs:
+            self._finish(job)
+
+    def shutdown(self) -> None:
+        with self._attach_lock:  # no pre-attach after this
+            self._closed = True
+        self._drain()
+        self._copier.close()
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+        self._tensors = []
