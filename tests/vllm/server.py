@@ -61,11 +61,12 @@ def free_port() -> int:
 
 
 def kvtier_transfer_config(root, **extra) -> str:
-    ec = {"spec_name": "KVTierSpec", "spec_module_path": "kvtier.vllm", "kvtier_root": str(root),
+    """kvtier by name only: the names resolve through kvtier's vLLM plugin (python/kvtier/vllm_plugin.py);
+    test_plugin.py checks that the explicit module paths resolve to the same classes."""
+    ec = {"spec_name": "KVTierSpec", "kvtier_root": str(root),
           "block_size": 256, "kvtier_pool_bytes": "256MiB", "kvtier_stats_interval_s": 1}
     ec.update(extra)
-    return json.dumps({"kv_connector": "KVTierConnector", "kv_connector_module_path": "kvtier.vllm",
-                       "kv_role": "kv_both", "kv_connector_extra_config": ec})
+    return json.dumps({"kv_connector": "KVTierConnector", "kv_role": "kv_both", "kv_connector_extra_config": ec})
 
 
 class Completion(NamedTuple):

@@ -1,11 +1,13 @@
 """kvtier's vLLM plugin (entry point `kvtier` in `vllm.general_plugins`, python/kvtier/vllm_plugin.py): after
-`pip install .`, vLLM's own plugin loader makes "spec_name": "KVTierSpec" resolve without spec_module_path, and the
-explicit form keeps resolving to the same class."""
+`pip install .`, vLLM's own plugin loader makes "spec_name": "KVTierSpec" and "kv_connector": "KVTierConnector"
+resolve without module paths (the e2e servers are configured so, tests/vllm/server.py), and the explicit forms keep
+resolving to the same classes."""
 
 import importlib.metadata as md
 
 import kvtier.vllm as kv
 from kvtier import vllm_plugin
+from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
 from vllm.plugins import load_general_plugins
 from vllm.v1.kv_offload.factory import OffloadingSpecFactory
 
@@ -23,6 +25,7 @@ def test_spec_name_alone_resolves_after_vllms_plugin_loader():
     # the explicit form resolves to the same class
     cls = OffloadingSpecFactory.get_spec_cls({"spec_name": "KVTierSpec", "spec_module_path": "kvtier.vllm"})
     assert cls is kv.KVTierSpec
+    assert KVConnectorFactory._registry["KVTierConnector"]() is kv.KVTierConnector
 
 
 def test_register_is_idempotent():
