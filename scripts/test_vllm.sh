@@ -8,15 +8,15 @@
 #   scripts/test_vllm.sh --unit     # unit tests only (about a minute)
 #   scripts/test_vllm.sh ARGS...    # anything else is passed to pytest (e.g. -k restart)
 #
-# How kvtier gets into vLLM's Python: the pinned vLLM lives in its own venv (scripts/setup_vllm.sh prints its path);
-# scripts/kvtier_install.sh installs this checkout's kvtier package there (`pip install --no-deps
-# --no-build-isolation .`, the C++ extension built in build-vllm/, incremental, separate from the .venv build in
-# build-python/ so the two never race), only when the venv does not hold this checkout's build already (a stamp
-# keyed by the sources' hash; several clones may share the venv), and keeps other runs from replacing it until the
-# tests end. pytest runs the tests (installed there if missing). The vLLM server processes the e2e tests start
-# import kvtier.vllm from that same installed package.
+# How kvtier gets into vLLM's Python: each vLLM release lives in its own venv (scripts/setup_vllm.sh prints its
+# path); scripts/kvtier_install.sh builds this checkout's kvtier once as a wheel (a builder venv, build-vllm/; one
+# wheel serves every release) and installs it there only when the venv does not hold this checkout's build already
+# (a stamp keyed by the sources' hash; several clones may share the venv), and keeps other runs from replacing it
+# until the tests end. pytest runs the tests (installed there if missing). The vLLM server processes the e2e tests
+# start import kvtier.vllm from that same installed package.
 #
-# Environment: KVTIER_MODEL_DIR (tiny model; built if missing), PYTHONHASHSEED is forced to 0 for the servers.
+# Environment: KVTIER_VLLM_LOCK (which vLLM: a lock for scripts/setup_vllm.sh, default the oldest supported),
+# KVTIER_MODEL_DIR (tiny model; built if missing), PYTHONHASHSEED is forced to 0 for the servers.
 set -Eeuo pipefail
 repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo_root"
@@ -25,9 +25,9 @@ py="$venv/bin/python"
 [[ -x "$py" ]] || { echo "test_vllm.sh: no python in $venv" >&2; exit 1; }
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
 
-if ! "$py" -c "import scikit_build_core, nanobind, pytest" 2>/dev/null; then
-    echo "=== installing build/test tools into $venv ===" >&2
-    "$py" -m pip install -q scikit-build-core==1.1.2 nanobind==3.1.0 pytest==9.2.0 >&2
+if ! "$py" -c "import pytest" 2>/dev/null; then
+    echo "=== installing pytest into $venv ===" >&2
+    "$py" -m pip install -q pytest==9.2.0 >&2
 fi
 source "$repo_root/scripts/kvtier_install.sh"
 kvtier_install_into "$venv" || exit 1

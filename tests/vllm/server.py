@@ -12,6 +12,17 @@ from typing import NamedTuple
 from kvtier.tools import launcher
 from kvtier.tools.client import ApiClient
 
+
+def cpu_block_size() -> int:
+    """16 where vLLM's CPU attention takes it (up to 0.28), else the smallest block size it takes (0.29+: multiples
+    of 32; CPUAttentionBackend.get_supported_kernel_block_sizes, docs/vllm-version.md)."""
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+    sizes = CPUAttentionBackend.get_supported_kernel_block_sizes()
+    if any(16 % s.base == 0 if hasattr(s, "base") else s == 16 for s in sizes):
+        return 16
+    return min(getattr(s, "base", s) for s in sizes)
+
 # float32, not the bf16 of a real deployment: the tiny model's weights are random, so its next-token logits are all
 # within a few hundredths of each other (logprobs about -7.9 against -ln(8192) = -9.0 for uniform). In bf16 the
 # rounding of two equally valid orders of summation (a prompt computed in one pass, or a cached prefix plus the
@@ -19,7 +30,8 @@ from kvtier.tools.client import ApiClient
 # 41 such variants of the test prompts (bench/vllm/numerics.py; a CI run once failed on such a flip). In float32
 # none did, logprobs within 9.5e-7, while one prompt token changed moves a logprob by 3.5e-4 or more: the comparison
 # in test_e2e_server.py (text and logprobs, LOGPROB_TOL) is then both stable and sensitive.
-SERVE_ARGS = ["--served-model-name", "tiny", "--dtype", "float32", "--enforce-eager", "--block-size", "16",
+SERVE_ARGS = ["--served-model-name", "tiny", "--dtype", "float32", "--enforce-eager",
+              "--block-size", str(cpu_block_size()),
               "--max-model-len", "8192", "--max-num-seqs", "4", "--kv-cache-memory-bytes", str(512 << 20),
               "--enable-prefix-caching", "--seed", "0"]
 
@@ -41,9 +53,12 @@ def tiny_model_dir() -> str:
 
 
 def kvtier_transfer_config(root, **extra) -> str:
-    """kvtier's --kv-transfer-config for the tests: a 256 MiB pool, stats every second."""
-    return json.dumps(launcher.kvtier_transfer_config(root, **{"kvtier_pool_bytes": "256MiB",
-                                                                 "kvtier_stats_interval_s": 1, **extra}))
+    """kvtier by name only: the names resolve through kvtier's vLLM plugin (python/kvtier/vllm_plugin.py);
+    test_plugin.py checks that the explicit module paths resolve to the same classes."""
+    ec = {"spec_name": "KVTierSpec", "kvtier_root": str(root),
+          "block_size": 256, "kvtier_pool_bytes": "256MiB", "kvtier_stats_interval_s": 1}
+    ec.update(extra)
+    return json.dumps({"kv_connector": "KVTierConnector", "kv_role": "kv_both", "kv_connector_extra_config": ec})
 
 
 class Completion(NamedTuple):

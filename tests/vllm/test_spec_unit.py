@@ -33,6 +33,7 @@ from vllm.v1.kv_offload.config import (
 )
 
 import fake_ext
+from offload_config import build
 
 LAYERS, HEADS, TOKENS, HEAD_DIM = 3, 2, 16, 64
 PAGE = HEADS * TOKENS * 2 * HEAD_DIM * 2  # bf16, K and V packed: vLLM CPU layout
@@ -44,16 +45,16 @@ def make_config(root, bpc=4, engine_id="e0", extra=None, rank=0, world=1):
           "blocks_per_chunk": bpc, "kvtier_pool_bytes": "64MiB", "kvtier_stats_interval_s": 0}
     ec.update(extra or {})
     return OffloadingConfig(
-        groups=(OffloadingGroupConfig(tokens_per_block=TOKENS,
-                                      layer_names=tuple(f"l{i}" for i in range(LAYERS))),),
+        groups=(build(OffloadingGroupConfig, tokens_per_block=TOKENS,
+                      layer_names=tuple(f"l{i}" for i in range(LAYERS))),),
         worker_kv_bytes_per_block=LAYERS * PAGE,
         enable_kv_cache_events=False,
         extra_config=ec,
         engine_id=engine_id,
         model=OffloadingModelConfig(name="tiny-test", dtype="bfloat16"),
         cache=OffloadingCacheConfig(tokens_per_hash=TOKENS, blocks_per_chunk=bpc),
-        parallel=OffloadingParallelConfig(rank=rank, world_size=world, tp_size=world, pp_size=1, pcp_size=1,
-                                          dcp_size=1, data_parallel_index=0, is_parallelism_agnostic=True),
+        parallel=build(OffloadingParallelConfig, rank=rank, world_size=world, tp_size=world, pp_size=1, pcp_size=1,
+                       dcp_size=1, data_parallel_index=0, is_parallelism_agnostic=True),
     )
 
 
@@ -133,11 +134,41 @@ def test_identity_from_vllm_config(tmp_path):
 
 
 def test_hashseed_warning(monkeypatch):
+    """V5 follows the installed vLLM's hashing: without PYTHONHASHSEED, 0.26-0.28 hash randomly per process with
+    every algorithm, 0.29+ only with xxhash/xxhash_cbor (sha256 gets a fixed default seed)."""
+    from vllm.v1.core import kv_cache_utils
+
     monkeypatch.delenv("PYTHONHASHSEED", raising=False)
     monkeypatch.setattr(kv.config, "_hashseed_warned", False)
-    assert kv.check_hash_seed() is False
+    seeded_by_default = hasattr(kv_cache_utils, "DEFAULT_NONE_HASH_SEED")  # vLLM's own switch (0.29+)
+    assert seeded_by_default == (kv.compat.VLLM_RELEASE >= (0, 29, 0))
+    assert kv.check_hash_seed() is seeded_by_default  # algorithm unknown: the default sha256
+    assert kv.check_hash_seed("sha256") is seeded_by_default
+    assert kv.check_hash_seed("sha256_cbor") is seeded_by_default
+    assert kv.check_hash_seed("xxhash") is False
+    assert kv.check_hash_seed("xxhash_cbor") is False
     monkeypatch.setenv("PYTHONHASHSEED", "0")
     assert kv.check_hash_seed() is True
+    assert kv.check_hash_seed("xxhash") is True
+
+
+def test_unsupported_vllm_version_is_refused():
+    """The version check (detected once at import) names the supported range for anything outside it."""
+    for ver, rel in (("0.25.1", (0, 25, 1)), ("0.33.0", (0, 33, 0)), ("dev", None)):
+        with pytest.raises(kv.compat.UnsupportedVLLMVersion, match=r"supports vLLM 0\.26\.0 to 0\.32\.x.*" + ver):
+            kv.compat.check_version(ver, rel)
+    kv.compat.check_version("0.26.0", (0, 26, 0))
+    kv.compat.check_version("0.32.1+cpu", (0, 32, 1))
+    assert kv.compat.SUPPORTED[0] <= kv.compat.VLLM_RELEASE < kv.compat.SUPPORTED[1]
+
+
+def test_canonical_layout_is_refused(tmp_path):
+    """vLLM 0.28+ reads canonical_layout itself; kvtier stores each rank's pages as vLLM holds them, so true is a
+    clear error (and before 0.28 the key is unknown)."""
+    with pytest.raises(ValueError, match="canonical_layout"):
+        kv.parse_config({"kvtier_root": str(tmp_path), "canonical_layout": True})
+    if kv.compat.VLLM_RELEASE >= (0, 28, 0):
+        assert kv.parse_config({"kvtier_root": str(tmp_path), "canonical_layout": False})["kvtier_root"]
 
 
 def test_metric_definitions_are_static():
@@ -204,6 +235,27 @@ def test_round_trip_with_partial_first_chunk(fake, tmp_path, skip):
     assert all(p == 1 for p in pinned)
     manager.complete_load(keys, ctx)
     assert all(r[2] == 0 for r in manager.engine.resident.values())
+
+
+def test_load_source_names_the_tier(fake, tmp_path):
+    """get_load_source (asked by vLLM 0.32+ after a HIT): HOST for chunks found in the staging pool, DISK for
+    chunks this request's lookup had to read."""
+    cache_hit_source = pytest.importorskip("vllm.v1.metrics.cache_hit_source",
+                                           reason="this vLLM has no CacheHitSource (added in 0.32)")
+    spec = kv.KVTierSpec(make_config(tmp_path, bpc=1))
+    manager = spec.get_manager()
+    _, src_kv = make_kv(1)
+    worker = spec.get_worker(src_kv)
+    keys = keys_for(2, b"src")
+    _store(manager, worker, keys, [3, 4])
+    hot = ReqContext(req_id="hot")
+    _lookup_all(manager, keys, hot)
+    assert [manager.get_load_source(k, hot) for k in keys] == [cache_hit_source.CacheHitSource.HOST] * 2
+    manager.on_request_finished(hot)
+    manager.engine.drop_dram()
+    cold = ReqContext(req_id="cold")
+    _lookup_all(manager, keys, cold)
+    assert [manager.get_load_source(k, cold) for k in keys] == [cache_hit_source.CacheHitSource.DISK] * 2
 
 
 def test_already_stored_keys_are_excluded(fake, tmp_path):

