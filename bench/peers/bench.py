@@ -503,8 +503,10 @@ def worker(args):
 def run_raw(kvtier_bin, d, models, total, reps):
     sizes = ",".join(f"{chunk_bytes(m) // MiB}MiB" for m in models)
     out = os.path.join(d, "raw.json")
+    # The single-thread raw baseline only (its CPU per GB is parsed from --verbose below).
     cmd = [kvtier_bin, "bench", "io", "--dir", d, "--chunk-sizes", sizes, "--depths", "16", "--total",
-           f"{total // MiB}MiB", "--repeat", str(reps), "--verbose", "--json", out]
+           f"{total // MiB}MiB", "--repeat", str(reps), "--raw-threads", "1", "--raw-split", "none", "--verbose",
+           "--json", out]
     print("+ " + " ".join(cmd), flush=True)
     p = subprocess.run(cmd, capture_output=True, text=True)
     sys.stdout.write(p.stdout)
