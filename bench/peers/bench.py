@@ -661,6 +661,11 @@ def orchestrate(args):
     with open(os.path.join(args.out, "table.md"), "w") as f:
         f.write(t + "\n")
     json.dump({"rows": rows, "runs": results, "raw_command": raw_cmd, "argv": sys.argv}, open(os.path.join(args.out, "results.json"), "w"), indent=1)
+    try:
+        import matplotlib  # noqa: F401  (in the vLLM venv when its lock has it; the chart is optional)
+    except ImportError:
+        print(f"wrote {args.out}/table.md results.json (no peers.png: matplotlib is not installed)")
+        return
     chart(rows, os.path.join(args.out, "peers.png"))
     print(f"wrote {args.out}/table.md results.json peers.png")
 
