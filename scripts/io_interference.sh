@@ -43,7 +43,8 @@ for ((r = 1; r <= rounds; r++)); do
       if [[ $cond == *@* ]]; then taskset -c "${cond#*@}" "$hog" "$kind" 0.5 & else "$hog" "$kind" 0.5 & fi
       hog_pid=$!
     fi
-    out=$("$kvtier" bench io --dir "$dir" --chunk-sizes 2MiB --depths 4 --repeat 4 --total 1GiB --verbose)
+    out=$("$kvtier" bench io --dir "$dir" --chunk-sizes 2MiB --depths 4 --repeat 4 --total 1GiB --raw-threads 1 \
+      --raw-split none --verbose)
     if [[ -n $hog_pid ]]; then kill "$hog_pid" 2>/dev/null || true; wait "$hog_pid" 2>/dev/null || true; hog_pid=; fi
     vals=$(grep -E 'rep [0-9]+ raw +read' <<<"$out" | awk '{print $8}' | tr '\n' ' ' || true)
     if [[ -z $vals ]]; then echo "io_interference: no raw read figures in the bench output:" >&2; echo "$out" >&2; exit 1; fi

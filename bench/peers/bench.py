@@ -503,8 +503,10 @@ def worker(args):
 def run_raw(kvtier_bin, d, models, total, reps):
     sizes = ",".join(f"{chunk_bytes(m) // MiB}MiB" for m in models)
     out = os.path.join(d, "raw.json")
+    # The single-thread raw baseline only (its CPU per GB is parsed from --verbose below).
     cmd = [kvtier_bin, "bench", "io", "--dir", d, "--chunk-sizes", sizes, "--depths", "16", "--total",
-           f"{total // MiB}MiB", "--repeat", str(reps), "--verbose", "--json", out]
+           f"{total // MiB}MiB", "--repeat", str(reps), "--raw-threads", "1", "--raw-split", "none", "--verbose",
+           "--json", out]
     print("+ " + " ".join(cmd), flush=True)
     p = subprocess.run(cmd, capture_output=True, text=True)
     sys.stdout.write(p.stdout)
@@ -659,6 +661,11 @@ def orchestrate(args):
     with open(os.path.join(args.out, "table.md"), "w") as f:
         f.write(t + "\n")
     json.dump({"rows": rows, "runs": results, "raw_command": raw_cmd, "argv": sys.argv}, open(os.path.join(args.out, "results.json"), "w"), indent=1)
+    try:
+        import matplotlib  # noqa: F401  (in the vLLM venv when its lock has it; the chart is optional)
+    except ImportError:
+        print(f"wrote {args.out}/table.md results.json (no peers.png: matplotlib is not installed)")
+        return
     chart(rows, os.path.join(args.out, "peers.png"))
     print(f"wrote {args.out}/table.md results.json peers.png")
 
