@@ -473,7 +473,7 @@ TEST_F(CliTest, BenchIoMeasuresTheDevicesCeilingWithThreadsAndSplitRequests) {
   const std::string json = dir_.path() + "/io-ceiling.json";
   const std::string marks = dir_.path() + "/marks-ceiling.txt";
   CliRun r = BenchIo("--total 8MiB --chunk-sizes 2MiB --depths 4 --repeat 2 --raw-threads 1,2,8 "
-                     "--raw-split 1MiB,4MiB --verbose --json " + json + " --trace-marks " + marks);
+                     "--raw-split 1MiB,4MiB --reactors 2 --verbose --json " + json + " --trace-marks " + marks);
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("ratio to best"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("raw baseline variants, GB/s"), std::string::npos) << r.out;
@@ -500,7 +500,7 @@ TEST_F(CliTest, BenchIoMeasuresTheDevicesCeilingWithThreadsAndSplitRequests) {
   const std::string doc = Slurp(json);
   for (const char* field :
        {"\"raw_threads\": [1, 2, 8]", "\"raw_split_bytes\": [1048576, 4194304]", "\"raw_queue\": \"total\"",
-        "\"engine_reactors\": 1", "\"raw_best_write\": {\"variant\": \"t", "\"raw_best_read\": {\"variant\": \"t",
+        "\"engine_reactors\": 2", "\"raw_best_write\": {\"variant\": \"t", "\"raw_best_read\": {\"variant\": \"t",
         "\"write_ratio_to_best\": ", "\"read_ratio_to_best\": ",
         "\"raw_variants\": [{\"variant\": \"t1/whole\", \"threads\": 1, \"request_bytes\": null, \"write_gbps\": [",
         "{\"variant\": \"t2/1MiB\", \"threads\": 2, \"request_bytes\": 1048576, \"write_gbps\": [",
