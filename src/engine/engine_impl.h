@@ -274,6 +274,7 @@ class EngineImpl final : public Engine {
   std::unordered_map<ChunkKey, int, ChunkKeyHash> pending_stores_;
   // Evicted from the index, file not yet unlinked: the filesystem fallback of Lookup must not re-index them.
   std::unordered_map<ChunkKey, int, ChunkKeyHash> evicting_;
+  uint64_t evicting_bytes_ = 0;  // bytes of evictions whose unlinks the reactor has in flight
   uint64_t disk_bytes_ = 0;
 
   // Slot-resident chunks (DRAM tier), also guarded by index_mu_. LRU order, most recent at the back.

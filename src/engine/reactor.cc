@@ -205,6 +205,7 @@ void EngineImpl::OnCompletion(const io::IoCompletion& cqe) {
     if (res == 0) UsageAdd(-static_cast<int64_t>(ctx.len));
     std::lock_guard<std::mutex> lock(index_mu_);
     if (res < 0 && res != -ENOENT) ReindexLocked(ctx.key, ctx.len);  // still on disk: a later eviction retries
+    evicting_bytes_ -= std::min(evicting_bytes_, ctx.len);
     auto it = evicting_.find(ctx.key);
     if (it != evicting_.end() && --it->second <= 0) evicting_.erase(it);
   }
