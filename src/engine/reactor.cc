@@ -719,6 +719,13 @@ void EngineImpl::OnMkdirDone(Chunk& c, const OpCtx& ctx, int64_t res) {
     // Another chunk or instance made it; it must be a real directory (a symlink or file there: refuse, K2).
     struct stat st;
     if (fstatat(dirfd, path, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+      // M1: on a distributed filesystem another client's mkdir of the same directory can make ours fail with
+      // EEXIST before this client can see it (GlusterFS, two hosts storing the same keys): ask again, a few times.
+      if (errno == ENOENT && c.mkdir_retries < kMkdirRetries) {
+        c.mkdir_retries++;
+        SubmitMkdir(c, static_cast<int>(ctx.len));
+        return;
+      }
       FailChunk(c, Status::FromErrno(errno, std::string("stat ") + path));
       return;
     }
