@@ -197,13 +197,15 @@ def case_young_short_entry_kept(s: Suite) -> None:
 
 
 class UsageSampler:
-    """Bytes under a case's root as the MooseFS master counts them (mfsdirinfo: one request to the master, a few
-    milliseconds, whatever the number of files), sampled in a thread from one host's namespace."""
+    """Bytes under a case's root as the filesystem's server counts them, sampled in a thread: on MooseFS from the
+    master (mfsdirinfo: one request, a few milliseconds, whatever the number of files), on GlusterFS from the brick
+    on the server's disk."""
 
     def __init__(self, s: Suite, host: str = "a"):
         import threading
 
         self.argv = ["ip", "netns", "exec", s.env[f"KVTIER_DFS_NS_{host}"], "mfsdirinfo", "-n", s.root_on(host)]
+        self.brick = os.path.join(s.env["KVTIER_DFS_BRICK"], s.case) if s.env.get("KVTIER_DFS_BRICK") else None
         self.peak = 0
         self.samples = 0
         self._stop = threading.Event()
@@ -211,6 +213,18 @@ class UsageSampler:
         self._thread.start()
 
     def usage(self) -> int:
+        if self.brick:  # GlusterFS: what the brick holds under the case's root, read on the server's disk
+            sizes = {}  # by inode: a temporary and the entry it was linked to are one file until the unlink
+            for dirpath, _dirs, files in os.walk(self.brick):
+                if ".glusterfs" in dirpath or os.path.basename(dirpath) == "usage":
+                    continue
+                for f in files:
+                    try:
+                        st = os.lstat(os.path.join(dirpath, f))
+                        sizes[st.st_ino] = st.st_size
+                    except FileNotFoundError:
+                        pass
+            return sum(sizes.values())
         out = subprocess.run(self.argv, capture_output=True, text=True, timeout=30).stdout
         for line in out.splitlines():
             if line.strip().startswith("length:"):
@@ -419,7 +433,7 @@ def main() -> int:
         s.case = f"{run_id}/{name}"
         os.makedirs(s.root_on(env["KVTIER_DFS_HOSTS"].split()[0]), mode=0o750, exist_ok=True)
         t0 = time.monotonic()
-        print(f"=== multihost: {name}", flush=True)
+        print(f"=== multihost ({env.get('KVTIER_DFS', '?')}): {name}", flush=True)
         try:
             fn(s)
             print(f"--- PASS {name} ({time.monotonic() - t0:.1f} s)", flush=True)
