@@ -33,9 +33,10 @@ run_preset dev
 # (KVTIER_TEST_REACTORS replaces the auto count; tests that ask for several reactors keep them).
 echo "=== test (dev, one reactor: KVTIER_TEST_REACTORS=1) ==="
 KVTIER_TEST_REACTORS=1 ctest --preset dev --timeout 600
-# Many hosts on one machine (SPEC M4): a real MooseFS in network namespaces, one engine per host namespace on its own
-# FUSE mount, then two vLLM CPU servers on two hosts (with the vLLM tests); prints its figures. ~40 s for the engines
-# (Debian packages the first time: ~15 s more), plus two vLLM server starts (~4.5 min on the 2-core development VM).
+# Many hosts on one machine (SPEC M4): a real MooseFS, then a real GlusterFS, in network namespaces, one engine per
+# host namespace on its own FUSE mount, then two vLLM CPU servers on two hosts (with the vLLM tests); prints its
+# figures. ~1.7 min for the engines on both (Debian packages the first time: ~45 s more), plus two vLLM server
+# starts (~4.5 min on the 2-core development VM).
 # Skips, saying why, only without root, /dev/fuse or network namespaces. KVTIER_TEST_MULTIHOST=0 skips it.
 if [ "${KVTIER_TEST_MULTIHOST:-1}" != 0 ] || [ "${CI:-}" = true ]; then
   echo "=== multihost (MooseFS, hosts a b c in network namespaces) ==="

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The multi-host suite (SPEC M4, tests/multihost): brings up a real MooseFS (scripts/dfs/moosefs.sh: master and
-# chunkserver in one network namespace, one FUSE client mount per host namespace), runs the engines of hosts a, b
-# (and c) as separate processes in their namespaces on their mounts, prints the figures, tears it all down.
+# The multi-host suite (SPEC M4, tests/multihost): brings up a real MooseFS, then a real GlusterFS
+# (scripts/dfs/<fs>.sh: the servers in one network namespace, one FUSE client mount per host namespace), runs the
+# engines of hosts a, b (and c) as separate processes in their namespaces on their mounts, prints the figures,
+# tears it all down.
 #
 #   scripts/test_multihost.sh [-k CASE]...      (arguments go to tests/multihost/test_multihost.py)
 #
@@ -9,8 +10,9 @@
 # (tests/multihost/vllm_two_hosts.py) in the vLLM venv of scripts/setup_vllm.sh (KVTIER_VENV_ROOT applies), with
 # kvtier installed there from this tree (build-vllm/, as scripts/test_vllm.sh does).
 #
-# Environment: KVTIER_SKIP_APT=1 skips the Debian install step (scripts/dfs/setup_moosefs.sh); KVTIER_BUILD_DIR
-# (default build/dev) is where kvtier_mh_engine and kvtier are built.
+# Environment: KVTIER_MULTIHOST_FS (default "moosefs glusterfs"); KVTIER_SKIP_APT=1 skips the Debian install
+# steps (scripts/setup.sh, scripts/dfs/setup_<fs>.sh); KVTIER_BUILD_DIR (default build/dev) is where
+# kvtier_mh_engine and kvtier are built.
 # Skips (exit 0, saying why) only where a capability is missing: root (network namespaces, mounts), /dev/fuse,
 # `ip netns`. Anything else that fails is a failure.
 set -euo pipefail
@@ -25,34 +27,46 @@ probe=kvtprobe$$
 ip netns add "$probe" 2>/dev/null || skip "cannot create a network namespace (ip netns add: CAP_SYS_ADMIN/NET_ADMIN)"
 ip netns del "$probe"
 
-[ "${KVTIER_SKIP_APT:-0}" = 1 ] || { scripts/setup.sh && scripts/dfs/setup_moosefs.sh; }
+[ "${KVTIER_SKIP_APT:-0}" = 1 ] || scripts/setup.sh
 build=${KVTIER_BUILD_DIR:-build/dev}
 if [ ! -f "$build/CMakeCache.txt" ]; then cmake --preset dev >/dev/null; fi
 cmake --build "$build" -j"$(nproc)" --target kvtier_mh_engine kvtier >/dev/null
 
-dfs=$(mktemp -d /tmp/kvtier-dfs.XXXXXX)
+# KVTIER_MULTIHOST_FS: the filesystems to run the suite on, in turn (scripts/dfs/<name>.sh).
+filesystems=${KVTIER_MULTIHOST_FS:-moosefs glusterfs}
+dfs=""
 cleanup() {
-  scripts/dfs/moosefs.sh down "$dfs" || echo "multihost: teardown of $dfs reported a problem" >&2
-  rm -rf "$dfs"
+  if [ -n "$dfs" ]; then
+    scripts/dfs/"$fs".sh down "$dfs" || echo "multihost: teardown of $dfs reported a problem" >&2
+    rm -rf "$dfs"
+  fi
 }
 trap cleanup EXIT
 start=$(date +%s)
-scripts/dfs/moosefs.sh up "$dfs" a b c >/dev/null
-echo "multihost: MooseFS up in $(grep KVTIER_DFS_UP_MS "$dfs/env" | cut -d= -f2) ms (hosts a b c)"
 rc=0
-python3 tests/multihost/test_multihost.py --env "$dfs/env" --tool "$build/kvtier_mh_engine" \
-  --kvtier "$build/kvtier" "$@" || rc=$?
-if [ "${KVTIER_MULTIHOST_VLLM:-0}" = 1 ]; then
-  echo "=== multihost: two vLLM servers (hosts a, b) on one root ==="
-  venv=$(scripts/setup_vllm.sh | tail -n1)
-  "$venv/bin/python" -c "import scikit_build_core, nanobind" 2>/dev/null ||
-    "$venv/bin/python" -m pip install -q scikit-build-core==1.1.2 nanobind==3.1.0
-  "$venv/bin/python" -m pip install -q --no-deps --no-build-isolation -Cbuild-dir=build-vllm/{wheel_tag} .
-  mkdir -p build/multihost-logs
-  repo=$(pwd)
-  # From outside the repository: `kvtier` must be the installed package, not python/kvtier.
-  (cd /tmp && "$venv/bin/python" "$repo/tests/multihost/vllm_two_hosts.py" --env "$dfs/env" \
-     --logs "$repo/build/multihost-logs") || rc=$?
-fi
+for fs in $filesystems; do
+  [ "${KVTIER_SKIP_APT:-0}" = 1 ] || scripts/dfs/setup_"$fs".sh
+  dfs=$(mktemp -d "/tmp/kvtier-$fs.XXXXXX")
+  scripts/dfs/"$fs".sh up "$dfs" a b c >/dev/null
+  echo "multihost: $fs up in $(grep KVTIER_DFS_UP_MS "$dfs/env" | cut -d= -f2) ms (hosts a b c)"
+  python3 tests/multihost/test_multihost.py --env "$dfs/env" --tool "$build/kvtier_mh_engine" \
+    --kvtier "$build/kvtier" "$@" || rc=$?
+  # Two vLLM servers on the first filesystem only (their start dominates).
+  if [ "${KVTIER_MULTIHOST_VLLM:-0}" = 1 ] && [ "$fs" = "${filesystems%% *}" ]; then
+    echo "=== multihost: two vLLM servers (hosts a, b) on one root ($fs) ==="
+    venv=$(scripts/setup_vllm.sh | tail -n1)
+    "$venv/bin/python" -c "import scikit_build_core, nanobind" 2>/dev/null ||
+      "$venv/bin/python" -m pip install -q scikit-build-core==1.1.2 nanobind==3.1.0
+    "$venv/bin/python" -m pip install -q --no-deps --no-build-isolation -Cbuild-dir=build-vllm/{wheel_tag} .
+    mkdir -p build/multihost-logs
+    repo=$(pwd)
+    # From outside the repository: `kvtier` must be the installed package, not python/kvtier.
+    (cd /tmp && "$venv/bin/python" "$repo/tests/multihost/vllm_two_hosts.py" --env "$dfs/env" \
+       --logs "$repo/build/multihost-logs") || rc=$?
+  fi
+  scripts/dfs/"$fs".sh down "$dfs" || { echo "multihost: teardown of $fs reported a problem" >&2; rc=1; }
+  rm -rf "$dfs"
+  dfs=""
+done
 echo "multihost: done in $(($(date +%s) - start)) s"
 exit "$rc"

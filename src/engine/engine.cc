@@ -682,11 +682,16 @@ void EngineImpl::EvictAboveHighWatermark(Reactor& r) {
   std::vector<Victim> victims;
   {
     std::unique_lock<std::mutex> lock(index_mu_);
-    const uint64_t used = UsageLocked();
+    // Bytes whose unlinks are still in flight are as good as gone: counting them again would evict them twice
+    // over (publishes keep coming while the ring unlinks), far below the low watermark.
+    const uint64_t used = UsageLocked() - std::min(UsageLocked(), evicting_bytes_);
     if (used > static_cast<uint64_t>(options_.disk_budget_bytes * options_.high_watermark)) {
       victims = TakeExcessLocked(used - static_cast<uint64_t>(options_.disk_budget_bytes * options_.low_watermark),
                                  lock);
-      for (const Victim& v : victims) evicting_[v.key]++;
+      for (const Victim& v : victims) {
+        evicting_[v.key]++;
+        evicting_bytes_ += v.bytes;
+      }
     }
   }
   // On the reactor: unlink through its I/O engine so eviction never stalls other I/O.

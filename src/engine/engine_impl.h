@@ -156,6 +156,7 @@ class EngineImpl final : public Engine {
   // OnMkdirDone continues with the next level, then OpenTemporary.
   void SubmitMkdir(Chunk& c, int level);
   void OnMkdirDone(Chunk& c, const OpCtx& ctx, int64_t res);
+  static constexpr uint8_t kMkdirRetries = 5;
   void Settle(Chunk& c);
   void MaybeRetireShare(ReadShare* s);
   void ForgetEntry(const ChunkKey& key);
@@ -296,6 +297,7 @@ class EngineImpl final : public Engine {
   std::unordered_map<ChunkKey, int, ChunkKeyHash> pending_stores_;
   // Evicted from the index, file not yet unlinked: the filesystem fallback of Lookup must not re-index them.
   std::unordered_map<ChunkKey, int, ChunkKeyHash> evicting_;
+  uint64_t evicting_bytes_ = 0;  // bytes of evictions whose unlinks the reactor has in flight
   uint64_t disk_bytes_ = 0;
 
   // Slot-resident chunks (DRAM tier), also guarded by index_mu_. LRU order, most recent at the back.
@@ -379,6 +381,7 @@ struct EngineImpl::Chunk {
   bool usage_reserved = false;  // C1: a store's bytes are counted in the shared usage from its first write on,
                                 // so instances evict before the files exist rather than after
   bool enoent_retried = false;
+  uint8_t mkdir_retries = 0;    // M1: EEXIST from mkdir, then ENOENT from stat (another host's mkdir in flight)
   bool writes_done = false;
   uint64_t opened_ino = 0;      // loads: the file's inode and mtime at open (M1)
   int64_t opened_mtime_ns = 0;

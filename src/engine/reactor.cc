@@ -273,6 +273,7 @@ void EngineImpl::OnCompletion(Reactor& r, const io::IoCompletion& cqe) {
     if (res == 0) UsageAdd(-static_cast<int64_t>(ctx.len));
     std::lock_guard<std::mutex> lock(index_mu_);
     if (res < 0 && res != -ENOENT) ReindexLocked(ctx.key, ctx.len);  // still on disk: a later eviction retries
+    evicting_bytes_ -= std::min(evicting_bytes_, ctx.len);
     auto it = evicting_.find(ctx.key);
     if (it != evicting_.end() && --it->second <= 0) evicting_.erase(it);
   }
@@ -804,6 +805,13 @@ void EngineImpl::OnMkdirDone(Chunk& c, const OpCtx& ctx, int64_t res) {
     // Another chunk or instance made it; it must be a real directory (a symlink or file there: refuse, K2).
     struct stat st;
     if (fstatat(dirfd, path, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+      // M1: on a distributed filesystem another client's mkdir of the same directory can make ours fail with
+      // EEXIST before this client can see it (GlusterFS, two hosts storing the same keys): ask again, a few times.
+      if (errno == ENOENT && c.mkdir_retries < kMkdirRetries) {
+        c.mkdir_retries++;
+        SubmitMkdir(c, static_cast<int>(ctx.len));
+        return;
+      }
       FailChunk(c, Status::FromErrno(errno, std::string("stat ") + path));
       return;
     }
