@@ -8,7 +8,7 @@
 #
 # KVTIER_MULTIHOST_VLLM=1 also runs two vLLM CPU servers, one per host, on the shared root
 # (tests/multihost/vllm_two_hosts.py) in the vLLM venv of scripts/setup_vllm.sh (KVTIER_VENV_ROOT applies), with
-# kvtier installed there from this tree (build-vllm/, as scripts/test_vllm.sh does).
+# kvtier installed there from this tree (scripts/kvtier_install.sh, as scripts/test_vllm.sh does).
 #
 # Environment: KVTIER_MULTIHOST_FS (default "moosefs glusterfs"); KVTIER_SKIP_APT=1 skips the Debian install
 # steps (scripts/setup.sh, scripts/dfs/setup_<fs>.sh); KVTIER_BUILD_DIR (default build/dev) is where
@@ -55,9 +55,9 @@ for fs in $filesystems; do
   if [ "${KVTIER_MULTIHOST_VLLM:-0}" = 1 ] && [ "$fs" = "${filesystems%% *}" ]; then
     echo "=== multihost: two vLLM servers (hosts a, b) on one root ($fs) ==="
     venv=$(scripts/setup_vllm.sh | tail -n1)
-    "$venv/bin/python" -c "import scikit_build_core, nanobind" 2>/dev/null ||
-      "$venv/bin/python" -m pip install -q scikit-build-core==1.1.2 nanobind==3.1.0
-    "$venv/bin/python" -m pip install -q --no-deps --no-build-isolation -Cbuild-dir=build-vllm/{wheel_tag} .
+    # shellcheck source=scripts/kvtier_install.sh
+    source scripts/kvtier_install.sh
+    kvtier_install_into "$venv" || rc=1
     mkdir -p build/multihost-logs
     repo=$(pwd)
     # From outside the repository: `kvtier` must be the installed package, not python/kvtier.
