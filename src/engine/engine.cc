@@ -1,5 +1,6 @@
-// The engine's reactor: one thread drives every disk operation through the IoEngine, hands ready slots to the
-// device copier in batches, and publishes finished jobs. See engine_impl.h for threads and ownership.
+// The engine's caller-side half: options, open (reactors, copier lanes, pool, index), lookups, job submission (split
+// into one part per reactor), capacity and the DRAM tier. The reactors' loop is in reactor.cc; engine_impl.h has
+// threads and ownership.
 #include <fcntl.h>
 #include <sched.h>
 #include <linux/openat2.h>

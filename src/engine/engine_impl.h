@@ -159,6 +159,8 @@ class EngineImpl final : public Engine {
   static constexpr uint8_t kMkdirRetries = 5;
   void Settle(Chunk& c);
   void MaybeRetireShare(ReadShare* s);
+  // A new shared read owned by reactor r (Reactor::shares); MaybeRetireShare frees it.
+  ReadShare* NewShare(Reactor& r);
   void ForgetEntry(const ChunkKey& key);
   static const char* OpRoleName(OpRole r);
   void SubmitRead(Chunk& c, uint8_t* buf, uint64_t len, uint64_t offset);
@@ -431,7 +433,8 @@ struct EngineImpl::Reactor {
   std::unordered_map<uint64_t, Chunk*> copy_ctx;
   uint64_t next_copy_seq = 1;
   std::vector<CopyTask> copy_batch;
-  std::unordered_map<ChunkKey, ReadShare*, ChunkKeyHash> read_shares;
+  std::unordered_map<const ReadShare*, std::unique_ptr<ReadShare>> shares;  // owns every live shared read
+  std::unordered_map<ChunkKey, ReadShare*, ChunkKeyHash> read_shares;     // the joinable ones, by key
   std::unordered_map<ChunkKey, Chunk*, ChunkKeyHash> stores_in_flight;
   std::deque<DeferredOp> deferred_ops;
   std::deque<Chunk*> data_queue;   // chunks whose file is open, waiting for a data slot at the disk

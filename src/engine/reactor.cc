@@ -473,9 +473,8 @@ bool EngineImpl::StartLoadChunk(Part& part, Chunk& c) {
       }
     }
     if (dram) {
-      auto* s = new ReadShare();
+      ReadShare* s = NewShare(r);
       s->key = c.req.key;
-      s->reactor = &r;
       s->slot = static_cast<int>(dram->slot);
       s->slot_gen = dram->generation;
       s->first_block = 0;
@@ -524,9 +523,8 @@ bool EngineImpl::StartLoadChunk(Part& part, Chunk& c) {
       c.pinned = true;
     }
   }
-  auto* s = new ReadShare();
+  ReadShare* s = NewShare(r);
   s->key = c.req.key;
-  s->reactor = &r;
   s->slot = static_cast<int>(slot);
   s->slot_gen = pool_->BeginFill(slot);
   s->first_block = c.first_block;
@@ -1097,6 +1095,14 @@ void EngineImpl::Settle(Chunk& c) {
   ReturnJobSlot(c);
 }
 
+EngineImpl::ReadShare* EngineImpl::NewShare(Reactor& r) {
+  auto owned = std::make_unique<ReadShare>();
+  ReadShare* s = owned.get();
+  s->reactor = &r;
+  r.shares.emplace(s, std::move(owned));
+  return s;
+}
+
 void EngineImpl::MaybeRetireShare(ReadShare* s) {
   Reactor& r = *s->reactor;
   if (!s->io_done || !s->members.empty()) return;
@@ -1109,7 +1115,7 @@ void EngineImpl::MaybeRetireShare(ReadShare* s) {
   } else {
     FreeSlot(s->slot);
   }
-  delete s;
+  r.shares.erase(s);  // frees it
 }
 
 Status EngineImpl::CheckOpenedChunk(int fd, struct stat* out) const {

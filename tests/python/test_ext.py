@@ -90,6 +90,13 @@ def engine(root):
 # --- Options ---------------------------------------------------------------------------------------------------------
 
 
+def test_reactors_option_sets_the_engines_reactor_count(root):
+    with kvtier.Engine(options(root, reactors=3)) as e:
+        assert "reactors 3 (by option" in e.describe()
+    with pytest.raises(ValueError, match="reactors"):
+        kvtier.Engine(options(root, reactors=65))
+
+
 def test_unknown_option_is_a_value_error_naming_it_and_the_accepted_ones(root):
     with pytest.raises(ValueError, match=r"unknown kvtier option 'pool_size'; accepted: root, model"):
         kvtier.Engine(options(root, pool_size=1))
