@@ -100,6 +100,7 @@ serve_args=(
     --max-model-len "$max_len" --max-num-seqs 4
     --kv-cache-memory-bytes 1073741824
     --enable-prefix-caching --seed 0
+    --shutdown-timeout 30   # on SIGTERM the engine finishes and kvtier closes (tests/vllm/test_shutdown.py)
 )
 # kvtier's DRAM tier must hold every document for the dram row: 2 x the KV of all documents, at least 256 MiB.
 kv_bytes_per_token=$("$py" -c "import json; print(json.load(open('$model_dir/kvtier_tiny_model.json'))['kv_bytes_per_token_bf16'])")
@@ -114,8 +115,10 @@ server_pid=""
 port=""
 stop_server() {
     if [[ -n "$server_pid" ]] && kill -0 "$server_pid" 2>/dev/null; then
-        kill -TERM -- "-$server_pid" 2>/dev/null || true
-        for _ in $(seq 1 40); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.5; done
+        # SIGTERM to the API server alone: it stops its engine and workers in order (a group-wide SIGTERM races
+        # their shutdowns with its own, tests/vllm/test_shutdown.py); what is left after 60 s is killed.
+        kill -TERM "$server_pid" 2>/dev/null || true
+        for _ in $(seq 1 120); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.5; done
         kill -KILL -- "-$server_pid" 2>/dev/null || true
         wait "$server_pid" 2>/dev/null || true
     fi

@@ -30,10 +30,14 @@ def cpu_block_size() -> int:
 # 41 such variants of the test prompts (bench/vllm/numerics.py; a CI run once failed on such a flip). In float32
 # none did, logprobs within 9.5e-7, while one prompt token changed moves a logprob by 3.5e-4 or more: the comparison
 # in test_e2e_server.py (text and logprobs, LOGPROB_TOL) is then both stable and sensitive.
+# --shutdown-timeout: with vLLM 0.26.0's default of 0, SIGTERM makes the API server kill its EngineCore at once
+# (SIGKILL right after SIGTERM), before the connector's shutdown runs: kvtier's engine never closes (stores in
+# flight are lost, the pool is left for the next start's orphan sweep) and vLLM's own shared memory leaks
+# (resource_tracker warnings). With a timeout the EngineCore shuts down in order (test_shutdown.py).
 SERVE_ARGS = ["--served-model-name", "tiny", "--dtype", "float32", "--enforce-eager",
               "--block-size", str(cpu_block_size()),
               "--max-model-len", "8192", "--max-num-seqs", "4", "--kv-cache-memory-bytes", str(512 << 20),
-              "--enable-prefix-caching", "--seed", "0"]
+              "--enable-prefix-caching", "--seed", "0", "--shutdown-timeout", "30"]
 
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -6,6 +6,7 @@ keys (blocks_per_chunk=1); the end-to-end test starts a real server on the tiny 
 reads the chunk size from the storage root's MANIFEST (docs/file-format.md)."""
 
 import glob
+import json
 import os
 
 import pytest
@@ -63,10 +64,10 @@ def test_server_without_block_size_writes_256_token_chunks(tmp_path):
     --block-size 16) per chunk, and a 600-token prompt leaves its two full chunks on disk."""
     root = tmp_path / "root"
     root.mkdir()
-    cfg = srv.kvtier_transfer_config(root)
-    assert '"block_size": 256' in cfg
-    cfg = cfg.replace('"block_size": 256, ', "")
-    assert "block_size" not in cfg
+    cfg = json.loads(srv.kvtier_transfer_config(root))
+    del cfg["kv_connector_extra_config"]["block_size"]
+    assert "blocks_per_chunk" not in cfg["kv_connector_extra_config"]
+    cfg = json.dumps(cfg)
     model = srv.tiny_model_dir()
     with srv.Server(model, tmp_path / "server.log", transfer_config=cfg) as s:
         s.wait_healthy()

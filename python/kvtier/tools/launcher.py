@@ -1,7 +1,8 @@
 """Starting and stopping vLLM's OpenAI API server (`python -m vllm.entrypoints.openai.api_server`), the one launcher
 of the tests (tests/vllm/server.py), `kvtier calibrate`, the H200 headline benchmark and the demo.
 
-A server runs in its own process group and is always killed (SIGTERM to the group, SIGKILL after a grace period).
+A server runs in its own process group and is always stopped: SIGTERM to the API server, SIGKILL to the group after a
+grace period.
 Only the standard library: the module imports neither vLLM nor torch, so a client Python that has only the kvtier
 sources on its path (bench/h200/headline.py) can use it.
 """
@@ -99,7 +100,7 @@ class VllmServer:
     whole process group. A context manager (stops on exit)."""
 
     def __init__(self, argv: Sequence[str], env: Mapping[str, str], log_path: str | os.PathLike, port: int,
-                 name: str = "vllm", start_timeout_s: float = 600, stop_timeout_s: float = 30):
+                 name: str = "vllm", start_timeout_s: float = 600, stop_timeout_s: float = 60):
         self.argv, self.env, self.port, self.name = list(argv), dict(env), int(port), name
         self.log_path = Path(log_path)
         self.url = f"http://127.0.0.1:{self.port}"
@@ -161,16 +162,21 @@ class VllmServer:
             pass
 
     def stop(self) -> None:
+        """SIGTERM to the API server alone (it stops its EngineCore and workers in order; a group-wide SIGTERM races
+        their own shutdown with the API server's, tests/vllm/test_shutdown.py), then SIGKILL to whatever is left of
+        the group."""
         if self.proc is not None:
             if self.proc.poll() is None:
-                self._kill(signal.SIGTERM)
+                try:
+                    os.kill(self.proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
                 try:
                     self.proc.wait(timeout=self.stop_timeout_s)
                 except subprocess.TimeoutExpired:
-                    self._kill(signal.SIGKILL)
-                    self.proc.wait(timeout=30)
-            else:  # the leader is gone: its children may not be
-                self._kill(signal.SIGKILL)
+                    pass
+            self._kill(signal.SIGKILL)  # the leader is gone or late: its children may not be
+            self.proc.wait(timeout=30)
         if self._log is not None:
             self._log.close()
             self._log = None

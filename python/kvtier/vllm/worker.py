@@ -332,3 +332,4 @@ class KVTierWorker(OffloadingWorker):
             self._pool.close()
             self._pool = None
         self._tensors = []
+        logger.info("kvtier: worker detached")
