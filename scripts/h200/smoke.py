@@ -2,17 +2,22 @@
 """Import smoke check for the carried vLLM + LMCache (scripts/h200/install.sh runs it).
 
 Imports what `vllm serve` with kvtier's OffloadingConnector spec, vLLM's native offload and
-LMCacheConnectorV1 need at start, and reports every Requires-Dist of vllm and lmcache that
-the environment does not satisfy. Exit 1 if an import fails.
+LMCacheConnectorV1 need at start, and kvtier's server launcher (kvtier.tools, from this
+checkout), and reports every Requires-Dist of vllm and lmcache that the environment does not
+satisfy. Exit 1 if an import fails.
 
 --no-gpu: for the dry run on a machine without the NVIDIA driver: an import that fails only
 because libcuda.so.1 cannot be loaded is reported as such and does not fail the check.
 """
 import importlib
 import importlib.metadata as md
+import os
 import sys
 import time
 import traceback
+
+# kvtier's server launcher and HTTP client (pure Python, from this checkout): what headline.py starts servers with.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 
 from pip._vendor.packaging.markers import default_environment
 from pip._vendor.packaging.requirements import Requirement
@@ -47,6 +52,8 @@ IMPORTS = [
     "lmcache.c_ops",
     "lmcache.integration.vllm.vllm_v1_adapter",
     "lmcache.v1.cache_engine",
+    "kvtier.tools.launcher",
+    "kvtier.tools.client",
 ]
 
 

@@ -10,7 +10,7 @@ import pytest
 
 import kvtier
 from kvtier.tools import client
-from kvtier.tools.longdoc import cli as ld_cli, prompts as ld
+from kvtier.tools.longdoc import cli as ld_cli, prompts as ld, report as ld_report
 from kvtier.tiny_model import BOS_ID
 
 
@@ -179,5 +179,28 @@ def test_summary_table(tmp_path, capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("config")
     assert "recompute" in out[2] and "1.00x" in out[2] and "2000.0" in out[2]
+    assert "speedup (p50)" in out[0]
     assert "kvtier-disk" in out[3] and "4.00x" in out[3] and "3.0 MiB" in out[3] and "16384" in out[3]
     assert "8.00x" in out[4]
+
+
+def test_runs_with_one_label_are_one_row_of_all_their_requests(tmp_path, capsys):
+    """The demo runs each configuration once per document, interleaved: summarize pools the runs of a label."""
+    def run(label, ttfts, hits):
+        reqs = [{"ttft_s": t} for t in ttfts]
+        return {"label": label, "phases": {"query": {"requests": reqs, "ttft": ld.summarize_ttft(ttfts),
+                                                     "metrics": {"vllm:external_prefix_cache_hits": hits}}}}
+    runs = [run("base", [1.0], 0), run("kv", [0.2], 10), run("base", [3.0], 0), run("kv", [0.4, 0.3], 20)]
+    merged = ld_report.merge_runs(runs)
+    assert [r["label"] for r in merged] == ["base", "kv"]
+    kv = merged[1]["phases"]["query"]
+    assert kv["ttft"]["n"] == 3 and abs(kv["ttft"]["p50"] - 0.3) < 1e-12
+    assert kv["metrics"]["vllm:external_prefix_cache_hits"] == 30
+    files = []
+    for i, r in enumerate(runs):
+        f = tmp_path / f"{i}.json"
+        f.write_text(json.dumps(r))
+        files.append(str(f))
+    assert ld_cli.main(["summarize", *files]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 4 and out[3].split()[:2] == ["kv", "3"] and "6.67x" in out[3]  # 2.0 s / 0.3 s

@@ -9,12 +9,20 @@ import sys
 
 from kvtier.tiny_model import DEFAULTS
 from kvtier.tools.longdoc.prompts import PHASES, REPEAT_MODES, PromptSpec
-from kvtier.tools.longdoc.report import SUMMARY_HEADERS, summary_rows, table
+from kvtier.tools.longdoc.report import SUMMARY_HEADERS, merge_runs, summary_rows, table
 from kvtier.tools.longdoc.run import run
+
+def _doc_list(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma list of document indices: {text!r}") from None
+
 
 def summarize_main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m kvtier.bench_longdoc summarize",
-                                description="One TTFT table from several --json results.")
+                                description="One TTFT table from several --json results; runs with the same "
+                                            "--label are one row (their requests pooled).")
     p.add_argument("files", nargs="+")
     p.add_argument("--phase", default="query", choices=("warmup", "query"))
     p.add_argument("--baseline", help="label of the run the speedup is relative to (default: the first)")
@@ -23,7 +31,7 @@ def summarize_main(argv: list[str]) -> int:
     for f in a.files:
         with open(f) as fh:
             results.append(json.load(fh))
-    print(table(SUMMARY_HEADERS, summary_rows(results, a.phase, a.baseline)))
+    print(table(SUMMARY_HEADERS, summary_rows(merge_runs(results, a.phase), a.phase, a.baseline)))
     return 0
 
 
@@ -35,6 +43,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default="tiny", help="served model name")
     p.add_argument("--doc-tokens", type=int, default=8192, help="document length in tokens (BOS included)")
     p.add_argument("--num-docs", type=int, default=4)
+    p.add_argument("--docs", type=_doc_list, default=None,
+                   help="only these documents (comma list of indices below --num-docs), e.g. to interleave the "
+                        "phases of several configurations document by document")
     p.add_argument("--query-tokens", type=int, default=16, help="length of the question after the document")
     p.add_argument("--reuse-fraction", type=float, default=1.0,
                    help="fraction of the document reused by the query phase (1.0 = whole document)")
@@ -68,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     a = parser().parse_args(argv)
     if a.concurrency < 1:
         parser().error("--concurrency must be >= 1")
+    if a.docs is not None and any(not 0 <= d < a.num_docs for d in a.docs):
+        parser().error(f"--docs: indices must be in [0, {a.num_docs})")
     try:
         PromptSpec(doc_tokens=a.doc_tokens, num_docs=a.num_docs, query_tokens=a.query_tokens,
                    reuse_fraction=a.reuse_fraction, repeat_count=a.repeat_count, repeat_mode=a.repeat_mode,

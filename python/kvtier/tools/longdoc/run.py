@@ -69,8 +69,9 @@ def run(a: argparse.Namespace, log=print) -> dict:
     phases: list[PhaseResult] = []
     if a.reset_prefix_cache:
         server.reset_prefix_cache()
+    docs = set(range(spec.num_docs)) if a.docs is None else set(a.docs)
     if a.phase in ("both", "warmup"):
-        prompts = [(d, 0, warmup_prompt(spec, d)) for d in range(spec.num_docs)]
+        prompts = [(d, 0, warmup_prompt(spec, d)) for d in range(spec.num_docs) if d in docs]
         phases.append(run_phase(server, "warmup", prompts, a.concurrency, a.max_tokens, metrics_url, log,
                                 a.metrics_flush_s))
     if a.phase == "both" and a.reset_prefix_cache:
@@ -80,7 +81,7 @@ def run(a: argparse.Namespace, log=print) -> dict:
     elif a.phase == "both" and a.settle_s:
         time.sleep(a.settle_s)
     if a.phase in ("both", "query"):
-        prompts = [(d, k, query_prompt(spec, d, k)) for d, k in query_order(spec)]
+        prompts = [(d, k, query_prompt(spec, d, k)) for d, k in query_order(spec) if d in docs]
         phases.append(run_phase(server, "query", prompts, a.concurrency, a.max_tokens, metrics_url, log,
                                 a.metrics_flush_s))
     result = {"label": a.label, "url": a.url, "model": a.model, "spec": asdict(spec),

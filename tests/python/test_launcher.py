@@ -1,0 +1,91 @@
+"""kvtier.tools.launcher with real processes standing in for vLLM's API server (a small HTTP server that answers
+/health, one that dies at startup, one that never answers): readiness, the startup error with the log's tail, and
+that stop() ends the whole process group, children included."""
+
+import json
+import os
+import signal
+import sys
+import time
+
+import pytest
+
+from kvtier.tools import launcher
+
+HEALTHY = r"""
+import http.server, os, subprocess, sys
+port = int(sys.argv[1])
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+open(sys.argv[2], "w").write(str(child.pid))
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/health" else 404); self.end_headers()
+    def log_message(self, *a): pass
+print("serving", flush=True)
+http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+"""
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie (exited, not yet reaped by init) is not alive
+        return f.read().split(") ", 1)[1][0] != "Z"
+
+
+def test_a_healthy_server_is_ready_and_stop_ends_its_process_group(tmp_path):
+    port = launcher.free_port()
+    child_file = tmp_path / "child.pid"
+    argv = [sys.executable, "-c", HEALTHY, str(port), str(child_file)]
+    with launcher.VllmServer(argv, launcher.server_env(cpu=False), tmp_path / "s.log", port, name="fake",
+                             start_timeout_s=60, stop_timeout_s=10).start() as s:
+        s.wait_healthy()
+        assert s.ready and s.ready_s is not None and s.url == f"http://127.0.0.1:{port}"
+        child = int(child_file.read_text())
+        assert alive(child)
+    deadline = time.monotonic() + 10
+    while alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(child), "the server's child outlived stop()"
+    assert "serving" in (tmp_path / "s.log").read_text()
+
+
+def test_a_server_that_exits_at_startup_raises_with_its_log(tmp_path):
+    argv = [sys.executable, "-c", "import sys; print('bad config key kvtier_x'); sys.exit(3)"]
+    s = launcher.VllmServer(argv, launcher.server_env(cpu=False), tmp_path / "bad.log", launcher.free_port(),
+                            name="bad", start_timeout_s=60).start()
+    try:
+        with pytest.raises(RuntimeError, match="exited with 3") as info:
+            s.wait_healthy()
+        assert "kvtier_x" in str(info.value)
+    finally:
+        s.stop()
+
+
+def test_a_server_that_never_answers_times_out_and_is_killed(tmp_path):
+    argv = [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "time.sleep(600)"]
+    s = launcher.VllmServer(argv, launcher.server_env(cpu=False), tmp_path / "slow.log", launcher.free_port(),
+                            name="slow", start_timeout_s=2, stop_timeout_s=1).start()
+    with pytest.raises(TimeoutError, match="not ready after 2"):
+        s.wait_healthy()
+    s.stop()  # SIGTERM is ignored: SIGKILL after stop_timeout_s
+    assert s.proc.returncode == -signal.SIGKILL
+
+
+def test_transfer_config_argv_and_environment():
+    tc = launcher.kvtier_transfer_config("/r", kvtier_pool_bytes="1GiB", block_size=512)
+    assert tc["kv_connector"] == "KVTierConnector" and tc["kv_connector_module_path"] == "kvtier.vllm"
+    ec = tc["kv_connector_extra_config"]
+    assert ec == {"spec_name": "KVTierSpec", "spec_module_path": "kvtier.vllm", "kvtier_root": "/r",
+                  "block_size": 512, "kvtier_pool_bytes": "1GiB"}
+    argv = launcher.server_argv("py", "/m", 8123, ["--seed", "0"], tc)
+    assert argv[:3] == ["py", "-m", "vllm.entrypoints.openai.api_server"]
+    assert argv[argv.index("--port") + 1] == "8123" and json.loads(argv[-1]) == tc
+    env = launcher.server_env(cpu=True, base={"PYTHONHASHSEED": "7"}, VLLM_SERVER_DEV_MODE="0")
+    assert env["PYTHONHASHSEED"] == "7", "an explicit seed is kept"
+    assert env["VLLM_SERVER_DEV_MODE"] == "0" and env["HF_HUB_OFFLINE"] == "1"
+    assert env["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in launcher.server_env(cpu=False, base={})
