@@ -103,14 +103,16 @@ uint32_t EngineImpl::ResolveReactors(const EngineOptions& options, std::string* 
       return static_cast<uint32_t>(v);
     }
   }
-  // I1 auto: half the cores this process may run on (the other half for copies, vLLM and the kernel's work),
-  // at least 2 so a fast device's per-byte work spreads, at most 8 (8 readers reach the GPU box's zram ceiling).
+  // I1 auto: one reactor per core this process may run on, at least 2 so a fast device's per-byte work spreads, at
+  // most 16 and at most io_depth (a reactor with no chunk at the disk has nothing to do). A reactor waiting on its
+  // ring costs no CPU; on a device whose copy runs in the submitting thread (the GPU box's zram) 16 reactors read
+  // 28 MiB chunks at 18.8 GB/s where 8 read 12-13 (docs/performance.md, "Engine I/O").
   cpu_set_t set;
   uint32_t cores = 0;
   if (sched_getaffinity(0, sizeof(set), &set) == 0) cores = static_cast<uint32_t>(CPU_COUNT(&set));
   if (cores == 0) cores = std::max(1u, std::thread::hardware_concurrency());
   if (why) *why = "auto: " + std::to_string(cores) + " cores";
-  return std::clamp(cores / 2, 2u, 8u);
+  return std::clamp(std::min(cores, options.io_depth), 2u, 16u);
 }
 
 uint32_t EngineImpl::ReactorOf(const ChunkKey& key) const {
