@@ -11,7 +11,7 @@
 # kvtier installed there from this tree (scripts/kvtier_install.sh, as scripts/test_vllm.sh does).
 #
 # Environment: KVTIER_MULTIHOST_FS (default "moosefs glusterfs"); KVTIER_SKIP_APT=1 skips the Debian install
-# steps (scripts/setup.sh, scripts/dfs/setup_<fs>.sh); KVTIER_BUILD_DIR (default build/dev) is where
+# steps (scripts/setup.sh, scripts/dfs/setup.sh <fs>); KVTIER_BUILD_DIR (default build/dev) is where
 # kvtier_mh_engine and kvtier are built.
 # Skips (exit 0, saying why) only where a capability is missing: root (network namespaces, mounts), /dev/fuse,
 # `ip netns`. Anything else that fails is a failure.
@@ -45,7 +45,7 @@ trap cleanup EXIT
 start=$(date +%s)
 rc=0
 for fs in $filesystems; do
-  [ "${KVTIER_SKIP_APT:-0}" = 1 ] || scripts/dfs/setup_"$fs".sh
+  [ "${KVTIER_SKIP_APT:-0}" = 1 ] || scripts/dfs/setup.sh "$fs"
   dfs=$(mktemp -d "/tmp/kvtier-$fs.XXXXXX")
   scripts/dfs/"$fs".sh up "$dfs" a b c >/dev/null
   echo "multihost: $fs up in $(grep KVTIER_DFS_UP_MS "$dfs/env" | cut -d= -f2) ms (hosts a b c)"

@@ -11,7 +11,7 @@
 # command socket (/var/run/glusterd.socket, which the gluster CLI uses: over TCP the CLI is read-only) and the
 # bricks' pid and socket files (/var/run/gluster) are the machine's: one GlusterFS cluster per machine at a time;
 # `up` refuses to start when another glusterd is running.
-# Needs root, /dev/fuse and the Debian packages of scripts/dfs/setup_glusterfs.sh.
+# Needs root, /dev/fuse and the Debian packages of scripts/dfs/setup.sh glusterfs.
 set -Eeuo pipefail
 
 cmd=${1:-}
@@ -31,7 +31,7 @@ gl() { timeout 60 gluster --mode=script "$@"; }
 fs_up() {
   local tool h
   for tool in glusterd gluster glusterfs; do
-    command -v "$tool" >/dev/null || { log "missing $tool (scripts/dfs/setup_glusterfs.sh installs it)"; return 3; }
+    command -v "$tool" >/dev/null || { log "missing $tool (scripts/dfs/setup.sh glusterfs installs it)"; return 3; }
   done
   if pgrep -x glusterd >/dev/null; then
     log "another glusterd runs on this machine (its command socket is the machine's): stop it first"

@@ -18,7 +18,7 @@
 # while all of each client's traffic goes over its own namespace's veth. Each mount is its own FUSE superblock with
 # its own page cache and MooseFS client caches, as on separate machines.
 #
-# Needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN), /dev/fuse and the Debian packages of scripts/dfs/setup_moosefs.sh.
+# Needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN), /dev/fuse and the Debian packages of scripts/dfs/setup.sh moosefs.
 # `up` fails cleanly: anything it started is torn down again before it exits non-zero.
 set -Eeuo pipefail
 
@@ -36,7 +36,7 @@ subnet=10.213.77
 fs_up() {
   local tool h
   for tool in mfsmaster mfschunkserver mfsmount; do
-    command -v "$tool" >/dev/null || { log "missing $tool (scripts/dfs/setup_moosefs.sh installs it)"; return 3; }
+    command -v "$tool" >/dev/null || { log "missing $tool (scripts/dfs/setup.sh moosefs installs it)"; return 3; }
   done
   mkdir -p "$dir"/master "$dir"/chunks/hdd
   # Master.
