@@ -9,6 +9,9 @@
 # The venv is complete like one of setup_vllm.sh (same path, same marker file, which names the base venv), so
 # setup_vllm.sh, test_vllm.sh and vllm_compat.sh use it as is. For the releases in between the ones CI installs
 # (docs/vllm-version.md): they share torch 2.13 and almost every dependency.
+# Known limit: uninstalling a package the lock lacks also removes files another package of the lock ships (0.32's
+# oss-harmony and 0.28-0.30's openai-harmony both install the module openai_harmony); the final import check then
+# fails, and the venv must come from scripts/setup_vllm.sh.
 set -Eeuo pipefail
 die() { echo "vllm_venv_clone.sh: ERROR: $*" >&2; exit 1; }
 log() { echo "vllm_venv_clone.sh: $*" >&2; }

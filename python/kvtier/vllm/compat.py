@@ -1,8 +1,7 @@
 """Everything kvtier.vllm takes from a particular vLLM release, in one place.
 
 Supported: vLLM 0.26.0 to 0.32.x (`SUPPORTED_VLLM`): every release on PyPI from 0.26.0 to the newest when this was
-written, each run with scripts/vllm_compat.sh (docs/vllm-version.md has the table and, release by release, what
-changed). The installed version is read once, when this module is imported and before anything of vLLM's
+written (docs/vllm-version.md has, release by release, what changed and the scripts/vllm_compat.sh results). The installed version is read once, when this module is imported and before anything of vLLM's
 offloading API is: any other version stops here with `UnsupportedVLLMVersion`, naming the range. The rest of the
 package imports vLLM's offloading API only from here. What differs between the supported releases:
 

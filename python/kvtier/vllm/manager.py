@@ -116,11 +116,11 @@ class KVTierManager(OffloadingManager):
                 return LookupResult.HIT
             where = "disk"  # lost its slot since: read it again
         if where == "disk":
+            self._disk_hits.setdefault(req_context.req_id, set()).add(key)  # read for this request (get_load_source)
             state, _, _ = self.engine.preload_demand(key) if self._preload else self.engine.promote(key, False)
             if state == "ready":
                 self._promoting.discard(key)
                 if self._pin_for(req_context.req_id, key):
-                    self._disk_hits.setdefault(req_context.req_id, set()).add(key)
                     return LookupResult.HIT
                 return LookupResult.MISS
             if state == "pending":
