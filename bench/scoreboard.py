@@ -35,10 +35,14 @@ DOC = REPO / "docs" / "performance.md"
 # file per device and copier (DEVICE-COPIER[-runR].json): one source each.
 SOURCES = {
     "engine_io": [
-        {"machine": "h200", "device": "virtio", "date": "2026-12-01",
-         "command": "scripts/h200/bench_io.sh 2 (bench io --dir /var/tmp --reread 6, copier host, two runs)",
-         "files": ["bench/results/io/box-s8/bench-io-box-run1.json",
-                   "bench/results/io/box-s8/bench-io-box-run2.json"]},
+        *[{"machine": "h200", "date": "2026-12-02",
+           "command": "ZRAM=24G scripts/h200/bench_io.sh 1 (depth 16, reactors auto: 8 of 16 cores)",
+           "files": [f"bench/results/io/box-reactors-2026-12-02/auto/{dev}-{copier}.json"]}
+          for dev in ("zram", "virtio") for copier in ("none", "host")],
+        {"machine": "h200", "date": "2026-12-02",
+         "command": "DEVICES=zram COPIERS=none DEPTHS=16,64 REPEAT=2 RAW_ZRAM='--raw-threads 8,16 --raw-split 4MiB' "
+                    "BENCH_ARGS='--reactors 16' ZRAM=24G scripts/h200/bench_io.sh 1",
+         "files": ["bench/results/io/box-reactors-2026-12-02/r16/zram-none.json"]},
         {"machine": "cpu", "device": "virtio", "date": "2026-12-01",
          "command": "kvtier bench io --dir /var/tmp --reread 6 (copier host, three runs)",
          "files": [f"bench/results/io/bench-io-s6-final-run{i}-2026-12-01.json" for i in (1, 2, 3)]},
@@ -209,13 +213,13 @@ def _f(x, digits=2):
 
 
 def table_engine_io(board):
-    out = ["| machine | device | path | chunk | depth | op | engine GB/s | raw best GB/s (variant) | engine / raw best "
-           "| raw 1 thread GB/s | engine / raw 1 thread | date |",
-           "|---|---|---|---|---:|---|---:|---:|---:|---:|---:|---|"]
+    out = ["| machine | device | path | chunk | depth | op | reactors | engine GB/s | raw best GB/s (variant) "
+           "| engine / raw best | raw 1 thread GB/s | engine / raw 1 thread | date |",
+           "|---|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|"]
     for r in board["engine_io"]:
         best = "-" if r["raw_best_gbps"] is None else f"{r['raw_best_gbps']:.2f} ({r['raw_best_variant']})"
         out.append(f"| {r['machine']} | {r['device']} | {r['path']} | {r['chunk_mib']} MiB | {r['depth']} | {r['op']} "
-                   f"| {_f(r['engine_gbps'])} | {best} | {_f(r['ratio'], 3)} | {_f(r['raw_1t_gbps'])} "
+                   f"| {r.get('engine_reactors') or '-'} | {_f(r['engine_gbps'])} | {best} | {_f(r['ratio'], 3)} | {_f(r['raw_1t_gbps'])} "
                    f"| {_f(r['ratio_to_raw_1t'], 3)} | {r['date']} |")
     return "\n".join(out)
 
