@@ -222,7 +222,7 @@ std::string OptionAccepted(const OptionSpec& s) {
     case OptionType::kCount:
     case OptionType::kBytes:
     case OptionType::kFraction: return Number(s.min) + ".." + Number(s.max);
-    case OptionType::kMode: return "a permission mode (at most 07777) that gives the owner rwx, e.g. 0750";
+    case OptionType::kMode: return "a permission mode (at most 0777, not world-writable) that gives the owner rwx, e.g. 0750";
     case OptionType::kSecret: return "'' (off), 'file:<path of a key file>', or a secret of at least 16 bytes";
     case OptionType::kString:
     case OptionType::kPath: return s.min > 0 ? "a non-empty string" : "a string";
@@ -249,6 +249,10 @@ Status CheckOption(const OptionSpec& s, const OptionValue& v) {
       if ((m & ~uint64_t{07777}) != 0 || (m & 0700) != 0700) {
         return Bad(s, "must be a permission mode that gives the owner rwx (e.g. 0750, 0770)");
       }
+      // K2: what the root check refuses (anyone could plant entries or symlinks) is refused for what kvtier creates
+      // too, and no setuid, setgid or sticky bit is given to cache files and directories.
+      if ((m & 07000) != 0) return Bad(s, "must not set setuid, setgid or sticky bits (at most 0777, e.g. 0750)");
+      if ((m & 0002) != 0) return Bad(s, "must not be world-writable (e.g. 0750, 0770)");
       return Status::Ok();
     }
     case OptionType::kChoice:

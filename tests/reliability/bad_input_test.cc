@@ -48,6 +48,9 @@ TEST(BadInput, EveryEngineOptionWithAnInvalidValueIsRefusedNamingIt) {
       {"watermark", [](EngineOptions& o) { o.low_watermark = -1; }},
       {"dir_mode", [](EngineOptions& o) { o.dir_mode = 0640; }},
       {"dir_mode", [](EngineOptions& o) { o.dir_mode = 010750; }},
+      {"dir_mode", [](EngineOptions& o) { o.dir_mode = 07777; }},  // setuid/setgid/sticky and world-writable
+      {"dir_mode", [](EngineOptions& o) { o.dir_mode = 02750; }},  // setgid
+      {"dir_mode", [](EngineOptions& o) { o.dir_mode = 0777; }},   // world-writable
       {"pool_bytes", [](EngineOptions& o) { o.pool_bytes = 0; }},
       {"pool_bytes", [](EngineOptions& o) { o.pool_bytes = 4096; }},
       {"checksum_secret", [](EngineOptions& o) { o.checksum_secret = "too-short"; }},

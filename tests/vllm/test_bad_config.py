@@ -20,7 +20,7 @@ BAD = {
     "kvtier_disk_budget_bytes": [-5, "half", [1]],
     "kvtier_high_watermark": [1.5, -0.1, "high"],
     "kvtier_low_watermark": [2, -1, "low"],
-    "kvtier_dir_mode": ["0640", 0o10750, "rwx", True, "999"],
+    "kvtier_dir_mode": ["0640", 0o10750, "rwx", True, "999", "0o7777", "0777", "02770"],
     "kvtier_negative_cache_ms": [-1, 10**9, "never"],
     "kvtier_fsync": ["maybe", 2, None],
     "kvtier_allow_insecure_root": ["sure", 3],
