@@ -12,7 +12,8 @@
 // Data path of a load, per chunk: acquire a staging slot (never more than 2 x io_depth slots per job at once, so a
 // job larger than the pool streams through it), open the chunk file, read its header and only the GPU blocks
 // asked for, verify the header and each block's checksum, mark the slot ready, hand it to the device copier, and
-// release the slot when the copy completes. A store is the reverse: copy into a slot, write a uniquely named
+// release the slot when the copy completes. Chunks of a job are copied out concurrently (one copier lane per
+// reactor): their destinations must not overlap. A store is the reverse: copy into a slot, write a uniquely named
 // temporary beside the final name, link() it into place (first writer wins), release the slot.
 //
 // Failure model: a missing, corrupt, foreign, late or unreadable chunk is a miss for that chunk (ChunkOutcome),
