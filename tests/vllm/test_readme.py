@@ -77,7 +77,7 @@ def env_and_paths(tmp_path_factory):
     root, scratch, out = base / "kvcache", base / "scratch", base / "out"
     for d in (root, scratch, out):
         d.mkdir()
-    port = srv.free_port()
+    port = srv.launcher.free_port()
     subs = {"MODEL": srv.tiny_model_dir(), "/mnt/nvme/kvcache": str(root), "/mnt/nvme/tmp": str(scratch),
             "DIR": str(out), "trace.jsonl": str(base / "trace.jsonl"), "127.0.0.1:8000": f"127.0.0.1:{port}"}
     venv_bin = str(Path(sys.executable).parent)
