@@ -60,6 +60,12 @@ kvtier_install_into() {
                     nanobind==3.1.0 >&2 \
                 || { echo "kvtier_install: could not make the wheel builder $builder" >&2; return 1; }
         fi
+        # The venv gets the build tools too: `pip install --no-build-isolation .` there (the README's test, a user's
+        # incremental rebuild) needs them.
+        if ! "$py" -c "import scikit_build_core, nanobind" 2>/dev/null; then
+            "$py" -m pip install -q --disable-pip-version-check scikit-build-core==1.1.2 nanobind==3.1.0 >&2 \
+                || { echo "kvtier_install: could not install scikit-build-core and nanobind into $venv" >&2; return 1; }
+        fi
         rm -f "$stamp_file"
         rm -rf "$dist"
         (cd "$repo" && CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) "$builder/bin/python" -m pip wheel -q \

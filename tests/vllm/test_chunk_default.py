@@ -22,20 +22,23 @@ from vllm.v1.kv_offload.config import (
 )
 
 import server as srv
+from offload_config import build
 
 
 def vllm_config(root, tokens_per_block, **extra):
-    """OffloadingConfig as vLLM 0.26.0 builds it: blocks_per_chunk from the extra keys, else 1."""
+    """OffloadingConfig as vLLM builds it (offload_config.build fills the fields later releases add):
+    blocks_per_chunk from the extra keys, else 1."""
     ec = {"spec_name": "KVTierSpec", "spec_module_path": "kvtier.vllm", "kvtier_root": str(root),
           "kvtier_stats_interval_s": 0, **extra}
     bpc = ec.get("blocks_per_chunk") or (ec["block_size"] // tokens_per_block if "block_size" in ec else 1)
-    return OffloadingConfig(
-        groups=(OffloadingGroupConfig(tokens_per_block=tokens_per_block, layer_names=("l0", "l1")),),
+    return build(
+        OffloadingConfig,
+        groups=(build(OffloadingGroupConfig, tokens_per_block=tokens_per_block, layer_names=("l0", "l1")),),
         worker_kv_bytes_per_block=2 * 4096, enable_kv_cache_events=False, extra_config=ec, engine_id="e0",
-        model=OffloadingModelConfig(name="tiny-test", dtype="bfloat16"),
-        cache=OffloadingCacheConfig(tokens_per_hash=tokens_per_block, blocks_per_chunk=bpc),
-        parallel=OffloadingParallelConfig(rank=0, world_size=1, tp_size=1, pp_size=1, pcp_size=1, dcp_size=1,
-                                          data_parallel_index=0, is_parallelism_agnostic=True))
+        model=build(OffloadingModelConfig, name="tiny-test", dtype="bfloat16"),
+        cache=build(OffloadingCacheConfig, tokens_per_hash=tokens_per_block, blocks_per_chunk=bpc),
+        parallel=build(OffloadingParallelConfig, rank=0, world_size=1, tp_size=1, pp_size=1, pcp_size=1,
+                       dcp_size=1, data_parallel_index=0, is_parallelism_agnostic=True))
 
 
 @pytest.mark.parametrize("tokens_per_block,blocks", [(16, 16), (32, 8), (64, 4), (128, 2), (256, 1), (512, 1)])
@@ -60,8 +63,8 @@ def test_block_size_not_dividing_256_is_refused_saying_what_to_set(tmp_path):
 
 
 def test_server_without_block_size_writes_256_token_chunks(tmp_path):
-    """A real server whose --kv-transfer-config has no block_size: the namespace says 256 tokens (16 blocks of
-    --block-size 16) per chunk, and a 600-token prompt leaves its two full chunks on disk."""
+    """A real server whose --kv-transfer-config has no block_size: the namespace says 256 tokens (256 / --block-size
+    blocks) per chunk, and a 600-token prompt leaves its two full chunks on disk."""
     root = tmp_path / "root"
     root.mkdir()
     cfg = json.loads(srv.kvtier_transfer_config(root))
@@ -77,6 +80,7 @@ def test_server_without_block_size_writes_256_token_chunks(tmp_path):
     manifests = glob.glob(str(root / "ns-*" / "MANIFEST"))
     assert len(manifests) == 1, os.listdir(root)
     fields = dict(line.split("=", 1) for line in open(manifests[0]).read().splitlines())
-    assert (fields["tokens_per_chunk"], fields["blocks_per_chunk"]) == ("256", "16"), fields
+    bpc = 256 // srv.cpu_block_size()  # --block-size of the e2e servers: 16, or 32 from vLLM 0.29 on the CPU
+    assert (fields["tokens_per_chunk"], fields["blocks_per_chunk"]) == ("256", str(bpc)), fields
     chunks = glob.glob(str(root / "ns-*" / "*" / "*" / "*.kvc"))
     assert len(chunks) >= 2, chunks
