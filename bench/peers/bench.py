@@ -134,6 +134,13 @@ def random_fill(buf_u8):
 # peers
 
 
+def kvtier_options(root, model, opts):
+    """The engine options both kvtier variants run with: the model's chunk geometry, the shared staging size."""
+    return {"root": root, "model": MODELS[model]["name"], "revision": "bench-peers", "kv_dtype": "bfloat16",
+            "tokens_per_chunk": TOKENS_PER_CHUNK, "blocks_per_chunk": BLOCKS_PER_CHUNK,
+            "block_bytes": chunk_bytes(model) // BLOCKS_PER_CHUNK, "pool_bytes": STAGING_BYTES, **opts}
+
+
 class KvtierPeer:
     """kvtier's Python API (docs/python-api.md): Engine.store / Engine.load from and into host buffers.
 
@@ -149,17 +156,7 @@ class KvtierPeer:
 
         self.kvtier, self.np = kvtier, np
         self.root, self.chunk, self.n = root, chunk_bytes(model), n
-        self.options = {
-            "root": root,
-            "model": MODELS[model]["name"],
-            "revision": "bench-peers",
-            "kv_dtype": "bfloat16",
-            "tokens_per_chunk": TOKENS_PER_CHUNK,
-            "blocks_per_chunk": BLOCKS_PER_CHUNK,
-            "block_bytes": self.chunk // BLOCKS_PER_CHUNK,
-            "pool_bytes": STAGING_BYTES,
-        }
-        self.options.update(opts)
+        self.options = kvtier_options(root, model, opts)
         self.engine = kvtier.Engine(self.options)
         nbuf = 16
         self.bufs = np.empty((nbuf, self.chunk), dtype=np.uint8)
@@ -214,19 +211,8 @@ class KvtierSlotPeer:
 
         self.np, self.kvtier = np, kvtier
         self.chunk, self.n = chunk_bytes(model), n
-        options = {
-            "root": root,
-            "model": MODELS[model]["name"],
-            "revision": "bench-peers",
-            "kv_dtype": "bfloat16",
-            "tokens_per_chunk": TOKENS_PER_CHUNK,
-            "blocks_per_chunk": BLOCKS_PER_CHUNK,
-            "block_bytes": self.chunk // BLOCKS_PER_CHUNK,
-            "pool_bytes": STAGING_BYTES,
-        }
-        options.update(opts)
-        self.options = options
-        self.engine = kvtier.Engine(options)
+        self.options = kvtier_options(root, model, opts)
+        self.engine = kvtier.Engine(self.options)
         self.pool = kvtier.Pool.attach(self.engine.pool_name)
         slots = self.pool.num_slots
         # Pseudo-random bytes in every slot (untimed; faults the pool in, as the peers' set-up does theirs).

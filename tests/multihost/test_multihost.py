@@ -24,6 +24,16 @@ import traceback
 CHUNK_FILE_BYTES = 4096 + int(os.environ.get("KVTIER_MH_BLOCKS", "4")) * (int(os.environ.get("KVTIER_MH_BLOCK_KIB", "256")) << 10)
 
 
+def read_env(path: str) -> dict[str, str]:
+    """The KEY=VALUE lines scripts/dfs/<fs>.sh up writes (mount points, namespaces, addresses)."""
+    env = {}
+    with open(path) as f:
+        for line in f:
+            k, _, v = line.strip().partition("=")
+            env[k] = v.strip('"')
+    return env
+
+
 class Host:
     """One engine process (tests/multihost/mh_engine.cc) in a host's network namespace, on that host's mount."""
 
@@ -419,11 +429,7 @@ def main() -> int:
     ap.add_argument("--kvtier", required=True)
     ap.add_argument("-k", action="append", default=[], help="run only these cases")
     args = ap.parse_args()
-    env = {}
-    with open(args.env) as f:
-        for line in f:
-            k, _, v = line.strip().partition("=")
-            env[k] = v.strip('"')
+    env = read_env(args.env)
     run_id = f"run-{os.getpid()}-{int(time.time())}"
     failed = []
     for name, fn in CASES.items():

@@ -21,6 +21,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "vllm"))
 
 from kvtier.tiny_model import synthetic_token_ids, synthetic_words  # noqa: E402
 from server import Server, kvtier_transfer_config, tiny_model_dir  # noqa: E402
+from test_multihost import read_env  # noqa: E402
 
 CHUNK_TOKENS = 256
 CHUNK_BYTES = 16 * 256 * 1024  # as tests/vllm/test_e2e_server.py: 16 blocks of 16 tokens, 16 KiB per token
@@ -79,11 +80,7 @@ def main() -> int:
     ap.add_argument("--env", required=True)
     ap.add_argument("--logs", required=True)
     args = ap.parse_args()
-    env = {}
-    with open(args.env) as f:
-        for line in f:
-            k, _, v = line.strip().partition("=")
-            env[k] = v.strip('"')
+    env = read_env(args.env)
     case = f"vllm-{os.getpid()}"
     roots = {h: os.path.join(env[f"KVTIER_DFS_MNT_{h}"], case) for h in ("a", "b")}
     os.makedirs(roots["a"], mode=0o750)
