@@ -811,16 +811,8 @@ class EngineBench {
     std::filesystem::remove_all(root_, ec);
   }
   uint64_t pool_bytes() const { return pool_bytes_; }
-  // The engine's reactor threads (I1), printed beside its figures: the count its Describe() line names ("reactors N
-  // (why)"), which resolves --reactors 0 (auto) as the engine did.
-  std::string reactors() const {
-    const std::string d = engine_->Describe();
-    const size_t at = d.find(", reactors ");
-    if (at == std::string::npos) return "?";
-    const size_t from = at + std::strlen(", reactors ");
-    const size_t to = d.find_first_not_of("0123456789", from);
-    return to == from ? "?" : d.substr(from, to - from);
-  }
+  // The engine's reactor threads (I1), printed beside its figures: --reactors 0 (auto) resolved as the engine did.
+  std::string reactors() const { return std::to_string(engine_->reactors()); }
   std::string Describe() const { return engine_->Describe(); }
   // Mean physically contiguous pieces per slot-sized stretch of the engine's pool, seen through a second mapping
   // of its shared memory (0: unknown).

@@ -143,6 +143,8 @@ class Engine {
   virtual std::string pool_name() const = 0;
   virtual uint64_t chunk_payload_bytes() const = 0;  // blocks_per_chunk * block stride
   virtual uint64_t block_stride() const = 0;
+  // Reactor threads this engine runs (EngineOptions::reactors resolved: auto, option or KVTIER_TEST_REACTORS).
+  virtual uint32_t reactors() const = 0;
 };
 
 }  // namespace kvtier

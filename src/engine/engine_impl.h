@@ -65,7 +65,6 @@ class EngineImpl final : public Engine {
                                                 IoFactory io_factory);
   // The reactor count an engine with these options runs (options.reactors, else KVTIER_TEST_REACTORS, else auto).
   static uint32_t ResolveReactors(const EngineOptions& options, std::string* why = nullptr);
-  uint32_t reactors() const { return static_cast<uint32_t>(reactors_.size()); }
   // Which reactor handles key (tests place keys on chosen reactors with it).
   uint32_t ReactorOf(const ChunkKey& key) const;
   ~EngineImpl() override;
@@ -89,6 +88,7 @@ class EngineImpl final : public Engine {
   std::string pool_name() const override;
   uint64_t chunk_payload_bytes() const override { return block_stride_ * options_.identity.blocks_per_chunk; }
   uint64_t block_stride() const override { return block_stride_; }
+  uint32_t reactors() const override { return static_cast<uint32_t>(reactors_.size()); }
 
  private:
   struct Job;
