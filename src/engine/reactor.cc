@@ -818,6 +818,13 @@ void EngineImpl::OnMkdirDone(Chunk& c, const OpCtx& ctx, int64_t res) {
                           std::string("fan-out path ") + path + " exists but is not a directory (symlink or file)"));
       return;
     }
+  } else if (res == -ESTALE && c.mkdir_retries < kMkdirRetries) {
+    // M1: another client's mkdir of the same directory (or of its parent) can leave this client's handle stale
+    // for an instant (GlusterFS, two hosts storing the same keys): look the path up again by asking again.
+    c.mkdir_retries++;
+    r.fanout_cache.Forget(c.req.key);
+    SubmitMkdir(c, static_cast<int>(ctx.len));
+    return;
   } else if ((res == -ENOSPC || res == -EDQUOT) && RetryStoreAfterEnospc(c)) {
     return;
   } else if (res == -ENOENT && ctx.len == 2 && !c.enoent_retried) {

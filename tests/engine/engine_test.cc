@@ -440,6 +440,20 @@ TEST_F(EngineFaultTest, EnospcOnWriteEvictsAndRetriesOnce) {
   EXPECT_EQ(e->Stats().stores_dropped, 0u);
 }
 
+TEST_F(EngineFaultTest, AStaleHandleFromAFanoutMkdirIsAskedAgain) {
+  // M1: GlusterFS answers ESTALE to a mkdir that races another host's mkdir of the same fan-out directory; the
+  // store asks again instead of being dropped. Both levels' first mkdirs fail.
+  auto e = OpenWithFaults({io::FaultRule::FailNth(1, ESTALE, io::OpCode::kMkdirAt),
+                           io::FaultRule::FailNth(3, ESTALE, io::OpCode::kMkdirAt)},
+                          Options(root_));
+  std::vector<HostChunk> src(1);
+  src[0].Fill(7);
+  JobResult r = Store(*e, src);
+  EXPECT_TRUE(r.all_ok()) << r.chunks[0].status.ToString();
+  EXPECT_EQ(e->Stats().stores_dropped, 0u);
+  EXPECT_EQ(e->Lookup(Key(0)), ChunkLocation::kDisk);
+}
+
 TEST_F(EngineFaultTest, PersistentEnospcDropsTheStoreAndLeavesNoTemporary) {
   EngineOptions o = Options(root_);
   o.anonymous_temporaries = false;  // a named temporary is the one that could be left behind
