@@ -89,6 +89,47 @@ net_up() {
   done
 }
 
+# Ready for what kvtier's usage records do (layout/usage_ledger.h: a small file rewritten in place and fsynced,
+# read by the others with O_DIRECT): three rewrites in a row by the first host that each return within 2 s and are
+# seen by every other host within 2 s. A fresh MooseFS passes the first probe but stalls a rewrite's fsync for ~8 s
+# until its chunkserver has reported its space to the master; records written meanwhile reach no other host, and
+# a budget test run then measures the filesystem's start-up, not kvtier.
+probe_rewrites() {
+  local first=$1 h i=0 good=0 v got deadline=$((SECONDS + 60))
+  local f="$dir/mnt/$first/.kvtier-dfs-rewrite"
+  printf 0000 >"$f"
+  while ((good < 3)); do
+    if ((SECONDS >= deadline)); then
+      log "timed out after 60s waiting for in-place rewrites on host $first to reach the other hosts"
+      return 1
+    fi
+    i=$((i + 1))
+    v=$(printf '%04d' "$i")
+    if ! printf '%s' "$v" | timeout 2 dd of="$f" bs=4 count=1 conv=notrunc,fsync status=none 2>/dev/null; then
+      good=0
+      continue
+    fi
+    for h in "${@:2}"; do
+      local seen=0 until=$((SECONDS + 2))
+      while ((SECONDS <= until)); do
+        got=$(timeout 2 dd if="$dir/mnt/$h/.kvtier-dfs-rewrite" bs=4096 count=1 iflag=direct status=none 2>/dev/null |
+          head -c4) || true
+        if [ "$got" = "$v" ]; then
+          seen=1
+          break
+        fi
+        sleep 0.05
+      done
+      if ((!seen)); then
+        good=-1
+        break
+      fi
+    done
+    good=$((good + 1))
+  done
+  rm -f "$f"
+}
+
 # Once every host reads what the first one wrote: writes and prints DIR/env. t0: $EPOCHREALTIME at the start.
 finish_up() {
   local t0=$1
@@ -99,6 +140,7 @@ finish_up() {
     wait_for 10 "host $h to see host $first's file" grep -q probe "$dir/mnt/$h/.kvtier-dfs-probe"
   done
   rm -f "$dir/mnt/$first/.kvtier-dfs-probe"
+  probe_rewrites "${hosts[@]}"
   ms=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%d", (b - a) * 1000 }')
   {
     echo "KVTIER_DFS=$dfs_name"

@@ -291,7 +291,7 @@ def case_budget_across_hosts(s: Suite) -> None:
            entries_mib=f"{st['bytes'] / mib:.1f}")
     check(len(st["usage"]) >= 3, f"kvtier stats shows {len(st['usage'])} usage records, want one per live host")
     check(abs(st["usage_sum"] - st["bytes"]) <= 4 * CHUNK_FILE_BYTES,
-          f"usage records sum {st['usage_sum']} B, the tree {st['bytes']} B")
+          f"usage records sum {st['usage_sum']} B, the tree {st['bytes']} B; records {st['usage']}")
     # gc from a fourth place (host c's namespace, no engine of its own) removes entries; its correction record is
     # folded by a live engine, so every host's view of the usage follows (docs/operations.md, gc and the records).
     gc = s.cli("c", "gc", "--root", s.root_on("c"), "--budget", str(60 << 20))
