@@ -685,12 +685,14 @@ void EngineImpl::EvictAboveHighWatermark(Reactor& r) {
   std::vector<Victim> victims;
   {
     std::unique_lock<std::mutex> lock(index_mu_);
-    // Bytes whose unlinks are still in flight are as good as gone: counting them again would evict them twice
-    // over (publishes keep coming while the ring unlinks), far below the low watermark.
-    const uint64_t used = UsageLocked() - std::min(UsageLocked(), evicting_bytes_);
-    if (used > static_cast<uint64_t>(options_.disk_budget_bytes * options_.high_watermark)) {
-      victims = TakeExcessLocked(used - static_cast<uint64_t>(options_.disk_budget_bytes * options_.low_watermark),
-                                 lock);
+    // C1/M2: bytes whose unlinks are still in flight are on disk until the unlink returns (on a FUSE or network
+    // filesystem that can take milliseconds each), so they count toward the high watermark: the budget bounds what
+    // the filesystem holds. They are not taken again: what to free is what stays after the unlinks in flight.
+    const uint64_t on_disk = UsageLocked();
+    const uint64_t staying = on_disk - std::min(on_disk, evicting_bytes_);
+    const auto low = static_cast<uint64_t>(options_.disk_budget_bytes * options_.low_watermark);
+    if (on_disk > static_cast<uint64_t>(options_.disk_budget_bytes * options_.high_watermark) && staying > low) {
+      victims = TakeExcessLocked(staying - low, lock);
       for (const Victim& v : victims) {
         evicting_[v.key]++;
         evicting_bytes_ += v.bytes;

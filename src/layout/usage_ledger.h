@@ -44,7 +44,7 @@ namespace kvtier {
 struct LedgerOptions {
   int64_t write_interval_ms = 10;   // own record rewritten at most this often while it changes
   int64_t read_interval_ms = 10;    // the others' records re-read this often
-  int64_t list_interval_ms = 500;   // the usage directory re-listed this often (engines that joined)
+  int64_t list_interval_ms = 100;   // the usage directory re-listed this often (engines that joined)
   int64_t heartbeat_ms = 1000;      // own record rewritten at least this often (liveness)
   int64_t dead_after_ms = 30000;    // a record unchanged this long is a dead engine's: reclaimed
   std::string host;                 // host name in the record's file name; empty: gethostname()
