@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, in this order; fails on the first failure:
 #   1. C++ unit, contract, multi-process and crash tests in the dev build (CMake preset dev, ctest)
-#   2. the same suites under AddressSanitizer (+LeakSanitizer, UBSan) and ThreadSanitizer (presets asan, tsan)
+#   2. the same suites under AddressSanitizer (+LeakSanitizer, UBSan) and ThreadSanitizer (presets asan, tsan),
+#      with every load read in pieces of one block (KVTIER_TEST_READ_PIECE_BYTES=1)
 #   3. the CUDA copier compiled and linked (preset cuda, targets kvtier_cuda and kvtier_gpu_bench), where nvcc is;
 #      nothing runs it here (scripts/gpu_bench.sh does, on a GPU machine)
 #   4. the libFuzzer targets, 30 s each from the committed corpus (scripts/fuzz.sh), where clang links them
@@ -45,8 +46,12 @@ if [ "${KVTIER_TEST_MULTIHOST:-1}" != 0 ] || [ "${CI:-}" = true ]; then
   KVTIER_BUILD_DIR=build/dev KVTIER_MULTIHOST_VLLM=$mh_vllm scripts/test_multihost.sh
 fi
 if [ "${KVTIER_TEST_QUICK:-0}" != 1 ] || [ "${CI:-}" = true ]; then
+  # The sanitizer suites read every load in pieces of one block (KVTIER_TEST_READ_PIECE_BYTES: each piece verified
+  # as it lands, include/kvtier/options.h read_piece_bytes), the dev suite with the default pieces.
+  export KVTIER_TEST_READ_PIECE_BYTES=1
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 run_preset asan
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 run_preset tsan
+  unset KVTIER_TEST_READ_PIECE_BYTES
 fi
 # The CUDA copier (src/cuda) compiles and links wherever nvcc is; nothing runs it here (scripts/gpu_bench.sh does, on a
 # GPU machine).

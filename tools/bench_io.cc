@@ -748,7 +748,8 @@ class NullCopier final : public DeviceCopier {
 class EngineBench {
  public:
   EngineBench(const std::string& root, uint64_t chunk_bytes, uint32_t depth, IoBackend backend, IoMode mode,
-              uint64_t salt, bool host_copier, uint32_t reactors = 0)
+              uint64_t salt, bool host_copier, uint32_t reactors = 0,
+              uint64_t read_piece_bytes = EngineOptions{}.read_piece_bytes)
       : root_(root), depth_(depth), salt_(salt) {
     if (mkdir(root_.c_str(), 0750) != 0 && errno != EEXIST) {
       throw CliError("cannot create " + root_ + ": " + std::strerror(errno));
@@ -766,6 +767,7 @@ class EngineBench {
     o.identity.block_bytes = block_bytes_;
     o.io_depth = depth;
     o.reactors = reactors;
+    o.read_piece_bytes = read_piece_bytes;
     o.backend = backend;
     o.io_mode = mode;
     o.op_timeout_ms = 120000;
@@ -1137,6 +1139,8 @@ int RunBenchIo(int argc, char** argv) {
               "vLLM's workers move the bytes)", "host"},
              {"reactors", "N", "engine reactor threads (EngineOptions::reactors; 0 = auto, sized from the cores); the "
               "count used is printed with the engine's description", "0"},
+             {"read-piece", "SIZE", "EngineOptions::read_piece_bytes: a load reads its chunk in pieces of about this "
+              "size, each verified as it lands (0: one read per chunk)", "1MiB"},
              {"json", "OUT", "also write the results as JSON to OUT", ""},
              {"verbose", "", "print every run, CPU use per phase and this machine's memcpy/XXH3 speed", ""},
              {"cross", "", "also time the raw reader on the engine's chunk files after each read phase (diagnostic: "
@@ -1178,6 +1182,8 @@ int RunBenchIo(int argc, char** argv) {
   const bool host_copier = args.Choice("copier", "host", {"host", "none"}) == "host";
   const RawCeilingOptions ceiling = ParseRawCeiling(args);
   const uint64_t reactors = args.Uint("reactors", 0);
+  const uint64_t read_piece = args.Size("read-piece", EngineOptions{}.read_piece_bytes);
+  if (read_piece > (1ull << 30)) throw UsageError("--read-piece: " + FormatSize(read_piece) + " is above 1GiB");
   if (reactors > kMaxReactors) throw UsageError("--reactors: must be 0 (auto) or 1.." + std::to_string(kMaxReactors));
   for (uint64_t s : sizes) {
     if (s % kPayloadAlignment != 0) {
@@ -1262,7 +1268,8 @@ int RunBenchIo(int argc, char** argv) {
         const uint64_t file_bytes = kHeaderBytes + chunk;
         const double gb = static_cast<double>(row.files * file_bytes) / 1e9;
         EngineBench eng(base + "/engine", chunk, depth, backend, direct ? IoMode::kDirect : IoMode::kBuffered,
-                        salt ^ (chunk * 1315423911u) ^ depth, host_copier, static_cast<uint32_t>(reactors));
+                        salt ^ (chunk * 1315423911u) ^ depth, host_copier, static_cast<uint32_t>(reactors),
+                        read_piece);
         RawBench raw(base + "/raw", file_bytes, depth, direct, raw_memory,
                      raw_memory == "pool" ? eng.PoolSlots(depth) : std::vector<uint8_t*>{}, touch);
         row.pool = eng.pool_bytes();
@@ -1646,7 +1653,8 @@ int RunBenchIo(int argc, char** argv) {
                   ", \"copier\": " + JsonString(host_copier ? "host" : "none") +
                   ", \"raw_threads\": [" + raw_threads_json + "], \"raw_split_bytes\": [" + raw_split_json +
                   "], \"raw_queue\": " + JsonString(ceiling.per_thread_queue ? "per-thread" : "total") +
-                  ", \"reactors_option\": " + std::to_string(reactors) + ", \"xxh3\": " + JsonString(xxh3) +
+                  ", \"reactors_option\": " + std::to_string(reactors) +
+                  ", \"read_piece_bytes\": " + std::to_string(read_piece) + ", \"xxh3\": " + JsonString(xxh3) +
                   ", \"total_bytes\": " + std::to_string(total) +
                   ", \"repeat\": " + std::to_string(repeat) + ", \"page_cache_dropped\": " +
                   (drop_ok ? "true" : "false") + ", \"peak_rss_bytes\": " + std::to_string(peak_rss) +

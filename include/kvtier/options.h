@@ -64,6 +64,11 @@ struct EngineOptions {
   // most 16 and at most io_depth (the device is not probed). 1: the single-reactor engine. Tests may set
   // KVTIER_TEST_REACTORS=N to replace auto.
   uint32_t reactors = 0;
+  // K1/I1: a load reads a chunk's blocks in pieces of about this many bytes (whole blocks, at least one), two
+  // pieces of a chunk at the disk at once, and verifies each piece as it lands while its bytes are still in the
+  // CPU's cache (the last piece once the disk has the next chunk's reads), instead of reading the whole chunk and
+  // then checksumming it from memory. 0: one read per chunk.
+  uint64_t read_piece_bytes = 1 << 20;  // tests: KVTIER_TEST_READ_PIECE_BYTES replaces this default
   uint32_t posix_threads = 4;
   uint32_t op_timeout_ms = 10000;     // per-operation deadline (I4): a late read becomes a miss
   bool fsync_on_publish = false;      // L4: off by default; a torn entry after power loss fails its checksum

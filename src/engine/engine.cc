@@ -125,6 +125,12 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
                         uint32_t forced_reactors) {
   KVTIER_RETURN_IF_ERROR(options.Validate());
   options_ = options;
+  // Tests: KVTIER_TEST_READ_PIECE_BYTES=N replaces the default read_piece_bytes (scripts/test.sh runs the sanitizer
+  // suites with pieces of one block, so that every load there lands in several verified pieces).
+  if (const char* env = getenv("KVTIER_TEST_READ_PIECE_BYTES");
+      env && *env && options.read_piece_bytes == EngineOptions{}.read_piece_bytes) {
+    options_.read_piece_bytes = strtoull(env, nullptr, 10);
+  }
   file_mode_ = options.dir_mode & 0666;
   KVTIER_RETURN_IF_ERROR(CheckRootOwnership(options));
   {

@@ -114,6 +114,11 @@ class EngineImpl final : public Engine {
     ChunkKey key;            // kUnlinkEvicted
     bool late = false;       // passed its deadline; the chunk already failed
     int64_t start_ns = 0;
+    // kRead of a load: the blocks this read brings, relative to the chunk's first_block (piece_blocks 0: the
+    // header alone), and whether the header is part of it.
+    uint32_t piece_first = 0;
+    uint32_t piece_blocks = 0;
+    bool with_header = false;
   };
   struct DeferredOp {
     uint64_t id;
@@ -163,7 +168,14 @@ class EngineImpl final : public Engine {
   ReadShare* NewShare(Reactor& r);
   void ForgetEntry(const ChunkKey& key);
   static const char* OpRoleName(OpRole r);
-  void SubmitRead(Chunk& c, uint8_t* buf, uint64_t len, uint64_t offset);
+  void SubmitRead(Chunk& c, uint8_t* buf, uint64_t len, uint64_t offset, uint32_t piece_first = 0,
+                  uint32_t piece_blocks = 0, bool with_header = false);
+  // Loads: the next piece of c's blocks to the disk (false: none left); a landed piece is verified at once while
+  // more of the chunk is still to come (the last one in LoadReadsDone, after the next chunk's reads are queued).
+  bool SubmitNextPiece(Chunk& c);
+  void PieceLanded(Chunk& c, const OpCtx& ctx);
+  Status VerifyPiece(Chunk& c, uint32_t first, uint32_t n);
+  void FailVerification(Chunk& c, const Status& verdict);
   void SubmitWrite(Chunk& c, uint8_t* buf, uint64_t len, uint64_t offset);
   void SubmitClose(Reactor& r, int fd);
   void LoadReadsDone(Chunk& c);
@@ -389,6 +401,14 @@ struct EngineImpl::Chunk {
   int64_t opened_mtime_ns = 0;
   bool data_phase = false;      // counted in data_in_flight_
   int64_t started_ns = 0;
+  // Loads read in pieces (read_piece_bytes): blocks are relative to first_block.
+  uint32_t piece_blocks = 0;     // blocks per piece
+  uint32_t next_piece = 0;       // the first block not yet asked of the disk
+  uint32_t pieces_at_disk = 0;   // piece reads in flight (short reads continue in the same piece)
+  bool header_landed = false;
+  std::unique_ptr<ChunkHeader> header;      // decoded once it landed and checked (null: not yet, or bad)
+  std::vector<bool> verified;               // per block: its checksum was checked as its piece landed
+  std::vector<std::pair<uint32_t, uint32_t>> landed_unverified;  // pieces that landed before the header
 };
 
 // One read of a chunk's blocks into one slot, shared by every concurrent load of the same key whose blocks lie

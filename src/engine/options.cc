@@ -106,6 +106,8 @@ const std::vector<OptionSpec> kSchema = {
     KVTIER_OPTION(io_depth, kCount, 1, 1024, nullptr, "io_depth", "disk operations in flight"),
     KVTIER_OPTION(reactors, kCount, 0, kMaxReactors, nullptr, "reactors",
                   "reactor threads, one ring each, chunks by key hash (I1); 0: auto, one per core (2..16, <= io_depth)"),
+    KVTIER_OPTION(read_piece_bytes, kBytes, 0, 1073741824.0, nullptr, nullptr,
+                  "a load's read size; each piece is verified as it lands (0: the whole chunk)"),
     KVTIER_OPTION(posix_threads, kCount, 1, 256, nullptr, nullptr, "threads of the POSIX I/O backend"),
     KVTIER_OPTION(op_timeout_ms, kCount, 1, 3600000, nullptr, "op_timeout_ms",
                   "per-operation deadline; a late read is a miss"),

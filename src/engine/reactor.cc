@@ -23,6 +23,7 @@ namespace kvtier {
 
 namespace {
 constexpr int64_t kReapWaitNs = 20 * 1000 * 1000;  // bounds how late a deadline (posix) is noticed
+constexpr uint32_t kPiecesAtDisk = 2;  // a load's piece reads in flight per chunk (read_piece_bytes)
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -125,12 +126,21 @@ void EngineImpl::PumpData(Reactor& r) {
     r.data_in_flight++;
     if (c->job->kind == JobKind::kLoad) {
       uint8_t* base = pool_->SlotData(c->share->slot);
-      if (c->first_block == 0) {  // header and blocks in one aligned read
-        SubmitRead(*c, base, kHeaderBytes + uint64_t(c->num_blocks) * block_stride_, 0);
+      const uint64_t piece = options_.read_piece_bytes;
+      c->piece_blocks = piece == 0 ? c->num_blocks
+                                   : static_cast<uint32_t>(std::clamp<uint64_t>(piece / block_stride_, 1, c->num_blocks));
+      c->next_piece = 0;
+      c->pieces_at_disk = 1;
+      c->header.reset();
+      c->verified.assign(c->num_blocks, false);
+      c->landed_unverified.clear();
+      if (c->first_block == 0) {  // the header and the first piece in one aligned read
+        c->next_piece = c->piece_blocks;
+        SubmitRead(*c, base, kHeaderBytes + uint64_t(c->piece_blocks) * block_stride_, 0, 0, c->piece_blocks, true);
       } else {
-        SubmitRead(*c, base, kHeaderBytes, 0);
-        SubmitRead(*c, base + kHeaderBytes, uint64_t(c->num_blocks) * block_stride_,
-                   kHeaderBytes + uint64_t(c->first_block) * block_stride_);
+        SubmitRead(*c, base, kHeaderBytes, 0, 0, 0, true);
+      }
+      while (c->pieces_at_disk < kPiecesAtDisk && SubmitNextPiece(*c)) {
       }
     } else {
       SubmitWrite(*c, pool_->SlotData(c->slot), slot_bytes_, 0);
@@ -223,9 +233,13 @@ void EngineImpl::RetryDeferredOps(Reactor& r) {
   }
 }
 
-void EngineImpl::SubmitRead(Chunk& c, uint8_t* buf, uint64_t len, uint64_t offset) {
+void EngineImpl::SubmitRead(Chunk& c, uint8_t* buf, uint64_t len, uint64_t offset, uint32_t piece_first,
+                            uint32_t piece_blocks, bool with_header) {
   Reactor& r = *c.reactor;
   OpCtx ctx{OpRole::kRead, &c, buf, len, offset, Deadline()};
+  ctx.piece_first = piece_first;
+  ctx.piece_blocks = piece_blocks;
+  ctx.with_header = with_header;
   io::IoOp op;
   op.code = io::OpCode::kRead;
   op.fd = c.fd;
@@ -358,12 +372,20 @@ void EngineImpl::OnCompletion(Reactor& r, const io::IoCompletion& cqe) {
         FailChunk(*c, Status(StatusCode::kCorrupt, "truncated chunk file " + c->rel_path));
       } else {
         stats_.bytes_read.Add(static_cast<uint64_t>(res));
-        if (static_cast<uint64_t>(res) < ctx.len) {  // short read: continue where it stopped
-          SubmitRead(*c, ctx.buf + res, ctx.len - res, ctx.offset + res);
-        } else if (c->ops_in_flight == 0) {
+        if (static_cast<uint64_t>(res) < ctx.len) {  // short read: continue where it stopped, same piece
+          SubmitRead(*c, ctx.buf + res, ctx.len - res, ctx.offset + res, ctx.piece_first, ctx.piece_blocks,
+                     ctx.with_header);
+          break;
+        }
+        c->pieces_at_disk--;
+        PieceLanded(*c, ctx);
+        if (c->failed) break;
+        while (c->pieces_at_disk < kPiecesAtDisk && SubmitNextPiece(*c)) {
+        }
+        if (c->ops_in_flight == 0) {
           // The disk is done with this chunk: its place goes to the next opened chunk, whose read the reactor
-          // submits before verifying this one (VerifyReadChunks), so the disk never waits for checksums (the raw
-          // baseline re-arms a finished slot at once too).
+          // submits before verifying this one's last piece (VerifyReadChunks), so the disk never waits for
+          // checksums (the raw baseline re-arms a finished slot at once too).
           EndDataPhase(*c);
           r.read_done.push_back(c);
         }
@@ -560,26 +582,88 @@ void EngineImpl::VerifyReadChunks(Reactor& r) {
   }
 }
 
+bool EngineImpl::SubmitNextPiece(Chunk& c) {
+  if (c.next_piece >= c.num_blocks) return false;
+  const uint32_t n = std::min(c.piece_blocks, c.num_blocks - c.next_piece);
+  uint8_t* base = pool_->SlotData(c.share->slot);
+  SubmitRead(c, base + kHeaderBytes + uint64_t(c.next_piece) * block_stride_, uint64_t(n) * block_stride_,
+             BlockRangeOffset(block_stride_, c.first_block + c.next_piece), c.next_piece, n, false);
+  c.next_piece += n;
+  c.pieces_at_disk++;
+  return true;
+}
+
+void EngineImpl::PieceLanded(Chunk& c, const OpCtx& ctx) {
+  if (ctx.with_header) {
+    const ChunkGeometry geometry = ns_->geometry();
+    auto header = DecodeHeader(std::span<const uint8_t>(pool_->SlotData(c.share->slot), kHeaderBytes),
+                               ns_->fingerprint(), c.req.key, &geometry, checksum_key_.get());
+    if (!header.ok()) {
+      FailVerification(c, header.status());
+      return;
+    }
+    c.header = std::make_unique<ChunkHeader>(*header);
+  }
+  if (ctx.piece_blocks > 0) c.landed_unverified.emplace_back(ctx.piece_first, ctx.piece_blocks);
+  // K1: while more of the chunk is still at the disk or to be asked for, a landed piece is checked now, its bytes
+  // still in the cache; the last one waits for LoadReadsDone, after the disk has the next chunk's reads.
+  const bool more = c.next_piece < c.num_blocks || c.pieces_at_disk > 0;
+  if (!more || !c.header) return;
+  for (const auto& [first, n] : c.landed_unverified) {
+    Status v = VerifyPiece(c, first, n);
+    if (!v.ok()) {
+      FailVerification(c, v);
+      return;
+    }
+  }
+  c.landed_unverified.clear();
+}
+
+Status EngineImpl::VerifyPiece(Chunk& c, uint32_t first, uint32_t n) {
+  const uint8_t* data = pool_->SlotData(c.share->slot) + kHeaderBytes + uint64_t(first) * block_stride_;
+  Status v = VerifyBlocks(*c.header, c.first_block + first, n, data, checksum_key_.get());
+  if (v.ok()) {
+    for (uint32_t j = first; j < first + n && j < c.verified.size(); ++j) c.verified[j] = true;
+  }
+  return v;
+}
+
+void EngineImpl::FailVerification(Chunk& c, const Status& verdict) {
+  if (YoungOnSharedRoot(c)) {
+    ForgetEntry(c.req.key);  // M1: see YoungOnSharedRoot
+  } else {
+    QuarantineCorrupt(c.req.key, c.rel_path, verdict, c.opened_ino);
+  }
+  FailChunk(c, verdict.WithContext(c.rel_path));
+}
+
 void EngineImpl::LoadReadsDone(Chunk& c) {
   Reactor& r = *c.reactor;
   ReadShare* s = c.share;
   SubmitClose(r, c.fd);
   c.fd = -1;
-  const uint8_t* base = pool_->SlotData(s->slot);
-  const ChunkGeometry geometry = ns_->geometry();
-  auto header = DecodeHeader(std::span<const uint8_t>(base, kHeaderBytes), ns_->fingerprint(), c.req.key, &geometry,
-                             checksum_key_.get());
-  Status verdict = header.status();
-  if (verdict.ok()) {
-    verdict = VerifyBlocks(*header, c.first_block, c.num_blocks, base + kHeaderBytes, checksum_key_.get());
+  Status verdict;
+  if (!c.header) {  // not decoded as it landed (PieceLanded always does; kept for any path that did not)
+    const ChunkGeometry geometry = ns_->geometry();
+    auto header = DecodeHeader(std::span<const uint8_t>(pool_->SlotData(s->slot), kHeaderBytes), ns_->fingerprint(),
+                               c.req.key, &geometry, checksum_key_.get());
+    verdict = header.status();
+    if (verdict.ok()) c.header = std::make_unique<ChunkHeader>(*header);
+  }
+  if (c.verified.size() != c.num_blocks) c.verified.assign(c.num_blocks, false);
+  // K1: the blocks not checked as their pieces landed (the last piece; every block with one read per chunk).
+  for (uint32_t j = 0; verdict.ok() && j < c.num_blocks;) {
+    if (c.verified[j]) {
+      ++j;
+      continue;
+    }
+    uint32_t k = j;
+    while (k < c.num_blocks && !c.verified[k]) ++k;
+    verdict = VerifyPiece(c, j, k - j);
+    j = k;
   }
   if (!verdict.ok()) {
-    if (YoungOnSharedRoot(c)) {
-      ForgetEntry(c.req.key);  // M1: see YoungOnSharedRoot
-    } else {
-      QuarantineCorrupt(c.req.key, c.rel_path, verdict, c.opened_ino);
-    }
-    FailChunk(c, verdict.WithContext(c.rel_path));
+    FailVerification(c, verdict);
     return;
   }
   if (trace_ && trace_->enabled()) {

@@ -1,0 +1,188 @@
+// K1, I1: a load reads a chunk in pieces of read_piece_bytes (whole blocks, two at the disk per chunk) and verifies
+// each piece as it lands, the last one after the disk has the next chunk's reads. Every piece size serves the same
+// bytes, whole chunks and block ranges alike; a damaged block or header anywhere is a miss that writes nothing to
+// the destination; short reads continue inside their piece.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "engine/engine_impl.h"
+#include "io/fault_engine.h"
+#include "kvtier/engine.h"
+#include "layout/chunk_format.h"
+#include "support/temp_dir.h"
+
+namespace kvtier {
+namespace {
+
+constexpr uint32_t kBlocks = 8;
+constexpr uint64_t kBlockBytes = 8192;  // a multiple of the payload alignment: the stride is the block
+
+ChunkKey Key(uint64_t i) {
+  uint8_t b[32] = {};
+  for (int k = 0; k < 8; ++k) b[k] = static_cast<uint8_t>(i >> (8 * k));
+  b[10] = 0x51;
+  return ChunkKey::FromBytes(std::span<const uint8_t>(b, sizeof(b))).value();
+}
+
+EngineOptions Options(const std::string& root, uint64_t piece_bytes) {
+  EngineOptions o;
+  o.root = root;
+  o.identity.model = "read-pieces";
+  o.identity.revision = "r1";
+  o.identity.kv_dtype = "bfloat16";
+  o.identity.tokens_per_chunk = 128;
+  o.identity.blocks_per_chunk = kBlocks;
+  o.identity.block_bytes = kBlockBytes;
+  o.pool_bytes = 16 * (kHeaderBytes + kBlocks * kBlockBytes);
+  o.io_depth = 4;
+  o.read_piece_bytes = piece_bytes;
+  return o;
+}
+
+std::vector<uint8_t> ChunkBytes(uint64_t seed) {
+  std::vector<uint8_t> b(kBlocks * kBlockBytes);
+  std::mt19937_64 rng(seed);
+  for (auto& x : b) x = static_cast<uint8_t>(rng());
+  return b;
+}
+
+// Segments of blocks [first, first + n) of `host` (a whole chunk's bytes), slot offsets relative to `first`.
+std::vector<CopySegment> Segments(std::vector<uint8_t>& host, uint64_t stride, uint32_t first, uint32_t n) {
+  std::vector<CopySegment> s;
+  for (uint32_t b = 0; b < n; ++b) {
+    s.push_back(CopySegment{b * stride, reinterpret_cast<uint64_t>(host.data() + (first + b) * kBlockBytes),
+                            kBlockBytes});
+  }
+  return s;
+}
+
+JobResult RunJob(Engine& e, Result<JobId> id) {
+  EXPECT_TRUE(id.ok()) << id.status().ToString();
+  auto r = e.Wait(id.value(), 30000);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  return r.ok() ? r.value() : JobResult{};
+}
+
+void StoreChunks(const std::string& root, uint32_t n) {
+  auto e = Engine::Open(Options(root, 0));
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  std::vector<std::vector<uint8_t>> data;
+  std::vector<ChunkTransfer> t;
+  for (uint32_t i = 0; i < n; ++i) data.push_back(ChunkBytes(100 + i));
+  for (uint32_t i = 0; i < n; ++i) t.push_back(ChunkTransfer{Key(i), 0, 0, Segments(data[i], (*e)->block_stride(), 0, kBlocks)});
+  ASSERT_TRUE(RunJob(**e, (*e)->SubmitStore(std::move(t))).all_ok());
+}
+
+std::string ChunkFile(const std::string& root, const ChunkKey& key) {
+  for (auto& p : std::filesystem::recursive_directory_iterator(root)) {
+    if (p.path().filename().string().find(key.Hex()) != std::string::npos) return p.path();
+  }
+  return "";
+}
+
+class ReadPieces : public ::testing::TestWithParam<uint64_t> {
+ protected:
+  test::TempDir dir_;
+};
+
+TEST_P(ReadPieces, EveryPieceSizeLoadsTheSameBytesForWholeChunksAndBlockRanges) {
+  StoreChunks(dir_.path(), 6);
+  auto e = Engine::Open(Options(dir_.path(), GetParam()));
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  const uint64_t stride = (*e)->block_stride();
+  struct Range {
+    uint32_t first, n;
+  };
+  for (Range range : {Range{0, kBlocks}, Range{3, 4}, Range{1, 7}, Range{0, 1}, Range{7, 1}}) {
+    std::vector<std::vector<uint8_t>> got(6, std::vector<uint8_t>(kBlocks * kBlockBytes, 0xEE));
+    std::vector<ChunkTransfer> t;
+    for (uint32_t i = 0; i < 6; ++i) {
+      t.push_back(ChunkTransfer{Key(i), range.first, range.n, Segments(got[i], stride, range.first, range.n)});
+    }
+    JobResult r = RunJob(**e, (*e)->SubmitLoad(std::move(t)));
+    ASSERT_TRUE(r.all_ok()) << "blocks [" << range.first << ", " << range.first + range.n << ")";
+    for (uint32_t i = 0; i < 6; ++i) {
+      const std::vector<uint8_t> want = ChunkBytes(100 + i);
+      for (uint32_t b = 0; b < kBlocks; ++b) {
+        const bool loaded = b >= range.first && b < range.first + range.n;
+        for (uint64_t k = 0; k < kBlockBytes; k += 509) {
+          const uint8_t w = loaded ? want[b * kBlockBytes + k] : 0xEE;
+          ASSERT_EQ(got[i][b * kBlockBytes + k], w) << "chunk " << i << " block " << b << " byte " << k;
+        }
+      }
+    }
+  }
+  EXPECT_EQ((*e)->Stats().corrupt_entries, 0u);
+}
+
+// Damage in any one block (first, middle, last) or in the header: the load is a miss, the entry is removed and
+// counted, and the destination keeps every byte it had, whichever piece the damage landed in.
+TEST_P(ReadPieces, ADamagedBlockInAnyPieceIsAMissThatWritesNothing) {
+  for (off_t where : {off_t(100), off_t(kHeaderBytes + 7), off_t(kHeaderBytes + 4 * kBlockBytes + 11),
+                      off_t(kHeaderBytes + 8 * kBlockBytes - 1)}) {
+    test::TempDir dir;
+    StoreChunks(dir.path(), 1);
+    const std::string file = ChunkFile(dir.path(), Key(0));
+    ASSERT_FALSE(file.empty());
+    {
+      const int fd = open(file.c_str(), O_RDWR);
+      ASSERT_GE(fd, 0);
+      uint8_t b = 0;
+      ASSERT_EQ(pread(fd, &b, 1, where), 1);
+      b ^= 0x40;
+      ASSERT_EQ(pwrite(fd, &b, 1, where), 1);
+      close(fd);
+    }
+    auto e = Engine::Open(Options(dir.path(), GetParam()));
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    std::vector<uint8_t> got(kBlocks * kBlockBytes, 0xEE);
+    JobResult r =
+        RunJob(**e, (*e)->SubmitLoad({ChunkTransfer{Key(0), 0, 0, Segments(got, (*e)->block_stride(), 0, kBlocks)}}));
+    ASSERT_EQ(r.chunks.size(), 1u);
+    EXPECT_FALSE(r.chunks[0].status.ok()) << "damage at byte " << where << " was served";
+    for (uint64_t k = 0; k < got.size(); ++k) ASSERT_EQ(got[k], 0xEE) << "byte " << k << ", damage at " << where;
+    EXPECT_EQ((*e)->Stats().corrupt_entries, 1u) << "damage at byte " << where;
+    e->reset();
+    EXPECT_FALSE(std::filesystem::exists(file)) << "the damaged entry stayed, damage at byte " << where;
+  }
+}
+
+// Reads that return 4 KiB at a time: each piece continues where its read stopped, and its blocks are verified
+// once, when the piece is complete.
+TEST_P(ReadPieces, ShortReadsContinueInsideTheirPiece) {
+  StoreChunks(dir_.path(), 3);
+  auto inner = io::CreateEngine(io::EngineConfig{io::EngineKind::kAuto, 64, 4});
+  ASSERT_TRUE(inner.ok());
+  auto fault = std::make_unique<io::FaultInjectingEngine>(std::move(inner.value()));
+  fault->AddRule(io::FaultRule::ShortTransfer(io::OpCode::kRead, 4096));
+  auto e = EngineImpl::Create(Options(dir_.path(), GetParam()), nullptr, std::move(fault));
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  const uint64_t stride = (*e)->block_stride();
+  std::vector<std::vector<uint8_t>> got(3, std::vector<uint8_t>(kBlocks * kBlockBytes, 0xEE));
+  std::vector<ChunkTransfer> t;
+  for (uint32_t i = 0; i < 3; ++i) t.push_back(ChunkTransfer{Key(i), 2, 5, Segments(got[i], stride, 2, 5)});
+  JobResult r = RunJob(**e, (*e)->SubmitLoad(std::move(t)));
+  ASSERT_TRUE(r.all_ok());
+  for (uint32_t i = 0; i < 3; ++i) {
+    const std::vector<uint8_t> want = ChunkBytes(100 + i);
+    EXPECT_EQ(0, std::memcmp(got[i].data() + 2 * kBlockBytes, want.data() + 2 * kBlockBytes, 5 * kBlockBytes));
+  }
+  EXPECT_EQ((*e)->Stats().corrupt_entries, 0u);
+}
+
+// 0: one read per chunk; 1 byte: one block a piece (the most pieces); 3 blocks: a short last piece; 1 MiB (the
+// default): the whole chunk in one piece here.
+INSTANTIATE_TEST_SUITE_P(Sizes, ReadPieces, ::testing::Values(0, 1, 3 * kBlockBytes, 1 << 20),
+                         [](const ::testing::TestParamInfo<uint64_t>& i) {
+                           return i.param == 0 ? std::string("WholeChunk") : "Piece" + std::to_string(i.param);
+                         });
+
+}  // namespace
+}  // namespace kvtier
