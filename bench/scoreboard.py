@@ -43,6 +43,11 @@ SOURCES = {
          "command": "DEVICES=zram COPIERS=none DEPTHS=16,64 REPEAT=2 RAW_ZRAM='--raw-threads 8,16 --raw-split 4MiB' "
                     "BENCH_ARGS='--reactors 16' ZRAM=24G scripts/h200/bench_io.sh 1",
          "files": ["bench/results/io/box-reactors-2026-12-02/r16/zram-none.json"]},
+        {"machine": "h200", "date": "2026-12-02",
+         "command": "DEVICES=zram COPIERS=none REPEAT=2 RAW_ZRAM='--raw-threads 8,16 --raw-split 4MiB' "
+                    "BENCH_ARGS='--read-piece 1MiB' ZRAM=24G scripts/h200/bench_io.sh 1 (depth 16, reactors auto: "
+                    "16; loads in verified pieces, read_piece_bytes 1 MiB)",
+         "files": ["bench/results/io/box-pieces-2026-12-02/p1MiB/zram-none.json"]},
         {"machine": "cpu", "device": "virtio", "date": "2026-12-01",
          "command": "kvtier bench io --dir /var/tmp --reread 6 (copier host, three runs)",
          "files": [f"bench/results/io/bench-io-s6-final-run{i}-2026-12-01.json" for i in (1, 2, 3)]},
