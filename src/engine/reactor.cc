@@ -140,7 +140,7 @@ void EngineImpl::PumpData(Reactor& r) {
       } else {
         SubmitRead(*c, base, kHeaderBytes, 0, 0, 0, true);
       }
-      while (c->pieces_at_disk < kPiecesAtDisk && SubmitNextPiece(*c)) {
+      while (!c->failed && c->pieces_at_disk < kPiecesAtDisk && SubmitNextPiece(*c)) {
       }
     } else {
       SubmitWrite(*c, pool_->SlotData(c->slot), slot_bytes_, 0);
@@ -380,7 +380,7 @@ void EngineImpl::OnCompletion(Reactor& r, const io::IoCompletion& cqe) {
         c->pieces_at_disk--;
         PieceLanded(*c, ctx);
         if (c->failed) break;
-        while (c->pieces_at_disk < kPiecesAtDisk && SubmitNextPiece(*c)) {
+        while (!c->failed && c->pieces_at_disk < kPiecesAtDisk && SubmitNextPiece(*c)) {
         }
         if (c->ops_in_flight == 0) {
           // The disk is done with this chunk: its place goes to the next opened chunk, whose read the reactor
