@@ -37,8 +37,34 @@ struct Candidate {
   std::string rel;
 };
 
+// M2: the sum of the committed bytes of ns's usage records. any: there are records (a root several hosts share);
+// settled: every one was read whole and none is being folded (a claimed dead record's bytes are in no record then).
+struct RecordsSum {
+  bool any = false;
+  bool settled = false;
+  int64_t committed = 0;
+  bool operator==(const RecordsSum& o) const {
+    return any == o.any && settled == o.settled && committed == o.committed;
+  }
+};
+
+RecordsSum RecordsCommitted(const Namespace& ns) {
+  RecordsSum out;
+  bool folding = false;
+  auto recs = UsageLedger::ReadAll(ns, &folding);
+  if (!recs.ok() || (recs->empty() && !folding)) return out;
+  out.any = true;
+  out.settled = !folding;
+  for (const LedgerRecord& u : *recs) {
+    out.settled = out.settled && u.valid;
+    out.committed += u.valid ? u.committed : 0;
+  }
+  return out;
+}
+
 struct PerNs {
   uint64_t entries = 0, bytes = 0, removed = 0, removed_bytes = 0, swept = 0, swept_bytes = 0;
+  RecordsSum records_before;  // RecordsCommitted before the scan
 };
 
 }  // namespace
@@ -95,6 +121,7 @@ int RunGc(int argc, char** argv) {
         continue;
       }
       const Namespace& ns = *r.ns;
+      per[i].records_before = RecordsCommitted(ns);  // M2: compared again before reconciling
       Status st = ScanEntries(ns, [&](const EntryInfo& e) {
         scan.Add(1);
         if (e.is_foreign) return;
@@ -183,10 +210,17 @@ int RunGc(int argc, char** argv) {
   // M2: reconcile the usage records of namespaces on shared roots with what the tree holds now.
   for (size_t i = 0; i < spaces.size() && !dry && !args.Has("no-reconcile"); ++i) {
     if (!spaces[i].ns) continue;
-    auto recs = UsageLedger::ReadAll(*spaces[i].ns);
-    if (!recs.ok() || recs->empty()) continue;
-    int64_t committed = 0;
-    for (const LedgerRecord& u : *recs) committed += u.valid ? u.committed : 0;
+    const RecordsSum now_sum = RecordsCommitted(*spaces[i].ns);
+    if (!now_sum.any && !per[i].records_before.any) continue;  // no records: one host's root, nothing to reconcile
+    if (!now_sum.settled || !(now_sum == per[i].records_before)) {
+      // An engine stored or evicted during the scan, a record was unreadable or torn, or a dead one was being
+      // folded: the tree and the records were not read at one moment, and a correction would be wrong.
+      std::printf("gc: %s: usage records changed during the scan, or one was unreadable or being folded: not "
+                  "reconciled; run gc again when the engines are idle\n",
+                  spaces[i].dir_name.c_str());
+      continue;
+    }
+    const int64_t committed = now_sum.committed;
     const int64_t entries_now = static_cast<int64_t>(per[i].bytes - per[i].removed_bytes);
     const int64_t delta = entries_now - committed;
     if (delta == 0) continue;

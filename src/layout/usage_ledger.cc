@@ -124,8 +124,9 @@ Result<int> OpenUsageDir(const Namespace& ns, bool create, bool* created) {
   return fd;
 }
 
-std::vector<std::string> ListRecords(int dirfd) {
+std::vector<std::string> ListRecords(int dirfd, bool* claims = nullptr) {
   std::vector<std::string> names;
+  if (claims) *claims = false;
   const int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return names;
   DIR* d = fdopendir(fd);
@@ -135,6 +136,7 @@ std::vector<std::string> ListRecords(int dirfd) {
   }
   while (struct dirent* e = readdir(d)) {
     if (IsRecordName(e->d_name)) names.emplace_back(e->d_name);
+    if (claims && std::strncmp(e->d_name, kFoldPrefix, std::strlen(kFoldPrefix)) == 0) *claims = true;
   }
   closedir(d);
   return names;
@@ -150,10 +152,8 @@ Result<std::unique_ptr<UsageLedger>> UsageLedger::Open(const Namespace& ns, uint
   std::unique_ptr<UsageLedger> l(new UsageLedger());
   l->dirfd_ = dir.value();
   l->options_ = options;
-  l->name_ = SafeHost(options.host) + "." + std::to_string(getpid()) + "." + RandomHex();
-  l->fd_ = openat(l->dirfd_, l->name_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, ns.file_mode());
-  if (l->fd_ < 0) return Status::FromErrno(errno, "create " + ns.path() + "/usage/" + l->name_);
-  fchmod(l->fd_, ns.file_mode());
+  l->file_mode_ = ns.file_mode();
+  if (!l->CreateOwn()) return Status::FromErrno(errno, "create " + ns.path() + "/usage/" + l->name_);
   // The first engine on the namespace holds the tree; later ones find it in the others' records.
   if (created) l->committed_.store(static_cast<int64_t>(scan_bytes), std::memory_order_relaxed);
   {
@@ -211,16 +211,62 @@ void UsageLedger::SyncNow() {
   ReadPeers(/*relist=*/true);
 }
 
+bool UsageLedger::CreateOwn() {
+  name_ = SafeHost(options_.host) + "." + std::to_string(getpid()) + "." + RandomHex();
+  fd_ = openat(dirfd_, name_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, file_mode_);
+  if (fd_ < 0) return false;
+  fchmod(fd_, file_mode_);  // K2: exactly the namespace's mode, whatever the umask
+  struct stat st;
+  own_ino_ = fstat(fd_, &st) == 0 ? st.st_ino : 0;
+  return true;
+}
+
+void UsageLedger::ReclaimIfFolded() {
+  // A peer that judged this engine dead (no sequence change seen for dead_after_ms: this process was stopped, its
+  // host paused, the filesystem stalled) renamed the record away and took the committed bytes last written into it.
+  // Writing on into that inode would reach nobody and count those bytes twice (here and in the folder's record):
+  // start a new record holding only what changed since. Off by at most the changes of one write interval when the
+  // folder read the record before this engine's last write; kvtier gc corrects such drift.
+  struct stat st;
+  if (own_ino_ == 0) return;
+  if (fstatat(dirfd_, name_.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+    if (st.st_ino == own_ino_) return;  // still ours
+  } else if (errno != ENOENT) {
+    return;  // the filesystem did not answer (EIO, ESTALE...): not proof that the record was taken
+  }
+  const std::string old_name = name_;
+  const int saved = fd_;
+  if (!CreateOwn()) {
+    fd_ = saved;  // keep writing where we were; the next write tries again
+    name_ = old_name;
+    return;
+  }
+  close(saved);
+  committed_.fetch_sub(written_committed_, std::memory_order_relaxed);
+  written_committed_ = 0;
+  reclaims_.fetch_add(1, std::memory_order_relaxed);
+}
+
 void UsageLedger::WriteOwn(bool closed) {
+  ReclaimIfFolded();
   const uint64_t changes = changes_.load(std::memory_order_acquire);
-  if (WriteRecord(fd_, ++sequence_, committed_.load(std::memory_order_relaxed),
-                  reserved_.load(std::memory_order_relaxed), closed)) {
+  const int64_t committed = committed_.load(std::memory_order_relaxed);
+  if (WriteRecord(fd_, ++sequence_, committed, reserved_.load(std::memory_order_relaxed), closed)) {
     written_changes_ = changes;
+    written_committed_ = committed;
   }
 }
 
 void UsageLedger::ReadPeers(bool relist) {
   const int64_t now = MonoNs();
+  // M2: a record is a dead engine's when its sequence did not change for dead_after_ms *while this reader watched*.
+  // A reader that was itself not running (stopped, its host paused, blocked in a stalled filesystem call) saw
+  // nothing meanwhile: its clocks on the others start again, so it never folds a live engine for its own gap.
+  const int64_t gap_ns = last_read_ns_ == 0 ? 0 : now - last_read_ns_;
+  if (gap_ns > std::max<int64_t>(1000, 4 * options_.read_interval_ms) * 1000000) {
+    for (auto& [name, peer] : peers_) peer.last_change_ns = now;
+  }
+  last_read_ns_ = now;
   if (relist) {
     peer_names_ = ListRecords(dirfd_);
     peer_names_.erase(std::remove(peer_names_.begin(), peer_names_.end(), name_), peer_names_.end());
@@ -246,7 +292,9 @@ void UsageLedger::ReadPeers(bool relist) {
     } else if (!p.seen) {
       continue;  // vanished (folded by someone else) or not written yet
     }
-    const bool is_dead = p.closed || now - p.last_change_ns > options_.dead_after_ms * 1000000;
+    // A record that could not be read this time (vanished, or the filesystem did not answer) counts with its last
+    // good values and is not judged: only a record read unchanged for dead_after_ms is a dead engine's.
+    const bool is_dead = p.closed || (got && now - p.last_change_ns > options_.dead_after_ms * 1000000);
     others += p.committed + (is_dead ? 0 : p.reserved);
     if (is_dead) {
       dead.push_back(n);
@@ -305,14 +353,15 @@ void UsageLedger::Run() {
   }
 }
 
-Result<std::vector<LedgerRecord>> UsageLedger::ReadAll(const Namespace& ns) {
+Result<std::vector<LedgerRecord>> UsageLedger::ReadAll(const Namespace& ns, bool* fold_in_progress) {
   std::vector<LedgerRecord> out;
+  if (fold_in_progress) *fold_in_progress = false;
   auto dir = OpenUsageDir(ns, /*create=*/false, nullptr);
   if (!dir.ok()) {
     if (dir.status().error_number() == ENOENT) return out;
     return dir.status();
   }
-  for (const std::string& n : ListRecords(dir.value())) {
+  for (const std::string& n : ListRecords(dir.value(), fold_in_progress)) {
     LedgerRecord r;
     r.name = n;
     ReadRecord(dir.value(), n, &r);

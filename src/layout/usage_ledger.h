@@ -26,6 +26,8 @@
 // they never do I/O. The constructor and destructor (a final write with the closed flag) do I/O.
 #pragma once
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -80,12 +82,15 @@ class UsageLedger {
   // The namespace's usage in bytes: committed + reserved over every live record (dead ones: committed only).
   uint64_t Total() const;
   uint32_t live_engines() const { return live_.load(std::memory_order_relaxed); }
+  // Times this engine found its record folded by a peer while it lived (ReclaimIfFolded) and started a new one.
+  uint64_t reclaims() const { return reclaims_.load(std::memory_order_relaxed); }
   const std::string& name() const { return name_; }
   // Writes this engine's record and re-reads the others now (synchronously; tests and shutdown).
   void SyncNow();
 
-  // Every record under ns's usage/ (kvtier stats). Missing directory: empty.
-  static Result<std::vector<LedgerRecord>> ReadAll(const Namespace& ns);
+  // Every record under ns's usage/ (kvtier stats). Missing directory: empty. fold_in_progress (optional): set when
+  // a dead record is claimed but not yet folded (`.fold.*`: its bytes are in no record for that moment).
+  static Result<std::vector<LedgerRecord>> ReadAll(const Namespace& ns, bool* fold_in_progress = nullptr);
   // kvtier gc: publishes a closed record holding `delta` (the scanned total minus the records' sum), so that the
   // next live engine folds the correction in. Returns the record's name.
   static Result<std::string> PublishCorrection(const Namespace& ns, int64_t delta);
@@ -101,12 +106,17 @@ class UsageLedger {
   };
   UsageLedger() = default;
   void Run();
+  bool CreateOwn();         // a new record file under a new name (name_, fd_, own_ino_); false: errno says why
+  void ReclaimIfFolded();   // the record was renamed away by a peer that judged this engine dead: start anew
   void WriteOwn(bool closed);
   void ReadPeers(bool relist);
   void Fold(const std::string& peer_name);
 
   int dirfd_ = -1;  // usage/
   int fd_ = -1;     // own record
+  ino_t own_ino_ = 0;
+  mode_t file_mode_ = 0;
+  int64_t written_committed_ = 0;  // committed as last written into the record (what a folder takes)
   std::string name_;
   LedgerOptions options_;
   std::atomic<int64_t> committed_{0};
@@ -114,8 +124,10 @@ class UsageLedger {
   std::atomic<int64_t> others_{0};  // the others' counted bytes as last read
   std::atomic<uint32_t> live_{1};
   std::atomic<uint64_t> changes_{0};
+  std::atomic<uint64_t> reclaims_{0};
   uint64_t sequence_ = 0;
   uint64_t written_changes_ = ~0ull;
+  int64_t last_read_ns_ = 0;  // monotonic, the previous ReadPeers (a longer gap: this reader was not watching)
   std::vector<std::string> peer_names_;
   std::unordered_map<std::string, Peer> peers_;
 

@@ -143,6 +143,38 @@ TEST(UsageLedger, ConcurrentFoldersCountADeadRecordOnce) {
   EXPECT_EQ(c->Total(), 20000u);
 }
 
+// M2: a live engine whose record a peer folded (it judged the engine dead: stopped, paused, a stalled filesystem)
+// notices at its next write, starts a new record with only what changed since, and nothing is counted twice. The
+// fold is done here by hand, as a folder does it: the record renamed away, its committed bytes moved elsewhere
+// (a closed record that the live engine folds back, like a kvtier gc correction).
+TEST(UsageLedger, AnEngineWhoseRecordWasFoldedWhileItLivedStartsANewOneAndCountsNothingTwice) {
+  TempDir dir;
+  Namespace ns = OpenNs(dir.path());
+  LedgerOptions o = Fast();
+  o.heartbeat_ms = 3600000;
+  auto a = Open(ns, 0, o);
+  a->Add(4096);
+  a->SyncNow();
+  const std::string usage = ns.path() + "/" + UsageLedger::kDirName + "/";
+  const std::string claimed = usage + ".fold.peer." + a->name();
+  ASSERT_EQ(rename((usage + a->name()).c_str(), claimed.c_str()), 0);
+  ASSERT_TRUE(UsageLedger::PublishCorrection(ns, 4096).ok());  // the folder's record now holds a's 4096 bytes
+  ASSERT_EQ(unlink(claimed.c_str()), 0);
+  a->Add(100);
+  for (int i = 0; i < 400; ++i) {
+    a->SyncNow();
+    auto records = UsageLedger::ReadAll(ns).value();
+    if (records.size() == 1 && records[0].committed == 4196) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  auto records = UsageLedger::ReadAll(ns).value();
+  ASSERT_EQ(records.size(), 1u) << "the correction was not folded, or a's record was not made anew";
+  EXPECT_EQ(records[0].name, a->name());
+  EXPECT_EQ(records[0].committed, 4196);
+  EXPECT_EQ(a->Total(), 4196u);
+  EXPECT_EQ(a->reclaims(), 1u);
+}
+
 TEST(UsageLedger, ATornRecordKeepsItsLastGoodValue) {
   TempDir dir;
   Namespace ns = OpenNs(dir.path());

@@ -22,6 +22,7 @@
 #include "layout/chunk_format.h"
 #include "layout/chunk_path.h"
 #include "layout/namespace.h"
+#include "layout/usage_ledger.h"
 #include "support/temp_dir.h"
 
 namespace kvtier {
@@ -316,6 +317,24 @@ TEST_F(CliTest, GcBringsTheRootUnderBudgetOldestFirst) {
   auto e = Engine::Open(Options(root_));
   ASSERT_TRUE(e.ok());
   EXPECT_EQ((*e)->Stats().disk_entries, 4u);
+}
+
+// M2: gc reconciles the usage records with the tree only when it read both at one moment: a torn or unreadable
+// record (its bytes would count as 0, and the correction would add them a second time once it is readable again)
+// means no correction, and gc says so.
+TEST_F(CliTest, GcPublishesNoUsageCorrectionWhenARecordIsUnreadable) {
+  StoreChunks(0, 4);
+  const int64_t file = static_cast<int64_t>(ChunkFileBytes(kBlocks, kBlockBytes));
+  auto ns = Namespace::Open(root_, NsIdentity());
+  ASSERT_TRUE(ns.ok()) << ns.status().ToString();
+  ASSERT_TRUE(UsageLedger::PublishCorrection(*ns, 2 * file).ok());  // one record holds 2 of the 4 entries ...
+  const std::string torn = ns_path_ + "/" + UsageLedger::kDirName + "/otherhost.4242.00112233445566ff";
+  std::ofstream(torn) << std::string(64, 'x');                        // ... the other one is torn
+  const size_t before = UsageLedger::ReadAll(*ns).value().size();
+  CliRun r = Kvtier("gc --root " + root_ + " --budget " + std::to_string(100 * file));
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("not reconciled"), std::string::npos) << r.out;
+  EXPECT_EQ(UsageLedger::ReadAll(*ns).value().size(), before) << "gc published a correction: " << r.out;
 }
 
 TEST_F(CliTest, StatsPrintsCountsPerNamespace) {
