@@ -89,3 +89,14 @@ def test_transfer_config_argv_and_environment():
     assert env["VLLM_SERVER_DEV_MODE"] == "0" and env["HF_HUB_OFFLINE"] == "1"
     assert env["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
     assert "VLLM_CPU_OMP_THREADS_BIND" not in launcher.server_env(cpu=False, base={})
+
+
+def test_shutdown_problems_name_what_is_not_clean():
+    clean = "INFO Shutting down\nINFO kvtier: engine open\nINFO kvtier: worker detached\nINFO kvtier: engine closed\n"
+    assert launcher.shutdown_problems(clean, 0) == []
+    assert launcher.shutdown_problems("INFO no kvtier here\n", 0) == []
+    assert launcher.shutdown_problems(clean, -9) == ["exit status -9"]
+    bad = launcher.shutdown_problems(clean + "Traceback (most recent call last):\nEngineDeadError: x\n", 0)
+    assert bad == ["log: Traceback (most recent call last):", "log: EngineDeadError: x"]
+    (missing,) = launcher.shutdown_problems("INFO kvtier: engine open\nINFO kvtier: engine closed\n", 0)
+    assert "kvtier's shutdown did not run" in missing

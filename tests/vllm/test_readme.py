@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 
 import server as srv
-from test_shutdown import assert_clean_shutdown
+from server import assert_clean_shutdown
 
 README = Path(srv.REPO) / "README.md"
 

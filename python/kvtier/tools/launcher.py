@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -87,6 +88,24 @@ def server_argv(python: str, model: str | os.PathLike, port: int, args: Sequence
     return argv
 
 
+# Lines a clean SIGTERM shutdown of a vLLM server never logs (vLLM 0.26.0 to 0.32: tests/vllm/test_shutdown.py).
+_UNCLEAN = re.compile(r"Traceback \(most recent call last\)|EngineDeadError|\bERROR\b|exited unexpectedly|"
+                      r"force killing|leaked (shared_memory|semaphore)|nanobind: leaked|Exception ignored")
+
+
+def shutdown_problems(log: str, returncode: int | None) -> list[str]:
+    """What makes a server's shutdown unclean, from its log (the part written since SIGTERM, or all of it) and its
+    exit status: tracebacks, errors, forced kills and leaks in the log, a non-zero status, and for a server that
+    opened kvtier's engine the lack of kvtier's own shutdown lines ('kvtier: engine closed', 'kvtier: worker
+    detached'). Empty when clean."""
+    problems = [f"log: {line.strip()}" for line in log.splitlines() if _UNCLEAN.search(line)]
+    if returncode != 0:
+        problems.append(f"exit status {returncode}")
+    if "kvtier: engine open" in log and not ("kvtier: engine closed" in log and "kvtier: worker detached" in log):
+        problems.append("kvtier's shutdown did not run (no 'kvtier: engine closed' and 'kvtier: worker detached')")
+    return problems
+
+
 def log_tail(path: str | os.PathLike, n: int = 40) -> str:
     try:
         return "".join(Path(path).read_text(errors="replace").splitlines(True)[-n:])
@@ -106,6 +125,7 @@ class VllmServer:
         self.url = f"http://127.0.0.1:{self.port}"
         self.start_timeout_s, self.stop_timeout_s = start_timeout_s, stop_timeout_s
         self.proc: subprocess.Popen | None = None
+        self.stop_log_offset: int | None = None
         self._log = None
         self.started = 0.0
         self.ready = False
@@ -161,12 +181,26 @@ class VllmServer:
         except ProcessLookupError:
             pass
 
-    def stop(self) -> None:
+    def log_text(self, since: int = 0) -> str:
+        """The server's log from byte `since` on."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(since)
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def stop(self) -> int | None:
         """SIGTERM to the API server alone (it stops its EngineCore and workers in order; a group-wide SIGTERM races
         their own shutdown with the API server's, tests/vllm/test_shutdown.py), then SIGKILL to whatever is left of
-        the group."""
+        the group. Returns the API server's exit status (None if it was never started). `stop_log_offset`: where
+        the log stood when the SIGTERM was sent (None: the server had exited before)."""
         if self.proc is not None:
             if self.proc.poll() is None:
+                try:
+                    self.stop_log_offset = os.path.getsize(self.log_path)
+                except OSError:
+                    self.stop_log_offset = 0
                 try:
                     os.kill(self.proc.pid, signal.SIGTERM)
                 except ProcessLookupError:
@@ -180,6 +214,7 @@ class VllmServer:
         if self._log is not None:
             self._log.close()
             self._log = None
+        return None if self.proc is None else self.proc.returncode
 
     def __enter__(self) -> "VllmServer":
         return self
