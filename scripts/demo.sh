@@ -12,8 +12,10 @@
 # The disk and DRAM rows are measured document by document, interleaved (disk d, then DRAM d-1), so that both see
 # the same machine; the table's speedup is a ratio of medians.
 #
-# Every server gets the same flags except --kv-transfer-config; PYTHONHASHSEED=0. Servers run in their own process
-# groups and are killed on exit. Takes a few minutes on a 2-core machine (first run: plus the vLLM venv, ~3 GB).
+# Every server gets the same flags except --kv-transfer-config, and the environment of kvtier's server launcher
+# (kvtier.tools.launcher: PYTHONHASHSEED=0, offline, the dev endpoints, vLLM's CPU settings), which runs each one in
+# its own process group, stops it with a SIGTERM to the API server and kills what is left; a server that does not shut
+# down cleanly is reported. Takes a few minutes on a 2-core machine (first run: plus the vLLM venv, ~3 GB).
 #
 # Environment (all optional):
 #   KVTIER_DEMO_DOC_TOKENS    document length in tokens (default 8192)
@@ -75,15 +77,10 @@ if want disk; then
       Run only the recompute configuration with KVTIER_DEMO_CONFIGS=recompute."
 fi
 
+# The servers' environment (PYTHONHASHSEED=0, VLLM_SERVER_DEV_MODE for POST /reset_prefix_cache, vLLM's CPU
+# settings, tcmalloc) is the launcher's (kvtier.tools.launcher.server_env); this is for every process of the demo.
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 VLLM_NO_USAGE_STATS=1
-export PYTHONHASHSEED=0
-export VLLM_SERVER_DEV_MODE=1   # POST /reset_prefix_cache
-export VLLM_CPU_OMP_THREADS_BIND=nobind OMP_NUM_THREADS="${OMP_NUM_THREADS:-$(nproc)}"
-tcmalloc=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4
-if [[ -f "$tcmalloc" && ":${LD_PRELOAD:-}:" != *tcmalloc* ]]; then
-    export LD_PRELOAD="$tcmalloc${LD_PRELOAD:+:$LD_PRELOAD}"
-fi
-# The client runs from the source tree when kvtier is not installed in the venv (recompute only).
+# The client and the launcher run from the source tree when kvtier is not installed in the venv (recompute only).
 "$py" -c "import kvtier.bench_longdoc" 2>/dev/null || export PYTHONPATH="$repo_root/python${PYTHONPATH:+:$PYTHONPATH}"
 
 model_hash=$(sha256sum python/kvtier/tiny_model.py | cut -c1-12)
@@ -97,7 +94,6 @@ fi
 max_len=$(( doc_tokens + 1024 ))
 serve_args=(
     --model "$model_dir" --served-model-name tiny
-    --host 127.0.0.1
     --dtype bfloat16 --enforce-eager --block-size 16
     --max-model-len "$max_len" --max-num-seqs 4
     --kv-cache-memory-bytes 1073741824
@@ -113,18 +109,17 @@ kvtier_config() {
         "$kv_root" "$pool_bytes"
 }
 
-server_pid=""
-port=""
+launcher_pid=""
+server_url=""
+# The launcher of the running server stops it: SIGTERM to the API server alone (it stops its engine and workers in
+# order; a group-wide SIGTERM races their shutdowns with its own, tests/vllm/test_shutdown.py), what is left after
+# 60 s killed. It says on stderr when the shutdown was not clean.
 stop_server() {
-    if [[ -n "$server_pid" ]] && kill -0 "$server_pid" 2>/dev/null; then
-        # SIGTERM to the API server alone: it stops its engine and workers in order (a group-wide SIGTERM races
-        # their shutdowns with its own, tests/vllm/test_shutdown.py); what is left after 60 s is killed.
-        kill -TERM "$server_pid" 2>/dev/null || true
-        for _ in $(seq 1 120); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.5; done
-        kill -KILL -- "-$server_pid" 2>/dev/null || true
-        wait "$server_pid" 2>/dev/null || true
+    if [[ -n "$launcher_pid" ]]; then
+        kill -TERM "$launcher_pid" 2>/dev/null || true
+        wait "$launcher_pid" 2>/dev/null || true
     fi
-    server_pid=""
+    launcher_pid=""
 }
 ok=0
 cleanup() {
@@ -140,29 +135,34 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# start_server NAME [--kv-transfer-config JSON]
+# start_server NAME [--kv-transfer-config JSON]: vLLM's API server under `python -m kvtier.tools.launcher serve`,
+# which picks a free port, waits for /health and prints "ready URL" (read here through a FIFO), then runs until
+# stop_server signals it (or this script is gone). A server that exits or does not answer in time is an error.
 start_server() {
     local name=$1; shift
-    port=$("$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-    local log="$out/server-$name.log" t0
+    local log="$out/server-$name.log" ready="$out/.ready-$name" t0 word="" url=""
     t0=$(date +%s)
-    setsid "$py" -m vllm.entrypoints.openai.api_server "${serve_args[@]}" --port "$port" "$@" \
-        >"$log" 2>&1 </dev/null &
-    server_pid=$!
-    local deadline=$(( t0 + timeout_s ))
-    until curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1; do
-        kill -0 "$server_pid" 2>/dev/null || die "server '$name' exited during startup (log: $log)"
-        (( $(date +%s) < deadline )) || die "server '$name': /health not ready after ${timeout_s}s (log: $log)"
-        sleep 1
-    done
-    say "server '$name' up on port $port in $(( $(date +%s) - t0 )) s (log: $log)"
+    rm -f "$ready"
+    mkfifo "$ready"
+    "$py" -m kvtier.tools.launcher serve --name "$name" --log "$log" --start-timeout "$timeout_s" --stop-timeout 60 \
+        -- "$py" -m vllm.entrypoints.openai.api_server "${serve_args[@]}" "$@" >"$ready" </dev/null &
+    launcher_pid=$!
+    read -r word url <"$ready" || true
+    rm -f "$ready"
+    if [[ "$word" != ready ]]; then
+        wait "$launcher_pid" 2>/dev/null || true
+        launcher_pid=""
+        die "server '$name' did not start (above; log: $log)"
+    fi
+    server_url=$url
+    say "server '$name' up on port ${url##*:} in $(( $(date +%s) - t0 )) s (log: $log)"
 }
 
 # bench LABEL PHASE SALT FILE [extra args]: results in $out/FILE.json
 bench() {
     local label=$1 phase=$2 salt=$3 file=$4; shift 4
     say "bench: $label ($phase${*:+, $*})"
-    "$py" -m kvtier.bench_longdoc --url "http://127.0.0.1:$port" --model tiny \
+    "$py" -m kvtier.bench_longdoc --url "$server_url" --model tiny \
         --doc-tokens "$doc_tokens" --num-docs "$num_docs" --query-tokens 16 --reuse-fraction "$reuse" \
         --concurrency "$concurrency" --repeat-mode tile --max-tokens 4 --seed 0 --salt "$salt" \
         --phase "$phase" --label "$label" --json "$out/$file.json" --metrics-flush-s 1.2 "$@" >&2

@@ -11,7 +11,7 @@
 # (another clone's, a plain `pip install .`) changes the RECORD and so invalidates the stamp: the next run here
 # reinstalls instead of running that other build. The install runs under an exclusive flock on
 # $VENV/.kvtier-install.lock (fd 8); the caller then keeps a shared lock on it until it exits (inherited by its
-# children: pytest, servers), so no other run reinstalls under a running demo or test session.
+# children: pytest, servers), so no other run reinstalls under a running demo or test run.
 #
 # Builds one wheel in build-vllm/wheel/<wheel tag> of this checkout (incremental) with a small builder venv of the
 # same interpreter (build-vllm/builder: scikit-build-core and nanobind only; the extension links neither vLLM nor

@@ -3,15 +3,19 @@
 #   1. C++ unit, contract, multi-process and crash tests in the dev build (CMake preset dev, ctest)
 #   2. the same suites under AddressSanitizer (+LeakSanitizer, UBSan) and ThreadSanitizer (presets asan, tsan),
 #      with every load read in pieces of one block (KVTIER_TEST_READ_PIECE_BYTES=1)
-#   3. the CUDA copier compiled and linked (preset cuda, targets kvtier_cuda and kvtier_gpu_bench), where nvcc is;
+#   3. with CI=true (or KVTIER_WERROR=ON): the optimized build (preset release) of the CLI and every library,
+#      compiled with -Werror, nothing run
+#   4. the CUDA copier compiled and linked (preset cuda, targets kvtier_cuda and kvtier_gpu_bench), where nvcc is;
 #      nothing runs it here (scripts/gpu_bench.sh does, on a GPU machine)
-#   4. the libFuzzer targets, 30 s each from the committed corpus (scripts/fuzz.sh), where clang links them
-#   5. the Python package's tests in the project venv .venv (scripts/test_python.sh)
-#   6. the vLLM tests in the pinned vLLM venv: the adapter's unit tests, real servers on the tiny model, the README's
+#   5. the libFuzzer targets, 30 s each from the committed corpus (scripts/fuzz.sh), where clang links them
+#   6. the Python package's tests in the project venv .venv (scripts/test_python.sh; its optimized build of the
+#      extension with -Werror under CI=true)
+#   7. the vLLM tests in the pinned vLLM venv: the adapter's unit tests, real servers on the tiny model, the README's
 #      own commands (scripts/test_vllm.sh)
 # For a fast local loop: KVTIER_TEST_QUICK=1 skips the sanitizer builds, KVTIER_TEST_FUZZ=0 the fuzzers and
 # KVTIER_TEST_VLLM=0 the vLLM tests (CI=true runs everything). With CI=true (or KVTIER_WERROR=ON) every preset is
-# built with -DKVTIER_WERROR=ON: a compiler warning in kvtier's own code fails the build.
+# built with -DKVTIER_WERROR=ON, the release one included (step 3), and so is the Python extension: a compiler
+# warning in kvtier's own code fails the build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -52,6 +56,14 @@ if [ "${KVTIER_TEST_QUICK:-0}" != 1 ] || [ "${CI:-}" = true ]; then
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 run_preset asan
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 run_preset tsan
   unset KVTIER_TEST_READ_PIECE_BYTES
+fi
+# The optimized build warns where the debug builds do not (GCC 12 at -O3: -Wrestrict, -Wstringop-*), so CI compiles
+# the release preset with -Werror too: the CLI and every library it links (target kvtier); no tests are built or run
+# here (benchmarks use this build; the Python extension's optimized build is checked by scripts/test_python.sh).
+if ((${#werror[@]})); then
+  echo "=== build (release, -Werror: the kvtier CLI and its libraries, compile only) ==="
+  cmake --preset release "${werror[@]}" >/dev/null
+  cmake --build --preset release -j"$jobs" --target kvtier
 fi
 # The CUDA copier (src/cuda) compiles and links wherever nvcc is; nothing runs it here (scripts/gpu_bench.sh does, on a
 # GPU machine).

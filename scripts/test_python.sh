@@ -9,6 +9,8 @@
 #
 # The package is built with --no-build-isolation against the pinned python/requirements-dev.txt, in a CMake tree of
 # its own (build-python/dev-venv) so that reruns are incremental; `pip install .` without these flags works too.
+# With CI=true (or KVTIER_WERROR=ON) the build is -Werror for kvtier's own code (CMakeLists.txt, KVTIER_WERROR):
+# this is the optimized (Release) build of the extension and the CLI, which warns where debug builds do not.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "${KVTIER_SKIP_APT:-0}" = 1 ] || scripts/setup.sh
@@ -30,13 +32,17 @@ echo "=== python: building the kvtier package ==="
 log=build-python/pip-install.log
 mkdir -p build-python
 start=$(date +%s)
+# Always said, ON or OFF: the CMake tree keeps the last value it was given.
+werror=OFF
+if [ "${CI:-}" = true ] || [ "${KVTIER_WERROR:-}" = ON ]; then werror=ON; fi
 if ! CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) "$venv/bin/python" -m pip install -v --disable-pip-version-check \
-    --no-build-isolation --no-deps -C build-dir=build-python/dev-venv . >"$log" 2>&1; then
+    --no-build-isolation --no-deps -C build-dir=build-python/dev-venv -C cmake.define.KVTIER_WERROR=$werror \
+    . >"$log" 2>&1; then
   tail -n 60 "$log" >&2
   echo "python: pip install failed (full log: $log)" >&2
   exit 1
 fi
-echo "built in $(($(date +%s) - start)) s"
+echo "built in $(($(date +%s) - start)) s (KVTIER_WERROR=$werror)"
 [ "${KVTIER_INSTALL_ONLY:-0}" = 1 ] && exit 0
 
 echo "=== python: pytest tests/python ==="

@@ -8,10 +8,12 @@
 #                                          # stores and loads round-trip on CPU
 #
 # Steps: scripts/setup_vllm.sh (venv), build the tiny model if missing, start
-# the OpenAI server on 127.0.0.1:<random free port> in its own process group,
-# wait for /health, send a greedy completion (temperature 0, max_tokens 8),
-# measure TTFT for an 8k-token prompt (cold, then prefix-cache hit), and kill
-# the process group on exit. Result lines start with "SMOKE ".
+# the OpenAI server on 127.0.0.1:<random free port> with kvtier's server
+# launcher (python -m kvtier.tools.launcher serve: its own process group, the
+# launcher's environment, /health awaited), send a greedy completion
+# (temperature 0, max_tokens 8), measure TTFT for an 8k-token prompt (cold,
+# then prefix-cache hit), and stop the server on exit (SIGTERM to the API
+# server, then its group killed). Result lines start with "SMOKE ".
 #
 # Environment:
 #   KVTIER_MODEL_DIR      model directory (default: ~/.cache/kvtier/models/tiny-llama-<hash>)
@@ -31,7 +33,7 @@ probe=0
 for arg in "$@"; do
     case "$arg" in
         --offload-probe) probe=1 ;;
-        -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,/^set -/{/^set -/!p}' "$0"; exit 0 ;;
         *) echo "vllm_smoke.sh: unknown argument $arg" >&2; exit 2 ;;
     esac
 done
@@ -41,13 +43,9 @@ venv=$("$repo_root/scripts/setup_vllm.sh" | tail -n1)
 py="$venv/bin/python"
 [[ -x "$py" ]] || { echo "vllm_smoke.sh: no python in $venv" >&2; exit 1; }
 
+# The server's environment (PYTHONHASHSEED=0, VLLM_SERVER_DEV_MODE, vLLM's CPU settings, tcmalloc) is the
+# launcher's (kvtier.tools.launcher.server_env).
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 VLLM_NO_USAGE_STATS=1
-export PYTHONHASHSEED=0
-export VLLM_CPU_OMP_THREADS_BIND=nobind OMP_NUM_THREADS="${OMP_NUM_THREADS:-$(nproc)}"
-tcmalloc=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4
-if [[ -f "$tcmalloc" && ":${LD_PRELOAD:-}:" != *tcmalloc* ]]; then
-    export LD_PRELOAD="$tcmalloc${LD_PRELOAD:+:$LD_PRELOAD}"
-fi
 
 model_hash=$(sha256sum "$repo_root/python/kvtier/tiny_model.py" | cut -c1-12)
 model_dir="${KVTIER_MODEL_DIR:-$HOME/.cache/kvtier/models/tiny-llama-$model_hash}"
@@ -58,18 +56,16 @@ fi
 
 work=$(mktemp -d -t kvtier-smoke.XXXXXX)
 log="${KVTIER_SMOKE_LOG:-$work/server.log}"
-port=$("$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 tokens="${KVTIER_SMOKE_TOKENS:-8192}"
 timeout_s="${KVTIER_SMOKE_TIMEOUT:-300}"
 
-server_pid=""
+launcher_pid=""
 ok=0
 cleanup() {
     local rc=$?
-    if [[ -n "$server_pid" ]] && kill -0 "$server_pid" 2>/dev/null; then
-        kill -TERM -- "-$server_pid" 2>/dev/null || true
-        for _ in $(seq 1 30); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.5; done
-        kill -KILL -- "-$server_pid" 2>/dev/null || true
+    if [[ -n "$launcher_pid" ]]; then  # the launcher stops the server
+        kill -TERM "$launcher_pid" 2>/dev/null || true
+        wait "$launcher_pid" 2>/dev/null || true
     fi
     if [[ $ok -ne 1 ]]; then
         echo "vllm_smoke.sh: FAILED (exit $rc); server log: $log" >&2
@@ -82,7 +78,6 @@ trap cleanup EXIT
 
 serve_args=(
     --model "$model_dir" --served-model-name tiny
-    --host 127.0.0.1 --port "$port"
     --dtype "${KVTIER_SMOKE_DTYPE:-float32}" --enforce-eager --block-size 16
     --max-model-len 16384 --max-num-seqs 4
     --kv-cache-memory-bytes 1073741824
@@ -254,25 +249,27 @@ class KVTierProbeSpec(OffloadingSpec):
         return self._worker
 PYEOF
     export PYTHONPATH="$work/probe${PYTHONPATH:+:$PYTHONPATH}"
-    export VLLM_SERVER_DEV_MODE=1   # enables POST /reset_prefix_cache
     serve_args+=(--kv-transfer-config
         '{"kv_connector":"OffloadingConnector","kv_role":"kv_both","kv_connector_extra_config":{"spec_name":"KVTierProbeSpec","spec_module_path":"kvtier_probe_spec","blocks_per_chunk":'"${KVTIER_SMOKE_BLOCKS_PER_CHUNK:-1}"'}}')
 fi
 
 echo "vllm_smoke.sh: venv $venv" >&2
-echo "vllm_smoke.sh: model $model_dir, port $port, log $log" >&2
+echo "vllm_smoke.sh: model $model_dir, log $log" >&2
 t_start=$(date +%s.%N)
 # `vllm serve` does not work with the vllm-cpu dist (its CLI asks for the
 # metadata of a package named "vllm"); the API server module is equivalent.
-setsid "$py" -m vllm.entrypoints.openai.api_server "${serve_args[@]}" >"$log" 2>&1 < /dev/null &
-server_pid=$!
-
-deadline=$(( $(date +%s) + timeout_s ))
-until curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1; do
-    kill -0 "$server_pid" 2>/dev/null || { echo "vllm_smoke.sh: server exited during startup" >&2; exit 1; }
-    (( $(date +%s) < deadline )) || { echo "vllm_smoke.sh: /health not ready after ${timeout_s}s" >&2; exit 1; }
-    sleep 1
-done
+# The launcher (from this checkout) prints "ready URL" once /health answers.
+ready="$work/ready"
+mkfifo "$ready"
+PYTHONPATH="$repo_root/python${PYTHONPATH:+:$PYTHONPATH}" "$py" -m kvtier.tools.launcher serve --name smoke \
+    --log "$log" --start-timeout "$timeout_s" --stop-timeout 15 \
+    -- "$py" -m vllm.entrypoints.openai.api_server "${serve_args[@]}" >"$ready" </dev/null &
+launcher_pid=$!
+word="" url=""
+read -r word url <"$ready" || true
+[[ "$word" == ready ]] || { echo "vllm_smoke.sh: the server did not start (above)" >&2; exit 1; }
+port=${url##*:}
+echo "vllm_smoke.sh: server on port $port" >&2
 echo "SMOKE startup_s=$(python3 -c "import time; print(round(time.time()-$t_start, 1))")"
 
 PYTHONPATH="$repo_root/python" "$py" - "$port" "$tokens" "$probe" <<'PYEOF'

@@ -48,7 +48,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "python"))
 
-from kvtier.tools.launcher import VllmServer, kvtier_transfer_config, server_env  # noqa: E402
+from kvtier.tools.launcher import (  # noqa: E402
+    BASE_ENV,
+    VllmServer,
+    kvtier_transfer_config,
+    server_argv,
+    server_env,
+)
 
 SHAPES = {}
 SHAPES["llama-3.2-3b"] = {
@@ -163,12 +169,19 @@ def system_config(name: str, a: argparse.Namespace, work: Path) -> tuple[list[st
     raise ValueError(f"unknown system {name!r}; known: {', '.join(SYSTEMS)}")
 
 
-class Server(VllmServer):
-    """One system's server (kvtier.tools.launcher); `extra_env` is what it adds to this process's environment."""
+# What every server gets on the GPU box beyond the launcher's own environment (launcher.server_env).
+GPU_ENV = {"VLLM_USE_FLASHINFER_SAMPLER": "0", "PYTHONUNBUFFERED": "1"}
 
-    def __init__(self, name: str, port: int, argv: list[str], env: dict[str, str], log_path: Path):
-        super().__init__(argv, server_env(cpu=False, **env), log_path, port, name=name, stop_timeout_s=15)
-        self.extra_env = env
+
+class Server(VllmServer):
+    """One system's server (kvtier.tools.launcher: its command line and environment); `extra_env` is what it adds to
+    this process's environment."""
+
+    def __init__(self, name: str, python: str, model_dir: Path, port: int, args: list[str], env: dict[str, str],
+                 log_path: Path):
+        self.extra_env = {**GPU_ENV, **env}
+        super().__init__(server_argv(python, model_dir, port, args), server_env(cpu=False, **self.extra_env),
+                         log_path, port, name=name, stop_timeout_s=15)
 
     def poll_ready(self) -> bool:
         failed_before = bool(self.error)
@@ -225,28 +238,23 @@ def run(a: argparse.Namespace) -> int:
     deadline = t0 + a.deadline_s
     model_dir = build_model_dir(Path(a.model_dir), max_len)
     py = a.python
-    common = [py, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir), "--served-model-name", "m",
-              "--load-format", "dummy", "--dtype", "bfloat16", "--block-size", "16", "--max-model-len", str(max_len),
-              "--max-num-seqs", str(a.max_num_seqs), "--kv-cache-memory-bytes", str(int(a.gpu_kv_gib * GIB)),
-              "--enable-prefix-caching", "--seed", "0",
-              "--host", "127.0.0.1"]
+    common = ["--served-model-name", "m", "--load-format", "dummy", "--dtype", "bfloat16", "--block-size", "16",
+              "--max-model-len", str(max_len), "--max-num-seqs", str(a.max_num_seqs),
+              "--kv-cache-memory-bytes", str(int(a.gpu_kv_gib * GIB)), "--enable-prefix-caching", "--seed", "0"]
     if a.enforce_eager:
         common.append("--enforce-eager")
     if not a.no_gpu_flags:
         common += ["--gpu-memory-utilization", str(a.gpu_util)]
-    env_common = {"PYTHONHASHSEED": "0", "VLLM_SERVER_DEV_MODE": "1", "HF_HUB_OFFLINE": "1",
-                  "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "VLLM_USE_FLASHINFER_SAMPLER": "0",
-                  "PYTHONUNBUFFERED": "1"}
     servers: list[Server] = []
     knobs: dict[str, dict] = {}
     for i, name in enumerate(systems):
         extra, env, kn = system_config(name, a, work)
         knobs[name] = kn
-        servers.append(Server(name, a.port + i, common + ["--port", str(a.port + i)] + extra, {**env_common, **env},
-                              logs / f"server-{name}.log"))
+        servers.append(Server(name, py, model_dir, a.port + i, common + extra, env, logs / f"server-{name}.log"))
     if a.dry_run:
         for s in servers:
-            print(" ".join(f"{k}={shlex.quote(v)}" for k, v in s.extra_env.items()), shlex.join(s.argv))
+            shown = dict.fromkeys([*BASE_ENV, *s.extra_env])  # the launcher's own variables, then this system's
+            print(" ".join(f"{k}={shlex.quote(s.env[k])}" for k in shown), shlex.join(s.argv))
         return 0
 
     result = {"what": "headline: long-document TTFT in vLLM on one GPU (issue 8)", "model": MODEL["name"],

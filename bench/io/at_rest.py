@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Summarizes the 'ALT'/'LAT' lines that the session-5 experiment build of `kvtier bench io` prints.
+"""Summarizes the 'ALT'/'LAT' lines that an experiment build of `kvtier bench io` prints.
 
-That build is commit 79f6e36 plus bench/results/io/s5-experiment-switches.patch (temporary switches, not in the product):
+That build is commit 79f6e36 plus an experiment patch of temporary switches, not in the product (in git history:
+`git show e565164^:bench/results/io/s5-experiment-switches.patch`):
 KVTIER_EXPERIMENT_ALT=K re-reads the first repetition's files K times, three readers rotating (raw on its own files,
 raw on the engine's files, engine), printing "ALT a own X cross Y engine Z" (GB/s) and "LAT ..." (mean read latency
 per phase); KVTIER_EXPERIMENT_NOVERIFY skips load verification, _NODEADLINE drops the per-op linked timeouts,

@@ -106,7 +106,7 @@ uint32_t EngineImpl::ResolveReactors(const EngineOptions& options, std::string* 
   // I1 auto: one reactor per core this process may run on, at least 2 so a fast device's per-byte work spreads, at
   // most 16 and at most io_depth (a reactor with no chunk at the disk has nothing to do). A reactor waiting on its
   // ring costs no CPU; on a device whose copy runs in the submitting thread (the GPU box's zram) 16 reactors read
-  // 28 MiB chunks at 18.8 GB/s where 8 read 12-13 (docs/performance.md, "Engine I/O").
+  // 28 MiB chunks at 18.8 GB/s where 8 read 12-13 (docs/performance.md, "Engine against the device").
   cpu_set_t set;
   uint32_t cores = 0;
   if (sched_getaffinity(0, sizeof(set), &set) == 0) cores = static_cast<uint32_t>(CPU_COUNT(&set));

@@ -702,7 +702,8 @@ void EngineImpl::FlushCopies(Reactor& r) {
   if (r.copy_batch.empty()) return;
   {
     std::lock_guard<std::mutex> lock(r.lane->mu);
-    r.lane->copier->Submit(std::move(r.copy_batch));  // X1: every copy that became ready this iteration, one batch
+    // X1: every copy queued since the last flush, one batch (ReactorMain flushes three times per iteration).
+    r.lane->copier->Submit(std::move(r.copy_batch));
   }
   r.copy_batch.clear();
 }

@@ -1,7 +1,7 @@
 // DeviceCopier: the seam between staging slots and the memory a model reads KV from (X1, X2).
 //
-// The engine's reactor submits every copy that became ready in one iteration as one batch (one launch for the
-// CUDA copier), and polls for completions. Implementations: HostCopier (memcpy on a helper thread; vLLM's CPU
+// The engine's reactor submits the copies that became ready since its last submission as one batch (one launch for
+// the CUDA copier; it submits up to three times per iteration of its loop), and polls for completions. Implementations: HostCopier (memcpy on a helper thread; vLLM's CPU
 // platform and tests), the CUDA copier (src/cuda, worker side), and test doubles.
 //
 // Threads: Submit and Poll are called by the reactor thread only. The wakeup callback is called from the

@@ -14,8 +14,9 @@ namespace {
 EngineOptions Complete() {
   EngineOptions o;
   o.root = "/tmp";
-  o.identity.model = "m";
-  o.identity.revision = "r";
+  // Not 1-char literals: GCC 12 warns -Wrestrict on them in optimized builds (a false positive, GCC bug 105329).
+  o.identity.model = "model";
+  o.identity.revision = "rev";
   o.identity.kv_dtype = "bfloat16";
   o.identity.tokens_per_chunk = 256;
   o.identity.blocks_per_chunk = 16;

@@ -89,6 +89,7 @@ def main() -> int:
     t0 = time.monotonic()
     a = ha.server(model_dir, os.path.join(args.logs, "vllm-a.log"), kvtier_transfer_config(roots["a"]))
     b = hb.server(model_dir, os.path.join(args.logs, "vllm-b.log"), kvtier_transfer_config(roots["b"]))
+    result = None  # set when the run got to its verdict: then both servers' shutdowns are checked (server.Server.stop)
     try:
         ha.call(a.wait_healthy)
         hb.call(b.wait_healthy)
@@ -108,10 +109,13 @@ def main() -> int:
         ok = same and corrupt == 0
         if not same:
             print(f"vllm_two_hosts: outputs differ: {out_a.text!r} vs {out_b.text!r}", flush=True)
-        return 0 if ok else 1
+        result = 0 if ok else 1
     finally:
-        a.stop()
-        b.stop()
+        try:
+            a.stop(check=result is not None)
+        finally:
+            b.stop(check=result is not None)
+    return result
 
 
 if __name__ == "__main__":

@@ -1,12 +1,15 @@
 """kvtier.tools.launcher with real processes standing in for vLLM's API server (a small HTTP server that answers
-/health, one that dies at startup, one that never answers): readiness, the startup error with the log's tail, and
-that stop() ends the whole process group, children included."""
+/health, one that dies at startup, one that never answers): readiness, the startup error with the log's tail, that
+stop() ends the whole process group, children included, the shell-command form of the README's servers, the
+shutdown check, and the `python -m kvtier.tools.launcher serve` command line that scripts/demo.sh uses."""
 
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
+import urllib.request
 
 import pytest
 
@@ -89,3 +92,118 @@ def test_transfer_config_argv_and_environment():
     assert env["VLLM_SERVER_DEV_MODE"] == "0" and env["HF_HUB_OFFLINE"] == "1"
     assert env["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
     assert "VLLM_CPU_OMP_THREADS_BIND" not in launcher.server_env(cpu=False, base={})
+
+
+def test_a_shell_command_line_gives_its_assignments_to_the_environment_and_its_program_from_path(tmp_path):
+    (tmp_path / "bin").mkdir()
+    prog = tmp_path / "bin" / "serve-me"
+    prog.write_text("#!/bin/sh\n")
+    prog.chmod(0o755)
+    argv, env = launcher.command_argv("A=1 B='two words' serve-me --x 'y z' # comment",
+                                      {"PATH": str(tmp_path / "bin"), "C": "3"})
+    assert argv == [str(prog), "--x", "y z"]
+    assert env == {"PATH": str(tmp_path / "bin"), "C": "3", "A": "1", "B": "two words"}
+    with pytest.raises(FileNotFoundError, match="not-there"):
+        launcher.command_argv("not-there --x", {"PATH": str(tmp_path / "bin")})
+
+
+def test_shutdown_problems_name_what_is_not_clean():
+    clean = "INFO Shutting down\nINFO kvtier: engine open\nINFO kvtier: worker detached\nINFO kvtier: engine closed\n"
+    assert launcher.shutdown_problems(clean, 0) == []
+    assert launcher.shutdown_problems("INFO no kvtier here\n", 0) == []
+    assert launcher.shutdown_problems(clean, -9) == ["exit status -9"]
+    bad = launcher.shutdown_problems(clean + "Traceback (most recent call last):\nEngineDeadError: x\n", 0)
+    assert bad == ["log: Traceback (most recent call last):", "log: EngineDeadError: x"]
+    (missing,) = launcher.shutdown_problems("INFO kvtier: engine open\nINFO kvtier: engine closed\n", 0)
+    assert "kvtier's shutdown did not run" in missing
+
+
+# A stand-in for the API server as `launcher serve` runs it (--host/--port appended): serves /health, has a child
+# (so the group kill is visible), exits 0 on SIGTERM, and with "dirty" logs a traceback while it does.
+FAKE_SERVER = r"""
+import http.server, signal, subprocess, sys
+port = int(sys.argv[sys.argv.index("--port") + 1])
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+print("child", child.pid, flush=True)
+def term(*_):
+    if sys.argv[1] == "dirty":
+        print("Traceback (most recent call last):", flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, term)
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/health" else 404); self.end_headers()
+    def log_message(self, *a): pass
+http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+"""
+
+
+def start_serve(tmp_path, mode: str, **popen):
+    log = tmp_path / "server.log"
+    cmd = [sys.executable, "-m", "kvtier.tools.launcher", "serve", "--name", "fake", "--log", str(log), "--gpu",
+           "--start-timeout", "60", "--stop-timeout", "10", "--", sys.executable, "-c", FAKE_SERVER, mode]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen), log
+
+
+def child_of(log) -> int:
+    for line in log.read_text().splitlines():
+        if line.startswith("child "):
+            return int(line.split()[1])
+    raise AssertionError(f"no child line in {log.read_text()!r}")
+
+
+def wait_gone(pid: int, timeout_s: float = 20) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not alive(pid)
+
+
+def test_serve_prints_ready_and_stops_the_server_when_signalled(tmp_path):
+    p, log = start_serve(tmp_path, "clean")
+    try:
+        word, url = p.stdout.readline().split()
+        assert word == "ready" and url.startswith("http://127.0.0.1:")
+        with urllib.request.urlopen(url + "/health", timeout=10) as r:
+            assert r.status == 200
+        child = child_of(log)
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=60)
+    finally:
+        p.kill()
+    assert p.returncode == 0, err
+    assert out == "" and err == "", (out, err)
+    assert wait_gone(child), "the server's child outlived the launcher's stop"
+
+
+def test_serve_says_when_the_server_did_not_shut_down_cleanly(tmp_path):
+    p, _ = start_serve(tmp_path, "dirty")
+    try:
+        assert p.stdout.readline().startswith("ready ")
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=60)
+    finally:
+        p.kill()
+    assert p.returncode == 1 and "fake: shutdown not clean: log: Traceback" in err, err
+
+
+def test_serve_fails_without_a_ready_line_when_the_server_dies_at_startup(tmp_path):
+    cmd = [sys.executable, "-m", "kvtier.tools.launcher", "serve", "--name", "bad", "--log", str(tmp_path / "b.log"),
+           "--gpu", "--", sys.executable, "-c", "import sys; sys.exit(3)"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and r.stdout == "", r
+    assert "bad exited with 3 during startup" in r.stderr, r.stderr
+
+
+def test_serve_stops_the_server_when_its_parent_exits(tmp_path):
+    """A shell that starts the launcher in the background and is then gone (killed, say) leaves no server behind."""
+    ready = tmp_path / "ready"
+    os.mkfifo(ready)
+    log = tmp_path / "server.log"
+    script = (f"{sys.executable} -m kvtier.tools.launcher serve --name fake --log {log} --gpu --stop-timeout 10 "
+              f"-- {sys.executable} -c '{FAKE_SERVER}' clean >{ready} &\n"
+              f"read -r word url <{ready}; echo $word")
+    r = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=120)
+    assert r.stdout.strip() == "ready", r
+    child = child_of(log)
+    assert wait_gone(child), "the server outlived the shell that started its launcher"

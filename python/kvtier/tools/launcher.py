@@ -1,5 +1,16 @@
-"""Starting and stopping vLLM's OpenAI API server (`python -m vllm.entrypoints.openai.api_server`), the one launcher
-of the tests (tests/vllm/server.py), `kvtier calibrate`, the H200 headline benchmark and the demo.
+"""Starting and stopping vLLM's OpenAI API server (`python -m vllm.entrypoints.openai.api_server`, or any command
+that serves /health): the one launcher of the vLLM tests (tests/vllm/server.py, the README's commands in
+tests/vllm/test_readme.py), `kvtier calibrate` (kvtier.tools.calibrate.sweep), the H200 headline benchmark
+(bench/h200/headline.py, scripts/h200/smoke.py) and, through its command line, scripts/demo.sh and
+scripts/vllm_smoke.sh:
+
+    python -m kvtier.tools.launcher serve [--name N] [--log PATH] [--port P] [--gpu] -- ARGV...
+
+starts ARGV with `--host 127.0.0.1 --port P` appended (a free port unless given) and the environment of server_env(),
+waits for /health, prints one line `ready http://127.0.0.1:P` on stdout (nothing else goes there), and runs until it
+is signalled (SIGTERM, SIGINT, SIGHUP) or its parent exits: then it stops the server as VllmServer.stop() does and
+exits 0, or 1 when the server failed to start, died on its own or did not shut down cleanly (shutdown_problems(),
+said on stderr). A shell starts it in the background and reads the ready line; `kill PID` stops the server.
 
 A server runs in its own process group and is always stopped: SIGTERM to the API server, SIGKILL to the group after a
 grace period.
@@ -9,11 +20,17 @@ sources on its path (bench/h200/headline.py) can use it.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import re
+import shlex
+import shutil
 import signal
 import socket
 import subprocess
+import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -56,7 +73,7 @@ def server_env(cpu: bool = True, base: Mapping[str, str] | None = None, **overri
     if cpu:
         for k, v in CPU_ENV.items():
             env.setdefault(k, v)
-        env.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 2))
+        env.setdefault("OMP_NUM_THREADS", str(len(os.sched_getaffinity(0)) or os.cpu_count() or 2))
         if os.path.exists(TCMALLOC) and "tcmalloc" not in env.get("LD_PRELOAD", ""):
             env["LD_PRELOAD"] = TCMALLOC + (":" + env["LD_PRELOAD"] if env.get("LD_PRELOAD") else "")
     env.update(overrides)
@@ -87,6 +104,40 @@ def server_argv(python: str, model: str | os.PathLike, port: int, args: Sequence
     return argv
 
 
+def command_argv(command: str, env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+    """A shell command line as a shell runs a simple command (README.md's server commands): the leading NAME=value
+    words go into a copy of `env`, the program is looked up on that environment's PATH. Returns (argv, env)."""
+    words = shlex.split(command, comments=True)
+    env = dict(env)
+    while words and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]):
+        k, v = words.pop(0).split("=", 1)
+        env[k] = v
+    if not words:
+        raise ValueError(f"no command in {command!r}")
+    exe = shutil.which(words[0], path=env.get("PATH", ""))
+    if exe is None:
+        raise FileNotFoundError(f"{words[0]} is not on PATH ({env.get('PATH', '')})")
+    return [exe, *words[1:]], env
+
+
+# Lines a clean SIGTERM shutdown of a vLLM server never logs (vLLM 0.26.0 to 0.32: tests/vllm/test_shutdown.py).
+_UNCLEAN = re.compile(r"Traceback \(most recent call last\)|EngineDeadError|\bERROR\b|exited unexpectedly|"
+                      r"force killing|leaked (shared_memory|semaphore)|nanobind: leaked|Exception ignored")
+
+
+def shutdown_problems(log: str, returncode: int | None) -> list[str]:
+    """What makes a server's shutdown unclean, from its log (the part written since SIGTERM, or all of it) and its
+    exit status: tracebacks, errors, forced kills and leaks in the log, a non-zero status, and for a server that
+    opened kvtier's engine the lack of kvtier's own shutdown lines ('kvtier: engine closed', 'kvtier: worker
+    detached'). Empty when clean."""
+    problems = [f"log: {line.strip()}" for line in log.splitlines() if _UNCLEAN.search(line)]
+    if returncode != 0:
+        problems.append(f"exit status {returncode}")
+    if "kvtier: engine open" in log and not ("kvtier: engine closed" in log and "kvtier: worker detached" in log):
+        problems.append("kvtier's shutdown did not run (no 'kvtier: engine closed' and 'kvtier: worker detached')")
+    return problems
+
+
 def log_tail(path: str | os.PathLike, n: int = 40) -> str:
     try:
         return "".join(Path(path).read_text(errors="replace").splitlines(True)[-n:])
@@ -100,12 +151,14 @@ class VllmServer:
     whole process group. A context manager (stops on exit)."""
 
     def __init__(self, argv: Sequence[str], env: Mapping[str, str], log_path: str | os.PathLike, port: int,
-                 name: str = "vllm", start_timeout_s: float = 600, stop_timeout_s: float = 60):
-        self.argv, self.env, self.port, self.name = list(argv), dict(env), int(port), name
+                 name: str = "vllm", start_timeout_s: float = 600, stop_timeout_s: float = 60,
+                 cwd: str | os.PathLike | None = None):
+        self.argv, self.env, self.port, self.name, self.cwd = list(argv), dict(env), int(port), name, cwd
         self.log_path = Path(log_path)
         self.url = f"http://127.0.0.1:{self.port}"
         self.start_timeout_s, self.stop_timeout_s = start_timeout_s, stop_timeout_s
         self.proc: subprocess.Popen | None = None
+        self.stop_log_offset: int | None = None
         self._log = None
         self.started = 0.0
         self.ready = False
@@ -116,7 +169,7 @@ class VllmServer:
         self.started = time.monotonic()
         self._log = open(self.log_path, "w")
         self.proc = subprocess.Popen(self.argv, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     env=self.env, start_new_session=True)
+                                     env=self.env, cwd=self.cwd, start_new_session=True)
         return self
 
     def poll_ready(self) -> bool:
@@ -161,12 +214,26 @@ class VllmServer:
         except ProcessLookupError:
             pass
 
-    def stop(self) -> None:
+    def log_text(self, since: int = 0) -> str:
+        """The server's log from byte `since` on."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(since)
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def stop(self) -> int | None:
         """SIGTERM to the API server alone (it stops its EngineCore and workers in order; a group-wide SIGTERM races
         their own shutdown with the API server's, tests/vllm/test_shutdown.py), then SIGKILL to whatever is left of
-        the group."""
+        the group. Returns the API server's exit status (None if it was never started). `stop_log_offset`: where
+        the log stood when the SIGTERM was sent (None: the server had exited before)."""
         if self.proc is not None:
             if self.proc.poll() is None:
+                try:
+                    self.stop_log_offset = os.path.getsize(self.log_path)
+                except OSError:
+                    self.stop_log_offset = 0
                 try:
                     os.kill(self.proc.pid, signal.SIGTERM)
                 except ProcessLookupError:
@@ -180,9 +247,77 @@ class VllmServer:
         if self._log is not None:
             self._log.close()
             self._log = None
+        return None if self.proc is None else self.proc.returncode
 
     def __enter__(self) -> "VllmServer":
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# python -m kvtier.tools.launcher serve ...
+# ------------------------------------------------------------------------------------------------------------------
+
+def serve(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m kvtier.tools.launcher serve",
+                                 description="Start a vLLM API server (ARGV, with --host 127.0.0.1 --port P added), "
+                                             "print 'ready URL' once /health answers, stop it when signalled.")
+    ap.add_argument("--name", default="server", help="the server's name in messages")
+    ap.add_argument("--log", default="server.log", help="the server's log file (stdout and stderr)")
+    ap.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
+    ap.add_argument("--start-timeout", type=float, default=600, help="seconds to wait for /health")
+    ap.add_argument("--stop-timeout", type=float, default=60,
+                    help="seconds between the SIGTERM and the SIGKILL of what is left")
+    ap.add_argument("--gpu", action="store_true", help="no CPU-platform environment (server_env(cpu=False))")
+    ap.add_argument("argv", nargs=argparse.REMAINDER, help="-- the server's command line")
+    a = ap.parse_args(argv)
+    cmd = a.argv[1:] if a.argv[:1] == ["--"] else a.argv
+    if not cmd:
+        ap.error("the server's command line is missing (after --)")
+    port = a.port or free_port()
+    server = VllmServer([*cmd, "--host", "127.0.0.1", "--port", str(port)], server_env(cpu=not a.gpu), a.log, port,
+                        name=a.name, start_timeout_s=a.start_timeout, stop_timeout_s=a.stop_timeout)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda *_: stop.set())
+    parent = os.getppid()
+    say = lambda msg: print(f"launcher: {a.name}: {msg}", file=sys.stderr, flush=True)  # noqa: E731
+    server.start()
+    try:
+        while not server.poll_ready():
+            if server.error or stop.is_set() or time.monotonic() > server.started + server.start_timeout_s:
+                say(server.error or ("stopped during startup" if stop.is_set() else
+                                     f"/health not ready after {server.start_timeout_s:.0f} s; log: {a.log}"))
+                return 1
+            stop.wait(1)
+        print(f"ready {server.url}", flush=True)
+        # Nothing else goes to stdout: the reader may have closed it.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.close(devnull)
+        while not stop.is_set() and server.proc.poll() is None and os.getppid() == parent:
+            stop.wait(0.5)
+        if server.proc.poll() is not None:
+            say(f"exited on its own with status {server.proc.returncode}; log: {a.log}")
+            return 1
+    finally:
+        rc = server.stop()
+    since = server.stop_log_offset
+    problems = shutdown_problems(server.log_text(since or 0), rc) if since is not None else []
+    for p in problems[:10]:
+        say(f"shutdown not clean: {p}")
+    return 1 if problems else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] != ["serve"]:
+        print("usage: python -m kvtier.tools.launcher serve [options] -- ARGV...  (serve --help)", file=sys.stderr)
+        return 2
+    return serve(args[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

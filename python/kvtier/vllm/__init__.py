@@ -9,15 +9,16 @@ Load it with::
 Who does what (docs/vllm-integration.md has the full story):
 
 * The scheduler process (vLLM's EngineCore) calls ``KVTierSpec.get_manager()``. The manager owns one
-  ``kvtier._kvtier.Engine``: the storage root, the index, the disk I/O reactor and the staging pool in shared
+  ``kvtier._kvtier.Engine``: the storage root, the index, the disk I/O reactors and the staging pool in shared
   memory. Every chunk a worker reads or writes is *resident in a pool slot*: a load is only ever handed out for a
   chunk the engine has already read and verified into a slot (lookup answers HIT_PENDING while the read is in
   flight), and a store is a slot the engine reserved for the worker to fill and writes out after
   ``complete_store``.
 * Every worker process calls ``KVTierSpec.get_worker(kv_caches)``. The worker attaches the pool by the name carried
   in each transfer spec (lazily: workers register their KV caches before the scheduler creates the engine) and
-  copies bytes between pool slots and vLLM's KV tensors with ``kvtier._kvtier.copy_batch`` (memcpy, GIL released).
-  A worker never touches the disk.
+  copies bytes between pool slots and vLLM's KV tensors: ``kvtier._kvtier.copy_batch`` for host tensors (the
+  engine's host copy, GIL released), ``kvtier._kvtier_cuda`` for tensors on a CUDA device. A worker never touches
+  the disk.
 
 Byte layout of a chunk payload (the engine's ``layout_tag``): block ``b`` of the chunk starts at
 ``payload_offset + b * block_stride``; inside it rank ``r`` (tensor parallelism) owns
