@@ -207,3 +207,16 @@ def test_serve_stops_the_server_when_its_parent_exits(tmp_path):
     assert r.stdout.strip() == "ready", r
     child = child_of(log)
     assert wait_gone(child), "the server outlived the shell that started its launcher"
+
+
+def test_vllms_output_handler_traceback_after_its_client_completed_is_not_a_problem_but_before_it_is():
+    """vLLM 0.32 logs this at every SIGTERM once its engine client has shut down (launcher._CLIENT_DONE)."""
+    handler = ("(APIServer pid=1) ERROR 12-02 16:45:38 [async_llm.py:906] AsyncLLM output_handler failed.\n"
+               "(APIServer pid=1) ERROR 12-02 16:45:38 [async_llm.py:906] Traceback (most recent call last):\n"
+               "(APIServer pid=1) ERROR 12-02 16:45:38 [async_llm.py:906] vllm.v1.engine.exceptions.EngineDeadError: "
+               "EngineCore encountered an issue.\n")
+    done = "(APIServer pid=1) INFO 12-02 16:45:38 [core_client.py:777] [shutdown] MPClient: complete\n"
+    assert launcher.shutdown_problems(done + handler + "INFO: Application shutdown complete.\n", 0) == []
+    assert len(launcher.shutdown_problems(handler + done, 0)) == 3, "before the client completed it counts"
+    other = "(APIServer pid=1) ERROR 12-02 16:45:38 [core.py:12] EngineCore failed\n"
+    assert launcher.shutdown_problems(done + other, 0) == ["log: " + other.strip()], "only the handler's lines"
