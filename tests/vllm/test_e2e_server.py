@@ -3,7 +3,9 @@ with kvtier loaded as the OffloadingConnector's spec. Slow (each server start is
 server runs in its own process group and is killed on exit, pass or fail, and its shutdown log is checked
 (server.Server.stop). TTFTs are printed as "E2E ..." lines (pytest -s)."""
 
+import hashlib
 import os
+import re
 import subprocess
 import time
 
@@ -11,7 +13,7 @@ import pytest
 
 import kvtier.vllm as kv
 from kvtier.tiny_model import synthetic_token_ids, synthetic_words
-from server import Server, kvtier_transfer_config, tiny_model_dir
+from server import Server, cpu_block_size, kvtier_transfer_config, tiny_model_dir
 
 CHUNK_TOKENS = 256
 CHUNK_BYTES = 256 * 16 * 1024  # 256 tokens (16 or 8 blocks, server.py), 16 KiB per token of the tiny model (float32)
@@ -235,3 +237,117 @@ def test_root_turns_read_only_then_fills_up_mid_run_and_outputs_stay_identical(m
                   f"{m.get('vllm:kvtier_corrupt_entries_total', 0):.0f}")
     finally:
         subprocess.run(["umount", "-l", str(root)], capture_output=True)
+
+
+# --------------------------------------------------------------------------------- tensor parallelism (TP=2, CPU)
+# vLLM's CPU platform runs TP with one worker process per rank (multiprocessing executor, gloo); each rank holds half
+# of the tiny model's 2 KV heads. Starting such a server takes about twice as long as a TP=1 one on 2 cores.
+TP = 2
+TP_START_TIMEOUT_S = 900
+_WORKER_SHARE = re.compile(r"kvtier worker: rank (\d+) of (\d+) copies bytes \[(\d+), (\d+)\) of each (\d+)-byte block")
+_WORKER_DONE = re.compile(r"kvtier: worker detached: rank (\d+) of (\d+) stored (\d+) bytes in (\d+) jobs and loaded "
+                          r"(\d+) bytes in (\d+) jobs")
+
+
+def _namespaces(root) -> dict:
+    """namespace directory -> its MANIFEST (key -> value): kvtier's cache identity on disk."""
+    out = {}
+    for m in root.glob("ns-*/MANIFEST"):
+        out[m.parent] = dict(line.split("=", 1) for line in m.read_text().splitlines() if "=" in line)
+    return out
+
+
+def _entries(ns) -> dict:
+    """Every chunk file of a namespace: relative path -> (size, mtime_ns, sha256)."""
+    return {str(p.relative_to(ns)): (p.stat().st_size, p.stat().st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest())
+            for p in sorted(ns.rglob("*.kvc"))}
+
+
+def _tp_server(model_dir, log, tc):
+    return Server(model_dir, log, tc, start_timeout_s=TP_START_TIMEOUT_S,
+                  extra_args=["--tensor-parallel-size", str(TP)])
+
+
+def test_tensor_parallel_two_ranks_each_copy_their_share_and_tp1_is_another_namespace(model_dir, baseline, tmp_path):
+    """TP=2 on vLLM's CPU platform (two worker processes) with kvtier:
+    (a) outputs identical (text, logprobs within LOGPROB_TOL, float32) to the same prompts computed by that server
+        without a kvtier hit, when the prefix comes from kvtier's DRAM tier and, after a restart, from disk;
+    (b) each rank copies only its share: rank r moves bytes [r * B, (r + 1) * B) of every block (B = half a TP=1
+        block: the tiny model's 2 KV heads, one per rank), both ranks the same number of bytes, half of each chunk;
+        a chunk file is as large as a TP=1 one (one file holds every rank's share);
+    (c) the root written at TP=2 is another namespace at TP=1 (tp_size is part of the cache identity): a TP=1 server
+        on the same root finds none of it, and leaves its files as they were; the TP=2 entries then still serve a
+        restarted TP=2 server."""
+    root = tmp_path / "root"
+    root.mkdir()
+    tc = kvtier_transfer_config(root)
+    with _tp_server(model_dir, tmp_path / "tp2-a.log", tc) as a:
+        a.wait_healthy()
+        ref = {"long": a.complete(LONG), "other": a.complete(OTHER)}  # computed: nothing cached yet
+        m = a.metrics()
+        assert m.get("vllm:external_prefix_cache_hits_total", 0) == 0, m
+        diff = max(abs(x - y) for x, y in zip(ref["long"].logprobs, baseline["long"].logprobs))
+        print(f"E2E TP=2 cold: ready after {a.ready_s:.0f} s; long {ref['long'].text!r} (TP=1 without kvtier: "
+              f"{baseline['long'].text!r}, logprobs differ by up to {diff:.1e}: another order of summation)")
+        wait_metric(a, "vllm:kvtier_bytes_written_total", LONG_CHUNKS * CHUNK_BYTES)
+        a.reset_prefix_cache()
+        assert_same(a.complete(LONG), ref["long"], "TP=2 long, from the DRAM tier")
+        assert_same(a.complete(OTHER), ref["other"], "TP=2 other, from the DRAM tier")
+        m = a.metrics()
+        assert m.get("vllm:external_prefix_cache_hits_total", 0) >= LONG_CHUNKS * CHUNK_TOKENS, m
+    log_a = (tmp_path / "tp2-a.log").read_text()
+
+    # (b) from the workers' own lines: rank r's share of each block, and what each rank copied.
+    shares = {int(r): (int(n), int(lo), int(hi), int(blk)) for r, n, lo, hi, blk in _WORKER_SHARE.findall(log_a)}
+    assert sorted(shares) == list(range(TP)), f"worker lines: {shares}\n{a.log_tail(40)}"
+    block_bytes = CHUNK_BYTES // (CHUNK_TOKENS // cpu_block_size())  # a whole block (every rank) at TP=1
+    rank_bytes = block_bytes // TP
+    for r, (n, lo, hi, blk) in shares.items():
+        assert (n, lo, hi, blk) == (TP, r * rank_bytes, (r + 1) * rank_bytes, block_bytes), (r, shares)
+    done = {int(g[0]): tuple(int(x) for x in g[2:]) for g in _WORKER_DONE.findall(log_a)}
+    assert sorted(done) == list(range(TP)), f"no per-rank shutdown line for every rank: {done}"
+    print(f"E2E TP=2 per rank (stored bytes, jobs, loaded bytes, jobs): {done}")
+    assert len({(sb, lb) for sb, _, lb, _ in done.values()}) == 1, f"the ranks copied different amounts: {done}"
+    stored, _, loaded, _ = done[0]
+    assert stored % (CHUNK_BYTES // TP) == 0 and stored >= LONG_CHUNKS * CHUNK_BYTES // TP, done
+    assert loaded >= LONG_CHUNKS * CHUNK_BYTES // TP, done
+
+    (ns2, man2), = _namespaces(root).items()
+    before = _entries(ns2)
+    assert len(before) >= LONG_CHUNKS, before
+
+    # (c) TP=1 on the same root: another namespace, no hit on the TP=2 entries, which stay as they were.
+    with Server(model_dir, tmp_path / "tp1.log", tc) as b:
+        b.wait_healthy()
+        assert_same(b.complete(LONG), baseline["long"], "TP=1 long on a root written at TP=2")
+        wait_metric(b, "vllm:kvtier_bytes_written_total", LONG_CHUNKS * CHUNK_BYTES)
+        m = b.metrics()
+        for name in ("vllm:external_prefix_cache_hits_total", "vllm:kvtier_lookup_hits_disk_total",
+                     "vllm:kvtier_bytes_read_total", "vllm:kvtier_corrupt_entries_total"):
+            assert m.get(name, 0) == 0, (name, m)
+    spaces = _namespaces(root)
+    assert len(spaces) == 2 and spaces[ns2] == man2, spaces
+    (ns1, man1), = ((k, v) for k, v in spaces.items() if k != ns2)
+    # The two identities differ in tp_size alone: a block is as large at TP=1 as at TP=2 (only its bytes are ordered
+    # another way: rank by rank at TP=2), so tp_size is what keeps a TP=1 server from reading TP=2 chunks.
+    assert man2["tp_size"] == str(TP) and int(man2["block_bytes"]) == block_bytes, man2
+    assert man1["tp_size"] == "1" and {k: v for k, v in man1.items() if k != "tp_size"} == \
+        {k: v for k, v in man2.items() if k != "tp_size"}, (man1, man2)
+    after = _entries(ns1)
+    assert after and {s for s, _, _ in after.values()} == {s for s, _, _ in before.values()}, \
+        "a TP=2 chunk file should be as large as a TP=1 one (every rank's share in one file)"
+    assert _entries(ns2) == before, "the TP=1 server changed entries of the TP=2 namespace"
+
+    # (a) again, from disk: a restarted TP=2 server reads the entries written before the TP=1 server ran.
+    with _tp_server(model_dir, tmp_path / "tp2-b.log", tc) as c:
+        c.wait_healthy()
+        out = c.complete(LONG)
+        assert_same(out, ref["long"], "TP=2 long, from disk after a restart")
+        wait_metric(c, "vllm:kvtier_bytes_read_total", LONG_CHUNKS * CHUNK_BYTES)
+        m = c.metrics()
+        assert m.get("vllm:external_prefix_cache_hits_total", 0) >= LONG_CHUNKS * CHUNK_TOKENS, m
+        print(f"E2E TP=2 restart: long from disk ttft_s={out.ttft:.3f}, kvtier_bytes_read="
+              f"{m.get('vllm:kvtier_bytes_read_total'):.0f}")
+    done = {int(g[0]): int(g[4]) for g in _WORKER_DONE.findall((tmp_path / "tp2-b.log").read_text())}
+    assert sorted(done) == list(range(TP)) and len(set(done.values())) == 1 and done[0] >= \
+        LONG_CHUNKS * CHUNK_BYTES // TP, f"loaded bytes per rank after the restart: {done}"

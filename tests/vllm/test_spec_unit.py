@@ -237,6 +237,55 @@ def test_round_trip_with_partial_first_chunk(fake, tmp_path, skip):
     assert all(r[2] == 0 for r in manager.engine.resident.values())
 
 
+def test_tensor_parallel_ranks_copy_only_their_share(fake, tmp_path):
+    """TP=2 (docs/vllm-integration.md, "Byte layout of a chunk"): one manager, a worker per rank, each with its own
+    KV tensors (its heads). In every block of a slot rank r's pages sit at [r * B, (r + 1) * B), B = the rank's bytes
+    per block; each worker copies exactly that share, both ways, and counts it (the per-rank shutdown line)."""
+    bpc, world, rank_bytes = 2, 2, LAYERS * PAGE
+    specs = [kv.KVTierSpec(make_config(tmp_path, bpc=bpc, rank=r, world=world)) for r in range(world)]
+    manager = specs[0].get_manager()
+    assert manager.engine.options["block_bytes"] == world * rank_bytes and manager.engine.options["tp_size"] == 2
+    src = [make_kv(10 + r) for r in range(world)]
+    workers = [specs[r].get_worker(src[r][1]) for r in range(world)]
+    keys = keys_for(2, b"tp")
+    src_blocks = [5, 9, 2, 7]
+    ctx = ReqContext(req_id="tp-store")
+    out = manager.prepare_store(keys, ctx)
+    for w in workers:  # every rank gets the same transfer spec from the scheduler
+        assert w.submit_store(1, GPULoadStoreSpec(src_blocks, group_sizes=[4], block_indices=[0]), out.store_spec)
+        (res,) = w.get_finished()
+        assert res.success and res.transfer_size == len(src_blocks) * rank_bytes
+    manager.complete_store(keys, ctx)
+
+    # The slot: block j of chunk c holds rank 0's pages, then rank 1's, each in layer order.
+    stride = manager.engine.block_stride
+    for c, slot in enumerate(out.store_spec.slots.tolist()):
+        payload = np.frombuffer(manager.engine._payload(slot), dtype=np.int8)
+        for j in range(bpc):
+            blk = src_blocks[c * bpc + j]
+            for r in range(world):
+                want = torch.cat([src[r][1].tensors[i].tensor[blk] for i in range(LAYERS)]).numpy()
+                at = j * stride + r * rank_bytes
+                assert np.array_equal(payload[at:at + rank_bytes], want), (c, j, r)
+
+    ctx = ReqContext(req_id="tp-load")
+    _lookup_all(manager, keys, ctx)
+    load_spec = manager.prepare_load(keys, ctx)
+    dst_blocks = [40, 41, 42, 43]
+    for r in range(world):
+        dst_layers, dst_kv = make_kv(20 + r)
+        w = kv.KVTierWorker(dst_kv, bpc, r, rank_bytes, world_size=world)
+        assert w.submit_load(2, load_spec, GPULoadStoreSpec(dst_blocks, group_sizes=[4], block_indices=[0]))
+        (res,) = w.get_finished()
+        assert res.success and res.transfer_size == len(dst_blocks) * rank_bytes
+        for layer in range(LAYERS):
+            assert torch.equal(dst_layers[layer][dst_blocks], src[r][0][layer][src_blocks]), (r, layer)
+        assert w.copied == {"store": [0, 0], "load": [len(dst_blocks) * rank_bytes, 1]}
+    manager.complete_load(keys, ctx)
+    for w in workers:
+        assert w.copied == {"store": [len(src_blocks) * rank_bytes, 1], "load": [0, 0]}
+
+
 def test_load_source_names_the_tier(fake, tmp_path):
     """get_load_source (asked by vLLM 0.32+ after a HIT): HOST for chunks found in the staging pool, DISK for
     chunks this request's lookup had to read."""

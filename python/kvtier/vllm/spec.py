@@ -113,5 +113,6 @@ class KVTierSpec(OffloadingSpec):
             self._worker = KVTierWorker(kv_caches, int(self.blocks_per_chunk), int(self.config.parallel.rank),
                                         self.rank_block_bytes(), self.kv["kvtier_copy_threads"],
                                         self.kv["kvtier_attach_timeout_s"],
-                                        pool_suffix=self.pool_name().rsplit("-", 1)[1])
+                                        pool_suffix=self.pool_name().rsplit("-", 1)[1],
+                                        world_size=int(self.config.parallel.world_size))
         return self._worker

@@ -33,10 +33,17 @@ class KVTierWorker(OffloadingWorker):
 
     def __init__(self, kv_caches: CanonicalKVCaches, blocks_per_chunk: int, rank: int, rank_block_bytes: int,
                  copy_threads: int = 1, attach_timeout_s: float = 60.0, copier: Copier | None = None,
-                 pool_suffix: str | None = None):
+                 pool_suffix: str | None = None, world_size: int = 1):
         self._ext = extension.load()
         self.bpc = int(blocks_per_chunk)
-        self.rank_offset = int(rank) * int(rank_block_bytes)
+        self.rank, self.world_size = int(rank), int(world_size)
+        self.rank_block_bytes = int(rank_block_bytes)
+        # This rank's share of every block in a slot: [rank_offset, rank_offset + rank_block_bytes) of the
+        # world_size * rank_block_bytes bytes (docs/vllm-integration.md, "Byte layout of a chunk").
+        self.rank_offset = self.rank * self.rank_block_bytes
+        # Bytes and jobs this rank copied successfully, stores and loads (logged at shutdown: per-rank evidence
+        # that each rank moves only its share: tests/vllm/test_e2e_server.py, tensor parallelism).
+        self.copied = {"store": [0, 0], "load": [0, 0]}
         self.copy_threads = int(copy_threads)
         self.attach_timeout_s = float(attach_timeout_s)
         tensors = [t.tensor for t in kv_caches.tensors]
@@ -72,9 +79,11 @@ class KVTierWorker(OffloadingWorker):
         self._tl = metrics.timeline()
         self._attach_lock = threading.RLock()  # _attach: the transfer path and the pre-attach thread
         self._closed = False
-        logger.info("kvtier worker: %d KV tensors, %d groups, %d bytes/block for this rank, blocks_per_chunk=%d, %s",
-                    len(tensors), len(self._groups), int(sum(int(s.sum()) for _, s, _ in self._groups)), self.bpc,
-                    self._copier.describe())
+        logger.info("kvtier worker: rank %d of %d copies bytes [%d, %d) of each %d-byte block; %d KV tensors, "
+                    "%d groups, %d bytes/block for this rank, blocks_per_chunk=%d, %s", self.rank, self.world_size,
+                    self.rank_offset, self.rank_offset + self.rank_block_bytes,
+                    self.rank_block_bytes * self.world_size, len(tensors), len(self._groups),
+                    int(sum(int(s.sum()) for _, s, _ in self._groups)), self.bpc, self._copier.describe())
         # Registering a large pool with CUDA takes seconds (3.5 s for 20 GiB on the H200): do it before the first
         # request needs it. The worker does not know the pool's name (the scheduler's pid is in it) but its suffix,
         # so a thread looks for the pool in /dev/shm and attaches it while the server starts.
@@ -252,9 +261,18 @@ class KVTierWorker(OffloadingWorker):
             logger.exception("kvtier worker: %s job %d failed", "load" if load else "store", job_id)
             ok = False
         with self._lock:
+            if ok:
+                self._count(load, nbytes)
             self._finished.append(TransferResult(job_id=job_id, success=ok, transfer_size=int(nbytes),
                                                  transfer_time=time.perf_counter() - t0))
         return True
+
+    def _count(self, load: bool, nbytes: int) -> None:
+        if nbytes <= 0:  # nothing copied (an empty spec, a store skipped after reset_cache)
+            return
+        c = self.copied["load" if load else "store"]
+        c[0] += int(nbytes)
+        c[1] += 1
 
     def _finish(self, job: _Job) -> None:
         """Completes an asynchronous job (its copy is done, or wait() blocks until it is) and queues its result.
@@ -289,6 +307,8 @@ class KVTierWorker(OffloadingWorker):
         if self._tl is not None:
             self._tl("done", job=job.job_id, load=job.load, ok=ok, ms=(time.perf_counter() - job.t0) * 1e3)
         with self._lock:
+            if ok:
+                self._count(job.load, job.nbytes)
             self._finished.append(TransferResult(job_id=job.job_id, success=ok,
                                                  transfer_size=int(job.nbytes) if ok else 0,
                                                  transfer_time=time.perf_counter() - job.t0))
@@ -332,4 +352,7 @@ class KVTierWorker(OffloadingWorker):
             self._pool.close()
             self._pool = None
         self._tensors = []
-        logger.info("kvtier: worker detached")
+        (sb, sj), (lb, lj) = self.copied["store"], self.copied["load"]
+        logger.info("kvtier: worker detached: rank %d of %d stored %d bytes in %d jobs and loaded %d bytes in %d jobs "
+                    "(bytes [%d, %d) of each block)", self.rank, self.world_size, sb, sj, lb, lj, self.rank_offset,
+                    self.rank_offset + self.rank_block_bytes)
