@@ -46,18 +46,7 @@ Status CheckRootOwnership(const EngineOptions& o) {
   struct stat st;
   if (stat(o.root.c_str(), &st) != 0) return Status::Ok();  // Namespace::Open reports a missing root
   if (o.allow_insecure_root) return Status::Ok();
-  if ((st.st_mode & S_IWOTH) && !(st.st_mode & S_ISVTX)) {
-    return Status(StatusCode::kFailedPrecondition,
-                  "storage root " + o.root + " is world-writable without the sticky bit (mode " +
-                      std::to_string(st.st_mode & 07777) + " decimal): anyone could plant entries; chmod o-w it, " +
-                      "or set allow_insecure_root to accept it");
-  }
-  if (st.st_uid != geteuid() && st.st_uid != 0) {
-    return Status(StatusCode::kFailedPrecondition,
-                  "storage root " + o.root + " is owned by uid " + std::to_string(st.st_uid) + ", not by this user (" +
-                      std::to_string(geteuid()) + ") or root; set allow_insecure_root to accept it");
-  }
-  return Status::Ok();
+  return CheckTrustedDirectory(st, "storage root " + o.root, /*group_shared=*/false);
 }
 
 }  // namespace
@@ -149,6 +138,7 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
   NamespaceOpenOptions ns_opts;
   ns_opts.create = true;
   ns_opts.dir_mode = options.dir_mode;
+  ns_opts.allow_insecure = options.allow_insecure_root;
   auto ns = Namespace::Open(options.root, ToNamespaceIdentity(options.identity), ns_opts);
   if (!ns.ok()) return ns.status();
   ns_ = std::make_unique<Namespace>(std::move(ns.value()));

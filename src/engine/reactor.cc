@@ -818,6 +818,15 @@ void EngineImpl::OnMkdirDone(Chunk& c, const OpCtx& ctx, int64_t res) {
                           std::string("fan-out path ") + path + " exists but is not a directory (symlink or file)"));
       return;
     }
+    // K2: a fan-out directory others can write to is refused as the root and the namespace directory are
+    // (Namespace::Open checks the first level at open; this is where a second-level one is first met).
+    if (!options_.allow_insecure_root) {
+      Status trusted = CheckTrustedDirectory(st, "fan-out directory " + ns_->path() + "/" + path, true);
+      if (!trusted.ok()) {
+        FailChunk(c, std::move(trusted));
+        return;
+      }
+    }
   } else if (res == -ESTALE && c.mkdir_retries < kMkdirRetries) {
     // M1: another client's mkdir of the same directory (or of its parent) can leave this client's handle stale
     // for an instant (GlusterFS, two hosts storing the same keys): look the path up again by asking again.
