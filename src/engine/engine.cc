@@ -544,8 +544,10 @@ uint64_t EngineImpl::UnlinkVictims(const std::vector<Victim>& victims) {
     if (unlinkat(ns_->dirfd(), ChunkRelPath(v.key).c_str(), 0) == 0) {
       freed += v.bytes;
       UsageAdd(-static_cast<int64_t>(v.bytes));
+      PruneFanoutDir(ns_->dirfd(), FanoutDir(v.key));  // C1: reactors' fan-out caches learn it at their next store
     } else if (errno == ENOENT) {
       freed += v.bytes;
+      PruneFanoutDir(ns_->dirfd(), FanoutDir(v.key));
     } else {
       std::lock_guard<std::mutex> lock(index_mu_);
       ReindexLocked(v.key, v.bytes);  // still on disk (and counted): a later eviction retries it

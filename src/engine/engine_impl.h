@@ -100,18 +100,19 @@ class EngineImpl final : public Engine {
 
   // One I/O operation in flight; user_data of the IoOp is its id in op_ctx_.
   enum class OpRole {
-    kOpen, kRead, kWrite, kFsync, kClose, kCloseBeforeLink, kLink, kUnlinkTmp, kUnlinkCorrupt, kUnlinkEvicted, kMkdir
+    kOpen, kRead, kWrite, kFsync, kClose, kCloseBeforeLink, kLink, kUnlinkTmp, kUnlinkCorrupt, kUnlinkEvicted, kMkdir,
+    kRmdirFanout
   };
   struct OpCtx {
     OpRole role;
     Chunk* chunk = nullptr;  // null for fire-and-forget ops (close of an abandoned fd, unlink of a corrupt file)
     uint8_t* buf = nullptr;
-    uint64_t len = 0;        // bytes still to transfer; kMkdir: the fan-out level (1: "ab", 2: "ab/cd")
+    uint64_t len = 0;        // bytes still to transfer; kMkdir, kRmdirFanout: the fan-out level (1: "ab", 2: "ab/cd")
     uint64_t offset = 0;
     int64_t deadline_ns = 0;
     std::string path;        // kOpen / kLink (old) / kUnlink*
     std::string path2;       // kLink (new)
-    ChunkKey key;            // kUnlinkEvicted
+    ChunkKey key;            // kUnlinkEvicted, kRmdirFanout
     bool late = false;       // passed its deadline; the chunk already failed
     int64_t start_ns = 0;
   };
@@ -157,6 +158,14 @@ class EngineImpl final : public Engine {
   void SubmitMkdir(Chunk& c, int level);
   void OnMkdirDone(Chunk& c, const OpCtx& ctx, int64_t res);
   static constexpr uint8_t kMkdirRetries = 5;
+  // C1, M1: a store whose fan-out directory vanished under it (eviction or gc removed it empty, here or on another
+  // host: ENOENT at mkdir, open or link, EPERM for O_TMPFILE in a directory being removed) creates it again and
+  // goes on (an anonymous temporary that is written is linked, anything else opened again), up to this many times.
+  static constexpr uint8_t kVanishedDirRetries = 16;
+  bool RetryAfterVanishedDir(Chunk& c);
+  // C1: after an eviction's unlink, removes the entry's fan-out directory and then its first level if empty
+  // (unlinkat AT_REMOVEDIR through r's ring; ENOTEMPTY leaves it).
+  void SubmitRmdirFanout(Reactor& r, const ChunkKey& key, int level);
   void Settle(Chunk& c);
   void MaybeRetireShare(ReadShare* s);
   // A new shared read owned by reactor r (Reactor::shares); MaybeRetireShare frees it.
@@ -382,7 +391,7 @@ struct EngineImpl::Chunk {
   bool enospc_retried = false;
   bool usage_reserved = false;  // C1: a store's bytes are counted in the shared usage from its first write on,
                                 // so instances evict before the files exist rather than after
-  bool enoent_retried = false;
+  uint8_t dir_retries = 0;      // RetryAfterVanishedDir
   uint8_t mkdir_retries = 0;    // M1: EEXIST from mkdir, then ENOENT from stat (another host's mkdir in flight)
   bool writes_done = false;
   uint64_t opened_ino = 0;      // loads: the file's inode and mtime at open (M1)

@@ -269,7 +269,16 @@ void EngineImpl::OnCompletion(Reactor& r, const io::IoCompletion& cqe) {
     }
     if (res == -ENOSPC || res == -EDQUOT) stats_.enospc_events.Add(1);
   }
+  if (ctx.role == OpRole::kRmdirFanout) {
+    // C1: ENOTEMPTY (the directory holds entries or a store's temporary) and ENOENT (gone already) are answers.
+    if (res == 0) {
+      r.fanout_cache.Forget(ctx.key);
+      if (ctx.len == 2) SubmitRmdirFanout(r, ctx.key, 1);
+    }
+    return;
+  }
   if (ctx.role == OpRole::kUnlinkEvicted) {
+    if (res == 0 || res == -ENOENT) SubmitRmdirFanout(r, ctx.key, 2);
     if (res == 0) UsageAdd(-static_cast<int64_t>(ctx.len));
     std::lock_guard<std::mutex> lock(index_mu_);
     if (res < 0 && res != -ENOENT) ReindexLocked(ctx.key, ctx.len);  // still on disk: a later eviction retries
@@ -317,10 +326,9 @@ void EngineImpl::OnCompletion(Reactor& r, const io::IoCompletion& cqe) {
           }
         } else if ((res == -ENOSPC || res == -EDQUOT) && RetryStoreAfterEnospc(*c)) {
           // retried
-        } else if (res == -ENOENT && !c->enoent_retried) {
-          c->enoent_retried = true;  // the fan-out directory went away (gc): create it again, once
-          r.fanout_cache.Forget(c->req.key);
-          OpenTemporary(*c);
+        } else if ((res == -ENOENT || res == -ESTALE || (res == -EPERM && c->tmp_anonymous)) &&
+                   RetryAfterVanishedDir(*c)) {
+          // the fan-out directory went away (eviction, gc): created again
         } else {
           FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "create " + c->tmp_path));
         }
@@ -419,6 +427,9 @@ void EngineImpl::OnCompletion(Reactor& r, const io::IoCompletion& cqe) {
         FinishChunk(*c);  // Settle() removes a named temporary
       } else if ((res == -ENOSPC || res == -EDQUOT) && RetryStoreAfterEnospc(*c)) {
         // retried
+      } else if ((res == -ENOENT || res == -ESTALE) && c->tmp_anonymous && c->fd >= 0 && RetryAfterVanishedDir(*c)) {
+        // the final name's directory went away while the anonymous temporary was written: created again, then
+        // linked (OnMkdirDone)
       } else {
         FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "link " + c->rel_path));
       }
@@ -433,6 +444,7 @@ void EngineImpl::OnCompletion(Reactor& r, const io::IoCompletion& cqe) {
     case OpRole::kUnlinkTmp:
     case OpRole::kUnlinkCorrupt:
     case OpRole::kUnlinkEvicted:
+    case OpRole::kRmdirFanout:
       break;
   }
   if (c->ops_in_flight == 0 || c->writes_done || c->failed) EndDataPhase(*c);
@@ -836,11 +848,8 @@ void EngineImpl::OnMkdirDone(Chunk& c, const OpCtx& ctx, int64_t res) {
     return;
   } else if ((res == -ENOSPC || res == -EDQUOT) && RetryStoreAfterEnospc(c)) {
     return;
-  } else if (res == -ENOENT && ctx.len == 2 && !c.enoent_retried) {
-    c.enoent_retried = true;  // the first level went away behind our back (gc): create it again, once
-    r.fanout_cache.Forget(c.req.key);
-    SubmitMkdir(c, 1);
-    return;
+  } else if ((res == -ENOENT || res == -ESTALE) && ctx.len == 2 && RetryAfterVanishedDir(c)) {
+    return;  // the first level went away behind our back (eviction, gc): created again
   } else {
     FailChunk(c, Status::FromErrno(static_cast<int>(-res), std::string("mkdir ") + path));
     return;
@@ -850,7 +859,32 @@ void EngineImpl::OnMkdirDone(Chunk& c, const OpCtx& ctx, int64_t res) {
     return;
   }
   r.fanout_cache.Add(c.req.key);
-  OpenTemporary(c);
+  if (c.tmp_anonymous && c.writes_done && c.fd >= 0) {
+    SubmitLink(c);  // RetryAfterVanishedDir from a link: the temporary is written
+  } else {
+    OpenTemporary(c);
+  }
+}
+
+bool EngineImpl::RetryAfterVanishedDir(Chunk& c) {
+  if (c.dir_retries >= kVanishedDirRetries) return false;
+  c.dir_retries++;
+  c.reactor->fanout_cache.Forget(c.req.key);
+  SubmitMkdir(c, 1);
+  return true;
+}
+
+void EngineImpl::SubmitRmdirFanout(Reactor& r, const ChunkKey& key, int level) {
+  io::IoOp op;
+  op.code = io::OpCode::kUnlinkAt;
+  op.dirfd = ns_->dirfd();
+  op.flags = AT_REMOVEDIR;
+  OpCtx ctx{OpRole::kRmdirFanout, nullptr};
+  ctx.path = FanoutDir(key);
+  if (level == 1) ctx.path.resize(2);
+  ctx.len = static_cast<uint64_t>(level);
+  ctx.key = key;
+  SubmitOp(r, std::move(ctx), op);
 }
 
 void EngineImpl::StoreWritesDone(Chunk& c) {
@@ -1190,6 +1224,7 @@ void EngineImpl::QuarantineCorrupt(const ChunkKey& key, const std::string& rel_p
       stats_.io_errors.Add(1);
     }
     close(dfd);
+    PruneFanoutDir(ns_->dirfd(), dir);  // C1
   }
   if (trace_ && trace_->enabled()) {
     trace_->Instant("corrupt_entry", "integrity", io::NowNs(), reactors_[ReactorOf(key)]->trace_tid);
@@ -1220,6 +1255,7 @@ const char* EngineImpl::OpRoleName(OpRole r) {
     case OpRole::kUnlinkCorrupt:
     case OpRole::kUnlinkEvicted: return "unlink";
     case OpRole::kMkdir: return "mkdir";
+    case OpRole::kRmdirFanout: return "rmdir";
   }
   return "op";
 }

@@ -360,6 +360,70 @@ TEST_F(EngineTest, DiskBudgetEvictsLeastRecentlyUsedDownToTheLowWatermark) {
   EXPECT_EQ(e->Lookup(Key(1)), ChunkLocation::kAbsent);  // oldest went first
 }
 
+// Fan-out directories ("ab" and "ab/cd") under root that hold nothing.
+std::vector<std::string> EmptyFanoutDirs(const std::string& root) {
+  std::vector<std::string> empty;
+  for (auto& p : std::filesystem::recursive_directory_iterator(root)) {
+    const std::string name = p.path().filename();
+    if (p.is_directory() && name.size() == 2 && name != "ns" && std::filesystem::is_empty(p.path())) {
+      empty.push_back(p.path());
+    }
+  }
+  return empty;
+}
+
+size_t CountEntries(const std::string& root) {
+  size_t n = 0;
+  for (auto& p : std::filesystem::recursive_directory_iterator(root)) n += p.path().extension() == ".kvc";
+  return n;
+}
+
+// C1: evicted entries' fan-out directories do not stay behind empty (they hold disk space the budget does not
+// count: a 120 MiB budget held 97 MiB of entries in 219 MB on disk).
+TEST_F(EngineTest, EvictionOnTheReactorRemovesTheFanoutDirectoriesItEmpties) {
+  EngineOptions o = Options(root_);
+  const uint64_t file = kHeaderBytes + kBlocks * 12288;
+  o.disk_budget_bytes = 10 * file;
+  o.high_watermark = 0.9;
+  o.low_watermark = 0.5;
+  {
+    auto e = Open(o);
+    for (size_t i = 0; i < 30; ++i) {  // each key in a fan-out directory of its own
+      std::vector<HostChunk> one(1);
+      one[0].Fill(i);
+      ASSERT_TRUE(Store(*e, one, i).all_ok());
+    }
+    EXPECT_GT(e->Stats().evictions, 20u);
+  }  // closing waits for the evictions' unlinks (and removals) in flight
+  EXPECT_LE(CountEntries(root_), 10u);
+  EXPECT_EQ(EmptyFanoutDirs(root_), std::vector<std::string>{});
+}
+
+TEST_F(EngineTest, EvictToBudgetRemovesTheFanoutDirectoriesItEmpties) {
+  EngineOptions o = Options(root_);
+  std::vector<HostChunk> src(8);
+  for (size_t i = 0; i < src.size(); ++i) src[i].Fill(i);
+  {
+    auto e = Open(o);
+    ASSERT_TRUE(Store(*e, src, 0).all_ok());
+    ASSERT_TRUE(Store(*e, src, 65536).all_ok());  // the same 8 fan-out directories: 16 files
+  }
+  const uint64_t file = kHeaderBytes + kBlocks * 12288;
+  o.disk_budget_bytes = 8 * file;
+  o.high_watermark = 1.0;
+  o.low_watermark = 0.5;
+  auto e = Open(o);
+  auto freed = e->EvictToBudget();  // synchronous, oldest first, down to 4 files
+  ASSERT_TRUE(freed.ok());
+  EXPECT_EQ(*freed, 12 * file);
+  EXPECT_EQ(CountEntries(root_), 4u);
+  EXPECT_EQ(EmptyFanoutDirs(root_), std::vector<std::string>{});
+  // Stores into removed directories create them again.
+  std::vector<HostChunk> two(src.begin(), src.begin() + 2);
+  ASSERT_TRUE(Store(*e, two, 0).all_ok());
+  for (size_t i = 0; i < two.size(); ++i) EXPECT_EQ(e->Lookup(Key(i)), ChunkLocation::kDisk) << i;
+}
+
 TEST_F(EngineTest, AFanoutDirectoryRemovedBehindTheEnginesBackIsCreatedAgain) {
   auto e = Open(Options(root_));
   std::vector<HostChunk> src(1);

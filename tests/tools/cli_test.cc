@@ -318,6 +318,28 @@ TEST_F(CliTest, GcBringsTheRootUnderBudgetOldestFirst) {
   EXPECT_EQ((*e)->Stats().disk_entries, 4u);
 }
 
+// C1: gc removes the fan-out directories its removals empty (and no other).
+TEST_F(CliTest, GcRemovesTheFanoutDirectoriesItEmpties) {
+  StoreChunks(0, 10);
+  const uint64_t file = ChunkFileBytes(kBlocks, kBlockBytes);
+  CliRun r = Kvtier("gc --root " + root_ + " --budget " + std::to_string(8 * file) + " --low-watermark 0.5");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  size_t entries = 0;
+  for (auto& p : fs::recursive_directory_iterator(ns_path_)) {
+    entries += p.path().extension() == ".kvc";
+    const std::string name = p.path().filename();
+    if (p.is_directory() && name.size() == 2) {
+      EXPECT_FALSE(fs::is_empty(p.path())) << p.path() << " left empty";
+    }
+  }
+  EXPECT_EQ(entries, 4u);
+  r = Kvtier("gc --root " + root_ + " --budget 1");  // everything goes, and every fan-out directory with it
+  ASSERT_EQ(r.rc, 0) << r.out;
+  for (auto& p : fs::directory_iterator(ns_path_)) {
+    EXPECT_NE(p.path().filename().string().size(), 2u) << p.path() << " left behind";
+  }
+}
+
 TEST_F(CliTest, StatsPrintsCountsPerNamespace) {
   StoreChunks(0, 5);
   std::ofstream(ns_path_ + "/" + TempRelPath(Key(0))) << "t";
