@@ -246,7 +246,7 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
 
   auto swept = SweepTemporaries(*ns_, std::chrono::seconds(options.temp_max_age_s));
   if (swept.ok()) stats_.temporaries_swept.Add(swept->removed);
-  KVTIER_RETURN_IF_ERROR(MergeTreeIntoIndex());
+  KVTIER_RETURN_IF_ERROR(MergeTreeIntoIndex(/*drop_absent=*/false));
   // C1 across instances. The first engine to hold the namespace's counter sets it from this scan (which also
   // repairs drift); later ones join it as it is (see usage_counter.h).
   // M2: on a shared root, the per-engine usage records in the namespace directory instead (every host sees them);
@@ -295,10 +295,17 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
     Reactor* rp = r.get();
     r->thread = std::thread([this, rp] { ReactorMain(*rp); });
   }
+  if (HasSharedUsage()) maintenance_ = std::thread([this] { MaintenanceMain(); });
   return Status::Ok();
 }
 
 EngineImpl::~EngineImpl() {
+  {
+    std::lock_guard<std::mutex> lock(maint_mu_);
+    maint_stop_ = true;
+  }
+  maint_cv_.notify_all();
+  if (maintenance_.joinable()) maintenance_.join();
   {
     std::lock_guard<std::mutex> lock(cmd_mu_);
     stop_ = true;
@@ -361,10 +368,8 @@ ChunkLocation EngineImpl::Lookup(const ChunkKey& key) {
   std::lock_guard<std::mutex> lock(index_mu_);
   if (present) {
     if (!index_.count(key)) {
-      lru_.push_back(key);
-      index_.emplace(key, IndexEntry{static_cast<uint64_t>(st.st_size), 0, std::prev(lru_.end()),
-                                     int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec});
-      disk_bytes_ += st.st_size;
+      AddEntryLocked(key, static_cast<uint64_t>(st.st_size), int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec,
+                     /*lru_front=*/false);
       stats_.disk_entries.Set(index_.size());
       stats_.disk_bytes_used.Set(disk_bytes_);
     }
@@ -576,19 +581,32 @@ Result<uint64_t> EngineImpl::EvictToBudget() {
 
 void EngineImpl::ReindexLocked(const ChunkKey& key, uint64_t bytes) {
   if (index_.count(key)) return;
-  lru_.push_front(key);  // first in line for the next eviction
-  index_.emplace(key, IndexEntry{bytes, 0, lru_.begin()});
-  disk_bytes_ += bytes;
+  AddEntryLocked(key, bytes, 0, /*lru_front=*/true);  // first in line for the next eviction
   stats_.disk_entries.Set(index_.size());
   stats_.disk_bytes_used.Set(disk_bytes_);
 }
 
-Status EngineImpl::MergeTreeIntoIndex() {
+void EngineImpl::AddEntryLocked(const ChunkKey& key, uint64_t bytes, int64_t mtime_ns, bool lru_front) {
+  if (lru_front) {
+    lru_.push_front(key);
+  } else {
+    lru_.push_back(key);
+  }
+  index_.emplace(key, IndexEntry{bytes, 0, lru_front ? lru_.begin() : std::prev(lru_.end()), mtime_ns, ++index_seq_});
+  disk_bytes_ += bytes;
+}
+
+Status EngineImpl::MergeTreeIntoIndex(bool drop_absent) {
   struct Found {
     ChunkKey key;
     uint64_t bytes;
     int64_t mtime;
   };
+  uint64_t scan_start_seq;
+  {
+    std::lock_guard<std::mutex> lock(index_mu_);
+    scan_start_seq = index_seq_;
+  }
   std::vector<Found> found;
   Status s = ScanEntries(*ns_, [&](const EntryInfo& e) {
     if (!e.is_temporary && !e.is_foreign) found.push_back(Found{e.key, e.size_bytes, e.mtime_ns});
@@ -598,15 +616,64 @@ Status EngineImpl::MergeTreeIntoIndex() {
   // (C1: modification time, not atime). At open the index is empty and this is the whole LRU order.
   std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) { return a.mtime > b.mtime; });
   std::lock_guard<std::mutex> lock(index_mu_);
+  if (drop_absent) {
+    // An entry indexed before the scan started was on disk then (the index learns an entry after its link); one the
+    // scan did not find was removed by someone else (gc, another engine). Pinned ones are being loaded: a load that
+    // finds the file gone forgets it itself.
+    std::unordered_set<ChunkKey, ChunkKeyHash> present;
+    present.reserve(found.size());
+    for (const Found& f : found) present.insert(f.key);
+    for (auto it = index_.begin(); it != index_.end();) {
+      if (it->second.seq <= scan_start_seq && it->second.pins == 0 && !present.count(it->first)) {
+        disk_bytes_ -= std::min(disk_bytes_, it->second.bytes);
+        lru_.erase(it->second.lru);
+        it = index_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
   for (const Found& f : found) {
     if (index_.count(f.key) || evicting_.count(f.key)) continue;
-    lru_.push_front(f.key);
-    index_.emplace(f.key, IndexEntry{f.bytes, 0, lru_.begin(), f.mtime});
-    disk_bytes_ += f.bytes;
+    AddEntryLocked(f.key, f.bytes, f.mtime, /*lru_front=*/true);
   }
   stats_.disk_entries.Set(index_.size());
   stats_.disk_bytes_used.Set(disk_bytes_);
   return Status::Ok();
+}
+
+int64_t EngineImpl::UsageOthers() const {
+  const uint64_t total = ledger_ ? ledger_->Total() : usage_ ? usage_->Load() : 0;
+  return static_cast<int64_t>(total) - own_usage_delta_.load(std::memory_order_relaxed);
+}
+
+void EngineImpl::MaintenanceMain() {
+  constexpr auto kCheckEvery = std::chrono::seconds(1);
+  constexpr int64_t kMinRescanGapNs = 2'000'000'000;
+  int64_t last_others = UsageOthers();
+  int64_t last_rescan_ns = 0;
+  bool stale = false;
+  std::unique_lock<std::mutex> lock(maint_mu_);
+  while (!maint_cv_.wait_for(lock, kCheckEvery, [this] { return maint_stop_; })) {
+    lock.unlock();
+    // The namespace's usage counts every engine's and gc's changes; what this engine did not change itself going
+    // down means someone removed entries, maybe some this index holds. Usage below the index's own bytes means
+    // the index holds entries that are gone.
+    const int64_t others = UsageOthers();
+    {
+      std::lock_guard<std::mutex> index_lock(index_mu_);
+      stale |= others < last_others || UsageLocked() < disk_bytes_;
+    }
+    last_others = others;
+    const int64_t now = io::NowNs();
+    if (stale && now - last_rescan_ns >= kMinRescanGapNs) {
+      stale = false;
+      last_rescan_ns = now;
+      static_cast<void>(MergeTreeIntoIndex(/*drop_absent=*/true));  // best effort: a failed scan changes nothing
+      last_others = UsageOthers();
+    }
+    lock.lock();
+  }
 }
 
 std::vector<EngineImpl::Victim> EngineImpl::TakeExcessLocked(uint64_t excess, std::unique_lock<std::mutex>& lock) {
@@ -616,7 +683,7 @@ std::vector<EngineImpl::Victim> EngineImpl::TakeExcessLocked(uint64_t excess, st
   if (HasSharedUsage() && excess > disk_bytes_ && now - last_merge_ns_ > 500 * kMsToNs) {
     last_merge_ns_ = now;
     lock.unlock();
-    static_cast<void>(MergeTreeIntoIndex());  // best effort: a failed rescan leaves the index as it was
+    static_cast<void>(MergeTreeIntoIndex(/*drop_absent=*/false));  // best effort: a failed rescan leaves the index as it was
     lock.lock();
   }
   return TakeVictimsLocked(disk_bytes_ > excess ? disk_bytes_ - excess : 0);
@@ -628,13 +695,12 @@ void EngineImpl::PublishIndexed(Reactor& r, const ChunkKey& key, uint64_t bytes,
     std::unique_lock<std::mutex> lock(index_mu_);
     negative_.erase(key);
     if (!index_.count(key)) {
-      lru_.push_back(key);
       // M3: our own publication; its mtime is about now (a touch by another host comes later than that).
-      index_.emplace(key, IndexEntry{bytes, 0, std::prev(lru_.end()),
-                                     std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                         std::chrono::system_clock::now().time_since_epoch())
-                                         .count()});
-      disk_bytes_ += bytes;
+      AddEntryLocked(key, bytes,
+                     std::chrono::duration_cast<std::chrono::nanoseconds>(
+                         std::chrono::system_clock::now().time_since_epoch())
+                         .count(),
+                     /*lru_front=*/false);
     }
     stats_.disk_entries.Set(index_.size());
     stats_.disk_bytes_used.Set(disk_bytes_);
@@ -654,6 +720,7 @@ bool EngineImpl::UsedElsewhereLocked(const ChunkKey& key, IndexEntry& e) {
 }
 
 void EngineImpl::UsageReserve(uint64_t bytes) {
+  own_usage_delta_.fetch_add(static_cast<int64_t>(bytes), std::memory_order_relaxed);
   if (ledger_) ledger_->Reserve(bytes);
   if (usage_) usage_->Add(static_cast<int64_t>(bytes));
 }
@@ -663,11 +730,13 @@ void EngineImpl::UsageCommitReserved(uint64_t bytes) {
 }
 
 void EngineImpl::UsageRelease(uint64_t bytes) {
+  own_usage_delta_.fetch_sub(static_cast<int64_t>(bytes), std::memory_order_relaxed);
   if (ledger_) ledger_->Release(bytes);
   if (usage_) usage_->Add(-static_cast<int64_t>(bytes));
 }
 
 void EngineImpl::UsageAdd(int64_t bytes) {
+  own_usage_delta_.fetch_add(bytes, std::memory_order_relaxed);
   if (ledger_) ledger_->Add(bytes);
   if (usage_) usage_->Add(bytes);
 }
@@ -798,10 +867,8 @@ bool EngineImpl::OnDiskLocked(const ChunkKey& key) {
   const std::string rel = ChunkRelPath(key);
   if (fstatat(ns_->dirfd(), rel.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
       static_cast<uint64_t>(st.st_size) == slot_bytes_) {  // M1: exactly a chunk's size, as in Lookup
-    lru_.push_back(key);
-    index_.emplace(key, IndexEntry{static_cast<uint64_t>(st.st_size), 0, std::prev(lru_.end()),
-                                   int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec});
-    disk_bytes_ += st.st_size;
+    AddEntryLocked(key, static_cast<uint64_t>(st.st_size), int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec,
+                   /*lru_front=*/false);
     return true;
   }
   negative_[key] = io::NowNs() + NegativeTtlNs();

@@ -28,6 +28,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "io/io_engine.h"
@@ -225,8 +226,18 @@ class EngineImpl final : public Engine {
   void UsageRelease(uint64_t bytes);
   void UsageAdd(int64_t bytes);
   // Adds the entries of a scan of the tree that the index lacks (at open: all of them; later: what other
-  // instances published), oldest at the LRU front.
-  Status MergeTreeIntoIndex();
+  // instances published), oldest at the LRU front. drop_absent: also drops the unpinned entries indexed before the
+  // scan started that it did not find (removed by gc or another engine).
+  Status MergeTreeIntoIndex(bool drop_absent);
+  // C1: inserts an entry (the caller checked it is absent) at the LRU's back (recently used) or front.
+  void AddEntryLocked(const ChunkKey& key, uint64_t bytes, int64_t mtime_ns, bool lru_front);
+  // The namespace's shared usage less what this engine changed in it (own_usage_delta_): the others' part.
+  int64_t UsageOthers() const;
+  // The index's maintenance thread (runs where the root has shared usage): every second it compares the shared
+  // usage with what this engine changed; when the others' part went down (gc, another engine's evictions) or the
+  // usage is below the index's own bytes, it rescans the tree and drops the entries that are gone
+  // (MergeTreeIntoIndex(true)), at most every 2 s. disk_bytes_used and disk_entries follow within ~3 s.
+  void MaintenanceMain();
   // An evicted entry whose unlink failed goes back to the index (LRU front): it still takes space.
   void ReindexLocked(const ChunkKey& key, uint64_t bytes);
   struct Victim {
@@ -296,6 +307,7 @@ class EngineImpl final : public Engine {
     uint32_t pins = 0;  // loads in flight: never evicted while pinned
     std::list<ChunkKey>::iterator lru;
     int64_t mtime_ns = 0;  // M3: the file's mtime as this engine last knew it (0: unknown)
+    uint64_t seq = 0;      // index_seq_ when it was inserted: a rescan drops only entries older than itself
   };
   // M3, on a shared root: a victim whose file another host touched since this engine learnt its mtime (a hit
   // there) is not evicted; it moves to the recent end with its new mtime. Requires index_mu_.
@@ -310,6 +322,13 @@ class EngineImpl final : public Engine {
   std::unordered_map<ChunkKey, int, ChunkKeyHash> evicting_;
   uint64_t evicting_bytes_ = 0;  // bytes of evictions whose unlinks the reactor has in flight
   uint64_t disk_bytes_ = 0;
+  uint64_t index_seq_ = 0;
+  // What this engine's own Usage* calls changed in the shared usage (UsageOthers).
+  std::atomic<int64_t> own_usage_delta_{0};
+  std::mutex maint_mu_;
+  std::condition_variable maint_cv_;
+  bool maint_stop_ = false;  // guarded by maint_mu_
+  std::thread maintenance_;
 
   // Slot-resident chunks (DRAM tier), also guarded by index_mu_. LRU order, most recent at the back.
   struct Resident {

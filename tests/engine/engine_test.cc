@@ -424,6 +424,32 @@ TEST_F(EngineTest, EvictToBudgetRemovesTheFanoutDirectoriesItEmpties) {
   for (size_t i = 0; i < two.size(); ++i) EXPECT_EQ(e->Lookup(Key(i)), ChunkLocation::kDisk) << i;
 }
 
+// C1: entries another engine evicted leave this engine's index (and disk_bytes_used) once it sees the removals in the
+// shared usage (its index rescan: within a few seconds), not only when a load finds one absent.
+TEST_F(EngineTest, TheIndexDropsEntriesAnotherEngineEvicted) {
+  const uint64_t file = kHeaderBytes + kBlocks * 12288;
+  auto a = Open(Options(root_));
+  std::vector<HostChunk> src(10);
+  for (size_t i = 0; i < src.size(); ++i) src[i].Fill(i);
+  ASSERT_TRUE(Store(*a, src, 0).all_ok());
+  ASSERT_EQ(a->Stats().disk_bytes_used, 10 * file);
+  EngineOptions o = Options(root_);
+  o.disk_budget_bytes = 8 * file;
+  o.high_watermark = 1.0;
+  o.low_watermark = 0.5;
+  auto b = Open(o);  // indexes a's entries from its scan at open
+  auto freed = b->EvictToBudget();
+  ASSERT_TRUE(freed.ok());
+  ASSERT_EQ(*freed, 6 * file);
+  StatsSnapshot s = a->Stats();
+  for (int i = 0; i < 300 && s.disk_bytes_used != 4 * file; ++i) {
+    usleep(100 * 1000);
+    s = a->Stats();
+  }
+  EXPECT_EQ(s.disk_bytes_used, 4 * file) << "a's index still counts entries b evicted 30 s ago";
+  EXPECT_EQ(s.disk_entries, 4u);
+}
+
 TEST_F(EngineTest, AFanoutDirectoryRemovedBehindTheEnginesBackIsCreatedAgain) {
   auto e = Open(Options(root_));
   std::vector<HostChunk> src(1);
