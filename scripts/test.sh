@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, in this order; fails on the first failure:
+#   0. the engine compiled with clang++ -Wthread-safety -Werror=thread-safety (preset clang-tsa, compile only: the
+#      locking annotations of src/util/thread_annotations.h hold), where clang++ is (scripts/setup.sh installs it)
 #   1. C++ unit, contract, multi-process and crash tests in the dev build (CMake preset dev, ctest)
 #   2. the same suites under AddressSanitizer (+LeakSanitizer, UBSan) and ThreadSanitizer (presets asan, tsan)
 #   3. the CUDA copier compiled and linked (preset cuda, targets kvtier_cuda and kvtier_gpu_bench), where nvcc is;
@@ -28,6 +30,13 @@ run_preset() {
   ctest --preset "$preset" --timeout 600
 }
 
+if command -v clang++ >/dev/null; then
+  echo "=== build (clang-tsa: -Wthread-safety, compile only) ==="
+  cmake --preset clang-tsa "${werror[@]}" >/dev/null
+  cmake --build --preset clang-tsa -j"$jobs"
+else
+  echo "=== clang-tsa: skipped (no clang++) ==="
+fi
 run_preset dev
 # I1: with one reactor the engine behaves as the single-reactor engine did; the whole dev suite again in that mode
 # (KVTIER_TEST_REACTORS replaces the auto count; tests that ask for several reactors keep them).

@@ -180,6 +180,10 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
   io_cfg.depth = rdepth * 4 + 8;
   io_cfg.posix_threads = options.posix_threads;
   std::string backend_why = "given";
+  {
+    MutexLock lock(cmd_mu_);
+    commands_.resize(nreactors);
+  }
   for (uint32_t i = 0; i < nreactors; ++i) {
     auto r = std::make_unique<Reactor>();
     r->index = i;
@@ -226,13 +230,19 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
 
   // Copier lanes: one copier per reactor where the copier can make more of its kind (DeviceCopier::CreateLane),
   // otherwise one shared by every reactor.
-  lanes_.push_back(std::make_unique<CopierLane>());
-  lanes_[0]->copier = copier ? std::move(copier) : CreateHostCopier();
+  std::unique_ptr<DeviceCopier> first = copier ? std::move(copier) : CreateHostCopier();
+  const std::string copier_name(first->name());
+  std::vector<std::unique_ptr<DeviceCopier>> more_lanes;
   for (uint32_t i = 1; i < nreactors; ++i) {
-    auto more = lanes_[0]->copier->CreateLane();
+    auto more = first->CreateLane();
     if (!more) break;
+    more_lanes.push_back(std::move(more));
+  }
+  more_lanes.insert(more_lanes.begin(), std::move(first));
+  for (auto& c : more_lanes) {
     lanes_.push_back(std::make_unique<CopierLane>());
-    lanes_.back()->copier = std::move(more);
+    MutexLock lock(lanes_.back()->mu);
+    lanes_.back()->copier = std::move(c);
   }
   for (auto& r : reactors_) {
     r->lane = lanes_[r->index % lanes_.size()].get();
@@ -276,7 +286,7 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
     << (checksum_key_ ? ", keyed checksums" : "") << "; pool " << pool_->name() << " "
     << pool_->num_slots() << " slots x " << slot_bytes_ << " B (reserve " << pool_opts.demand_reserve
     << "), DRAM tier " << tier::DramPolicyName(dram_->policy()) << " " << dram_max_slots_ << " slots; index " << index_.size() << " entries, " << disk_bytes_ << " B; copier "
-    << lanes_[0]->copier->name() << (lanes_.size() > 1 ? " x" + std::to_string(lanes_.size()) : "");
+    << copier_name << (lanes_.size() > 1 ? " x" + std::to_string(lanes_.size()) : "");
   if (options.disk_budget_bytes) d << "; budget " << options.disk_budget_bytes << " B";
   d << "; usage " << (ledger_ ? "records in " + ns_->path() + "/usage (all hosts)"
                       : usage_ ? std::string("this host's counter") : std::string("this engine's index"));
@@ -287,6 +297,7 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
   for (auto& lane : lanes_) {
     std::vector<io::IoEngine*> ios;
     for (Reactor* r : lane->reactors) ios.push_back(r->io.get());
+    MutexLock lock(lane->mu);
     lane->copier->SetWakeup([ios] {
       for (io::IoEngine* io : ios) io->Wake();
     });
@@ -301,13 +312,13 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
 
 EngineImpl::~EngineImpl() {
   {
-    std::lock_guard<std::mutex> lock(maint_mu_);
+    MutexLock lock(maint_mu_);
     maint_stop_ = true;
   }
-  maint_cv_.notify_all();
+  maint_cv_.NotifyAll();
   if (maintenance_.joinable()) maintenance_.join();
   {
-    std::lock_guard<std::mutex> lock(cmd_mu_);
+    MutexLock lock(cmd_mu_);
     stop_ = true;
   }
   for (auto& r : reactors_) {
@@ -468,7 +479,7 @@ Result<JobId> EngineImpl::Enqueue(JobKind kind, std::vector<ChunkTransfer> chunk
     parts[0] = std::make_unique<Part>();
     parts[0]->job = job;
   }
-  std::lock_guard<std::mutex> cmd_lock(cmd_mu_);
+  MutexLock cmd_lock(cmd_mu_);
   if (stop_) return Status(StatusCode::kFailedPrecondition, "engine is shutting down");
   if (kind == JobKind::kLoad) {
     if (!internal) stats_.loads_started.Add(1);  // promotions are counted by Promote
@@ -479,14 +490,14 @@ Result<JobId> EngineImpl::Enqueue(JobKind kind, std::vector<ChunkTransfer> chunk
   }
   for (size_t ri = 0; ri < parts.size(); ++ri) {
     if (!parts[ri]) continue;
-    reactors_[ri]->commands.push_back(std::move(parts[ri]));
+    commands_[ri].push_back(std::move(parts[ri]));
     reactors_[ri]->io->Wake();
   }
   return id;
 }
 
 std::vector<JobResult> EngineImpl::PollCompleted() {
-  std::lock_guard<std::mutex> lock(done_mu_);
+  MutexLock lock(done_mu_);
   std::vector<JobResult> out;
   out.reserve(done_order_.size());
   for (JobId id : done_order_) {
@@ -500,8 +511,11 @@ std::vector<JobResult> EngineImpl::PollCompleted() {
 }
 
 Result<JobResult> EngineImpl::Wait(JobId id, int64_t timeout_ms) {
-  std::unique_lock<std::mutex> lock(done_mu_);
-  const bool got = done_cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return done_.count(id); });
+  MutexLock lock(done_mu_);
+  const bool got = done_cv_.WaitFor(done_mu_, std::chrono::milliseconds(timeout_ms), [&] {
+    done_mu_.AssertHeld();  // the predicate runs with it held (CondVar)
+    return done_.count(id) > 0;
+  });
   if (!got) {
     if (id == 0 || id >= next_job_id_.load()) return Status(StatusCode::kNotFound, "unknown job " + std::to_string(id));
     return Status(StatusCode::kTimedOut, "job " + std::to_string(id) + " still running");
@@ -653,9 +667,12 @@ void EngineImpl::MaintenanceMain() {
   int64_t last_others = UsageOthers();
   int64_t last_rescan_ns = 0;
   bool stale = false;
-  std::unique_lock<std::mutex> lock(maint_mu_);
-  while (!maint_cv_.wait_for(lock, kCheckEvery, [this] { return maint_stop_; })) {
-    lock.unlock();
+  MutexLock lock(maint_mu_);
+  while (!maint_cv_.WaitFor(maint_mu_, kCheckEvery, [this] {
+    maint_mu_.AssertHeld();
+    return maint_stop_;
+  })) {
+    lock.Unlock();
     // The namespace's usage counts every engine's and gc's changes; what this engine did not change itself going
     // down means someone removed entries, maybe some this index holds. Usage below the index's own bytes means
     // the index holds entries that are gone.
@@ -672,7 +689,7 @@ void EngineImpl::MaintenanceMain() {
       static_cast<void>(MergeTreeIntoIndex(/*drop_absent=*/true));  // best effort: a failed scan changes nothing
       last_others = UsageOthers();
     }
-    lock.lock();
+    lock.Lock();
   }
 }
 

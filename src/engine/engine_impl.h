@@ -3,8 +3,8 @@
 // Threads and ownership (docs/architecture.md, "Threads and ownership"):
 // - reactors_: one Reactor per thread. Reactor r alone touches its io, its parts (jobs), their chunks, its op
 //   contexts, shared reads, in-flight stores and data queue. A chunk's reactor is ReactorOf(key), so every step of
-//   a chunk runs on one thread. Other threads reach a reactor through its commands (guarded by cmd_mu_) and
-//   io->Wake().
+//   a chunk runs on one thread. Other threads reach a reactor through its command queue (commands_, guarded by
+//   cmd_mu_) and io->Wake().
 // - A Job is shared by its parts (one per reactor it has chunks on); its counters are atomics, and the reactor
 //   whose chunk finishes last publishes the result.
 // - index_mu_ guards the index (published entries, LRU order, negative cache, disk usage) and the resident map.
@@ -43,6 +43,7 @@
 #include "tier/dram_tier.h"
 #include "trace/trace_recorder.h"
 #include "transfer/device_copier.h"
+#include "util/mutex.h"
 
 namespace kvtier {
 using staging::StagingPool;
@@ -290,9 +291,11 @@ class EngineImpl final : public Engine {
   // open. Anonymous temporaries are fsync'ed before linkat there; young bad entries are misses, not removed.
   bool shared_root_ = false;
 
-  // Commands from other threads: each reactor's queue (Reactor::commands) and stop_ are guarded by cmd_mu_.
-  std::mutex cmd_mu_;
-  bool stop_ = false;
+  // Commands from other threads: reactor r's queue of new parts, commands_[r], and stop_. One mutex for all the
+  // queues, so a job's parts are queued on every reactor in one order (FIFO across jobs).
+  Mutex cmd_mu_;
+  std::vector<std::deque<std::unique_ptr<Part>>> commands_ GUARDED_BY(cmd_mu_);
+  bool stop_ GUARDED_BY(cmd_mu_) = false;
   std::atomic<JobId> next_job_id_{1};
 
   std::vector<std::unique_ptr<CopierLane>> lanes_;
@@ -325,9 +328,9 @@ class EngineImpl final : public Engine {
   uint64_t index_seq_ = 0;
   // What this engine's own Usage* calls changed in the shared usage (UsageOthers).
   std::atomic<int64_t> own_usage_delta_{0};
-  std::mutex maint_mu_;
-  std::condition_variable maint_cv_;
-  bool maint_stop_ = false;  // guarded by maint_mu_
+  Mutex maint_mu_;
+  CondVar maint_cv_;
+  bool maint_stop_ GUARDED_BY(maint_mu_) = false;
   std::thread maintenance_;
 
   // Slot-resident chunks (DRAM tier), also guarded by index_mu_. LRU order, most recent at the back.
@@ -351,10 +354,10 @@ class EngineImpl final : public Engine {
   uint32_t unused_preloads_ = 0;      // resident entries with speculative set
   uint32_t max_unused_preloads_ = 0;  // (slots - demand reserve) / 2: preloads never crowd out the tier
 
-  std::mutex done_mu_;
-  std::condition_variable done_cv_;
-  std::unordered_map<JobId, JobResult> done_;
-  std::deque<JobId> done_order_;
+  Mutex done_mu_;
+  CondVar done_cv_;  // wakes Wait()
+  std::unordered_map<JobId, JobResult> done_ GUARDED_BY(done_mu_);
+  std::deque<JobId> done_order_ GUARDED_BY(done_mu_);
 
 };
 
@@ -439,13 +442,13 @@ struct EngineImpl::ReadShare {
 // A DeviceCopier and the reactors that share it. Copy ids carry the submitting reactor's index in their low
 // 8 bits: a completion polled by another reactor goes to its owner's inbox.
 struct EngineImpl::CopierLane {
-  std::mutex mu;  // Submit/Poll of copier
-  std::unique_ptr<DeviceCopier> copier;
+  Mutex mu;  // Submit/Poll of copier
+  std::unique_ptr<DeviceCopier> copier PT_GUARDED_BY(mu);
   std::vector<Reactor*> reactors;
 };
 
 // One reactor: one thread, one IoEngine (one io_uring ring, this thread its single issuer), and the state of the
-// chunks assigned to it. Everything but commands (cmd_mu_) and inbox (inbox_mu) is touched by its thread only.
+// chunks assigned to it. Everything but inbox (inbox_mu) is touched by its thread only.
 struct EngineImpl::Reactor {
   uint32_t index = 0;
   uint32_t depth = 0;  // chunks with data at the disk: ceil(io_depth / reactors) (I1)
@@ -453,7 +456,6 @@ struct EngineImpl::Reactor {
   std::unique_ptr<io::IoEngine> io;
   CopierLane* lane = nullptr;
   std::thread thread;
-  std::deque<std::unique_ptr<Part>> commands;  // guarded by EngineImpl::cmd_mu_
 
   std::deque<std::unique_ptr<Part>> jobs;  // FIFO: earlier jobs get slots first
   std::unordered_map<uint64_t, OpCtx> op_ctx;
@@ -470,8 +472,8 @@ struct EngineImpl::Reactor {
   uint32_t data_in_flight = 0;     // chunks with data reads/writes at the disk: <= depth (I1)
   FanoutDirCache fanout_cache;
 
-  std::mutex inbox_mu;
-  std::vector<CopyDone> inbox;  // completions of this reactor's copies polled by another reactor of the lane
+  Mutex inbox_mu;
+  std::vector<CopyDone> inbox GUARDED_BY(inbox_mu);  // completions of this reactor's copies polled by another reactor of the lane
 };
 
 }  // namespace kvtier

@@ -33,10 +33,11 @@ void EngineImpl::ReactorMain(Reactor& r) {
   for (;;) {
     bool stopping;
     {
-      std::lock_guard<std::mutex> lock(cmd_mu_);
-      while (!r.commands.empty()) {
-        r.jobs.push_back(std::move(r.commands.front()));
-        r.commands.pop_front();
+      MutexLock lock(cmd_mu_);
+      auto& commands = commands_[r.index];
+      while (!commands.empty()) {
+        r.jobs.push_back(std::move(commands.front()));
+        commands.pop_front();
       }
       stopping = stop_;
     }
@@ -80,13 +81,13 @@ void EngineImpl::ReactorMain(Reactor& r) {
 void EngineImpl::PollCopies(Reactor& r, std::vector<CopyDone>* done) {
   CopierLane& lane = *r.lane;
   if (lane.reactors.size() == 1) {
-    std::lock_guard<std::mutex> lock(lane.mu);
+    MutexLock lock(lane.mu);
     lane.copier->Poll(done);
     return;
   }
   std::vector<CopyDone> polled;
   {
-    std::lock_guard<std::mutex> lock(lane.mu);
+    MutexLock lock(lane.mu);
     lane.copier->Poll(&polled);
   }
   for (CopyDone& d : polled) {
@@ -96,12 +97,12 @@ void EngineImpl::PollCopies(Reactor& r, std::vector<CopyDone>* done) {
       continue;
     }
     {
-      std::lock_guard<std::mutex> lock(owner.inbox_mu);
+      MutexLock lock(owner.inbox_mu);
       owner.inbox.push_back(std::move(d));
     }
     owner.io->Wake();
   }
-  std::lock_guard<std::mutex> lock(r.inbox_mu);
+  MutexLock lock(r.inbox_mu);
   for (CopyDone& d : r.inbox) done->push_back(std::move(d));
   r.inbox.clear();
 }
@@ -629,7 +630,7 @@ void EngineImpl::QueueLoadCopy(Chunk& c) {
 void EngineImpl::FlushCopies(Reactor& r) {
   if (r.copy_batch.empty()) return;
   {
-    std::lock_guard<std::mutex> lock(r.lane->mu);
+    MutexLock lock(r.lane->mu);
     r.lane->copier->Submit(std::move(r.copy_batch));  // X1: every copy that became ready this iteration, one batch
   }
   r.copy_batch.clear();
@@ -1097,11 +1098,11 @@ void EngineImpl::PublishJob(Job& job) {
     }
     if (job.internal) return;  // promotions and committed stores report through the resident map
     {
-      std::lock_guard<std::mutex> lock(done_mu_);
+      MutexLock lock(done_mu_);
       done_order_.push_back(res.id);
       done_.emplace(res.id, std::move(res));
     }
-    done_cv_.notify_all();
+    done_cv_.NotifyAll();
   }
 }
 
