@@ -256,14 +256,19 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
 
   auto swept = SweepTemporaries(*ns_, std::chrono::seconds(options.temp_max_age_s));
   if (swept.ok()) stats_.temporaries_swept.Add(swept->removed);
-  KVTIER_RETURN_IF_ERROR(MergeTreeIntoIndex(/*drop_absent=*/false));
+  DiskIndex::Options index_opts;
+  index_opts.entry_bytes = slot_bytes_;
+  index_opts.touch_interval_s = options.touch_interval_s;
+  index_opts.shared_root = shared_root_;
+  disk_ = std::make_unique<DiskIndex>(*ns_, index_opts, stats_);
+  KVTIER_RETURN_IF_ERROR(disk_->Rescan(/*drop_absent=*/false));  // at open: the whole LRU order, by mtime
   // C1 across instances. The first engine to hold the namespace's counter sets it from this scan (which also
   // repairs drift); later ones join it as it is (see usage_counter.h).
   // M2: on a shared root, the per-engine usage records in the namespace directory instead (every host sees them);
   // where they cannot be written, the host's counter (this host's engines only).
   std::string usage_why;
   if (shared_root_) {
-    auto ledger = UsageLedger::Open(*ns_, disk_bytes_);
+    auto ledger = UsageLedger::Open(*ns_, disk_->bytes());
     if (ledger.ok()) {
       ledger_ = std::move(ledger.value());
     } else {
@@ -271,7 +276,7 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
     }
   }
   if (!ledger_) {
-    if (auto usage = SharedUsage::Open(*ns_, disk_bytes_); usage.ok()) usage_ = std::move(usage.value());
+    if (auto usage = SharedUsage::Open(*ns_, disk_->bytes()); usage.ok()) usage_ = std::move(usage.value());
   }
 
   std::ostringstream d;
@@ -285,7 +290,8 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
     << (open_resolve_ ? "openat2 (RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS)" : "openat (O_NOFOLLOW)")
     << (checksum_key_ ? ", keyed checksums" : "") << "; pool " << pool_->name() << " "
     << pool_->num_slots() << " slots x " << slot_bytes_ << " B (reserve " << pool_opts.demand_reserve
-    << "), DRAM tier " << tier::DramPolicyName(dram_->policy()) << " " << dram_max_slots_ << " slots; index " << index_.size() << " entries, " << disk_bytes_ << " B; copier "
+    << "), DRAM tier " << tier::DramPolicyName(dram_->policy()) << " " << dram_max_slots_ << " slots; index " << disk_->entries() << " entries, " << disk_->bytes()
+    << " B; copier "
     << copier_name << (lanes_.size() > 1 ? " x" + std::to_string(lanes_.size()) : "");
   if (options.disk_budget_bytes) d << "; budget " << options.disk_budget_bytes << " B";
   d << "; usage " << (ledger_ ? "records in " + ns_->path() + "/usage (all hosts)"
@@ -349,46 +355,29 @@ ChunkLocation EngineImpl::Lookup(const ChunkKey& key) {
       }
       if (r->second.state == Resident::State::kFilling) return ChunkLocation::kPending;
     }
-    auto it = index_.find(key);
-    if (it != index_.end()) {
-      lru_.splice(lru_.end(), lru_, it->second.lru);
+  }
+  switch (disk_->Lookup(key, now)) {
+    case DiskIndex::Known::kPresent:
       stats_.lookup_hits_disk.Add(1);
       return ChunkLocation::kDisk;
-    }
-    if (pending_stores_.count(key)) return ChunkLocation::kPending;
-    auto neg = negative_.find(key);
-    if (neg != negative_.end()) {
-      if (neg->second > now) {
-        stats_.lookup_misses.Add(1);
-        return ChunkLocation::kAbsent;
-      }
-      negative_.erase(neg);
-    }
-    if (evicting_.count(key)) {
+    case DiskIndex::Known::kPending:
+      return ChunkLocation::kPending;
+    case DiskIndex::Known::kAbsent:
       stats_.lookup_misses.Add(1);
       return ChunkLocation::kAbsent;
-    }
+    case DiskIndex::Known::kUnknown:
+      break;
   }
-  // Not known here: another instance (or process) may have published it under the same root.
-  const std::string rel = ChunkRelPath(key);
-  struct stat st;
-  // M1: exactly a chunk's size. A shorter file is another host's entry whose data is not visible here yet (or a
-  // broken one): a miss, not a hit that would fail at load time.
-  const bool present = fstatat(ns_->dirfd(), rel.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
-                       static_cast<uint64_t>(st.st_size) == slot_bytes_;
-  std::lock_guard<std::mutex> lock(index_mu_);
-  if (present) {
-    if (!index_.count(key)) {
-      AddEntryLocked(key, static_cast<uint64_t>(st.st_size), int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec,
-                     /*lru_front=*/false);
-      stats_.disk_entries.Set(index_.size());
-      stats_.disk_bytes_used.Set(disk_bytes_);
-    }
+  // Not known here: another instance (or process) may have published it under the same root. M1: exactly a
+  // chunk's size (DiskIndex::Probe).
+  uint64_t bytes;
+  int64_t mtime;
+  if (disk_->Probe(key, &bytes, &mtime)) {
+    disk_->LearnPresent(key, bytes, mtime);
     stats_.lookup_hits_disk.Add(1);
     return ChunkLocation::kDisk;
   }
-  if (negative_.size() > 1000000) negative_.clear();  // bounded: a burst of unique misses cannot grow it forever
-  negative_[key] = now + NegativeTtlNs();
+  disk_->LearnAbsent(key, now + NegativeTtlNs());
   stats_.lookup_misses.Add(1);
   return ChunkLocation::kAbsent;
 }
@@ -485,8 +474,7 @@ Result<JobId> EngineImpl::Enqueue(JobKind kind, std::vector<ChunkTransfer> chunk
     if (!internal) stats_.loads_started.Add(1);  // promotions are counted by Promote
   } else {
     if (!internal) stats_.stores_started.Add(1);  // committed stores are counted by CommitStore
-    std::lock_guard<std::mutex> lock(index_mu_);
-    for (auto& c : job->chunks) pending_stores_[c->req.key]++;
+    for (auto& c : job->chunks) disk_->AddPendingStore(c->req.key);
   }
   for (size_t ri = 0; ri < parts.size(); ++ri) {
     if (!parts[ri]) continue;
@@ -528,38 +516,11 @@ Result<JobResult> EngineImpl::Wait(JobId id, int64_t timeout_ms) {
 // ---------------------------------------------------------------------------------------------------------------
 // Capacity (C1)
 
-std::vector<EngineImpl::Victim> EngineImpl::TakeVictimsLocked(uint64_t target_bytes) {
-  std::vector<Victim> victims;
-  auto it = lru_.begin();
-  size_t looked_at = 0;
-  const size_t listed = lru_.size();  // entries moved to the back by UsedElsewhereLocked are not looked at again
-  while (disk_bytes_ > target_bytes && it != lru_.end() && looked_at++ < listed) {
-    auto e = index_.find(*it);
-    if (e != index_.end() && e->second.pins == 0 && shared_root_ && UsedElsewhereLocked(*it, e->second)) {
-      auto moved = it++;
-      lru_.splice(lru_.end(), lru_, moved);
-      continue;
-    }
-    if (e != index_.end() && e->second.pins == 0) {
-      victims.push_back(Victim{*it, e->second.bytes});
-      disk_bytes_ -= e->second.bytes;
-      index_.erase(e);
-      it = lru_.erase(it);
-    } else {
-      ++it;
-    }
-  }
-  stats_.disk_entries.Set(index_.size());
-  stats_.disk_bytes_used.Set(disk_bytes_);
-  stats_.evictions.Add(victims.size());
-  for (const Victim& v : victims) stats_.evicted_bytes.Add(v.bytes);
-  return victims;
-}
-
 uint64_t EngineImpl::UnlinkVictims(const std::vector<Victim>& victims) {
   // A reader that opened the file before the unlink keeps reading valid bytes; new readers miss.
   uint64_t freed = 0;
   for (const Victim& v : victims) {
+    bool still_on_disk = false;
     if (unlinkat(ns_->dirfd(), ChunkRelPath(v.key).c_str(), 0) == 0) {
       freed += v.bytes;
       UsageAdd(-static_cast<int64_t>(v.bytes));
@@ -568,92 +529,32 @@ uint64_t EngineImpl::UnlinkVictims(const std::vector<Victim>& victims) {
       freed += v.bytes;
       PruneFanoutDir(ns_->dirfd(), FanoutDir(v.key));
     } else {
-      std::lock_guard<std::mutex> lock(index_mu_);
-      ReindexLocked(v.key, v.bytes);  // still on disk (and counted): a later eviction retries it
+      still_on_disk = true;  // and counted: a later eviction retries it
     }
+    disk_->EndEviction(v, still_on_disk);
   }
   return freed;
 }
 
 Result<uint64_t> EngineImpl::EvictToBudget() {
   if (options_.disk_budget_bytes == 0) return uint64_t{0};
-  std::unique_lock<std::mutex> lock(index_mu_);
   const auto low = static_cast<uint64_t>(options_.disk_budget_bytes * options_.low_watermark);
-  const uint64_t used = UsageLocked();
+  const uint64_t used = Usage();
   if (used <= low) return uint64_t{0};
-  std::vector<Victim> victims = TakeExcessLocked(used - low, lock);
-  for (const Victim& v : victims) evicting_[v.key]++;
-  lock.unlock();
-  const uint64_t freed = UnlinkVictims(victims);
-  lock.lock();
-  for (const Victim& v : victims) {
-    auto it = evicting_.find(v.key);
-    if (it != evicting_.end() && --it->second <= 0) evicting_.erase(it);
-  }
-  return freed;
+  return UnlinkVictims(disk_->TakeExcess(ExcessToTake(used - low)));
 }
 
-void EngineImpl::ReindexLocked(const ChunkKey& key, uint64_t bytes) {
-  if (index_.count(key)) return;
-  AddEntryLocked(key, bytes, 0, /*lru_front=*/true);  // first in line for the next eviction
-  stats_.disk_entries.Set(index_.size());
-  stats_.disk_bytes_used.Set(disk_bytes_);
-}
-
-void EngineImpl::AddEntryLocked(const ChunkKey& key, uint64_t bytes, int64_t mtime_ns, bool lru_front) {
-  if (lru_front) {
-    lru_.push_front(key);
-  } else {
-    lru_.push_back(key);
+uint64_t EngineImpl::ExcessToTake(uint64_t excess) {
+  // M2: every host over the watermark evicts its share, so hosts evicting at once free the excess about once.
+  if (ledger_) excess = excess / std::max<uint32_t>(1, ledger_->live_engines()) + 1;
+  // The index knows too little (entries of other instances): merge the tree into it first, at most every 500 ms.
+  int64_t last = last_merge_ns_.load();
+  const int64_t now = io::NowNs();
+  if (HasSharedUsage() && excess > disk_->bytes() && now - last > 500 * kMsToNs &&
+      last_merge_ns_.compare_exchange_strong(last, now)) {
+    static_cast<void>(disk_->Rescan(/*drop_absent=*/false));  // best effort: a failed rescan leaves the index as it was
   }
-  index_.emplace(key, IndexEntry{bytes, 0, lru_front ? lru_.begin() : std::prev(lru_.end()), mtime_ns, ++index_seq_});
-  disk_bytes_ += bytes;
-}
-
-Status EngineImpl::MergeTreeIntoIndex(bool drop_absent) {
-  struct Found {
-    ChunkKey key;
-    uint64_t bytes;
-    int64_t mtime;
-  };
-  uint64_t scan_start_seq;
-  {
-    std::lock_guard<std::mutex> lock(index_mu_);
-    scan_start_seq = index_seq_;
-  }
-  std::vector<Found> found;
-  Status s = ScanEntries(*ns_, [&](const EntryInfo& e) {
-    if (!e.is_temporary && !e.is_foreign) found.push_back(Found{e.key, e.size_bytes, e.mtime_ns});
-  });
-  if (!s.ok()) return s.WithContext("scanning " + ns_->path());
-  // Newest first, each pushed to the LRU front: entries this instance never used are evicted first, oldest first
-  // (C1: modification time, not atime). At open the index is empty and this is the whole LRU order.
-  std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) { return a.mtime > b.mtime; });
-  std::lock_guard<std::mutex> lock(index_mu_);
-  if (drop_absent) {
-    // An entry indexed before the scan started was on disk then (the index learns an entry after its link); one the
-    // scan did not find was removed by someone else (gc, another engine). Pinned ones are being loaded: a load that
-    // finds the file gone forgets it itself.
-    std::unordered_set<ChunkKey, ChunkKeyHash> present;
-    present.reserve(found.size());
-    for (const Found& f : found) present.insert(f.key);
-    for (auto it = index_.begin(); it != index_.end();) {
-      if (it->second.seq <= scan_start_seq && it->second.pins == 0 && !present.count(it->first)) {
-        disk_bytes_ -= std::min(disk_bytes_, it->second.bytes);
-        lru_.erase(it->second.lru);
-        it = index_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-  }
-  for (const Found& f : found) {
-    if (index_.count(f.key) || evicting_.count(f.key)) continue;
-    AddEntryLocked(f.key, f.bytes, f.mtime, /*lru_front=*/true);
-  }
-  stats_.disk_entries.Set(index_.size());
-  stats_.disk_bytes_used.Set(disk_bytes_);
-  return Status::Ok();
+  return excess;
 }
 
 int64_t EngineImpl::UsageOthers() const {
@@ -677,63 +578,27 @@ void EngineImpl::MaintenanceMain() {
     // down means someone removed entries, maybe some this index holds. Usage below the index's own bytes means
     // the index holds entries that are gone.
     const int64_t others = UsageOthers();
-    {
-      std::lock_guard<std::mutex> index_lock(index_mu_);
-      stale |= others < last_others || UsageLocked() < disk_bytes_;
-    }
+    stale |= others < last_others || Usage() < disk_->bytes();
     last_others = others;
     const int64_t now = io::NowNs();
     if (stale && now - last_rescan_ns >= kMinRescanGapNs) {
       stale = false;
       last_rescan_ns = now;
-      static_cast<void>(MergeTreeIntoIndex(/*drop_absent=*/true));  // best effort: a failed scan changes nothing
+      static_cast<void>(disk_->Rescan(/*drop_absent=*/true));  // best effort: a failed scan changes nothing
       last_others = UsageOthers();
     }
     lock.Lock();
   }
 }
 
-std::vector<EngineImpl::Victim> EngineImpl::TakeExcessLocked(uint64_t excess, std::unique_lock<std::mutex>& lock) {
-  // M2: every host over the watermark evicts its share, so hosts evicting at once free the excess about once.
-  if (ledger_) excess = excess / std::max<uint32_t>(1, ledger_->live_engines()) + 1;
-  const int64_t now = io::NowNs();
-  if (HasSharedUsage() && excess > disk_bytes_ && now - last_merge_ns_ > 500 * kMsToNs) {
-    last_merge_ns_ = now;
-    lock.unlock();
-    static_cast<void>(MergeTreeIntoIndex(/*drop_absent=*/false));  // best effort: a failed rescan leaves the index as it was
-    lock.lock();
-  }
-  return TakeVictimsLocked(disk_bytes_ > excess ? disk_bytes_ - excess : 0);
-}
-
 void EngineImpl::PublishIndexed(Reactor& r, const ChunkKey& key, uint64_t bytes, bool linked) {
   if (linked) UsageAdd(static_cast<int64_t>(bytes));
-  {
-    std::unique_lock<std::mutex> lock(index_mu_);
-    negative_.erase(key);
-    if (!index_.count(key)) {
-      // M3: our own publication; its mtime is about now (a touch by another host comes later than that).
-      AddEntryLocked(key, bytes,
-                     std::chrono::duration_cast<std::chrono::nanoseconds>(
-                         std::chrono::system_clock::now().time_since_epoch())
-                         .count(),
-                     /*lru_front=*/false);
-    }
-    stats_.disk_entries.Set(index_.size());
-    stats_.disk_bytes_used.Set(disk_bytes_);
-  }
+  // M3: our own publication; its mtime is about now (a touch by another host comes later than that).
+  disk_->Publish(key, bytes,
+                 std::chrono::duration_cast<std::chrono::nanoseconds>(
+                     std::chrono::system_clock::now().time_since_epoch())
+                     .count());
   EvictAboveHighWatermark(r);
-}
-
-bool EngineImpl::UsedElsewhereLocked(const ChunkKey& key, IndexEntry& e) {
-  if (options_.touch_interval_s == 0 || e.mtime_ns == 0) return false;
-  struct stat st;
-  if (fstatat(ns_->dirfd(), ChunkRelPath(key).c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return false;
-  const int64_t mtime = int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
-  // A touch moves the mtime forward by at least touch_interval_s; a second of slack covers coarse timestamps.
-  if (mtime <= e.mtime_ns + 1000000000) return false;
-  e.mtime_ns = mtime;
-  return true;
 }
 
 void EngineImpl::UsageReserve(uint64_t bytes) {
@@ -760,23 +625,19 @@ void EngineImpl::UsageAdd(int64_t bytes) {
 
 void EngineImpl::EvictAboveHighWatermark(Reactor& r) {
   if (!options_.disk_budget_bytes) return;
-  std::vector<Victim> victims;
-  {
-    std::unique_lock<std::mutex> lock(index_mu_);
-    // C1/M2: bytes whose unlinks are still in flight are on disk until the unlink returns (on a FUSE or network
-    // filesystem that can take milliseconds each), so they count toward the high watermark: the budget bounds what
-    // the filesystem holds. They are not taken again: what to free is what stays after the unlinks in flight.
-    const uint64_t on_disk = UsageLocked();
-    const uint64_t staying = on_disk - std::min(on_disk, evicting_bytes_);
-    const auto low = static_cast<uint64_t>(options_.disk_budget_bytes * options_.low_watermark);
-    if (on_disk > static_cast<uint64_t>(options_.disk_budget_bytes * options_.high_watermark) && staying > low) {
-      victims = TakeExcessLocked(staying - low, lock);
-      for (const Victim& v : victims) {
-        evicting_[v.key]++;
-        evicting_bytes_ += v.bytes;
-      }
-    }
-  }
+  // C1/M2: bytes whose unlinks are still in flight are on disk until the unlink returns (on a FUSE or network
+  // filesystem that can take milliseconds each), so they count toward the high watermark: the budget bounds what
+  // the filesystem holds. They are not taken again: what to free is what stays after the unlinks in flight
+  // (DiskIndex::TakeAboveWatermark).
+  const auto high = static_cast<uint64_t>(options_.disk_budget_bytes * options_.high_watermark);
+  const auto low = static_cast<uint64_t>(options_.disk_budget_bytes * options_.low_watermark);
+  const uint64_t on_disk = Usage();
+  if (on_disk <= high) return;
+  const uint64_t staying = on_disk - std::min(on_disk, disk_->evicting_bytes());
+  if (staying <= low) return;
+  ExcessToTake(staying - low);  // merges the tree into the index first when it knows too little
+  const uint32_t sharing = ledger_ ? std::max<uint32_t>(1, ledger_->live_engines()) : 0;
+  std::vector<Victim> victims = disk_->TakeAboveWatermark(Usage(), high, low, sharing);
   // On the reactor: unlink through its I/O engine so eviction never stalls other I/O.
   for (const Victim& v : victims) {
     io::IoOp op;
@@ -875,23 +736,6 @@ void EngineImpl::WakeWaiters(std::atomic<uint64_t>& mask) {
   }
 }
 
-bool EngineImpl::OnDiskLocked(const ChunkKey& key) {
-  if (index_.count(key)) return true;
-  if (evicting_.count(key)) return false;
-  auto neg = negative_.find(key);
-  if (neg != negative_.end() && neg->second > io::NowNs()) return false;
-  struct stat st;
-  const std::string rel = ChunkRelPath(key);
-  if (fstatat(ns_->dirfd(), rel.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
-      static_cast<uint64_t>(st.st_size) == slot_bytes_) {  // M1: exactly a chunk's size, as in Lookup
-    AddEntryLocked(key, static_cast<uint64_t>(st.st_size), int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec,
-                   /*lru_front=*/false);
-    return true;
-  }
-  negative_[key] = io::NowNs() + NegativeTtlNs();
-  return false;
-}
-
 PromoteResult EngineImpl::Promote(const ChunkKey& key, bool speculative) {
   uint32_t slot;
   {
@@ -908,7 +752,7 @@ PromoteResult EngineImpl::Promote(const ChunkKey& key, bool speculative) {
       }
       return PromoteResult{PromoteState::kPending, {}};
     }
-    if (!OnDiskLocked(key)) return PromoteResult{PromoteState::kMiss, {}};
+    if (!disk_->OnDisk(key, io::NowNs(), NegativeTtlNs())) return PromoteResult{PromoteState::kMiss, {}};
     // R2: unused preloads hold at most half of the non-reserved slots, so they never crowd out the DRAM tier.
     if (speculative && unused_preloads_ >= max_unused_preloads_) return PromoteResult{PromoteState::kMiss, {}};
     auto got = AcquireSlotLocked(speculative ? staging::Priority::kSpeculative : staging::Priority::kDemand,
@@ -994,7 +838,7 @@ Result<std::vector<std::optional<SlotRef>>> EngineImpl::ReserveForStore(std::spa
   std::vector<size_t> taken;
   for (size_t i = 0; i < keys.size(); ++i) {
     const ChunkKey& k = keys[i];
-    if (resident_.count(k) || index_.count(k) || pending_stores_.count(k)) {
+    if (resident_.count(k) || disk_->ContainsOrPending(k)) {
       stats_.stores_deduplicated.Add(1);
       continue;
     }

@@ -7,8 +7,10 @@
 //   cmd_mu_) and io->Wake().
 // - A Job is shared by its parts (one per reactor it has chunks on); its counters are atomics, and the reactor
 //   whose chunk finishes last publishes the result.
-// - index_mu_ guards the index (published entries, LRU order, negative cache, disk usage) and the resident map.
-//   Lookup runs under it on the caller's thread; reactors take it briefly on publish, load pin/unpin and eviction.
+// - disk_ (DiskIndex, src/engine/disk_index.h) is the disk index (published entries, LRU order, pins, negative cache,
+//   pending stores, evictions in flight, byte counts) with a mutex of its own; it never sees the engine.
+// - index_mu_ guards the resident map (DRAM tier). Lookup runs under it on the caller's thread; reactors take it
+//   briefly on DRAM hits and promotions.
 // - A copier lane's mutex serializes Submit/Poll of its DeviceCopier (several reactors may share one lane).
 // - done_mu_ guards finished results; done_cv_ wakes Wait().
 // - pool_ is shared memory: slot data is touched by the reactors (I/O buffers), the copier threads and, in vLLM,
@@ -33,6 +35,7 @@
 
 #include "io/io_engine.h"
 #include "kvtier/engine.h"
+#include "engine/disk_index.h"
 #include "layout/chunk_format.h"
 #include "layout/chunk_path.h"
 #include "layout/namespace.h"
@@ -217,7 +220,7 @@ class EngineImpl final : public Engine {
   void EvictAboveHighWatermark(Reactor& r);
   // Disk usage compared with the budget: the namespace's usage records on a shared root (M2), else its shared
   // counter on this host (C1), else the index's.
-  uint64_t UsageLocked() const { return ledger_ ? ledger_->Total() : usage_ ? usage_->Load() : disk_bytes_; }
+  uint64_t Usage() const { return ledger_ ? ledger_->Total() : usage_ ? usage_->Load() : disk_->bytes(); }
   // The shared usage, whichever kind this root has (usage_ or ledger_; none: no-ops). Reserve when a store starts
   // writing; CommitReserved when its link made the entry; Release when it ends without one; Add for entries linked
   // without a reservation (+) and for every unlink that removed an entry (-).
@@ -226,31 +229,20 @@ class EngineImpl final : public Engine {
   void UsageCommitReserved(uint64_t bytes);
   void UsageRelease(uint64_t bytes);
   void UsageAdd(int64_t bytes);
-  // Adds the entries of a scan of the tree that the index lacks (at open: all of them; later: what other
-  // instances published), oldest at the LRU front. drop_absent: also drops the unpinned entries indexed before the
-  // scan started that it did not find (removed by gc or another engine).
-  Status MergeTreeIntoIndex(bool drop_absent);
-  // C1: inserts an entry (the caller checked it is absent) at the LRU's back (recently used) or front.
-  void AddEntryLocked(const ChunkKey& key, uint64_t bytes, int64_t mtime_ns, bool lru_front);
   // The namespace's shared usage less what this engine changed in it (own_usage_delta_): the others' part.
   int64_t UsageOthers() const;
-  // The index's maintenance thread (runs where the root has shared usage): every second it compares the shared
-  // usage with what this engine changed; when the others' part went down (gc, another engine's evictions) or the
-  // usage is below the index's own bytes, it rescans the tree and drops the entries that are gone
-  // (MergeTreeIntoIndex(true)), at most every 2 s. disk_bytes_used and disk_entries follow within ~3 s.
+  // The maintenance thread (runs where the root has shared usage): every second it compares the shared usage with
+  // what this engine changed; when the others' part went down (gc, another engine's evictions) or the usage is below
+  // the index's own bytes, it rescans the tree and drops the entries that are gone (DiskIndex::Rescan(true)), at
+  // most every 2 s. disk_bytes_used and disk_entries follow within ~3 s.
   void MaintenanceMain();
-  // An evicted entry whose unlink failed goes back to the index (LRU front): it still takes space.
-  void ReindexLocked(const ChunkKey& key, uint64_t bytes);
-  struct Victim {
-    ChunkKey key;
-    uint64_t bytes;
-  };
-  // Removes LRU unpinned entries from the index until usage <= target; the caller unlinks their files.
-  std::vector<Victim> TakeVictimsLocked(uint64_t target_bytes);
-  uint64_t UnlinkVictims(const std::vector<Victim>& victims);  // synchronous; not on the reactor's hot path
-  // Victims worth `excess` bytes of the local LRU; when the index knows too little (entries of other instances),
-  // first merges the tree into it (at most every 500 ms; drops and retakes the lock).
-  std::vector<Victim> TakeExcessLocked(uint64_t excess, std::unique_lock<std::mutex>& lock);
+  using Victim = DiskIndex::Victim;
+  // What to evict of `excess` bytes over the low watermark: this engine's share of it on a shared root (M2); when
+  // the index knows less than that (entries of other instances), the tree is merged into it first (at most every
+  // 500 ms).
+  uint64_t ExcessToTake(uint64_t excess);
+  // Unlinks victims synchronously (not on the reactor's hot path) and ends their evictions; the bytes freed.
+  uint64_t UnlinkVictims(const std::vector<Victim>& victims);
   void PumpData(Reactor& r);
   void EndDataPhase(Chunk& c);  // starts queued chunks' data reads/writes while fewer than io_depth are at the disk
   int64_t Deadline() const;
@@ -261,7 +253,6 @@ class EngineImpl final : public Engine {
   // only after everything else (R2). False when nothing can go.
   bool EvictResidentLocked(bool for_speculative);
   std::optional<uint32_t> AcquireSlot(staging::Priority priority);
-  bool OnDiskLocked(const ChunkKey& key);
   // Reactor: a resident chunk's read finished (ok) or failed.
   void ResidentLoaded(const ChunkKey& key, uint32_t slot, uint32_t generation, bool ok);
   void ResidentWritten(const ChunkKey& key);
@@ -278,7 +269,6 @@ class EngineImpl final : public Engine {
   uint64_t open_resolve_ = 0; // RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS where the kernel has openat2 (K2)
   std::unique_ptr<SharedUsage> usage_;  // C1: the namespace's usage shared by every engine on this host
   std::unique_ptr<UsageLedger> ledger_;  // M2: instead of usage_ on a shared root: shared by every host
-  int64_t last_merge_ns_ = 0;           // guarded by index_mu_
   std::unique_ptr<ChecksumKey> checksum_key_;  // K3: set when options.checksum_secret is
   mode_t file_mode_ = 0640;
   bool fchmod_files_ = false;  // the process umask strips bits of file_mode_: chmod each new temporary
@@ -304,34 +294,18 @@ class EngineImpl final : public Engine {
   // Reactors (bit r) that found the pool without a free slot for demand work: FreeSlot wakes them.
   std::atomic<uint64_t> pool_waiters_{0};
 
-  // Index of published entries (C1): LRU order, most recent at the back.
-  struct IndexEntry {
-    uint64_t bytes = 0;
-    uint32_t pins = 0;  // loads in flight: never evicted while pinned
-    std::list<ChunkKey>::iterator lru;
-    int64_t mtime_ns = 0;  // M3: the file's mtime as this engine last knew it (0: unknown)
-    uint64_t seq = 0;      // index_seq_ when it was inserted: a rescan drops only entries older than itself
-  };
-  // M3, on a shared root: a victim whose file another host touched since this engine learnt its mtime (a hit
-  // there) is not evicted; it moves to the recent end with its new mtime. Requires index_mu_.
-  bool UsedElsewhereLocked(const ChunkKey& key, IndexEntry& e);
-
-  mutable std::mutex index_mu_;
-  std::unordered_map<ChunkKey, IndexEntry, ChunkKeyHash> index_;
-  std::list<ChunkKey> lru_;
-  std::unordered_map<ChunkKey, int64_t, ChunkKeyHash> negative_;  // key -> expiry (ns)
-  std::unordered_map<ChunkKey, int, ChunkKeyHash> pending_stores_;
-  // Evicted from the index, file not yet unlinked: the filesystem fallback of Lookup must not re-index them.
-  std::unordered_map<ChunkKey, int, ChunkKeyHash> evicting_;
-  uint64_t evicting_bytes_ = 0;  // bytes of evictions whose unlinks the reactor has in flight
-  uint64_t disk_bytes_ = 0;
-  uint64_t index_seq_ = 0;
+  // The disk index (C1): published entries, LRU, negative cache, pending stores, evictions in flight.
+  std::unique_ptr<DiskIndex> disk_;
+  std::atomic<int64_t> last_merge_ns_{0};  // ExcessToTake's last merge of the tree into the index
   // What this engine's own Usage* calls changed in the shared usage (UsageOthers).
   std::atomic<int64_t> own_usage_delta_{0};
   Mutex maint_mu_;
   CondVar maint_cv_;
   bool maint_stop_ GUARDED_BY(maint_mu_) = false;
   std::thread maintenance_;
+
+  // index_mu_ guards the resident map and the DRAM tier's policy below.
+  mutable std::mutex index_mu_;
 
   // Slot-resident chunks (DRAM tier), also guarded by index_mu_. LRU order, most recent at the back.
   struct Resident {

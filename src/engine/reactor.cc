@@ -281,11 +281,8 @@ void EngineImpl::OnCompletion(Reactor& r, const io::IoCompletion& cqe) {
   if (ctx.role == OpRole::kUnlinkEvicted) {
     if (res == 0 || res == -ENOENT) SubmitRmdirFanout(r, ctx.key, 2);
     if (res == 0) UsageAdd(-static_cast<int64_t>(ctx.len));
-    std::lock_guard<std::mutex> lock(index_mu_);
-    if (res < 0 && res != -ENOENT) ReindexLocked(ctx.key, ctx.len);  // still on disk: a later eviction retries
-    evicting_bytes_ -= std::min(evicting_bytes_, ctx.len);
-    auto it = evicting_.find(ctx.key);
-    if (it != evicting_.end() && --it->second <= 0) evicting_.erase(it);
+    // Still on disk (it failed, not ENOENT): back in the index, a later eviction retries it.
+    disk_->EndEviction(Victim{ctx.key, ctx.len}, res < 0 && res != -ENOENT);
   }
   Chunk* c = ctx.chunk;
   if (c == nullptr) return;  // fire-and-forget close or unlink
@@ -528,14 +525,7 @@ bool EngineImpl::StartLoadChunk(Part& part, Chunk& c) {
     }
     slot = *got;
   }
-  {
-    std::lock_guard<std::mutex> lock(index_mu_);
-    auto e = index_.find(c.req.key);
-    if (e != index_.end()) {
-      e->second.pins++;
-      c.pinned = true;
-    }
-  }
+  c.pinned = disk_->Pin(c.req.key);
   ReadShare* s = NewShare(r);
   s->key = c.req.key;
   s->slot = static_cast<int>(slot);
@@ -660,12 +650,7 @@ void EngineImpl::OnCopyDone(Reactor& r, const CopyDone& d) {
 bool EngineImpl::StartStoreChunk(Part& part, Chunk& c) {
   Reactor& r = *c.reactor;
   c.started_ns = io::NowNs();
-  bool present;
-  {
-    std::lock_guard<std::mutex> lock(index_mu_);
-    present = index_.count(c.req.key) > 0;
-  }
-  if (present || r.stores_in_flight.count(c.req.key)) {
+  if (disk_->Contains(c.req.key) || r.stores_in_flight.count(c.req.key)) {
     // Already published (or being published by an earlier job): nothing to write.
     stats_.stores_deduplicated.Add(1);
     c.released = true;
@@ -967,9 +952,7 @@ void EngineImpl::MaybeTouchEntry(const Chunk& c) {
   // Both times "now" (nullptr): write permission suffices, as in group-shared deployments (K2). Not following a
   // symlink as the last component; the fan-out directories were checked when created (docs/operations.md, K2).
   if (utimensat(ns_->dirfd(), c.rel_path.c_str(), nullptr, AT_SYMLINK_NOFOLLOW) != 0) return;
-  std::lock_guard<std::mutex> lock(index_mu_);
-  auto e = index_.find(c.req.key);
-  if (e != index_.end()) e->second.mtime_ns = now_ns;
+  disk_->SetMtime(c.req.key, now_ns);
 }
 
 bool EngineImpl::YoungOnSharedRoot(const Chunk& c) const {
@@ -995,14 +978,8 @@ bool EngineImpl::RetryStoreAfterEnospc(Chunk& c) {
     unlinkat(ns_->dirfd(), c.tmp_path.c_str(), 0);
     c.tmp_exists = false;
   }
-  {
-    std::unique_lock<std::mutex> lock(index_mu_);
-    const uint64_t file = slot_bytes_;
-    const uint64_t want = std::max<uint64_t>(4 * file, disk_bytes_ / 10);
-    std::vector<Victim> victims = TakeVictimsLocked(disk_bytes_ > want ? disk_bytes_ - want : 0);
-    lock.unlock();
-    UnlinkVictims(victims);  // synchronously: the retry needs the space now
-  }
+  // Synchronously: the retry needs the space now.
+  UnlinkVictims(disk_->TakeExcess(std::max<uint64_t>(4 * slot_bytes_, disk_->bytes() / 10)));
   c.writes_done = false;
   OpenTemporary(c);
   return true;
@@ -1053,17 +1030,13 @@ void EngineImpl::FinishChunk(Chunk& c) {
     }
   }
   if (c.pinned) {
-    std::lock_guard<std::mutex> lock(index_mu_);
-    auto e = index_.find(c.req.key);
-    if (e != index_.end() && e->second.pins > 0) e->second.pins--;
+    disk_->Unpin(c.req.key);
     c.pinned = false;
   }
   if (job.kind == JobKind::kStore) {
     auto it = r.stores_in_flight.find(c.req.key);
     if (it != r.stores_in_flight.end() && it->second == &c) r.stores_in_flight.erase(it);
-    std::lock_guard<std::mutex> lock(index_mu_);
-    auto p = pending_stores_.find(c.req.key);
-    if (p != pending_stores_.end() && --p->second <= 0) pending_stores_.erase(p);
+    disk_->EndPendingStore(c.req.key);
   }
   // Last, after every effect of this chunk (index, pending stores): the reactor whose chunk is the job's last one
   // publishes the result; acq_rel makes the other reactors' chunk outcomes visible to it.
@@ -1233,14 +1206,7 @@ void EngineImpl::QuarantineCorrupt(const ChunkKey& key, const std::string& rel_p
 }
 
 void EngineImpl::ForgetEntry(const ChunkKey& key) {
-  std::lock_guard<std::mutex> lock(index_mu_);
-  auto e = index_.find(key);
-  if (e == index_.end()) return;
-  disk_bytes_ -= std::min(disk_bytes_, e->second.bytes);
-  lru_.erase(e->second.lru);
-  index_.erase(e);
-  stats_.disk_entries.Set(index_.size());
-  stats_.disk_bytes_used.Set(disk_bytes_);
+  disk_->Forget(key);
 }
 
 const char* EngineImpl::OpRoleName(OpRole r) {
