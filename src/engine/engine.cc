@@ -224,9 +224,13 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
   auto pool = StagingPool::Create(pool_opts);
   if (!pool.ok()) return pool.status();
   pool_ = std::move(pool.value());
-  dram_max_slots_ = options.dram_max_slots ? std::min(options.dram_max_slots, pool_->num_slots()) : pool_->num_slots();
-  dram_ = tier::DramTier::Make(tier::ParseDramPolicy(options.dram_policy).value(), dram_max_slots_);
-  max_unused_preloads_ = std::max<uint32_t>(1, (pool_->num_slots() - pool_opts.demand_reserve) / 2);
+  ResidentSet::Options dram_opts;
+  dram_opts.policy = tier::ParseDramPolicy(options.dram_policy).value();
+  dram_opts.max_slots =
+      options.dram_max_slots ? std::min(options.dram_max_slots, pool_->num_slots()) : pool_->num_slots();
+  // R2: unused preloads hold at most half of the non-reserved slots, so they never crowd out the DRAM tier.
+  dram_opts.max_unused_preloads = std::max<uint32_t>(1, (pool_->num_slots() - pool_opts.demand_reserve) / 2);
+  resident_ = std::make_unique<ResidentSet>(*pool_, dram_opts, stats_, [this](uint32_t slot) { FreeSlot(slot); });
 
   // Copier lanes: one copier per reactor where the copier can make more of its kind (DeviceCopier::CreateLane),
   // otherwise one shared by every reactor.
@@ -290,7 +294,8 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
     << (open_resolve_ ? "openat2 (RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS)" : "openat (O_NOFOLLOW)")
     << (checksum_key_ ? ", keyed checksums" : "") << "; pool " << pool_->name() << " "
     << pool_->num_slots() << " slots x " << slot_bytes_ << " B (reserve " << pool_opts.demand_reserve
-    << "), DRAM tier " << tier::DramPolicyName(dram_->policy()) << " " << dram_max_slots_ << " slots; index " << disk_->entries() << " entries, " << disk_->bytes()
+    << "), DRAM tier " << tier::DramPolicyName(resident_->policy()) << " " << resident_->max_slots()
+    << " slots; index " << disk_->entries() << " entries, " << disk_->bytes()
     << " B; copier "
     << copier_name << (lanes_.size() > 1 ? " x" + std::to_string(lanes_.size()) : "");
   if (options.disk_budget_bytes) d << "; budget " << options.disk_budget_bytes << " B";
@@ -344,17 +349,14 @@ EngineImpl::~EngineImpl() {
 ChunkLocation EngineImpl::Lookup(const ChunkKey& key) {
   stats_.lookups.Add(1);
   const int64_t now = io::NowNs();
-  {
-    std::lock_guard<std::mutex> lock(index_mu_);
-    auto r = resident_.find(key);
-    if (r != resident_.end()) {
-      if (r->second.state == Resident::State::kReady || r->second.state == Resident::State::kWriting) {
-        dram_->Touch(key);
-        stats_.lookup_hits_dram.Add(1);
-        return ChunkLocation::kDram;
-      }
-      if (r->second.state == Resident::State::kFilling) return ChunkLocation::kPending;
-    }
+  switch (resident_->Lookup(key)) {
+    case ResidentSet::Hit::kReady:
+      stats_.lookup_hits_dram.Add(1);
+      return ChunkLocation::kDram;
+    case ResidentSet::Hit::kFilling:
+      return ChunkLocation::kPending;
+    case ResidentSet::Hit::kNone:
+      break;
   }
   switch (disk_->Lookup(key, now)) {
     case DiskIndex::Known::kPresent:
@@ -654,70 +656,14 @@ void EngineImpl::EvictAboveHighWatermark(Reactor& r) {
 // ---------------------------------------------------------------------------------------------------------------
 // Slot-resident chunks (DRAM tier)
 
-bool EngineImpl::EvictResidentLocked(bool for_speculative) {
-  const int64_t now = io::NowNs();
-  auto evictable = [this, now](bool preloads_too) {
-    return [this, preloads_too, now](const ChunkKey& k) {
-      auto r = resident_.find(k);
-      return r != resident_.end() && r->second.pins == 0 && r->second.state == Resident::State::kReady &&
-             r->second.awaited_until_ns <= now && (preloads_too || !r->second.speculative);
-    };
-  };
-  std::optional<ChunkKey> victim = dram_->Victim(evictable(false));
-  if (!victim && !for_speculative) victim = dram_->Victim(evictable(true));
-  if (!victim) return false;
-  auto r = resident_.find(*victim);
-  if (r->second.speculative) {
-    stats_.preload_wasted.Add(1);
-    unused_preloads_--;
-  }
-  const uint32_t slot = r->second.slot;
-  resident_.erase(r);
-  dram_->Evict(*victim);
-  FreeSlot(slot);
-  stats_.dram_entries.Set(resident_.size());
-  return true;
-}
-
-void EngineImpl::UsePreloadLocked(Resident& r) {
-  if (!r.speculative) return;
-  r.speculative = false;
-  unused_preloads_--;
-  stats_.preload_used.Add(1);
-}
-
-std::optional<uint32_t> EngineImpl::AcquireSlotLocked(staging::Priority priority, bool for_resident) {
-  const bool speculative = priority == staging::Priority::kSpeculative;
-  // T1: the tier's bound. Several entries may be over it (write-through stores join it while they are written, when
-  // nothing is evictable yet), so evict until there is room or nothing more can go.
-  while (for_resident && resident_.size() >= dram_max_slots_ && EvictResidentLocked(speculative)) {
-  }
-  if (auto slot = pool_->Acquire(priority)) return slot;
-  if (!EvictResidentLocked(speculative)) return std::nullopt;
-  return pool_->Acquire(priority);
-}
-
-PromoteState EngineImpl::Residency(const ChunkKey& key) {
-  std::lock_guard<std::mutex> lock(index_mu_);
-  auto r = resident_.find(key);
-  if (r == resident_.end()) return PromoteState::kMiss;
-  if (r->second.state == Resident::State::kReady || r->second.state == Resident::State::kWriting) {
-    return PromoteState::kReady;
-  }
-  return PromoteState::kPending;
-}
-
-std::optional<uint32_t> EngineImpl::AcquireSlot(staging::Priority priority) {
-  std::lock_guard<std::mutex> lock(index_mu_);
-  return AcquireSlotLocked(priority);
-}
+PromoteState EngineImpl::Residency(const ChunkKey& key) { return resident_->Residency(key); }
 
 std::optional<uint32_t> EngineImpl::AcquireSlotFor(Reactor& r) {
-  if (auto slot = AcquireSlot(staging::Priority::kDemand)) return slot;
+  if (auto slot = resident_->AcquireSlot(staging::Priority::kDemand)) return slot;
   if (reactors_.size() == 1) return std::nullopt;  // the only reactor frees slots itself and retries each iteration
   // Record the wait before trying again: a slot freed in between either is seen by the retry or wakes us.
   pool_waiters_.fetch_or(uint64_t{1} << r.index);
-  return AcquireSlot(staging::Priority::kDemand);
+  return resident_->AcquireSlot(staging::Priority::kDemand);
 }
 
 void EngineImpl::FreeSlot(uint32_t slot) {
@@ -737,162 +683,45 @@ void EngineImpl::WakeWaiters(std::atomic<uint64_t>& mask) {
 }
 
 PromoteResult EngineImpl::Promote(const ChunkKey& key, bool speculative) {
-  uint32_t slot;
-  {
-    std::lock_guard<std::mutex> lock(index_mu_);
-    auto r = resident_.find(key);
-    if (r != resident_.end()) {
-      dram_->Touch(key);
-      if (!speculative) {
-        UsePreloadLocked(r->second);
-        if (r->second.pins == 0) r->second.awaited_until_ns = io::NowNs() + kAwaitedProtectionNs;
-      }
-      if (r->second.state == Resident::State::kReady || r->second.state == Resident::State::kWriting) {
-        return PromoteResult{PromoteState::kReady, SlotRef{r->second.slot, r->second.generation}};
-      }
-      return PromoteResult{PromoteState::kPending, {}};
-    }
-    if (!disk_->OnDisk(key, io::NowNs(), NegativeTtlNs())) return PromoteResult{PromoteState::kMiss, {}};
-    // R2: unused preloads hold at most half of the non-reserved slots, so they never crowd out the DRAM tier.
-    if (speculative && unused_preloads_ >= max_unused_preloads_) return PromoteResult{PromoteState::kMiss, {}};
-    auto got = AcquireSlotLocked(speculative ? staging::Priority::kSpeculative : staging::Priority::kDemand,
-                                 /*for_resident=*/true);
-    if (!got) return PromoteResult{PromoteState::kMiss, {}};
-    slot = *got;
-    dram_->Insert(key);
-    resident_.emplace(key, Resident{slot, 0, Resident::State::kLoading, 0, speculative,
-                                    speculative ? 0 : io::NowNs() + kAwaitedProtectionNs});
-    if (speculative) unused_preloads_++;
-  }
+  const int64_t now = io::NowNs();
+  if (auto resident = resident_->PromoteResident(key, speculative, now)) return *resident;
+  if (!disk_->OnDisk(key, now, NegativeTtlNs())) return PromoteResult{PromoteState::kMiss, {}};
+  PromoteResult result;
+  const std::optional<uint32_t> slot = resident_->BeginLoad(key, speculative, now, &result);
+  if (!slot) return result;
   if (speculative) stats_.preload_started.Add(1);
-  auto id = Enqueue(JobKind::kLoad, {ChunkTransfer{key, 0, 0, {}}}, {static_cast<int>(slot)}, /*internal=*/true);
+  auto id = Enqueue(JobKind::kLoad, {ChunkTransfer{key, 0, 0, {}}}, {static_cast<int>(*slot)}, /*internal=*/true);
   if (!id.ok()) {
-    ResidentLoaded(key, slot, 0, false);
+    resident_->Loaded(key, *slot, 0, false, io::NowNs());
     return PromoteResult{PromoteState::kMiss, {}};
   }
-  return PromoteResult{PromoteState::kPending, {}};
+  return result;
 }
 
-void EngineImpl::ResidentLoaded(const ChunkKey& key, uint32_t slot, uint32_t generation, bool ok) {
-  std::lock_guard<std::mutex> lock(index_mu_);
-  auto r = resident_.find(key);
-  if (r == resident_.end() || r->second.slot != slot) return;
-  if (ok) {
-    r->second.state = Resident::State::kReady;
-    r->second.generation = generation;
-    // The protection window of an awaited promotion starts when its bytes are ready.
-    if (r->second.awaited_until_ns != 0) r->second.awaited_until_ns = io::NowNs() + kAwaitedProtectionNs;
-  } else {
-    if (r->second.speculative) unused_preloads_--;
-    dram_->Erase(key);
-    resident_.erase(r);
-    FreeSlot(slot);
-  }
-  stats_.dram_entries.Set(resident_.size());
-}
+Result<std::vector<SlotRef>> EngineImpl::PinResident(std::span<const ChunkKey> keys) { return resident_->Pin(keys); }
 
-void EngineImpl::ResidentWritten(const ChunkKey& key) {
-  std::lock_guard<std::mutex> lock(index_mu_);
-  auto r = resident_.find(key);
-  if (r != resident_.end() && r->second.state == Resident::State::kWriting) r->second.state = Resident::State::kReady;
-  // A written store is an ordinary DRAM-tier entry now: if stores took the tier over its bound (they cannot be
-  // evicted while written), bring it back.
-  while (resident_.size() > dram_max_slots_ && EvictResidentLocked(/*for_speculative=*/false)) {
-  }
-  stats_.dram_entries.Set(resident_.size());
-}
-
-Result<std::vector<SlotRef>> EngineImpl::PinResident(std::span<const ChunkKey> keys) {
-  std::lock_guard<std::mutex> lock(index_mu_);
-  std::vector<SlotRef> refs;
-  refs.reserve(keys.size());
-  for (const ChunkKey& k : keys) {
-    auto r = resident_.find(k);
-    if (r == resident_.end() ||
-        (r->second.state != Resident::State::kReady && r->second.state != Resident::State::kWriting)) {
-      return Status(StatusCode::kNotFound, "chunk " + k.Hex() + " is not resident");
-    }
-    refs.push_back(SlotRef{r->second.slot, r->second.generation});
-  }
-  for (const ChunkKey& k : keys) {
-    auto& r = resident_[k];
-    r.pins++;
-    r.awaited_until_ns = 0;  // delivered: ordinary LRU/ARC order from now on
-    dram_->Touch(k);
-    UsePreloadLocked(r);
-  }
-  return refs;
-}
-
-void EngineImpl::Unpin(std::span<const ChunkKey> keys) {
-  std::lock_guard<std::mutex> lock(index_mu_);
-  for (const ChunkKey& k : keys) {
-    auto r = resident_.find(k);
-    if (r != resident_.end() && r->second.pins > 0) r->second.pins--;
-  }
-}
+void EngineImpl::Unpin(std::span<const ChunkKey> keys) { resident_->Unpin(keys); }
 
 Result<std::vector<std::optional<SlotRef>>> EngineImpl::ReserveForStore(std::span<const ChunkKey> keys) {
-  std::lock_guard<std::mutex> lock(index_mu_);
-  std::vector<std::optional<SlotRef>> out(keys.size());
-  std::vector<size_t> taken;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    const ChunkKey& k = keys[i];
-    if (resident_.count(k) || disk_->ContainsOrPending(k)) {
-      stats_.stores_deduplicated.Add(1);
-      continue;
-    }
-    bool dup = false;
-    for (size_t j : taken) dup |= keys[j] == k;
-    if (dup) continue;
-    auto slot = AcquireSlotLocked(staging::Priority::kDemand, /*for_resident=*/true);
-    if (!slot) {
-      for (size_t j : taken) {
-        auto r = resident_.find(keys[j]);
-        dram_->Erase(keys[j]);
-        FreeSlot(r->second.slot);
-        resident_.erase(r);
-      }
-      return Status(StatusCode::kResourceExhausted, "staging pool has no free slot for " +
-                                                        std::to_string(keys.size()) + " chunks; retry later");
-    }
-    const uint32_t gen = pool_->BeginFill(*slot);
-    dram_->Insert(k);
-    resident_.emplace(k, Resident{*slot, gen, Resident::State::kFilling, 0});
-    out[i] = SlotRef{*slot, gen};
-    taken.push_back(i);
-  }
-  stats_.dram_entries.Set(resident_.size());
-  return out;
+  // Stores deduplicate against entries indexed or being stored, asked before the resident set (never under its
+  // lock: the two are independent, and a key published in between is deduplicated when its store starts).
+  std::vector<bool> on_disk(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) on_disk[i] = disk_->ContainsOrPending(keys[i]);
+  return resident_->ReserveForStore(keys, on_disk);
 }
 
 void EngineImpl::CommitStore(std::span<const ChunkKey> keys, bool success) {
-  std::vector<ChunkTransfer> chunks;
+  std::vector<ChunkKey> written;
   std::vector<int> slots;
-  {
-    std::lock_guard<std::mutex> lock(index_mu_);
-    for (const ChunkKey& k : keys) {
-      auto r = resident_.find(k);
-      if (r == resident_.end() || r->second.state != Resident::State::kFilling) continue;
-      if (!success) {
-        FreeSlot(r->second.slot);
-        dram_->Erase(k);
-        resident_.erase(r);
-        stats_.stores_dropped.Add(1);
-        continue;
-      }
-      pool_->PublishReady(r->second.slot, r->second.generation);
-      r->second.state = Resident::State::kWriting;
-      chunks.push_back(ChunkTransfer{k, 0, 0, {}});
-      slots.push_back(static_cast<int>(r->second.slot));
-    }
-    stats_.dram_entries.Set(resident_.size());
-  }
-  if (chunks.empty()) return;
+  resident_->Commit(keys, success, &written, &slots);
+  if (written.empty()) return;
+  std::vector<ChunkTransfer> chunks;
+  chunks.reserve(written.size());
+  for (const ChunkKey& k : written) chunks.push_back(ChunkTransfer{k, 0, 0, {}});
   stats_.stores_started.Add(1);
   auto id = Enqueue(JobKind::kStore, std::move(chunks), std::move(slots), /*internal=*/true);
   if (!id.ok()) {
-    for (const ChunkKey& k : keys) ResidentWritten(k);  // shutting down: keep them resident, unwritten
+    for (const ChunkKey& k : written) resident_->Written(k);  // shutting down: keep them resident, unwritten
   }
 }
 

@@ -9,8 +9,9 @@
 //   whose chunk finishes last publishes the result.
 // - disk_ (DiskIndex, src/engine/disk_index.h) is the disk index (published entries, LRU order, pins, negative cache,
 //   pending stores, evictions in flight, byte counts) with a mutex of its own; it never sees the engine.
-// - index_mu_ guards the resident map (DRAM tier). Lookup runs under it on the caller's thread; reactors take it
-//   briefly on DRAM hits and promotions.
+// - resident_ (ResidentSet, src/engine/resident_set.h) is the DRAM tier (resident map, replacement policy, preload
+//   accounting) with a mutex of its own, and hands out every pool slot; it never sees the engine. Neither class is
+//   called with the other's lock held.
 // - A copier lane's mutex serializes Submit/Poll of its DeviceCopier (several reactors may share one lane).
 // - done_mu_ guards finished results; done_cv_ wakes Wait().
 // - pool_ is shared memory: slot data is touched by the reactors (I/O buffers), the copier threads and, in vLLM,
@@ -36,6 +37,7 @@
 #include "io/io_engine.h"
 #include "kvtier/engine.h"
 #include "engine/disk_index.h"
+#include "engine/resident_set.h"
 #include "layout/chunk_format.h"
 #include "layout/chunk_path.h"
 #include "layout/namespace.h"
@@ -246,16 +248,6 @@ class EngineImpl final : public Engine {
   void PumpData(Reactor& r);
   void EndDataPhase(Chunk& c);  // starts queued chunks' data reads/writes while fewer than io_depth are at the disk
   int64_t Deadline() const;
-  // A free slot, evicting the least recently used unpinned resident chunk if the pool has none (T1).
-  // for_resident: the slot becomes a DRAM-tier entry, so the tier's own bound (dram_max_slots) applies first.
-  std::optional<uint32_t> AcquireSlotLocked(staging::Priority priority, bool for_resident = false);
-  // Evicts one unpinned ready resident chunk in the policy's order; unused preloads go only for demand work and
-  // only after everything else (R2). False when nothing can go.
-  bool EvictResidentLocked(bool for_speculative);
-  std::optional<uint32_t> AcquireSlot(staging::Priority priority);
-  // Reactor: a resident chunk's read finished (ok) or failed.
-  void ResidentLoaded(const ChunkKey& key, uint32_t slot, uint32_t generation, bool ok);
-  void ResidentWritten(const ChunkKey& key);
 
   EngineOptions options_;
   std::string describe_;
@@ -304,29 +296,9 @@ class EngineImpl final : public Engine {
   bool maint_stop_ GUARDED_BY(maint_mu_) = false;
   std::thread maintenance_;
 
-  // index_mu_ guards the resident map and the DRAM tier's policy below.
-  mutable std::mutex index_mu_;
-
-  // Slot-resident chunks (DRAM tier), also guarded by index_mu_. LRU order, most recent at the back.
-  struct Resident {
-    enum class State { kLoading, kReady, kFilling, kWriting };
-    uint32_t slot = 0;
-    uint32_t generation = 0;
-    State state = State::kLoading;
-    uint32_t pins = 0;
-    bool speculative = false;  // a preload no demand load has used yet (R3: preload_used/wasted)
-    // A demand promotion someone waits for: not evicted until it is pinned (the scheduler's next lookup) or this
-    // passes, so another request's promotion cannot take the slot between the read and the load (no re-reads).
-    int64_t awaited_until_ns = 0;
-  };
-  static constexpr int64_t kAwaitedProtectionNs = 2'000'000'000;
-  // The first demand use of a preloaded entry (R3). Requires index_mu_.
-  void UsePreloadLocked(Resident& r);
-  std::unordered_map<ChunkKey, Resident, ChunkKeyHash> resident_;
-  std::unique_ptr<tier::DramTier> dram_;  // replacement order of resident_ (T1)
-  uint32_t dram_max_slots_ = 0;
-  uint32_t unused_preloads_ = 0;      // resident entries with speculative set
-  uint32_t max_unused_preloads_ = 0;  // (slots - demand reserve) / 2: preloads never crowd out the tier
+  // The DRAM tier (T1): the resident map, its replacement policy and the preload accounting; every pool slot the
+  // engine takes comes through it.
+  std::unique_ptr<ResidentSet> resident_;
 
   Mutex done_mu_;
   CondVar done_cv_;  // wakes Wait()

@@ -470,19 +470,7 @@ bool EngineImpl::StartLoadChunk(Part& part, Chunk& c) {
   if (!promotion) {
     stats_.bytes_needed.Add(uint64_t(c.num_blocks) * options_.identity.block_bytes);
     // T2: a chunk resident in DRAM is copied from its slot; the disk is not touched.
-    std::optional<SlotRef> dram;
-    {
-      std::lock_guard<std::mutex> lock(index_mu_);
-      auto rit = resident_.find(c.req.key);
-      if (rit != resident_.end() &&
-          (rit->second.state == Resident::State::kReady || rit->second.state == Resident::State::kWriting)) {
-        rit->second.pins++;
-        dram_->Touch(c.req.key);
-        UsePreloadLocked(rit->second);
-        dram = SlotRef{rit->second.slot, rit->second.generation};
-      }
-    }
-    if (dram) {
+    if (std::optional<SlotRef> dram = resident_->PinIfReady(c.req.key)) {
       ReadShare* s = NewShare(r);
       s->key = c.req.key;
       s->slot = static_cast<int>(dram->slot);
@@ -592,7 +580,7 @@ void EngineImpl::LoadReadsDone(Chunk& c) {
   MaybeTouchEntry(c);
   s->ready = true;
   pool_->PublishReady(s->slot, s->slot_gen);
-  if (s->resident) ResidentLoaded(s->key, s->slot, s->slot_gen, true);
+  if (s->resident) resident_->Loaded(s->key, s->slot, s->slot_gen, true, io::NowNs());
   std::vector<Chunk*> members = s->members;  // QueueLoadCopy may finish chunks, which edits members
   for (Chunk* m : members) QueueLoadCopy(*m);
 }
@@ -654,7 +642,7 @@ bool EngineImpl::StartStoreChunk(Part& part, Chunk& c) {
     // Already published (or being published by an earlier job): nothing to write.
     stats_.stores_deduplicated.Add(1);
     c.released = true;
-    if (c.preset_slot >= 0) ResidentWritten(c.req.key);
+    if (c.preset_slot >= 0) resident_->Written(c.req.key);
     FinishChunk(c);
     return true;
   }
@@ -1105,7 +1093,7 @@ void EngineImpl::Settle(Chunk& c) {
       c.usage_reserved = false;
     }
     if (c.preset_slot >= 0) {
-      ResidentWritten(c.req.key);  // written or not, the slot's bytes stay valid in the DRAM tier
+      resident_->Written(c.req.key);  // written or not, the slot's bytes stay valid in the DRAM tier
     } else if (c.slot >= 0) {
       FreeSlot(c.slot);
     }
@@ -1133,9 +1121,9 @@ void EngineImpl::MaybeRetireShare(ReadShare* s) {
   auto it = r.read_shares.find(s->key);
   if (it != r.read_shares.end() && it->second == s) r.read_shares.erase(it);
   if (s->resident_pin) {
-    Unpin(std::span<const ChunkKey>(&s->key, 1));  // a DRAM hit: the slot stays resident
+    resident_->Unpin(std::span<const ChunkKey>(&s->key, 1));  // a DRAM hit: the slot stays resident
   } else if (s->resident) {
-    if (!s->ready) ResidentLoaded(s->key, s->slot, 0, false);  // a failed promotion gives its slot back
+    if (!s->ready) resident_->Loaded(s->key, s->slot, 0, false, io::NowNs());  // a failed promotion gives its slot back
   } else {
     FreeSlot(s->slot);
   }
