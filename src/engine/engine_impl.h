@@ -36,6 +36,7 @@
 
 #include "io/io_engine.h"
 #include "kvtier/engine.h"
+#include "engine/chunk_state.h"
 #include "engine/disk_index.h"
 #include "engine/resident_set.h"
 #include "layout/chunk_format.h"
@@ -201,7 +202,11 @@ class EngineImpl final : public Engine {
   // M3: a verified load of an entry whose mtime is older than touch_interval_s sets it to now (utimensat), and the
   // index learns the new mtime.
   void MaybeTouchEntry(const Chunk& c);
+  // Moves c to state `to`; in debug builds an illegal move (LegalChunkTransition) aborts naming both states.
+  void SetState(Chunk& c, ChunkState to);
+  // Finishes c as failed (kFailed) with status; a no-op for a finished chunk. A share's leader fails its members.
   void FailChunk(Chunk& c, Status status);
+  // Finishes c: kSucceeded, or kFailed when its status says so; the job's last chunk publishes the result.
   void FinishChunk(Chunk& c);
   // Every chunk of job has finished: record stats and trace, and hand the result to PollCompleted/Wait.
   void PublishJob(Job& job);
@@ -338,10 +343,8 @@ struct EngineImpl::Chunk {
   ChunkTransfer req;
   uint32_t first_block = 0;
   uint32_t num_blocks = 0;
-  Status status;
-  bool failed = false;
-  bool finished = false;
-  bool released = false;        // resources returned
+  ChunkState state = ChunkState::kQueued;  // changed only by EngineImpl::SetState (src/engine/chunk_state.h)
+  Status status;                // set when the chunk fails (kFailed); Ok otherwise
   int slot = -1;                // stores: the slot held; loads: see share
   int preset_slot = -1;         // a resident slot: loads read into it, stores write from it; it stays resident
   uint32_t slot_gen = 0;
@@ -361,10 +364,9 @@ struct EngineImpl::Chunk {
                                 // so instances evict before the files exist rather than after
   uint8_t dir_retries = 0;      // RetryAfterVanishedDir
   uint8_t mkdir_retries = 0;    // M1: EEXIST from mkdir, then ENOENT from stat (another host's mkdir in flight)
-  bool writes_done = false;
   uint64_t opened_ino = 0;      // loads: the file's inode and mtime at open (M1)
   int64_t opened_mtime_ns = 0;
-  bool data_phase = false;      // counted in data_in_flight_
+  bool data_phase = false;      // holds a place at the disk: counted in its reactor's data_in_flight
   int64_t started_ns = 0;
 };
 

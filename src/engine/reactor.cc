@@ -1,4 +1,4 @@
-// The reactor loop and the per-chunk state machines of loads and stores.
+// The reactor loop and the per-chunk state machines of loads and stores (states: src/engine/chunk_state.h).
 //
 // Load, per chunk:  slot -> open -> read header + needed blocks -> verify -> slot ready -> copy out -> release.
 // Store, per chunk: slot -> copy in -> header + checksums -> open temporary -> write -> [fsync] -> link -> unlink
@@ -52,7 +52,7 @@ void EngineImpl::ReactorMain(Reactor& r) {
     // whichever reactor that was); the job itself goes with its last part.
     std::erase_if(r.jobs, [](const std::unique_ptr<Part>& p) {
       for (Chunk* c : p->chunks) {
-        if (!c->finished || !c->released || c->ops_in_flight > 0 || c->copies_in_flight > 0) return false;
+        if (c->state != ChunkState::kReleased || c->ops_in_flight > 0 || c->copies_in_flight > 0) return false;
       }
       return true;
     });
@@ -118,10 +118,11 @@ void EngineImpl::PumpData(Reactor& r) {
   while (r.data_in_flight < r.depth && !r.data_queue.empty()) {
     Chunk* c = r.data_queue.front();
     r.data_queue.pop_front();
-    if (c->failed) {
+    if (c->state == ChunkState::kFailed) {
       Settle(*c);
       continue;
     }
+    SetState(*c, ChunkState::kTransferring);
     c->data_phase = true;
     r.data_in_flight++;
     if (c->job->kind == JobKind::kLoad) {
@@ -300,10 +301,12 @@ void EngineImpl::OnCompletion(Reactor& r, const io::IoCompletion& cqe) {
         if (c->job->kind == JobKind::kStore) {
           c->tmp_exists = !c->tmp_anonymous;
           // K2: the umask stripped bits of file_mode_ (e.g. group write of a 0770 deployment): set it exactly.
-          if (fchmod_files_ && !c->failed && fchmod(c->fd, file_mode_) != 0) stats_.io_errors.Add(1);
+          if (fchmod_files_ && c->state != ChunkState::kFailed && fchmod(c->fd, file_mode_) != 0) {
+            stats_.io_errors.Add(1);
+          }
         }
       }
-      if (c->failed) break;  // late: Settle() closes the fd
+      if (c->state == ChunkState::kFailed) break;  // late: Settle() closes the fd
       if (res < 0) {
         if (c->job->kind == JobKind::kLoad) {
           // EINVAL: O_DIRECT refused, which on a filesystem that passed the O_DIRECT probe means a directory or
@@ -347,11 +350,12 @@ void EngineImpl::OnCompletion(Reactor& r, const io::IoCompletion& cqe) {
           break;
         }
       }
+      SetState(*c, ChunkState::kWaitingForDisk);
       r.data_queue.push_back(c);  // PumpData starts its reads or writes when the disk has room (io_depth)
       break;
 
     case OpRole::kRead:
-      if (c->failed) break;
+      if (c->state == ChunkState::kFailed) break;
       if (res < 0) {
         FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "read " + c->rel_path));
       } else if (res == 0) {
@@ -371,13 +375,14 @@ void EngineImpl::OnCompletion(Reactor& r, const io::IoCompletion& cqe) {
           // submits before verifying this one (VerifyReadChunks), so the disk never waits for checksums (the raw
           // baseline re-arms a finished slot at once too).
           EndDataPhase(*c);
+          SetState(*c, ChunkState::kVerifying);
           r.read_done.push_back(c);
         }
       }
       break;
 
     case OpRole::kWrite:
-      if (c->failed) break;
+      if (c->state == ChunkState::kFailed) break;
       if (res < 0) {
         if ((res == -ENOSPC || res == -EDQUOT) && RetryStoreAfterEnospc(*c)) break;
         FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "write " + c->tmp_path));
@@ -394,7 +399,7 @@ void EngineImpl::OnCompletion(Reactor& r, const io::IoCompletion& cqe) {
       break;
 
     case OpRole::kFsync:
-      if (c->failed) break;
+      if (c->state == ChunkState::kFailed) break;
       if (res < 0) {
         FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "fsync " + c->tmp_path));
       } else {
@@ -403,12 +408,12 @@ void EngineImpl::OnCompletion(Reactor& r, const io::IoCompletion& cqe) {
       break;
 
     case OpRole::kCloseBeforeLink:
-      if (c->failed) break;
+      if (c->state == ChunkState::kFailed) break;
       OnCloseBeforeLink(*c, res);
       break;
 
     case OpRole::kLink:
-      if (c->failed) break;
+      if (c->state == ChunkState::kFailed) break;
       if (res == 0 || res == -EEXIST) {
         // EEXIST: another writer published the same key first; its bytes are equally valid (L4).
         if (res == -EEXIST) stats_.stores_deduplicated.Add(1);
@@ -434,7 +439,7 @@ void EngineImpl::OnCompletion(Reactor& r, const io::IoCompletion& cqe) {
       break;
 
     case OpRole::kMkdir:
-      if (c->failed) break;
+      if (c->state == ChunkState::kFailed) break;
       OnMkdirDone(*c, ctx, res);
       break;
 
@@ -445,7 +450,9 @@ void EngineImpl::OnCompletion(Reactor& r, const io::IoCompletion& cqe) {
     case OpRole::kRmdirFanout:
       break;
   }
-  if (c->ops_in_flight == 0 || c->writes_done || c->failed) EndDataPhase(*c);
+  // The place at the disk goes with the last data transfer, or as soon as the chunk moved on from transferring
+  // (written: syncing or linking; failed).
+  if (c->ops_in_flight == 0 || c->state != ChunkState::kTransferring) EndDataPhase(*c);
   Settle(*c);
 }
 
@@ -482,7 +489,7 @@ bool EngineImpl::StartLoadChunk(Part& part, Chunk& c) {
       s->members.push_back(&c);
       c.share = s;
       c.leads_share = false;  // nothing to settle: the pseudo-share retires with its last member
-      c.released = true;
+      SetState(c, ChunkState::kJoined);
       QueueLoadCopy(c);
       return true;
     }
@@ -494,7 +501,7 @@ bool EngineImpl::StartLoadChunk(Part& part, Chunk& c) {
           c.first_block + c.num_blocks <= s->first_block + s->num_blocks) {
         c.share = s;
         s->members.push_back(&c);
-        c.released = true;  // followers hold nothing of their own
+        SetState(c, ChunkState::kJoined);  // followers hold nothing of their own
         if (s->ready) QueueLoadCopy(c);
         return true;
       }
@@ -537,6 +544,7 @@ bool EngineImpl::StartLoadChunk(Part& part, Chunk& c) {
   OpCtx ctx{OpRole::kOpen, &c};
   ctx.path = c.rel_path;
   ctx.deadline_ns = Deadline();
+  SetState(c, ChunkState::kOpening);
   SubmitOp(r, std::move(ctx), op);
   return true;
 }
@@ -546,7 +554,7 @@ void EngineImpl::VerifyReadChunks(Reactor& r) {
   std::vector<Chunk*> done;
   done.swap(r.read_done);
   for (Chunk* c : done) {
-    if (!c->failed && !c->finished && c->ops_in_flight == 0) LoadReadsDone(*c);
+    if (c->state == ChunkState::kVerifying && c->ops_in_flight == 0) LoadReadsDone(*c);
     Settle(*c);
   }
 }
@@ -590,8 +598,11 @@ void EngineImpl::QueueLoadCopy(Chunk& c) {
   ReadShare* s = c.share;
   if (c.req.segments.empty()) {  // a load that only verifies presence into the pool (tests, prefetch)
     FinishChunk(c);
+    // A member holds nothing of its own (its leader settles after verifying every member).
+    if (!c.leads_share) Settle(c);
     return;
   }
+  SetState(c, ChunkState::kCopyingOut);
   CopyTask t;
   t.id = (r.next_copy_seq++ << 8) | r.index;  // CopierLane: the owner in the low bits
   t.direction = CopyDirection::kSlotToDevice;
@@ -622,11 +633,11 @@ void EngineImpl::OnCopyDone(Reactor& r, const CopyDone& d) {
   c.copies_in_flight--;
   if (!d.status.ok()) {
     FailChunk(c, d.status.WithContext("device copy"));
-  } else if (c.job->kind == JobKind::kLoad) {
+  } else if (c.state == ChunkState::kCopyingOut) {
     c.job->bytes += uint64_t(c.num_blocks) * options_.identity.block_bytes;
     stats_.chunks_loaded.Add(1);
     FinishChunk(c);
-  } else if (!c.failed) {
+  } else if (c.state == ChunkState::kCopyingIn) {
     BeginStoreWrite(c);
   }
   Settle(c);
@@ -641,9 +652,8 @@ bool EngineImpl::StartStoreChunk(Part& part, Chunk& c) {
   if (disk_->Contains(c.req.key) || r.stores_in_flight.count(c.req.key)) {
     // Already published (or being published by an earlier job): nothing to write.
     stats_.stores_deduplicated.Add(1);
-    c.released = true;
-    if (c.preset_slot >= 0) resident_->Written(c.req.key);
     FinishChunk(c);
+    Settle(c);  // holds nothing; a resident slot is marked written
     return true;
   }
   if (c.preset_slot >= 0) {  // a worker filled this resident slot (CommitStore): write it out as it is
@@ -672,6 +682,7 @@ bool EngineImpl::StartStoreChunk(Part& part, Chunk& c) {
   r.copy_ctx[t.id] = &c;
   c.copies_in_flight++;
   r.copy_batch.push_back(std::move(t));
+  SetState(c, ChunkState::kCopyingIn);
   return true;
 }
 
@@ -733,6 +744,7 @@ void EngineImpl::OpenTemporary(Chunk& c) {
   op.resolve = open_resolve_;
   ctx.path = c.tmp_path;
   ctx.deadline_ns = Deadline();
+  SetState(c, ChunkState::kCreating);
   SubmitOp(r, std::move(ctx), op);
 }
 
@@ -747,6 +759,7 @@ void EngineImpl::SubmitMkdir(Chunk& c, int level) {
   if (level == 1) ctx.path.resize(2);
   ctx.len = static_cast<uint64_t>(level);
   ctx.deadline_ns = Deadline();
+  SetState(c, ChunkState::kMakingDir);
   SubmitOp(r, std::move(ctx), op);
 }
 
@@ -833,8 +846,8 @@ void EngineImpl::OnMkdirDone(Chunk& c, const OpCtx& ctx, int64_t res) {
     return;
   }
   r.fanout_cache.Add(c.req.key);
-  if (c.tmp_anonymous && c.writes_done && c.fd >= 0) {
-    SubmitLink(c);  // RetryAfterVanishedDir from a link: the temporary is written
+  if (c.tmp_anonymous && c.fd >= 0) {
+    SubmitLink(c);  // RetryAfterVanishedDir from a link: the temporary is open and written
   } else {
     OpenTemporary(c);
   }
@@ -866,17 +879,16 @@ void EngineImpl::StoreWritesDone(Chunk& c) {
   // M1: an anonymous temporary on a shared root is made durable to the filesystem's other clients before linkat
   // names it (it stays open until then, so its close cannot do it first).
   const bool sync = options_.fsync_on_publish || (shared_root_ && c.tmp_anonymous);
-  if (sync && !c.writes_done) {
-    c.writes_done = true;
+  if (sync && c.state == ChunkState::kTransferring) {
     io::IoOp op;
     op.code = io::OpCode::kFsync;
     op.fd = c.fd;
     OpCtx ctx{OpRole::kFsync, &c};
     ctx.deadline_ns = Deadline();
+    SetState(c, ChunkState::kSyncing);
     SubmitOp(r, std::move(ctx), op);
     return;
   }
-  c.writes_done = true;
   if (c.preset_slot < 0 && c.slot >= 0) {
     // The bytes are in the file: the slot can serve the next chunk while the link finishes.
     FreeSlot(c.slot);
@@ -897,6 +909,7 @@ void EngineImpl::SubmitCloseBeforeLink(Chunk& c) {
   c.fd = -1;  // the close owns it now
   OpCtx ctx{OpRole::kCloseBeforeLink, &c};
   ctx.deadline_ns = Deadline();
+  SetState(c, ChunkState::kClosing);
   SubmitOp(*c.reactor, std::move(ctx), op);
 }
 
@@ -922,6 +935,7 @@ void EngineImpl::SubmitLink(Chunk& c) {
   }
   ctx.path2 = c.rel_path;
   ctx.deadline_ns = Deadline();
+  SetState(c, ChunkState::kLinking);
   SubmitOp(*c.reactor, std::move(ctx), op);
 }
 
@@ -968,7 +982,6 @@ bool EngineImpl::RetryStoreAfterEnospc(Chunk& c) {
   }
   // Synchronously: the retry needs the space now.
   UnlinkVictims(disk_->TakeExcess(std::max<uint64_t>(4 * slot_bytes_, disk_->bytes() / 10)));
-  c.writes_done = false;
   OpenTemporary(c);
   return true;
 }
@@ -978,9 +991,9 @@ bool EngineImpl::RetryStoreAfterEnospc(Chunk& c) {
 
 void EngineImpl::FailChunk(Chunk& c, Status status) {
   Reactor& r = *c.reactor;
-  if (c.finished) return;
-  c.failed = true;
+  if (IsFinished(c.state)) return;
   c.status = std::move(status);
+  if (c.status.ok()) c.status = Status(StatusCode::kInternal, "chunk failed without a reason");
   if (c.job->kind == JobKind::kStore) {
     stats_.stores_dropped.Add(1);
     FinishChunk(c);
@@ -993,10 +1006,10 @@ void EngineImpl::FailChunk(Chunk& c, Status status) {
     if (r.read_shares.count(s->key) && r.read_shares[s->key] == s) r.read_shares.erase(s->key);
     std::vector<Chunk*> members = s->members;
     for (Chunk* m : members) {
-      if (m != &c && !m->finished) {
-        m->failed = true;
+      if (m != &c && !IsFinished(m->state)) {
         m->status = c.status;
         FinishChunk(*m);
+        Settle(*m);  // a member holds nothing of its own
       }
     }
   }
@@ -1005,8 +1018,8 @@ void EngineImpl::FailChunk(Chunk& c, Status status) {
 
 void EngineImpl::FinishChunk(Chunk& c) {
   Reactor& r = *c.reactor;
-  if (c.finished) return;
-  c.finished = true;
+  if (IsFinished(c.state)) return;
+  SetState(c, c.status.ok() ? ChunkState::kSucceeded : ChunkState::kFailed);
   Job& job = *c.job;
   if (c.share) {
     ReadShare* s = c.share;
@@ -1040,8 +1053,8 @@ void EngineImpl::PublishJob(Job& job) {
     res.bytes = job.bytes;
     res.chunks.reserve(job.chunks.size());
     for (auto& ch : job.chunks) {
-      res.chunks.push_back(ChunkOutcome{ch->req.key, ch->failed ? ch->status : Status::Ok()});
-      if (!ch->failed) res.chunks_ok++;
+      res.chunks.push_back(ChunkOutcome{ch->req.key, ch->status});  // Ok unless the chunk failed
+      if (ch->status.ok()) res.chunks_ok++;
     }
     const uint64_t us = static_cast<uint64_t>(res.latency_ns / 1000);
     if (job.kind == JobKind::kLoad && job.internal) {
@@ -1070,9 +1083,9 @@ void EngineImpl::PublishJob(Job& job) {
 // Returns the chunk's resources once nothing in flight can touch them any more.
 void EngineImpl::Settle(Chunk& c) {
   Reactor& r = *c.reactor;
-  if (c.released || c.ops_in_flight > 0 || c.copies_in_flight > 0) return;
-  if (!c.finished) return;  // still progressing
-  c.released = true;
+  if (c.ops_in_flight > 0 || c.copies_in_flight > 0) return;
+  if (c.state != ChunkState::kSucceeded && c.state != ChunkState::kFailed) return;  // progressing, or released
+  SetState(c, ChunkState::kReleased);
   if (c.fd >= 0) {
     close(c.fd);
     c.fd = -1;
@@ -1195,6 +1208,18 @@ void EngineImpl::QuarantineCorrupt(const ChunkKey& key, const std::string& rel_p
 
 void EngineImpl::ForgetEntry(const ChunkKey& key) {
   disk_->Forget(key);
+}
+
+void EngineImpl::SetState(Chunk& c, ChunkState to) {
+#ifndef NDEBUG
+  if (!LegalChunkTransition(c.job->kind, c.state, to)) {
+    std::fprintf(stderr, "kvtier: internal error: %s chunk %s moved from %s to %s\n",
+                 c.job->kind == JobKind::kLoad ? "load" : "store", c.req.key.Hex().c_str(), ChunkStateName(c.state),
+                 ChunkStateName(to));
+    std::abort();
+  }
+#endif
+  c.state = to;
 }
 
 const char* EngineImpl::OpRoleName(OpRole r) {
