@@ -263,6 +263,15 @@ void EngineImpl::OnCompletion(Reactor& r, const io::IoCompletion& cqe) {
   OpCtx ctx = std::move(it->second);
   r.op_ctx.erase(it);
   const int64_t res = cqe.result;
+  if (ctx.role == OpRole::kRmdirFanout) {
+    // C1: ENOTEMPTY (the directory holds entries or a store's temporary) and ENOENT (gone already) are answers,
+    // not I/O errors.
+    if (res == 0) {
+      r.fanout_cache.Forget(ctx.key);
+      if (ctx.len == 2) SubmitRmdirFanout(r, ctx.key, 1);
+    }
+    return;
+  }
   if (res < 0 && res != -EEXIST && res != -ENOENT) {
     if (res == -ETIMEDOUT || res == -ECANCELED) {
       stats_.timeouts.Add(ctx.late ? 0 : 1);
@@ -270,14 +279,6 @@ void EngineImpl::OnCompletion(Reactor& r, const io::IoCompletion& cqe) {
       stats_.io_errors.Add(1);
     }
     if (res == -ENOSPC || res == -EDQUOT) stats_.enospc_events.Add(1);
-  }
-  if (ctx.role == OpRole::kRmdirFanout) {
-    // C1: ENOTEMPTY (the directory holds entries or a store's temporary) and ENOENT (gone already) are answers.
-    if (res == 0) {
-      r.fanout_cache.Forget(ctx.key);
-      if (ctx.len == 2) SubmitRmdirFanout(r, ctx.key, 1);
-    }
-    return;
   }
   if (ctx.role == OpRole::kUnlinkEvicted) {
     if (res == 0 || res == -ENOENT) SubmitRmdirFanout(r, ctx.key, 2);
