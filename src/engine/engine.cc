@@ -645,7 +645,7 @@ void EngineImpl::EvictAboveHighWatermark(Reactor& r) {
     io::IoOp op;
     op.code = io::OpCode::kUnlinkAt;
     op.dirfd = ns_->dirfd();
-    OpCtx ctx{OpRole::kUnlinkEvicted, nullptr};
+    OpCtx ctx{OpRole::kUnlinkEvicted, nullptr, &EngineImpl::OnUnlinkEvictedDone};
     ctx.len = v.bytes;  // subtracted from the shared usage when this unlink removes the file
     ctx.path = ChunkRelPath(v.key);
     ctx.key = v.key;

@@ -106,14 +106,21 @@ class EngineImpl final : public Engine {
   struct Reactor;
   struct CopierLane;
 
-  // One I/O operation in flight; user_data of the IoOp is its id in op_ctx_.
-  enum class OpRole {
-    kOpen, kRead, kWrite, kFsync, kClose, kCloseBeforeLink, kLink, kUnlinkTmp, kUnlinkCorrupt, kUnlinkEvicted, kMkdir,
-    kRmdirFanout
+  // One I/O operation in flight; user_data of the IoOp is its id in the reactor's op_ctx. Each carries its own
+  // completion handler (on_done), which OnCompletion calls after the bookkeeping every op shares (error counters,
+  // the chunk's ops in flight) and before the chunk's place at the disk and resources are settled.
+  enum class OpRole {  // names the op in traces and deadline messages
+    kOpen, kRead, kWrite, kFsync, kClose, kCloseBeforeLink, kLink, kUnlinkTmp, kUnlinkEvicted, kMkdir, kRmdirFanout
   };
+  struct OpCtx;
+  // A completion handler: a member function of the engine, called on the op's reactor with the op's context and
+  // result (>= 0, or -errno). A handler of a chunk's op returns at once when the chunk has failed meanwhile, unless
+  // the op's result still has to be taken (an open's fd).
+  using OpHandler = void (EngineImpl::*)(Reactor& r, const OpCtx& ctx, int64_t res);
   struct OpCtx {
     OpRole role;
-    Chunk* chunk = nullptr;  // null for fire-and-forget ops (close of an abandoned fd, unlink of a corrupt file)
+    Chunk* chunk = nullptr;  // null for ops of no chunk (evictions, directory removals, fire-and-forget)
+    OpHandler on_done = nullptr;  // null: nothing to do when it is back (a close, a temporary's unlink)
     uint8_t* buf = nullptr;
     uint64_t len = 0;        // bytes still to transfer; kMkdir, kRmdirFanout: the fan-out level (1: "ab", 2: "ab/cd")
     uint64_t offset = 0;
@@ -122,6 +129,7 @@ class EngineImpl final : public Engine {
     std::string path2;       // kLink (new)
     ChunkKey key;            // kUnlinkEvicted, kRmdirFanout
     bool late = false;       // passed its deadline; the chunk already failed
+    bool errors_are_answers = false;  // a failure is not an I/O error (an rmdir's ENOTEMPTY)
     int64_t start_ns = 0;
   };
   struct DeferredOp {
@@ -151,7 +159,17 @@ class EngineImpl final : public Engine {
   // Frees a slot to the pool and wakes reactors waiting for one.
   void FreeSlot(uint32_t slot);
   void WakeWaiters(std::atomic<uint64_t>& mask);
+  // An op came back: shared bookkeeping, then the op's own handler (OpCtx::on_done), then the chunk's settling.
   void OnCompletion(Reactor& r, const io::IoCompletion& cqe);
+  // The ops' completion handlers (OpHandler).
+  void OnOpenDone(Reactor& r, const OpCtx& ctx, int64_t res);
+  void OnReadDone(Reactor& r, const OpCtx& ctx, int64_t res);
+  void OnWriteDone(Reactor& r, const OpCtx& ctx, int64_t res);
+  void OnFsyncDone(Reactor& r, const OpCtx& ctx, int64_t res);
+  void OnLinkDone(Reactor& r, const OpCtx& ctx, int64_t res);
+  void OnUnlinkEvictedDone(Reactor& r, const OpCtx& ctx, int64_t res);
+  void OnRmdirFanoutDone(Reactor& r, const OpCtx& ctx, int64_t res);
+  void TraceTransfer(Reactor& r, const OpCtx& ctx, int64_t res, const char* name);
   void OnCopyDone(Reactor& r, const CopyDone& done);
   void PollCopies(Reactor& r, std::vector<CopyDone>* done);
   void CheckDeadlines(Reactor& r);
@@ -164,7 +182,7 @@ class EngineImpl final : public Engine {
   // level at a time (a synchronous mkdir on the reactor held every other chunk's I/O for its whole duration);
   // OnMkdirDone continues with the next level, then OpenTemporary.
   void SubmitMkdir(Chunk& c, int level);
-  void OnMkdirDone(Chunk& c, const OpCtx& ctx, int64_t res);
+  void OnMkdirDone(Reactor& r, const OpCtx& ctx, int64_t res);
   static constexpr uint8_t kMkdirRetries = 5;
   // C1, M1: a store whose fan-out directory vanished under it (eviction or gc removed it empty, here or on another
   // host: ENOENT at mkdir, open or link, EPERM for O_TMPFILE in a directory being removed) creates it again and
@@ -190,9 +208,9 @@ class EngineImpl final : public Engine {
   void StoreWritesDone(Chunk& c);
   // M1: a named temporary is closed, and the close has come back, before its link is submitted: on network and
   // FUSE filesystems the close pushes the data to the servers, and a name linked first is a 0-byte file to other
-  // hosts. OnCloseBeforeLink continues with SubmitLink (or fails the chunk: a failed close is a failed write).
+  // hosts. OnCloseBeforeLinkDone continues with SubmitLink (or fails the chunk: a failed close is a failed write).
   void SubmitCloseBeforeLink(Chunk& c);
-  void OnCloseBeforeLink(Chunk& c, int64_t res);
+  void OnCloseBeforeLinkDone(Reactor& r, const OpCtx& ctx, int64_t res);
   void SubmitLink(Chunk& c);
   // M1: on a shared root an entry that fails verification while young (mtime within temp_max_age_s) may be another
   // host's publication whose data this client cannot see yet: a miss, never removed (fsck and gc remove it by age).

@@ -227,7 +227,7 @@ void EngineImpl::RetryDeferredOps(Reactor& r) {
 
 void EngineImpl::SubmitRead(Chunk& c, uint8_t* buf, uint64_t len, uint64_t offset) {
   Reactor& r = *c.reactor;
-  OpCtx ctx{OpRole::kRead, &c, buf, len, offset, Deadline()};
+  OpCtx ctx{OpRole::kRead, &c, &EngineImpl::OnReadDone, buf, len, offset, Deadline()};
   io::IoOp op;
   op.code = io::OpCode::kRead;
   op.fd = c.fd;
@@ -239,7 +239,7 @@ void EngineImpl::SubmitRead(Chunk& c, uint8_t* buf, uint64_t len, uint64_t offse
 
 void EngineImpl::SubmitWrite(Chunk& c, uint8_t* buf, uint64_t len, uint64_t offset) {
   Reactor& r = *c.reactor;
-  OpCtx ctx{OpRole::kWrite, &c, buf, len, offset, Deadline()};
+  OpCtx ctx{OpRole::kWrite, &c, &EngineImpl::OnWriteDone, buf, len, offset, Deadline()};
   io::IoOp op;
   op.code = io::OpCode::kWrite;
   op.fd = c.fd;
@@ -254,7 +254,7 @@ void EngineImpl::SubmitClose(Reactor& r, int fd) {
   io::IoOp op;
   op.code = io::OpCode::kClose;
   op.fd = fd;
-  SubmitOp(r, OpCtx{OpRole::kClose, nullptr}, op);
+  SubmitOp(r, OpCtx{OpRole::kClose, nullptr, nullptr}, op);  // nothing to do when it is back
 }
 
 void EngineImpl::OnCompletion(Reactor& r, const io::IoCompletion& cqe) {
@@ -263,16 +263,7 @@ void EngineImpl::OnCompletion(Reactor& r, const io::IoCompletion& cqe) {
   OpCtx ctx = std::move(it->second);
   r.op_ctx.erase(it);
   const int64_t res = cqe.result;
-  if (ctx.role == OpRole::kRmdirFanout) {
-    // C1: ENOTEMPTY (the directory holds entries or a store's temporary) and ENOENT (gone already) are answers,
-    // not I/O errors.
-    if (res == 0) {
-      r.fanout_cache.Forget(ctx.key);
-      if (ctx.len == 2) SubmitRmdirFanout(r, ctx.key, 1);
-    }
-    return;
-  }
-  if (res < 0 && res != -EEXIST && res != -ENOENT) {
+  if (res < 0 && res != -EEXIST && res != -ENOENT && !ctx.errors_are_answers) {
     if (res == -ETIMEDOUT || res == -ECANCELED) {
       stats_.timeouts.Add(ctx.late ? 0 : 1);
     } else {
@@ -280,181 +271,180 @@ void EngineImpl::OnCompletion(Reactor& r, const io::IoCompletion& cqe) {
     }
     if (res == -ENOSPC || res == -EDQUOT) stats_.enospc_events.Add(1);
   }
-  if (ctx.role == OpRole::kUnlinkEvicted) {
-    if (res == 0 || res == -ENOENT) SubmitRmdirFanout(r, ctx.key, 2);
-    if (res == 0) UsageAdd(-static_cast<int64_t>(ctx.len));
-    // Still on disk (it failed, not ENOENT): back in the index, a later eviction retries it.
-    disk_->EndEviction(Victim{ctx.key, ctx.len}, res < 0 && res != -ENOENT);
-  }
   Chunk* c = ctx.chunk;
-  if (c == nullptr) return;  // fire-and-forget close or unlink
-  c->ops_in_flight--;
-  if (trace_ && trace_->enabled() && (ctx.role == OpRole::kRead || ctx.role == OpRole::kWrite)) {
-    trace_->Complete(ctx.role == OpRole::kRead ? "read" : "write", "io", ctx.start_ns, io::NowNs() - ctx.start_ns,
-                     r.trace_tid,
-                     {{"bytes", res > 0 ? uint64_t(res) : 0}});
-  }
-
-  switch (ctx.role) {
-    case OpRole::kOpen:
-      if (res >= 0) {
-        c->fd = static_cast<int>(res);
-        if (c->job->kind == JobKind::kStore) {
-          c->tmp_exists = !c->tmp_anonymous;
-          // K2: the umask stripped bits of file_mode_ (e.g. group write of a 0770 deployment): set it exactly.
-          if (fchmod_files_ && c->state != ChunkState::kFailed && fchmod(c->fd, file_mode_) != 0) {
-            stats_.io_errors.Add(1);
-          }
-        }
-      }
-      if (c->state == ChunkState::kFailed) break;  // late: Settle() closes the fd
-      if (res < 0) {
-        if (c->job->kind == JobKind::kLoad) {
-          // EINVAL: O_DIRECT refused, which on a filesystem that passed the O_DIRECT probe means a directory or
-          // a FIFO under the chunk's name.
-          if (res == -ELOOP || res == -EXDEV || res == -ENOTDIR || res == -ENXIO || res == -EISDIR ||
-              res == -EINVAL) {
-            // Something other than a regular file or a real directory path (K1, K2): never followed, removed.
-            Status why(StatusCode::kCorrupt,
-                       "open " + c->rel_path + " refused (" + std::string(strerror(static_cast<int>(-res))) +
-                           "): a symlink or special file where a chunk belongs", static_cast<int>(-res));
-            QuarantineCorrupt(c->req.key, c->rel_path, why);
-            FailChunk(*c, why);
-          } else if (res == -ENOENT) {
-            ForgetEntry(c->req.key);  // evicted by another instance, or never there
-            FailChunk(*c, Status(StatusCode::kNotFound, "chunk file absent"));
-          } else {
-            FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "open " + c->rel_path));
-          }
-        } else if ((res == -ENOSPC || res == -EDQUOT) && RetryStoreAfterEnospc(*c)) {
-          // retried
-        } else if ((res == -ENOENT || res == -ESTALE || (res == -EPERM && c->tmp_anonymous)) &&
-                   RetryAfterVanishedDir(*c)) {
-          // the fan-out directory went away (eviction, gc): created again
-        } else {
-          FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "create " + c->tmp_path));
-        }
-        break;
-      }
-      if (c->job->kind == JobKind::kLoad) {
-        struct stat st {};
-        Status shape = CheckOpenedChunk(c->fd, &st);
-        c->opened_ino = st.st_ino;
-        c->opened_mtime_ns = S_ISREG(st.st_mode) ? int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec : 0;
-        if (!shape.ok()) {
-          if (YoungOnSharedRoot(*c)) {
-            ForgetEntry(c->req.key);  // M1: maybe another host's entry whose data is not visible here yet
-          } else {
-            QuarantineCorrupt(c->req.key, c->rel_path, shape, c->opened_ino);
-          }
-          FailChunk(*c, shape.WithContext(c->rel_path));
-          break;
-        }
-      }
-      SetState(*c, ChunkState::kWaitingForDisk);
-      r.data_queue.push_back(c);  // PumpData starts its reads or writes when the disk has room (io_depth)
-      break;
-
-    case OpRole::kRead:
-      if (c->state == ChunkState::kFailed) break;
-      if (res < 0) {
-        FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "read " + c->rel_path));
-      } else if (res == 0) {
-        if (YoungOnSharedRoot(*c)) {
-          ForgetEntry(c->req.key);  // M1: see YoungOnSharedRoot
-        } else {
-          QuarantineCorrupt(c->req.key, c->rel_path, Status(StatusCode::kCorrupt, "file shorter than its header says"),
-                            c->opened_ino);
-        }
-        FailChunk(*c, Status(StatusCode::kCorrupt, "truncated chunk file " + c->rel_path));
-      } else {
-        stats_.bytes_read.Add(static_cast<uint64_t>(res));
-        if (static_cast<uint64_t>(res) < ctx.len) {  // short read: continue where it stopped
-          SubmitRead(*c, ctx.buf + res, ctx.len - res, ctx.offset + res);
-        } else if (c->ops_in_flight == 0) {
-          // The disk is done with this chunk: its place goes to the next opened chunk, whose read the reactor
-          // submits before verifying this one (VerifyReadChunks), so the disk never waits for checksums (the raw
-          // baseline re-arms a finished slot at once too).
-          EndDataPhase(*c);
-          SetState(*c, ChunkState::kVerifying);
-          r.read_done.push_back(c);
-        }
-      }
-      break;
-
-    case OpRole::kWrite:
-      if (c->state == ChunkState::kFailed) break;
-      if (res < 0) {
-        if ((res == -ENOSPC || res == -EDQUOT) && RetryStoreAfterEnospc(*c)) break;
-        FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "write " + c->tmp_path));
-      } else if (res == 0) {
-        FailChunk(*c, Status(StatusCode::kIoError, "write made no progress on " + c->tmp_path));
-      } else {
-        stats_.bytes_written.Add(static_cast<uint64_t>(res));
-        if (static_cast<uint64_t>(res) < ctx.len) {
-          SubmitWrite(*c, ctx.buf + res, ctx.len - res, ctx.offset + res);
-        } else if (c->ops_in_flight == 0) {
-          StoreWritesDone(*c);
-        }
-      }
-      break;
-
-    case OpRole::kFsync:
-      if (c->state == ChunkState::kFailed) break;
-      if (res < 0) {
-        FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "fsync " + c->tmp_path));
-      } else {
-        StoreWritesDone(*c);
-      }
-      break;
-
-    case OpRole::kCloseBeforeLink:
-      if (c->state == ChunkState::kFailed) break;
-      OnCloseBeforeLink(*c, res);
-      break;
-
-    case OpRole::kLink:
-      if (c->state == ChunkState::kFailed) break;
-      if (res == 0 || res == -EEXIST) {
-        // EEXIST: another writer published the same key first; its bytes are equally valid (L4).
-        if (res == -EEXIST) stats_.stores_deduplicated.Add(1);
-        if (res != 0 && c->usage_reserved) UsageRelease(slot_bytes_);  // not ours
-        if (res == 0 && c->usage_reserved) UsageCommitReserved(slot_bytes_);
-        PublishIndexed(r, c->req.key, kHeaderBytes + uint64_t(options_.identity.blocks_per_chunk) * block_stride_,
-                       /*linked=*/res == 0 && !c->usage_reserved);
-        c->usage_reserved = false;
-        c->job->bytes += slot_bytes_;
-        if (c->fd >= 0) {  // an anonymous temporary's fd, kept open for linkat
-          SubmitClose(r, c->fd);
-          c->fd = -1;
-        }
-        FinishChunk(*c);  // Settle() removes a named temporary
-      } else if ((res == -ENOSPC || res == -EDQUOT) && RetryStoreAfterEnospc(*c)) {
-        // retried
-      } else if ((res == -ENOENT || res == -ESTALE) && c->tmp_anonymous && c->fd >= 0 && RetryAfterVanishedDir(*c)) {
-        // the final name's directory went away while the anonymous temporary was written: created again, then
-        // linked (OnMkdirDone)
-      } else {
-        FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "link " + c->rel_path));
-      }
-      break;
-
-    case OpRole::kMkdir:
-      if (c->state == ChunkState::kFailed) break;
-      OnMkdirDone(*c, ctx, res);
-      break;
-
-    case OpRole::kClose:
-    case OpRole::kUnlinkTmp:
-    case OpRole::kUnlinkCorrupt:
-    case OpRole::kUnlinkEvicted:
-    case OpRole::kRmdirFanout:
-      break;
-  }
+  if (c != nullptr) c->ops_in_flight--;
+  if (ctx.on_done != nullptr) (this->*ctx.on_done)(r, ctx, res);  // the op's own continuation
+  if (c == nullptr) return;  // an eviction's unlink, a directory removal, a fire-and-forget close or unlink
   // The place at the disk goes with the last data transfer, or as soon as the chunk moved on from transferring
   // (written: syncing or linking; failed).
   if (c->ops_in_flight == 0 || c->state != ChunkState::kTransferring) EndDataPhase(*c);
   Settle(*c);
+}
+
+void EngineImpl::OnUnlinkEvictedDone(Reactor& r, const OpCtx& ctx, int64_t res) {
+  if (res == 0 || res == -ENOENT) SubmitRmdirFanout(r, ctx.key, 2);
+  if (res == 0) UsageAdd(-static_cast<int64_t>(ctx.len));
+  // Still on disk (it failed, not ENOENT): back in the index, a later eviction retries it.
+  disk_->EndEviction(Victim{ctx.key, ctx.len}, res < 0 && res != -ENOENT);
+}
+
+void EngineImpl::OnRmdirFanoutDone(Reactor& r, const OpCtx& ctx, int64_t res) {
+  // C1: ENOTEMPTY (the directory holds entries or a store's temporary) and ENOENT (gone already) are answers
+  // (OpCtx::errors_are_answers).
+  if (res != 0) return;
+  r.fanout_cache.Forget(ctx.key);
+  if (ctx.len == 2) SubmitRmdirFanout(r, ctx.key, 1);
+}
+
+void EngineImpl::OnOpenDone(Reactor& r, const OpCtx& ctx, int64_t res) {
+  Chunk* c = ctx.chunk;
+  if (res >= 0) {
+    c->fd = static_cast<int>(res);
+    if (c->job->kind == JobKind::kStore) {
+      c->tmp_exists = !c->tmp_anonymous;
+      // K2: the umask stripped bits of file_mode_ (e.g. group write of a 0770 deployment): set it exactly.
+      if (fchmod_files_ && c->state != ChunkState::kFailed && fchmod(c->fd, file_mode_) != 0) {
+        stats_.io_errors.Add(1);
+      }
+    }
+  }
+  if (c->state == ChunkState::kFailed) return;  // late: Settle() closes the fd
+  if (res < 0) {
+    if (c->job->kind == JobKind::kLoad) {
+      // EINVAL: O_DIRECT refused, which on a filesystem that passed the O_DIRECT probe means a directory or
+      // a FIFO under the chunk's name.
+      if (res == -ELOOP || res == -EXDEV || res == -ENOTDIR || res == -ENXIO || res == -EISDIR || res == -EINVAL) {
+        // Something other than a regular file or a real directory path (K1, K2): never followed, removed.
+        Status why(StatusCode::kCorrupt,
+                   "open " + c->rel_path + " refused (" + std::string(strerror(static_cast<int>(-res))) +
+                       "): a symlink or special file where a chunk belongs", static_cast<int>(-res));
+        QuarantineCorrupt(c->req.key, c->rel_path, why);
+        FailChunk(*c, why);
+      } else if (res == -ENOENT) {
+        ForgetEntry(c->req.key);  // evicted by another instance, or never there
+        FailChunk(*c, Status(StatusCode::kNotFound, "chunk file absent"));
+      } else {
+        FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "open " + c->rel_path));
+      }
+    } else if ((res == -ENOSPC || res == -EDQUOT) && RetryStoreAfterEnospc(*c)) {
+      // retried
+    } else if ((res == -ENOENT || res == -ESTALE || (res == -EPERM && c->tmp_anonymous)) &&
+               RetryAfterVanishedDir(*c)) {
+      // the fan-out directory went away (eviction, gc): created again
+    } else {
+      FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "create " + c->tmp_path));
+    }
+    return;
+  }
+  if (c->job->kind == JobKind::kLoad) {
+    struct stat st {};
+    Status shape = CheckOpenedChunk(c->fd, &st);
+    c->opened_ino = st.st_ino;
+    c->opened_mtime_ns = S_ISREG(st.st_mode) ? int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec : 0;
+    if (!shape.ok()) {
+      if (YoungOnSharedRoot(*c)) {
+        ForgetEntry(c->req.key);  // M1: maybe another host's entry whose data is not visible here yet
+      } else {
+        QuarantineCorrupt(c->req.key, c->rel_path, shape, c->opened_ino);
+      }
+      FailChunk(*c, shape.WithContext(c->rel_path));
+      return;
+    }
+  }
+  SetState(*c, ChunkState::kWaitingForDisk);
+  r.data_queue.push_back(c);  // PumpData starts its reads or writes when the disk has room (io_depth)
+}
+
+void EngineImpl::TraceTransfer(Reactor& r, const OpCtx& ctx, int64_t res, const char* name) {
+  if (trace_ && trace_->enabled()) {
+    trace_->Complete(name, "io", ctx.start_ns, io::NowNs() - ctx.start_ns, r.trace_tid,
+                     {{"bytes", res > 0 ? uint64_t(res) : 0}});
+  }
+}
+
+void EngineImpl::OnReadDone(Reactor& r, const OpCtx& ctx, int64_t res) {
+  Chunk* c = ctx.chunk;
+  TraceTransfer(r, ctx, res, "read");
+  if (c->state == ChunkState::kFailed) return;
+  if (res < 0) {
+    FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "read " + c->rel_path));
+  } else if (res == 0) {
+    if (YoungOnSharedRoot(*c)) {
+      ForgetEntry(c->req.key);  // M1: see YoungOnSharedRoot
+    } else {
+      QuarantineCorrupt(c->req.key, c->rel_path, Status(StatusCode::kCorrupt, "file shorter than its header says"),
+                        c->opened_ino);
+    }
+    FailChunk(*c, Status(StatusCode::kCorrupt, "truncated chunk file " + c->rel_path));
+  } else {
+    stats_.bytes_read.Add(static_cast<uint64_t>(res));
+    if (static_cast<uint64_t>(res) < ctx.len) {  // short read: continue where it stopped
+      SubmitRead(*c, ctx.buf + res, ctx.len - res, ctx.offset + res);
+    } else if (c->ops_in_flight == 0) {
+      // The disk is done with this chunk: its place goes to the next opened chunk, whose read the reactor
+      // submits before verifying this one (VerifyReadChunks), so the disk never waits for checksums (the raw
+      // baseline re-arms a finished slot at once too).
+      EndDataPhase(*c);
+      SetState(*c, ChunkState::kVerifying);
+      r.read_done.push_back(c);
+    }
+  }
+}
+
+void EngineImpl::OnWriteDone(Reactor& r, const OpCtx& ctx, int64_t res) {
+  Chunk* c = ctx.chunk;
+  TraceTransfer(r, ctx, res, "write");
+  if (c->state == ChunkState::kFailed) return;
+  if (res < 0) {
+    if ((res == -ENOSPC || res == -EDQUOT) && RetryStoreAfterEnospc(*c)) return;
+    FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "write " + c->tmp_path));
+  } else if (res == 0) {
+    FailChunk(*c, Status(StatusCode::kIoError, "write made no progress on " + c->tmp_path));
+  } else {
+    stats_.bytes_written.Add(static_cast<uint64_t>(res));
+    if (static_cast<uint64_t>(res) < ctx.len) {
+      SubmitWrite(*c, ctx.buf + res, ctx.len - res, ctx.offset + res);
+    } else if (c->ops_in_flight == 0) {
+      StoreWritesDone(*c);
+    }
+  }
+}
+
+void EngineImpl::OnFsyncDone(Reactor& r, const OpCtx& ctx, int64_t res) {
+  Chunk* c = ctx.chunk;
+  if (c->state == ChunkState::kFailed) return;
+  if (res < 0) {
+    FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "fsync " + c->tmp_path));
+  } else {
+    StoreWritesDone(*c);
+  }
+}
+
+void EngineImpl::OnLinkDone(Reactor& r, const OpCtx& ctx, int64_t res) {
+  Chunk* c = ctx.chunk;
+  if (c->state == ChunkState::kFailed) return;
+  if (res == 0 || res == -EEXIST) {
+    // EEXIST: another writer published the same key first; its bytes are equally valid (L4).
+    if (res == -EEXIST) stats_.stores_deduplicated.Add(1);
+    if (res != 0 && c->usage_reserved) UsageRelease(slot_bytes_);  // not ours
+    if (res == 0 && c->usage_reserved) UsageCommitReserved(slot_bytes_);
+    PublishIndexed(r, c->req.key, kHeaderBytes + uint64_t(options_.identity.blocks_per_chunk) * block_stride_,
+                   /*linked=*/res == 0 && !c->usage_reserved);
+    c->usage_reserved = false;
+    c->job->bytes += slot_bytes_;
+    if (c->fd >= 0) {  // an anonymous temporary's fd, kept open for linkat
+      SubmitClose(r, c->fd);
+      c->fd = -1;
+    }
+    FinishChunk(*c);  // Settle() removes a named temporary
+  } else if ((res == -ENOSPC || res == -EDQUOT) && RetryStoreAfterEnospc(*c)) {
+    // retried
+  } else if ((res == -ENOENT || res == -ESTALE) && c->tmp_anonymous && c->fd >= 0 && RetryAfterVanishedDir(*c)) {
+    // the final name's directory went away while the anonymous temporary was written: created again, then
+    // linked (OnMkdirDone)
+  } else {
+    FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "link " + c->rel_path));
+  }
 }
 
 void EngineImpl::CheckDeadlines(Reactor& r) {
@@ -542,7 +532,7 @@ bool EngineImpl::StartLoadChunk(Part& part, Chunk& c) {
   // fstat has shown a regular file, since io_uring would return EAGAIN for reads of a non-blocking file).
   op.flags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | open_flags_extra_;
   op.resolve = open_resolve_;
-  OpCtx ctx{OpRole::kOpen, &c};
+  OpCtx ctx{OpRole::kOpen, &c, &EngineImpl::OnOpenDone};
   ctx.path = c.rel_path;
   ctx.deadline_ns = Deadline();
   SetState(c, ChunkState::kOpening);
@@ -732,7 +722,7 @@ void EngineImpl::OpenTemporary(Chunk& c) {
   op.code = io::OpCode::kOpenAt;
   op.dirfd = ns_->dirfd();
   op.mode = file_mode_;
-  OpCtx ctx{OpRole::kOpen, &c};
+  OpCtx ctx{OpRole::kOpen, &c, &EngineImpl::OnOpenDone};
   if (tmpfile_publish_) {
     c.tmp_anonymous = true;
     c.tmp_path = FanoutDir(c.req.key);
@@ -755,7 +745,7 @@ void EngineImpl::SubmitMkdir(Chunk& c, int level) {
   op.code = io::OpCode::kMkdirAt;
   op.dirfd = ns_->dirfd();
   op.mode = options_.dir_mode;
-  OpCtx ctx{OpRole::kMkdir, &c};
+  OpCtx ctx{OpRole::kMkdir, &c, &EngineImpl::OnMkdirDone};
   ctx.path = FanoutDir(c.req.key);  // "ab/cd"
   if (level == 1) ctx.path.resize(2);
   ctx.len = static_cast<uint64_t>(level);
@@ -782,8 +772,9 @@ mode_t ProcessUmask() {
 }
 }  // namespace
 
-void EngineImpl::OnMkdirDone(Chunk& c, const OpCtx& ctx, int64_t res) {
-  Reactor& r = *c.reactor;
+void EngineImpl::OnMkdirDone(Reactor& r, const OpCtx& ctx, int64_t res) {
+  Chunk& c = *ctx.chunk;
+  if (c.state == ChunkState::kFailed) return;
   const int dirfd = ns_->dirfd();
   const char* path = ctx.path.c_str();
   if (res == 0) {
@@ -867,7 +858,8 @@ void EngineImpl::SubmitRmdirFanout(Reactor& r, const ChunkKey& key, int level) {
   op.code = io::OpCode::kUnlinkAt;
   op.dirfd = ns_->dirfd();
   op.flags = AT_REMOVEDIR;
-  OpCtx ctx{OpRole::kRmdirFanout, nullptr};
+  OpCtx ctx{OpRole::kRmdirFanout, nullptr, &EngineImpl::OnRmdirFanoutDone};
+  ctx.errors_are_answers = true;
   ctx.path = FanoutDir(key);
   if (level == 1) ctx.path.resize(2);
   ctx.len = static_cast<uint64_t>(level);
@@ -884,7 +876,7 @@ void EngineImpl::StoreWritesDone(Chunk& c) {
     io::IoOp op;
     op.code = io::OpCode::kFsync;
     op.fd = c.fd;
-    OpCtx ctx{OpRole::kFsync, &c};
+    OpCtx ctx{OpRole::kFsync, &c, &EngineImpl::OnFsyncDone};
     ctx.deadline_ns = Deadline();
     SetState(c, ChunkState::kSyncing);
     SubmitOp(r, std::move(ctx), op);
@@ -908,13 +900,15 @@ void EngineImpl::SubmitCloseBeforeLink(Chunk& c) {
   op.code = io::OpCode::kClose;
   op.fd = c.fd;
   c.fd = -1;  // the close owns it now
-  OpCtx ctx{OpRole::kCloseBeforeLink, &c};
+  OpCtx ctx{OpRole::kCloseBeforeLink, &c, &EngineImpl::OnCloseBeforeLinkDone};
   ctx.deadline_ns = Deadline();
   SetState(c, ChunkState::kClosing);
   SubmitOp(*c.reactor, std::move(ctx), op);
 }
 
-void EngineImpl::OnCloseBeforeLink(Chunk& c, int64_t res) {
+void EngineImpl::OnCloseBeforeLinkDone(Reactor& r, const OpCtx& ctx, int64_t res) {
+  Chunk& c = *ctx.chunk;
+  if (c.state == ChunkState::kFailed) return;
   if (res < 0) {  // NFS and FUSE report deferred write errors at close: the temporary's bytes are not all there
     FailChunk(c, Status::FromErrno(static_cast<int>(-res), "close " + c.tmp_path));
     return;
@@ -926,7 +920,7 @@ void EngineImpl::SubmitLink(Chunk& c) {
   io::IoOp op;
   op.code = io::OpCode::kLinkAt;
   op.dirfd = ns_->dirfd();
-  OpCtx ctx{OpRole::kLink, &c};
+  OpCtx ctx{OpRole::kLink, &c, &EngineImpl::OnLinkDone};
   if (c.tmp_anonymous) {
     // The open fd is the file's only name: link it through /proc (AT_SYMLINK_FOLLOW, no privilege needed).
     ctx.path = "/proc/self/fd/" + std::to_string(c.fd);
@@ -1096,7 +1090,7 @@ void EngineImpl::Settle(Chunk& c) {
     io::IoOp op;
     op.code = io::OpCode::kUnlinkAt;
     op.dirfd = ns_->dirfd();
-    OpCtx ctx{OpRole::kUnlinkTmp, nullptr};
+    OpCtx ctx{OpRole::kUnlinkTmp, nullptr, nullptr};  // fire and forget
     ctx.path = c.tmp_path;
     SubmitOp(r, std::move(ctx), op);
     c.tmp_exists = false;
@@ -1233,7 +1227,6 @@ const char* EngineImpl::OpRoleName(OpRole r) {
     case OpRole::kCloseBeforeLink: return "close";
     case OpRole::kLink: return "link";
     case OpRole::kUnlinkTmp:
-    case OpRole::kUnlinkCorrupt:
     case OpRole::kUnlinkEvicted: return "unlink";
     case OpRole::kMkdir: return "mkdir";
     case OpRole::kRmdirFanout: return "rmdir";
