@@ -65,7 +65,7 @@ Result<std::unique_ptr<Engine>> EngineImpl::Create(const EngineOptions& options,
                                                    std::unique_ptr<io::IoEngine> io) {
   if (!io) return Create(options, std::move(copier), IoFactory());
   auto given = std::make_shared<std::unique_ptr<io::IoEngine>>(std::move(io));
-  std::unique_ptr<EngineImpl> engine(new EngineImpl());
+  auto engine = std::make_unique<EngineImpl>(Passkey{});
   Status s = engine->Init(options, std::move(copier), [given](uint32_t) { return std::move(*given); },
                           /*forced_reactors=*/1);
   if (!s.ok()) return s;
@@ -74,7 +74,7 @@ Result<std::unique_ptr<Engine>> EngineImpl::Create(const EngineOptions& options,
 
 Result<std::unique_ptr<Engine>> EngineImpl::Create(const EngineOptions& options,
                                                    std::unique_ptr<DeviceCopier> copier, IoFactory io_factory) {
-  std::unique_ptr<EngineImpl> engine(new EngineImpl());
+  auto engine = std::make_unique<EngineImpl>(Passkey{});
   Status s = engine->Init(options, std::move(copier), std::move(io_factory), /*forced_reactors=*/0);
   if (!s.ok()) return s;
   return std::unique_ptr<Engine>(std::move(engine));

@@ -60,7 +60,14 @@ using trace::TraceRecorder;
 namespace kvtier {
 
 class EngineImpl final : public Engine {
+ private:
+  // Only the class's own factories construct it (std::make_unique with a key nobody else can name).
+  struct Passkey {
+    explicit Passkey() = default;
+  };
+
  public:
+  explicit EngineImpl(Passkey) {}
   // copier: null: the host copier. Reactors get copiers of their own where it can make them (CreateLane), else
   // share it.
   // io: the I/O engine to use instead of the one options.backend selects (tests: fake, fault-injecting); the
@@ -137,7 +144,6 @@ class EngineImpl final : public Engine {
     io::IoOp op;
   };
 
-  EngineImpl() = default;
   Status Init(const EngineOptions& options, std::unique_ptr<DeviceCopier> copier, IoFactory io_factory,
               uint32_t forced_reactors);
   Result<JobId> Enqueue(JobKind kind, std::vector<ChunkTransfer> chunks, std::vector<int> preset_slots = {},

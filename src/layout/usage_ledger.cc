@@ -147,7 +147,7 @@ Result<std::unique_ptr<UsageLedger>> UsageLedger::Open(const Namespace& ns, uint
   bool created = false;
   auto dir = OpenUsageDir(ns, /*create=*/true, &created);
   if (!dir.ok()) return dir.status();
-  std::unique_ptr<UsageLedger> l(new UsageLedger());
+  auto l = std::make_unique<UsageLedger>(Passkey{});
   l->dirfd_ = dir.value();
   l->options_ = options;
   l->name_ = SafeHost(options.host) + "." + std::to_string(getpid()) + "." + RandomHex();

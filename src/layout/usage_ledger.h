@@ -62,7 +62,14 @@ struct LedgerRecord {
 };
 
 class UsageLedger {
+ private:
+  // Only the class's own factories construct it (std::make_unique with a key nobody else can name).
+  struct Passkey {
+    explicit Passkey() = default;
+  };
+
  public:
+  explicit UsageLedger(Passkey) {}
   static constexpr const char* kDirName = "usage";
   // Opens (creating usage/ when needed, with the namespace's modes) this engine's record. scan_bytes: the caller's
   // scan total, used when this engine creates usage/ (the first engine on the namespace).
@@ -99,7 +106,6 @@ class UsageLedger {
     int64_t last_change_ns = 0;  // monotonic, when this reader saw the sequence change
     bool seen = false;
   };
-  UsageLedger() = default;
   void Run();
   void WriteOwn(bool closed);
   void ReadPeers(bool relist);
