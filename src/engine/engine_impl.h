@@ -25,20 +25,18 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <list>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
-#include "io/io_engine.h"
-#include "kvtier/engine.h"
 #include "engine/chunk_state.h"
 #include "engine/disk_index.h"
 #include "engine/resident_set.h"
+#include "io/io_engine.h"
+#include "kvtier/engine.h"
 #include "layout/chunk_format.h"
 #include "layout/chunk_path.h"
 #include "layout/namespace.h"
@@ -445,7 +443,8 @@ struct EngineImpl::Reactor {
   FanoutDirCache fanout_cache;
 
   Mutex inbox_mu;
-  std::vector<CopyDone> inbox GUARDED_BY(inbox_mu);  // completions of this reactor's copies polled by another reactor of the lane
+  // Completions of this reactor's copies that another reactor of the lane polled.
+  std::vector<CopyDone> inbox GUARDED_BY(inbox_mu);
 };
 
 }  // namespace kvtier
