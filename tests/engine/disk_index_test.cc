@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "layout/chunk_path.h"
+#include "layout/temp_dir.h"
 #include "support/temp_dir.h"
 
 namespace kvtier {
@@ -27,22 +28,10 @@ ChunkKey Key(uint64_t i) {
   return ChunkKey::FromBytes(std::span<const uint8_t>(b, sizeof(b))).value();
 }
 
-NamespaceIdentity Identity() {
-  NamespaceIdentity id;
-  id.model = "disk-index-test";
-  id.revision = "1";
-  id.kv_dtype = "bfloat16";
-  id.tokens_per_chunk = 16;
-  id.blocks_per_chunk = 1;
-  id.block_bytes = 4096;
-  id.layout_tag = "test";
-  return id;
-}
-
 class DiskIndexTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto ns = Namespace::Open(dir_.path(), Identity());
+    auto ns = Namespace::Open(dir_.path(), testing::TestIdentity());  // the index uses no geometry of it
     ASSERT_TRUE(ns.ok()) << ns.status().ToString();
     ns_ = std::make_unique<Namespace>(std::move(ns.value()));
     DiskIndex::Options o;
