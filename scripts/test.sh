@@ -1,5 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite, in this order; fails on the first failure:
+#   0. every allocation owned: no bare `new`/`delete` expression in kvtier's C++ (placement new into shared memory
+#      aside); the engine compiled with clang++ -Wthread-safety -Werror=thread-safety (preset clang-tsa, compile
+#      only: the locking annotations of src/util/thread_annotations.h hold), where clang++ is (scripts/setup.sh
+#      installs it)
 #   1. C++ unit, contract, multi-process and crash tests in the dev build (CMake preset dev, ctest)
 #   2. the same suites under AddressSanitizer (+LeakSanitizer, UBSan) and ThreadSanitizer (presets asan, tsan),
 #      with every load read in pieces of one block (KVTIER_TEST_READ_PIECE_BYTES=1)
@@ -33,6 +37,22 @@ run_preset() {
   ctest --preset "$preset" --timeout 600
 }
 
+echo "=== ownership: no bare new/delete ==="
+bare=$(grep -rnE '(^|[^_[:alnum:]])new [A-Za-z_][A-Za-z_:0-9]*(<[^>]*>)?[({[]|(^|[^_[:alnum:]])delete(\[\])? *[A-Za-z_*(]' \
+         src tools python/kvtier/_ext.cc --include=*.cc --include=*.h --include=*.cu |
+       grep -vE '^[^:]+:[0-9]+:\s*//' | grep -vE '= *delete' || true)
+if [ -n "$bare" ]; then
+  echo "bare new/delete (own the allocation: std::make_unique, a container, or a passkey constructor):"
+  echo "$bare"
+  exit 1
+fi
+if command -v clang++ >/dev/null; then
+  echo "=== build (clang-tsa: -Wthread-safety, compile only) ==="
+  cmake --preset clang-tsa "${werror[@]}" >/dev/null
+  cmake --build --preset clang-tsa -j"$jobs"
+else
+  echo "=== clang-tsa: skipped (no clang++) ==="
+fi
 run_preset dev
 # I1: with one reactor the engine behaves as the single-reactor engine did; the whole dev suite again in that mode
 # (KVTIER_TEST_REACTORS replaces the auto count; tests that ask for several reactors keep them).

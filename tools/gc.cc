@@ -2,8 +2,10 @@
 //
 // When the bytes under the root exceed high-watermark x budget, entries are removed oldest first by modification
 // time (publication time: the tree knows no access time, and kvtier never relies on atime) until the total is at
-// most low-watermark x budget. Stale publication temporaries are swept first. Fan-out directories are kept: running
-// engines cache their existence. A running engine that later opens a removed entry sees a miss, never an error.
+// most low-watermark x budget. Stale publication temporaries are swept first. A fan-out directory that a removal
+// empties is removed too (PruneFanoutDir: it would hold disk space no budget counts); running engines that cached
+// its existence create it again when they next store there. A running engine that later opens a removed entry sees a
+// miss, never an error.
 //
 // Shared roots (M2): a namespace with usage records (layout/usage_ledger.h) is reconciled afterwards: the
 // difference between the bytes of its entries after gc and the records' committed sum is published as a closed
@@ -22,6 +24,7 @@
 
 #include "cli_util.h"
 #include "commands.h"
+#include "layout/chunk_path.h"
 #include "layout/scan.h"
 #include "layout/usage_counter.h"
 #include "layout/usage_ledger.h"
@@ -186,6 +189,7 @@ int RunGc(int argc, char** argv) {
           }
         }
         if (usage) usage->Add(-static_cast<int64_t>(c.bytes));
+        PruneFanoutDir(r.ns->dirfd(), std::string_view(c.rel).substr(0, 5));  // C1: no empty directories left
       }
       if (!dry && !unlinked && errno != ENOENT) {
         std::fprintf(stderr, "kvtier: error: cannot remove %s/%s: %s\n", r.dir_name.c_str(), c.rel.c_str(),

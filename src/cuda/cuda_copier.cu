@@ -371,7 +371,7 @@ struct CudaCopier::Impl {
   }
 };
 
-CudaCopier::CudaCopier(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CudaCopier::CudaCopier(Passkey, std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Result<std::unique_ptr<CudaCopier>> CudaCopier::Create(const CudaCopierOptions& options) {
   if (options.kernel_threads == 0 || options.kernel_threads % 32 != 0 || options.kernel_threads > 1024) {
@@ -416,7 +416,7 @@ Result<std::unique_ptr<CudaCopier>> CudaCopier::Create(const CudaCopierOptions& 
     KVTIER_CUDA_RETURN(cudaStreamCreateWithFlags(&impl->streams[i], cudaStreamNonBlocking), "cudaStreamCreate");
     KVTIER_CUDA_RETURN(cudaEventCreateWithFlags(&impl->dependency[i], cudaEventDisableTiming), "cudaEventCreate");
   }
-  return std::unique_ptr<CudaCopier>(new CudaCopier(std::move(impl)));
+  return std::make_unique<CudaCopier>(Passkey{}, std::move(impl));
 }
 
 CudaCopier::~CudaCopier() {

@@ -101,7 +101,15 @@ class CudaCopier {
   struct Impl;
 
  private:
-  explicit CudaCopier(std::unique_ptr<Impl> impl);
+  // Only Create constructs it (std::make_unique with a key nobody else can name).
+  struct Passkey {
+    explicit Passkey() = default;
+  };
+
+ public:
+  CudaCopier(Passkey, std::unique_ptr<Impl> impl);
+
+ private:
   std::unique_ptr<Impl> impl_;
 };
 

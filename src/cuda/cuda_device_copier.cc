@@ -122,7 +122,7 @@ class CudaDeviceCopier final : public DeviceCopier {
 Result<std::unique_ptr<DeviceCopier>> CreateCudaDeviceCopier(const CudaCopierOptions& options) {
   auto copier = CudaCopier::Create(options);
   if (!copier.ok()) return copier.status();
-  return std::unique_ptr<DeviceCopier>(new CudaDeviceCopier(std::move(copier.value())));
+  return std::unique_ptr<DeviceCopier>(std::make_unique<CudaDeviceCopier>(std::move(copier.value())));
 }
 
 }  // namespace kvtier::cuda

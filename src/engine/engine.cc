@@ -46,18 +46,7 @@ Status CheckRootOwnership(const EngineOptions& o) {
   struct stat st;
   if (stat(o.root.c_str(), &st) != 0) return Status::Ok();  // Namespace::Open reports a missing root
   if (o.allow_insecure_root) return Status::Ok();
-  if ((st.st_mode & S_IWOTH) && !(st.st_mode & S_ISVTX)) {
-    return Status(StatusCode::kFailedPrecondition,
-                  "storage root " + o.root + " is world-writable without the sticky bit (mode " +
-                      std::to_string(st.st_mode & 07777) + " decimal): anyone could plant entries; chmod o-w it, " +
-                      "or set allow_insecure_root to accept it");
-  }
-  if (st.st_uid != geteuid() && st.st_uid != 0) {
-    return Status(StatusCode::kFailedPrecondition,
-                  "storage root " + o.root + " is owned by uid " + std::to_string(st.st_uid) + ", not by this user (" +
-                      std::to_string(geteuid()) + ") or root; set allow_insecure_root to accept it");
-  }
-  return Status::Ok();
+  return CheckTrustedDirectory(st, "storage root " + o.root, /*group_shared=*/false);
 }
 
 }  // namespace
@@ -76,7 +65,7 @@ Result<std::unique_ptr<Engine>> EngineImpl::Create(const EngineOptions& options,
                                                    std::unique_ptr<io::IoEngine> io) {
   if (!io) return Create(options, std::move(copier), IoFactory());
   auto given = std::make_shared<std::unique_ptr<io::IoEngine>>(std::move(io));
-  std::unique_ptr<EngineImpl> engine(new EngineImpl());
+  auto engine = std::make_unique<EngineImpl>(Passkey{});
   Status s = engine->Init(options, std::move(copier), [given](uint32_t) { return std::move(*given); },
                           /*forced_reactors=*/1);
   if (!s.ok()) return s;
@@ -85,7 +74,7 @@ Result<std::unique_ptr<Engine>> EngineImpl::Create(const EngineOptions& options,
 
 Result<std::unique_ptr<Engine>> EngineImpl::Create(const EngineOptions& options,
                                                    std::unique_ptr<DeviceCopier> copier, IoFactory io_factory) {
-  std::unique_ptr<EngineImpl> engine(new EngineImpl());
+  auto engine = std::make_unique<EngineImpl>(Passkey{});
   Status s = engine->Init(options, std::move(copier), std::move(io_factory), /*forced_reactors=*/0);
   if (!s.ok()) return s;
   return std::unique_ptr<Engine>(std::move(engine));
@@ -155,6 +144,7 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
   NamespaceOpenOptions ns_opts;
   ns_opts.create = true;
   ns_opts.dir_mode = options.dir_mode;
+  ns_opts.allow_insecure = options.allow_insecure_root;
   auto ns = Namespace::Open(options.root, ToNamespaceIdentity(options.identity), ns_opts);
   if (!ns.ok()) return ns.status();
   ns_ = std::make_unique<Namespace>(std::move(ns.value()));
@@ -196,6 +186,10 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
   io_cfg.depth = rdepth * 4 + 8;
   io_cfg.posix_threads = options.posix_threads;
   std::string backend_why = "given";
+  {
+    MutexLock lock(cmd_mu_);
+    commands_.resize(nreactors);
+  }
   for (uint32_t i = 0; i < nreactors; ++i) {
     auto r = std::make_unique<Reactor>();
     r->index = i;
@@ -236,19 +230,29 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
   auto pool = StagingPool::Create(pool_opts);
   if (!pool.ok()) return pool.status();
   pool_ = std::move(pool.value());
-  dram_max_slots_ = options.dram_max_slots ? std::min(options.dram_max_slots, pool_->num_slots()) : pool_->num_slots();
-  dram_ = tier::DramTier::Make(tier::ParseDramPolicy(options.dram_policy).value(), dram_max_slots_);
-  max_unused_preloads_ = std::max<uint32_t>(1, (pool_->num_slots() - pool_opts.demand_reserve) / 2);
+  ResidentSet::Options dram_opts;
+  dram_opts.policy = tier::ParseDramPolicy(options.dram_policy).value();
+  dram_opts.max_slots =
+      options.dram_max_slots ? std::min(options.dram_max_slots, pool_->num_slots()) : pool_->num_slots();
+  // R2: unused preloads hold at most half of the non-reserved slots, so they never crowd out the DRAM tier.
+  dram_opts.max_unused_preloads = std::max<uint32_t>(1, (pool_->num_slots() - pool_opts.demand_reserve) / 2);
+  resident_ = std::make_unique<ResidentSet>(*pool_, dram_opts, stats_, [this](uint32_t slot) { FreeSlot(slot); });
 
   // Copier lanes: one copier per reactor where the copier can make more of its kind (DeviceCopier::CreateLane),
   // otherwise one shared by every reactor.
-  lanes_.push_back(std::make_unique<CopierLane>());
-  lanes_[0]->copier = copier ? std::move(copier) : CreateHostCopier();
+  std::unique_ptr<DeviceCopier> first = copier ? std::move(copier) : CreateHostCopier();
+  const std::string copier_name(first->name());
+  std::vector<std::unique_ptr<DeviceCopier>> more_lanes;
   for (uint32_t i = 1; i < nreactors; ++i) {
-    auto more = lanes_[0]->copier->CreateLane();
+    auto more = first->CreateLane();
     if (!more) break;
+    more_lanes.push_back(std::move(more));
+  }
+  more_lanes.insert(more_lanes.begin(), std::move(first));
+  for (auto& c : more_lanes) {
     lanes_.push_back(std::make_unique<CopierLane>());
-    lanes_.back()->copier = std::move(more);
+    MutexLock lock(lanes_.back()->mu);
+    lanes_.back()->copier = std::move(c);
   }
   for (auto& r : reactors_) {
     r->lane = lanes_[r->index % lanes_.size()].get();
@@ -262,14 +266,19 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
 
   auto swept = SweepTemporaries(*ns_, std::chrono::seconds(options.temp_max_age_s));
   if (swept.ok()) stats_.temporaries_swept.Add(swept->removed);
-  KVTIER_RETURN_IF_ERROR(MergeTreeIntoIndex());
+  DiskIndex::Options index_opts;
+  index_opts.entry_bytes = slot_bytes_;
+  index_opts.touch_interval_s = options.touch_interval_s;
+  index_opts.shared_root = shared_root_;
+  disk_ = std::make_unique<DiskIndex>(*ns_, index_opts, stats_);
+  KVTIER_RETURN_IF_ERROR(disk_->Rescan(/*drop_absent=*/false));  // at open: the whole LRU order, by mtime
   // C1 across instances. The first engine to hold the namespace's counter sets it from this scan (which also
   // repairs drift); later ones join it as it is (see usage_counter.h).
   // M2: on a shared root, the per-engine usage records in the namespace directory instead (every host sees them);
   // where they cannot be written, the host's counter (this host's engines only).
   std::string usage_why;
   if (shared_root_) {
-    auto ledger = UsageLedger::Open(*ns_, disk_bytes_);
+    auto ledger = UsageLedger::Open(*ns_, disk_->bytes());
     if (ledger.ok()) {
       ledger_ = std::move(ledger.value());
     } else {
@@ -277,7 +286,7 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
     }
   }
   if (!ledger_) {
-    if (auto usage = SharedUsage::Open(*ns_, disk_bytes_); usage.ok()) usage_ = std::move(usage.value());
+    if (auto usage = SharedUsage::Open(*ns_, disk_->bytes()); usage.ok()) usage_ = std::move(usage.value());
   }
 
   std::ostringstream d;
@@ -291,8 +300,10 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
     << (open_resolve_ ? "openat2 (RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS)" : "openat (O_NOFOLLOW)")
     << (checksum_key_ ? ", keyed checksums" : "") << "; pool " << pool_->name() << " "
     << pool_->num_slots() << " slots x " << slot_bytes_ << " B (reserve " << pool_opts.demand_reserve
-    << "), DRAM tier " << tier::DramPolicyName(dram_->policy()) << " " << dram_max_slots_ << " slots; index " << index_.size() << " entries, " << disk_bytes_ << " B; copier "
-    << lanes_[0]->copier->name() << (lanes_.size() > 1 ? " x" + std::to_string(lanes_.size()) : "");
+    << "), DRAM tier " << tier::DramPolicyName(resident_->policy()) << " " << resident_->max_slots()
+    << " slots; index " << disk_->entries() << " entries, " << disk_->bytes()
+    << " B; copier "
+    << copier_name << (lanes_.size() > 1 ? " x" + std::to_string(lanes_.size()) : "");
   if (options.disk_budget_bytes) d << "; budget " << options.disk_budget_bytes << " B";
   d << "; usage " << (ledger_ ? "records in " + ns_->path() + "/usage (all hosts)"
                       : usage_ ? std::string("this host's counter") : std::string("this engine's index"));
@@ -303,6 +314,7 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
   for (auto& lane : lanes_) {
     std::vector<io::IoEngine*> ios;
     for (Reactor* r : lane->reactors) ios.push_back(r->io.get());
+    MutexLock lock(lane->mu);
     lane->copier->SetWakeup([ios] {
       for (io::IoEngine* io : ios) io->Wake();
     });
@@ -311,12 +323,19 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
     Reactor* rp = r.get();
     r->thread = std::thread([this, rp] { ReactorMain(*rp); });
   }
+  if (HasSharedUsage()) maintenance_ = std::thread([this] { MaintenanceMain(); });
   return Status::Ok();
 }
 
 EngineImpl::~EngineImpl() {
   {
-    std::lock_guard<std::mutex> lock(cmd_mu_);
+    MutexLock lock(maint_mu_);
+    maint_stop_ = true;
+  }
+  maint_cv_.NotifyAll();
+  if (maintenance_.joinable()) maintenance_.join();
+  {
+    MutexLock lock(cmd_mu_);
     stop_ = true;
   }
   for (auto& r : reactors_) {
@@ -336,59 +355,37 @@ EngineImpl::~EngineImpl() {
 ChunkLocation EngineImpl::Lookup(const ChunkKey& key) {
   stats_.lookups.Add(1);
   const int64_t now = io::NowNs();
-  {
-    std::lock_guard<std::mutex> lock(index_mu_);
-    auto r = resident_.find(key);
-    if (r != resident_.end()) {
-      if (r->second.state == Resident::State::kReady || r->second.state == Resident::State::kWriting) {
-        dram_->Touch(key);
-        stats_.lookup_hits_dram.Add(1);
-        return ChunkLocation::kDram;
-      }
-      if (r->second.state == Resident::State::kFilling) return ChunkLocation::kPending;
-    }
-    auto it = index_.find(key);
-    if (it != index_.end()) {
-      lru_.splice(lru_.end(), lru_, it->second.lru);
+  switch (resident_->Lookup(key)) {
+    case ResidentSet::Hit::kReady:
+      stats_.lookup_hits_dram.Add(1);
+      return ChunkLocation::kDram;
+    case ResidentSet::Hit::kFilling:
+      return ChunkLocation::kPending;
+    case ResidentSet::Hit::kNone:
+      break;
+  }
+  switch (disk_->Lookup(key, now)) {
+    case DiskIndex::Known::kPresent:
       stats_.lookup_hits_disk.Add(1);
       return ChunkLocation::kDisk;
-    }
-    if (pending_stores_.count(key)) return ChunkLocation::kPending;
-    auto neg = negative_.find(key);
-    if (neg != negative_.end()) {
-      if (neg->second > now) {
-        stats_.lookup_misses.Add(1);
-        return ChunkLocation::kAbsent;
-      }
-      negative_.erase(neg);
-    }
-    if (evicting_.count(key)) {
+    case DiskIndex::Known::kPending:
+      return ChunkLocation::kPending;
+    case DiskIndex::Known::kAbsent:
       stats_.lookup_misses.Add(1);
       return ChunkLocation::kAbsent;
-    }
+    case DiskIndex::Known::kUnknown:
+      break;
   }
-  // Not known here: another instance (or process) may have published it under the same root.
-  const std::string rel = ChunkRelPath(key);
-  struct stat st;
-  // M1: exactly a chunk's size. A shorter file is another host's entry whose data is not visible here yet (or a
-  // broken one): a miss, not a hit that would fail at load time.
-  const bool present = fstatat(ns_->dirfd(), rel.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
-                       static_cast<uint64_t>(st.st_size) == slot_bytes_;
-  std::lock_guard<std::mutex> lock(index_mu_);
-  if (present) {
-    if (!index_.count(key)) {
-      lru_.push_back(key);
-      index_.emplace(key, IndexEntry{static_cast<uint64_t>(st.st_size), 0, std::prev(lru_.end()),
-                                     int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec});
-      disk_bytes_ += st.st_size;
-      stats_.disk_entries.Set(index_.size());
-      stats_.disk_bytes_used.Set(disk_bytes_);
-    }
+  // Not known here: another instance (or process) may have published it under the same root. M1: exactly a
+  // chunk's size (DiskIndex::Probe).
+  uint64_t bytes;
+  int64_t mtime;
+  if (disk_->Probe(key, &bytes, &mtime)) {
+    disk_->LearnPresent(key, bytes, mtime);
     stats_.lookup_hits_disk.Add(1);
     return ChunkLocation::kDisk;
   }
-  if (negative_.size() > 1000000) negative_.clear();  // bounded: a burst of unique misses cannot grow it forever
-  negative_[key] = now + NegativeTtlNs();
+  disk_->LearnAbsent(key, now + NegativeTtlNs());
   stats_.lookup_misses.Add(1);
   return ChunkLocation::kAbsent;
 }
@@ -479,25 +476,24 @@ Result<JobId> EngineImpl::Enqueue(JobKind kind, std::vector<ChunkTransfer> chunk
     parts[0] = std::make_unique<Part>();
     parts[0]->job = job;
   }
-  std::lock_guard<std::mutex> cmd_lock(cmd_mu_);
+  MutexLock cmd_lock(cmd_mu_);
   if (stop_) return Status(StatusCode::kFailedPrecondition, "engine is shutting down");
   if (kind == JobKind::kLoad) {
     if (!internal) stats_.loads_started.Add(1);  // promotions are counted by Promote
   } else {
     if (!internal) stats_.stores_started.Add(1);  // committed stores are counted by CommitStore
-    std::lock_guard<std::mutex> lock(index_mu_);
-    for (auto& c : job->chunks) pending_stores_[c->req.key]++;
+    for (auto& c : job->chunks) disk_->AddPendingStore(c->req.key);
   }
   for (size_t ri = 0; ri < parts.size(); ++ri) {
     if (!parts[ri]) continue;
-    reactors_[ri]->commands.push_back(std::move(parts[ri]));
+    commands_[ri].push_back(std::move(parts[ri]));
     reactors_[ri]->io->Wake();
   }
   return id;
 }
 
 std::vector<JobResult> EngineImpl::PollCompleted() {
-  std::lock_guard<std::mutex> lock(done_mu_);
+  MutexLock lock(done_mu_);
   std::vector<JobResult> out;
   out.reserve(done_order_.size());
   for (JobId id : done_order_) {
@@ -511,8 +507,11 @@ std::vector<JobResult> EngineImpl::PollCompleted() {
 }
 
 Result<JobResult> EngineImpl::Wait(JobId id, int64_t timeout_ms) {
-  std::unique_lock<std::mutex> lock(done_mu_);
-  const bool got = done_cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return done_.count(id); });
+  MutexLock lock(done_mu_);
+  const bool got = done_cv_.WaitFor(done_mu_, std::chrono::milliseconds(timeout_ms), [&] {
+    done_mu_.AssertHeld();  // the predicate runs with it held (CondVar)
+    return done_.count(id) > 0;
+  });
   if (!got) {
     if (id == 0 || id >= next_job_id_.load()) return Status(StatusCode::kNotFound, "unknown job " + std::to_string(id));
     return Status(StatusCode::kTimedOut, "job " + std::to_string(id) + " still running");
@@ -525,149 +524,93 @@ Result<JobResult> EngineImpl::Wait(JobId id, int64_t timeout_ms) {
 // ---------------------------------------------------------------------------------------------------------------
 // Capacity (C1)
 
-std::vector<EngineImpl::Victim> EngineImpl::TakeVictimsLocked(uint64_t target_bytes) {
-  std::vector<Victim> victims;
-  auto it = lru_.begin();
-  size_t looked_at = 0;
-  const size_t listed = lru_.size();  // entries moved to the back by UsedElsewhereLocked are not looked at again
-  while (disk_bytes_ > target_bytes && it != lru_.end() && looked_at++ < listed) {
-    auto e = index_.find(*it);
-    if (e != index_.end() && e->second.pins == 0 && shared_root_ && UsedElsewhereLocked(*it, e->second)) {
-      auto moved = it++;
-      lru_.splice(lru_.end(), lru_, moved);
-      continue;
-    }
-    if (e != index_.end() && e->second.pins == 0) {
-      victims.push_back(Victim{*it, e->second.bytes});
-      disk_bytes_ -= e->second.bytes;
-      index_.erase(e);
-      it = lru_.erase(it);
-    } else {
-      ++it;
-    }
-  }
-  stats_.disk_entries.Set(index_.size());
-  stats_.disk_bytes_used.Set(disk_bytes_);
-  stats_.evictions.Add(victims.size());
-  for (const Victim& v : victims) stats_.evicted_bytes.Add(v.bytes);
-  return victims;
-}
-
 uint64_t EngineImpl::UnlinkVictims(const std::vector<Victim>& victims) {
   // A reader that opened the file before the unlink keeps reading valid bytes; new readers miss.
   uint64_t freed = 0;
   for (const Victim& v : victims) {
+    bool still_on_disk = false;
     if (unlinkat(ns_->dirfd(), ChunkRelPath(v.key).c_str(), 0) == 0) {
       freed += v.bytes;
       UsageAdd(-static_cast<int64_t>(v.bytes));
+      PruneFanoutDir(ns_->dirfd(), FanoutDir(v.key));  // C1: reactors' fan-out caches learn it at their next store
     } else if (errno == ENOENT) {
       freed += v.bytes;
+      PruneFanoutDir(ns_->dirfd(), FanoutDir(v.key));
     } else {
-      std::lock_guard<std::mutex> lock(index_mu_);
-      ReindexLocked(v.key, v.bytes);  // still on disk (and counted): a later eviction retries it
+      still_on_disk = true;  // and counted: a later eviction retries it
     }
+    disk_->EndEviction(v, still_on_disk);
   }
   return freed;
 }
 
 Result<uint64_t> EngineImpl::EvictToBudget() {
   if (options_.disk_budget_bytes == 0) return uint64_t{0};
-  std::unique_lock<std::mutex> lock(index_mu_);
   const auto low = static_cast<uint64_t>(options_.disk_budget_bytes * options_.low_watermark);
-  const uint64_t used = UsageLocked();
+  const uint64_t used = Usage();
   if (used <= low) return uint64_t{0};
-  std::vector<Victim> victims = TakeExcessLocked(used - low, lock);
-  for (const Victim& v : victims) evicting_[v.key]++;
-  lock.unlock();
-  const uint64_t freed = UnlinkVictims(victims);
-  lock.lock();
-  for (const Victim& v : victims) {
-    auto it = evicting_.find(v.key);
-    if (it != evicting_.end() && --it->second <= 0) evicting_.erase(it);
-  }
-  return freed;
+  return UnlinkVictims(disk_->TakeExcess(ExcessToTake(used - low)));
 }
 
-void EngineImpl::ReindexLocked(const ChunkKey& key, uint64_t bytes) {
-  if (index_.count(key)) return;
-  lru_.push_front(key);  // first in line for the next eviction
-  index_.emplace(key, IndexEntry{bytes, 0, lru_.begin()});
-  disk_bytes_ += bytes;
-  stats_.disk_entries.Set(index_.size());
-  stats_.disk_bytes_used.Set(disk_bytes_);
-}
-
-Status EngineImpl::MergeTreeIntoIndex() {
-  struct Found {
-    ChunkKey key;
-    uint64_t bytes;
-    int64_t mtime;
-  };
-  std::vector<Found> found;
-  Status s = ScanEntries(*ns_, [&](const EntryInfo& e) {
-    if (!e.is_temporary && !e.is_foreign) found.push_back(Found{e.key, e.size_bytes, e.mtime_ns});
-  });
-  if (!s.ok()) return s.WithContext("scanning " + ns_->path());
-  // Newest first, each pushed to the LRU front: entries this instance never used are evicted first, oldest first
-  // (C1: modification time, not atime). At open the index is empty and this is the whole LRU order.
-  std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) { return a.mtime > b.mtime; });
-  std::lock_guard<std::mutex> lock(index_mu_);
-  for (const Found& f : found) {
-    if (index_.count(f.key) || evicting_.count(f.key)) continue;
-    lru_.push_front(f.key);
-    index_.emplace(f.key, IndexEntry{f.bytes, 0, lru_.begin(), f.mtime});
-    disk_bytes_ += f.bytes;
-  }
-  stats_.disk_entries.Set(index_.size());
-  stats_.disk_bytes_used.Set(disk_bytes_);
-  return Status::Ok();
-}
-
-std::vector<EngineImpl::Victim> EngineImpl::TakeExcessLocked(uint64_t excess, std::unique_lock<std::mutex>& lock) {
+uint64_t EngineImpl::ExcessToTake(uint64_t excess) {
   // M2: every host over the watermark evicts its share, so hosts evicting at once free the excess about once.
   if (ledger_) excess = excess / std::max<uint32_t>(1, ledger_->live_engines()) + 1;
+  // The index knows too little (entries of other instances): merge the tree into it first, at most every 500 ms.
+  int64_t last = last_merge_ns_.load();
   const int64_t now = io::NowNs();
-  if (HasSharedUsage() && excess > disk_bytes_ && now - last_merge_ns_ > 500 * kMsToNs) {
-    last_merge_ns_ = now;
-    lock.unlock();
-    static_cast<void>(MergeTreeIntoIndex());  // best effort: a failed rescan leaves the index as it was
-    lock.lock();
+  if (HasSharedUsage() && excess > disk_->bytes() && now - last > 500 * kMsToNs &&
+      last_merge_ns_.compare_exchange_strong(last, now)) {
+    static_cast<void>(disk_->Rescan(/*drop_absent=*/false));  // best effort: a failed rescan leaves the index as it was
   }
-  return TakeVictimsLocked(disk_bytes_ > excess ? disk_bytes_ - excess : 0);
+  return excess;
+}
+
+int64_t EngineImpl::UsageOthers() const {
+  const uint64_t total = ledger_ ? ledger_->Total() : usage_ ? usage_->Load() : 0;
+  return static_cast<int64_t>(total) - own_usage_delta_.load(std::memory_order_relaxed);
+}
+
+void EngineImpl::MaintenanceMain() {
+  constexpr auto kCheckEvery = std::chrono::seconds(1);
+  constexpr int64_t kMinRescanGapNs = 2'000'000'000;
+  int64_t last_others = UsageOthers();
+  int64_t last_rescan_ns = 0;
+  bool stale = false;
+  MutexLock lock(maint_mu_);
+  while (!maint_cv_.WaitFor(maint_mu_, kCheckEvery, [this] {
+    maint_mu_.AssertHeld();
+    return maint_stop_;
+  })) {
+    lock.Unlock();
+    // The namespace's usage counts every engine's and gc's changes; what this engine did not change itself going
+    // down means someone removed entries, maybe some this index holds. Usage below the index's own bytes means
+    // the index holds entries that are gone.
+    const int64_t others = UsageOthers();
+    stale |= others < last_others || Usage() < disk_->bytes();
+    last_others = others;
+    const int64_t now = io::NowNs();
+    if (stale && now - last_rescan_ns >= kMinRescanGapNs) {
+      stale = false;
+      last_rescan_ns = now;
+      static_cast<void>(disk_->Rescan(/*drop_absent=*/true));  // best effort: a failed scan changes nothing
+      last_others = UsageOthers();
+    }
+    lock.Lock();
+  }
 }
 
 void EngineImpl::PublishIndexed(Reactor& r, const ChunkKey& key, uint64_t bytes, bool linked) {
   if (linked) UsageAdd(static_cast<int64_t>(bytes));
-  {
-    std::unique_lock<std::mutex> lock(index_mu_);
-    negative_.erase(key);
-    if (!index_.count(key)) {
-      lru_.push_back(key);
-      // M3: our own publication; its mtime is about now (a touch by another host comes later than that).
-      index_.emplace(key, IndexEntry{bytes, 0, std::prev(lru_.end()),
-                                     std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                         std::chrono::system_clock::now().time_since_epoch())
-                                         .count()});
-      disk_bytes_ += bytes;
-    }
-    stats_.disk_entries.Set(index_.size());
-    stats_.disk_bytes_used.Set(disk_bytes_);
-  }
+  // M3: our own publication; its mtime is about now (a touch by another host comes later than that).
+  disk_->Publish(key, bytes,
+                 std::chrono::duration_cast<std::chrono::nanoseconds>(
+                     std::chrono::system_clock::now().time_since_epoch())
+                     .count());
   EvictAboveHighWatermark(r);
 }
 
-bool EngineImpl::UsedElsewhereLocked(const ChunkKey& key, IndexEntry& e) {
-  if (options_.touch_interval_s == 0 || e.mtime_ns == 0) return false;
-  struct stat st;
-  if (fstatat(ns_->dirfd(), ChunkRelPath(key).c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return false;
-  const int64_t mtime = int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
-  // A touch moves the mtime forward by at least touch_interval_s; a second of slack covers coarse timestamps.
-  if (mtime <= e.mtime_ns + 1000000000) return false;
-  e.mtime_ns = mtime;
-  return true;
-}
-
 void EngineImpl::UsageReserve(uint64_t bytes) {
+  own_usage_delta_.fetch_add(static_cast<int64_t>(bytes), std::memory_order_relaxed);
   if (ledger_) ledger_->Reserve(bytes);
   if (usage_) usage_->Add(static_cast<int64_t>(bytes));
 }
@@ -677,40 +620,38 @@ void EngineImpl::UsageCommitReserved(uint64_t bytes) {
 }
 
 void EngineImpl::UsageRelease(uint64_t bytes) {
+  own_usage_delta_.fetch_sub(static_cast<int64_t>(bytes), std::memory_order_relaxed);
   if (ledger_) ledger_->Release(bytes);
   if (usage_) usage_->Add(-static_cast<int64_t>(bytes));
 }
 
 void EngineImpl::UsageAdd(int64_t bytes) {
+  own_usage_delta_.fetch_add(bytes, std::memory_order_relaxed);
   if (ledger_) ledger_->Add(bytes);
   if (usage_) usage_->Add(bytes);
 }
 
 void EngineImpl::EvictAboveHighWatermark(Reactor& r) {
   if (!options_.disk_budget_bytes) return;
-  std::vector<Victim> victims;
-  {
-    std::unique_lock<std::mutex> lock(index_mu_);
-    // C1/M2: bytes whose unlinks are still in flight are on disk until the unlink returns (on a FUSE or network
-    // filesystem that can take milliseconds each), so they count toward the high watermark: the budget bounds what
-    // the filesystem holds. They are not taken again: what to free is what stays after the unlinks in flight.
-    const uint64_t on_disk = UsageLocked();
-    const uint64_t staying = on_disk - std::min(on_disk, evicting_bytes_);
-    const auto low = static_cast<uint64_t>(options_.disk_budget_bytes * options_.low_watermark);
-    if (on_disk > static_cast<uint64_t>(options_.disk_budget_bytes * options_.high_watermark) && staying > low) {
-      victims = TakeExcessLocked(staying - low, lock);
-      for (const Victim& v : victims) {
-        evicting_[v.key]++;
-        evicting_bytes_ += v.bytes;
-      }
-    }
-  }
+  // C1/M2: bytes whose unlinks are still in flight are on disk until the unlink returns (on a FUSE or network
+  // filesystem that can take milliseconds each), so they count toward the high watermark: the budget bounds what
+  // the filesystem holds. They are not taken again: what to free is what stays after the unlinks in flight
+  // (DiskIndex::TakeAboveWatermark).
+  const auto high = static_cast<uint64_t>(options_.disk_budget_bytes * options_.high_watermark);
+  const auto low = static_cast<uint64_t>(options_.disk_budget_bytes * options_.low_watermark);
+  const uint64_t on_disk = Usage();
+  if (on_disk <= high) return;
+  const uint64_t staying = on_disk - std::min(on_disk, disk_->evicting_bytes());
+  if (staying <= low) return;
+  ExcessToTake(staying - low);  // merges the tree into the index first when it knows too little
+  const uint32_t sharing = ledger_ ? std::max<uint32_t>(1, ledger_->live_engines()) : 0;
+  std::vector<Victim> victims = disk_->TakeAboveWatermark(Usage(), high, low, sharing);
   // On the reactor: unlink through its I/O engine so eviction never stalls other I/O.
   for (const Victim& v : victims) {
     io::IoOp op;
     op.code = io::OpCode::kUnlinkAt;
     op.dirfd = ns_->dirfd();
-    OpCtx ctx{OpRole::kUnlinkEvicted, nullptr};
+    OpCtx ctx{OpRole::kUnlinkEvicted, nullptr, &EngineImpl::OnUnlinkEvictedDone};
     ctx.len = v.bytes;  // subtracted from the shared usage when this unlink removes the file
     ctx.path = ChunkRelPath(v.key);
     ctx.key = v.key;
@@ -721,70 +662,14 @@ void EngineImpl::EvictAboveHighWatermark(Reactor& r) {
 // ---------------------------------------------------------------------------------------------------------------
 // Slot-resident chunks (DRAM tier)
 
-bool EngineImpl::EvictResidentLocked(bool for_speculative) {
-  const int64_t now = io::NowNs();
-  auto evictable = [this, now](bool preloads_too) {
-    return [this, preloads_too, now](const ChunkKey& k) {
-      auto r = resident_.find(k);
-      return r != resident_.end() && r->second.pins == 0 && r->second.state == Resident::State::kReady &&
-             r->second.awaited_until_ns <= now && (preloads_too || !r->second.speculative);
-    };
-  };
-  std::optional<ChunkKey> victim = dram_->Victim(evictable(false));
-  if (!victim && !for_speculative) victim = dram_->Victim(evictable(true));
-  if (!victim) return false;
-  auto r = resident_.find(*victim);
-  if (r->second.speculative) {
-    stats_.preload_wasted.Add(1);
-    unused_preloads_--;
-  }
-  const uint32_t slot = r->second.slot;
-  resident_.erase(r);
-  dram_->Evict(*victim);
-  FreeSlot(slot);
-  stats_.dram_entries.Set(resident_.size());
-  return true;
-}
-
-void EngineImpl::UsePreloadLocked(Resident& r) {
-  if (!r.speculative) return;
-  r.speculative = false;
-  unused_preloads_--;
-  stats_.preload_used.Add(1);
-}
-
-std::optional<uint32_t> EngineImpl::AcquireSlotLocked(staging::Priority priority, bool for_resident) {
-  const bool speculative = priority == staging::Priority::kSpeculative;
-  // T1: the tier's bound. Several entries may be over it (write-through stores join it while they are written, when
-  // nothing is evictable yet), so evict until there is room or nothing more can go.
-  while (for_resident && resident_.size() >= dram_max_slots_ && EvictResidentLocked(speculative)) {
-  }
-  if (auto slot = pool_->Acquire(priority)) return slot;
-  if (!EvictResidentLocked(speculative)) return std::nullopt;
-  return pool_->Acquire(priority);
-}
-
-PromoteState EngineImpl::Residency(const ChunkKey& key) {
-  std::lock_guard<std::mutex> lock(index_mu_);
-  auto r = resident_.find(key);
-  if (r == resident_.end()) return PromoteState::kMiss;
-  if (r->second.state == Resident::State::kReady || r->second.state == Resident::State::kWriting) {
-    return PromoteState::kReady;
-  }
-  return PromoteState::kPending;
-}
-
-std::optional<uint32_t> EngineImpl::AcquireSlot(staging::Priority priority) {
-  std::lock_guard<std::mutex> lock(index_mu_);
-  return AcquireSlotLocked(priority);
-}
+PromoteState EngineImpl::Residency(const ChunkKey& key) { return resident_->Residency(key); }
 
 std::optional<uint32_t> EngineImpl::AcquireSlotFor(Reactor& r) {
-  if (auto slot = AcquireSlot(staging::Priority::kDemand)) return slot;
+  if (auto slot = resident_->AcquireSlot(staging::Priority::kDemand)) return slot;
   if (reactors_.size() == 1) return std::nullopt;  // the only reactor frees slots itself and retries each iteration
   // Record the wait before trying again: a slot freed in between either is seen by the retry or wakes us.
   pool_waiters_.fetch_or(uint64_t{1} << r.index);
-  return AcquireSlot(staging::Priority::kDemand);
+  return resident_->AcquireSlot(staging::Priority::kDemand);
 }
 
 void EngineImpl::FreeSlot(uint32_t slot) {
@@ -803,182 +688,46 @@ void EngineImpl::WakeWaiters(std::atomic<uint64_t>& mask) {
   }
 }
 
-bool EngineImpl::OnDiskLocked(const ChunkKey& key) {
-  if (index_.count(key)) return true;
-  if (evicting_.count(key)) return false;
-  auto neg = negative_.find(key);
-  if (neg != negative_.end() && neg->second > io::NowNs()) return false;
-  struct stat st;
-  const std::string rel = ChunkRelPath(key);
-  if (fstatat(ns_->dirfd(), rel.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
-      static_cast<uint64_t>(st.st_size) == slot_bytes_) {  // M1: exactly a chunk's size, as in Lookup
-    lru_.push_back(key);
-    index_.emplace(key, IndexEntry{static_cast<uint64_t>(st.st_size), 0, std::prev(lru_.end()),
-                                   int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec});
-    disk_bytes_ += st.st_size;
-    return true;
-  }
-  negative_[key] = io::NowNs() + NegativeTtlNs();
-  return false;
-}
-
 PromoteResult EngineImpl::Promote(const ChunkKey& key, bool speculative) {
-  uint32_t slot;
-  {
-    std::lock_guard<std::mutex> lock(index_mu_);
-    auto r = resident_.find(key);
-    if (r != resident_.end()) {
-      dram_->Touch(key);
-      if (!speculative) {
-        UsePreloadLocked(r->second);
-        if (r->second.pins == 0) r->second.awaited_until_ns = io::NowNs() + kAwaitedProtectionNs;
-      }
-      if (r->second.state == Resident::State::kReady || r->second.state == Resident::State::kWriting) {
-        return PromoteResult{PromoteState::kReady, SlotRef{r->second.slot, r->second.generation}};
-      }
-      return PromoteResult{PromoteState::kPending, {}};
-    }
-    if (!OnDiskLocked(key)) return PromoteResult{PromoteState::kMiss, {}};
-    // R2: unused preloads hold at most half of the non-reserved slots, so they never crowd out the DRAM tier.
-    if (speculative && unused_preloads_ >= max_unused_preloads_) return PromoteResult{PromoteState::kMiss, {}};
-    auto got = AcquireSlotLocked(speculative ? staging::Priority::kSpeculative : staging::Priority::kDemand,
-                                 /*for_resident=*/true);
-    if (!got) return PromoteResult{PromoteState::kMiss, {}};
-    slot = *got;
-    dram_->Insert(key);
-    resident_.emplace(key, Resident{slot, 0, Resident::State::kLoading, 0, speculative,
-                                    speculative ? 0 : io::NowNs() + kAwaitedProtectionNs});
-    if (speculative) unused_preloads_++;
-  }
+  const int64_t now = io::NowNs();
+  if (auto resident = resident_->PromoteResident(key, speculative, now)) return *resident;
+  if (!disk_->OnDisk(key, now, NegativeTtlNs())) return PromoteResult{PromoteState::kMiss, {}};
+  PromoteResult result;
+  const std::optional<uint32_t> slot = resident_->BeginLoad(key, speculative, now, &result);
+  if (!slot) return result;
   if (speculative) stats_.preload_started.Add(1);
-  auto id = Enqueue(JobKind::kLoad, {ChunkTransfer{key, 0, 0, {}}}, {static_cast<int>(slot)}, /*internal=*/true);
+  auto id = Enqueue(JobKind::kLoad, {ChunkTransfer{key, 0, 0, {}}}, {static_cast<int>(*slot)}, /*internal=*/true);
   if (!id.ok()) {
-    ResidentLoaded(key, slot, 0, false);
+    resident_->Loaded(key, *slot, 0, false, io::NowNs());
     return PromoteResult{PromoteState::kMiss, {}};
   }
-  return PromoteResult{PromoteState::kPending, {}};
+  return result;
 }
 
-void EngineImpl::ResidentLoaded(const ChunkKey& key, uint32_t slot, uint32_t generation, bool ok) {
-  std::lock_guard<std::mutex> lock(index_mu_);
-  auto r = resident_.find(key);
-  if (r == resident_.end() || r->second.slot != slot) return;
-  if (ok) {
-    r->second.state = Resident::State::kReady;
-    r->second.generation = generation;
-    // The protection window of an awaited promotion starts when its bytes are ready.
-    if (r->second.awaited_until_ns != 0) r->second.awaited_until_ns = io::NowNs() + kAwaitedProtectionNs;
-  } else {
-    if (r->second.speculative) unused_preloads_--;
-    dram_->Erase(key);
-    resident_.erase(r);
-    FreeSlot(slot);
-  }
-  stats_.dram_entries.Set(resident_.size());
-}
+Result<std::vector<SlotRef>> EngineImpl::PinResident(std::span<const ChunkKey> keys) { return resident_->Pin(keys); }
 
-void EngineImpl::ResidentWritten(const ChunkKey& key) {
-  std::lock_guard<std::mutex> lock(index_mu_);
-  auto r = resident_.find(key);
-  if (r != resident_.end() && r->second.state == Resident::State::kWriting) r->second.state = Resident::State::kReady;
-  // A written store is an ordinary DRAM-tier entry now: if stores took the tier over its bound (they cannot be
-  // evicted while written), bring it back.
-  while (resident_.size() > dram_max_slots_ && EvictResidentLocked(/*for_speculative=*/false)) {
-  }
-  stats_.dram_entries.Set(resident_.size());
-}
-
-Result<std::vector<SlotRef>> EngineImpl::PinResident(std::span<const ChunkKey> keys) {
-  std::lock_guard<std::mutex> lock(index_mu_);
-  std::vector<SlotRef> refs;
-  refs.reserve(keys.size());
-  for (const ChunkKey& k : keys) {
-    auto r = resident_.find(k);
-    if (r == resident_.end() ||
-        (r->second.state != Resident::State::kReady && r->second.state != Resident::State::kWriting)) {
-      return Status(StatusCode::kNotFound, "chunk " + k.Hex() + " is not resident");
-    }
-    refs.push_back(SlotRef{r->second.slot, r->second.generation});
-  }
-  for (const ChunkKey& k : keys) {
-    auto& r = resident_[k];
-    r.pins++;
-    r.awaited_until_ns = 0;  // delivered: ordinary LRU/ARC order from now on
-    dram_->Touch(k);
-    UsePreloadLocked(r);
-  }
-  return refs;
-}
-
-void EngineImpl::Unpin(std::span<const ChunkKey> keys) {
-  std::lock_guard<std::mutex> lock(index_mu_);
-  for (const ChunkKey& k : keys) {
-    auto r = resident_.find(k);
-    if (r != resident_.end() && r->second.pins > 0) r->second.pins--;
-  }
-}
+void EngineImpl::Unpin(std::span<const ChunkKey> keys) { resident_->Unpin(keys); }
 
 Result<std::vector<std::optional<SlotRef>>> EngineImpl::ReserveForStore(std::span<const ChunkKey> keys) {
-  std::lock_guard<std::mutex> lock(index_mu_);
-  std::vector<std::optional<SlotRef>> out(keys.size());
-  std::vector<size_t> taken;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    const ChunkKey& k = keys[i];
-    if (resident_.count(k) || index_.count(k) || pending_stores_.count(k)) {
-      stats_.stores_deduplicated.Add(1);
-      continue;
-    }
-    bool dup = false;
-    for (size_t j : taken) dup |= keys[j] == k;
-    if (dup) continue;
-    auto slot = AcquireSlotLocked(staging::Priority::kDemand, /*for_resident=*/true);
-    if (!slot) {
-      for (size_t j : taken) {
-        auto r = resident_.find(keys[j]);
-        dram_->Erase(keys[j]);
-        FreeSlot(r->second.slot);
-        resident_.erase(r);
-      }
-      return Status(StatusCode::kResourceExhausted, "staging pool has no free slot for " +
-                                                        std::to_string(keys.size()) + " chunks; retry later");
-    }
-    const uint32_t gen = pool_->BeginFill(*slot);
-    dram_->Insert(k);
-    resident_.emplace(k, Resident{*slot, gen, Resident::State::kFilling, 0});
-    out[i] = SlotRef{*slot, gen};
-    taken.push_back(i);
-  }
-  stats_.dram_entries.Set(resident_.size());
-  return out;
+  // Stores deduplicate against entries indexed or being stored, asked before the resident set (never under its
+  // lock: the two are independent, and a key published in between is deduplicated when its store starts).
+  std::vector<bool> on_disk(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) on_disk[i] = disk_->ContainsOrPending(keys[i]);
+  return resident_->ReserveForStore(keys, on_disk);
 }
 
 void EngineImpl::CommitStore(std::span<const ChunkKey> keys, bool success) {
-  std::vector<ChunkTransfer> chunks;
+  std::vector<ChunkKey> written;
   std::vector<int> slots;
-  {
-    std::lock_guard<std::mutex> lock(index_mu_);
-    for (const ChunkKey& k : keys) {
-      auto r = resident_.find(k);
-      if (r == resident_.end() || r->second.state != Resident::State::kFilling) continue;
-      if (!success) {
-        FreeSlot(r->second.slot);
-        dram_->Erase(k);
-        resident_.erase(r);
-        stats_.stores_dropped.Add(1);
-        continue;
-      }
-      pool_->PublishReady(r->second.slot, r->second.generation);
-      r->second.state = Resident::State::kWriting;
-      chunks.push_back(ChunkTransfer{k, 0, 0, {}});
-      slots.push_back(static_cast<int>(r->second.slot));
-    }
-    stats_.dram_entries.Set(resident_.size());
-  }
-  if (chunks.empty()) return;
+  resident_->Commit(keys, success, &written, &slots);
+  if (written.empty()) return;
+  std::vector<ChunkTransfer> chunks;
+  chunks.reserve(written.size());
+  for (const ChunkKey& k : written) chunks.push_back(ChunkTransfer{k, 0, 0, {}});
   stats_.stores_started.Add(1);
   auto id = Enqueue(JobKind::kStore, std::move(chunks), std::move(slots), /*internal=*/true);
   if (!id.ok()) {
-    for (const ChunkKey& k : keys) ResidentWritten(k);  // shutting down: keep them resident, unwritten
+    for (const ChunkKey& k : written) resident_->Written(k);  // shutting down: keep them resident, unwritten
   }
 }
 

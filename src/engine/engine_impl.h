@@ -3,12 +3,15 @@
 // Threads and ownership (docs/architecture.md, "Threads and ownership"):
 // - reactors_: one Reactor per thread. Reactor r alone touches its io, its parts (jobs), their chunks, its op
 //   contexts, shared reads, in-flight stores and data queue. A chunk's reactor is ReactorOf(key), so every step of
-//   a chunk runs on one thread. Other threads reach a reactor through its commands (guarded by cmd_mu_) and
-//   io->Wake().
+//   a chunk runs on one thread. Other threads reach a reactor through its command queue (commands_, guarded by
+//   cmd_mu_) and io->Wake().
 // - A Job is shared by its parts (one per reactor it has chunks on); its counters are atomics, and the reactor
 //   whose chunk finishes last publishes the result.
-// - index_mu_ guards the index (published entries, LRU order, negative cache, disk usage) and the resident map.
-//   Lookup runs under it on the caller's thread; reactors take it briefly on publish, load pin/unpin and eviction.
+// - disk_ (DiskIndex, src/engine/disk_index.h) is the disk index (published entries, LRU order, pins, negative cache,
+//   pending stores, evictions in flight, byte counts) with a mutex of its own; it never sees the engine.
+// - resident_ (ResidentSet, src/engine/resident_set.h) is the DRAM tier (resident map, replacement policy, preload
+//   accounting) with a mutex of its own, and hands out every pool slot; it never sees the engine. Neither class is
+//   called with the other's lock held.
 // - A copier lane's mutex serializes Submit/Poll of its DeviceCopier (several reactors may share one lane).
 // - done_mu_ guards finished results; done_cv_ wakes Wait().
 // - pool_ is shared memory: slot data is touched by the reactors (I/O buffers), the copier threads and, in vLLM,
@@ -22,7 +25,6 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <list>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -30,6 +32,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/chunk_state.h"
+#include "engine/disk_index.h"
+#include "engine/resident_set.h"
 #include "io/io_engine.h"
 #include "kvtier/engine.h"
 #include "layout/chunk_format.h"
@@ -42,6 +47,7 @@
 #include "tier/dram_tier.h"
 #include "trace/trace_recorder.h"
 #include "transfer/device_copier.h"
+#include "util/mutex.h"
 
 namespace kvtier {
 using staging::StagingPool;
@@ -52,7 +58,14 @@ using trace::TraceRecorder;
 namespace kvtier {
 
 class EngineImpl final : public Engine {
+ private:
+  // Only the class's own factories construct it (std::make_unique with a key nobody else can name).
+  struct Passkey {
+    explicit Passkey() = default;
+  };
+
  public:
+  explicit EngineImpl(Passkey) {}
   // copier: null: the host copier. Reactors get copiers of their own where it can make them (CreateLane), else
   // share it.
   // io: the I/O engine to use instead of the one options.backend selects (tests: fake, fault-injecting); the
@@ -98,21 +111,30 @@ class EngineImpl final : public Engine {
   struct Reactor;
   struct CopierLane;
 
-  // One I/O operation in flight; user_data of the IoOp is its id in op_ctx_.
-  enum class OpRole {
-    kOpen, kRead, kWrite, kFsync, kClose, kCloseBeforeLink, kLink, kUnlinkTmp, kUnlinkCorrupt, kUnlinkEvicted, kMkdir
+  // One I/O operation in flight; user_data of the IoOp is its id in the reactor's op_ctx. Each carries its own
+  // completion handler (on_done), which OnCompletion calls after the bookkeeping every op shares (error counters,
+  // the chunk's ops in flight) and before the chunk's place at the disk and resources are settled.
+  enum class OpRole {  // names the op in traces and deadline messages
+    kOpen, kRead, kWrite, kFsync, kClose, kCloseBeforeLink, kLink, kUnlinkTmp, kUnlinkEvicted, kMkdir, kRmdirFanout
   };
+  struct OpCtx;
+  // A completion handler: a member function of the engine, called on the op's reactor with the op's context and
+  // result (>= 0, or -errno). A handler of a chunk's op returns at once when the chunk has failed meanwhile, unless
+  // the op's result still has to be taken (an open's fd).
+  using OpHandler = void (EngineImpl::*)(Reactor& r, const OpCtx& ctx, int64_t res);
   struct OpCtx {
     OpRole role;
-    Chunk* chunk = nullptr;  // null for fire-and-forget ops (close of an abandoned fd, unlink of a corrupt file)
+    Chunk* chunk = nullptr;  // null for ops of no chunk (evictions, directory removals, fire-and-forget)
+    OpHandler on_done = nullptr;  // null: nothing to do when it is back (a close, a temporary's unlink)
     uint8_t* buf = nullptr;
-    uint64_t len = 0;        // bytes still to transfer; kMkdir: the fan-out level (1: "ab", 2: "ab/cd")
+    uint64_t len = 0;        // bytes still to transfer; kMkdir, kRmdirFanout: the fan-out level (1: "ab", 2: "ab/cd")
     uint64_t offset = 0;
     int64_t deadline_ns = 0;
     std::string path;        // kOpen / kLink (old) / kUnlink*
     std::string path2;       // kLink (new)
-    ChunkKey key;            // kUnlinkEvicted
+    ChunkKey key;            // kUnlinkEvicted, kRmdirFanout
     bool late = false;       // passed its deadline; the chunk already failed
+    bool errors_are_answers = false;  // a failure is not an I/O error (an rmdir's ENOTEMPTY)
     int64_t start_ns = 0;
     // kRead of a load: the blocks this read brings, relative to the chunk's first_block (piece_blocks 0: the
     // header alone), and whether the header is part of it.
@@ -125,7 +147,6 @@ class EngineImpl final : public Engine {
     io::IoOp op;
   };
 
-  EngineImpl() = default;
   Status Init(const EngineOptions& options, std::unique_ptr<DeviceCopier> copier, IoFactory io_factory,
               uint32_t forced_reactors);
   Result<JobId> Enqueue(JobKind kind, std::vector<ChunkTransfer> chunks, std::vector<int> preset_slots = {},
@@ -147,7 +168,17 @@ class EngineImpl final : public Engine {
   // Frees a slot to the pool and wakes reactors waiting for one.
   void FreeSlot(uint32_t slot);
   void WakeWaiters(std::atomic<uint64_t>& mask);
+  // An op came back: shared bookkeeping, then the op's own handler (OpCtx::on_done), then the chunk's settling.
   void OnCompletion(Reactor& r, const io::IoCompletion& cqe);
+  // The ops' completion handlers (OpHandler).
+  void OnOpenDone(Reactor& r, const OpCtx& ctx, int64_t res);
+  void OnReadDone(Reactor& r, const OpCtx& ctx, int64_t res);
+  void OnWriteDone(Reactor& r, const OpCtx& ctx, int64_t res);
+  void OnFsyncDone(Reactor& r, const OpCtx& ctx, int64_t res);
+  void OnLinkDone(Reactor& r, const OpCtx& ctx, int64_t res);
+  void OnUnlinkEvictedDone(Reactor& r, const OpCtx& ctx, int64_t res);
+  void OnRmdirFanoutDone(Reactor& r, const OpCtx& ctx, int64_t res);
+  void TraceTransfer(Reactor& r, const OpCtx& ctx, int64_t res, const char* name);
   void OnCopyDone(Reactor& r, const CopyDone& done);
   void PollCopies(Reactor& r, std::vector<CopyDone>* done);
   void CheckDeadlines(Reactor& r);
@@ -160,8 +191,16 @@ class EngineImpl final : public Engine {
   // level at a time (a synchronous mkdir on the reactor held every other chunk's I/O for its whole duration);
   // OnMkdirDone continues with the next level, then OpenTemporary.
   void SubmitMkdir(Chunk& c, int level);
-  void OnMkdirDone(Chunk& c, const OpCtx& ctx, int64_t res);
+  void OnMkdirDone(Reactor& r, const OpCtx& ctx, int64_t res);
   static constexpr uint8_t kMkdirRetries = 5;
+  // C1, M1: a store whose fan-out directory vanished under it (eviction or gc removed it empty, here or on another
+  // host: ENOENT at mkdir, open or link, EPERM for O_TMPFILE in a directory being removed) creates it again and
+  // goes on (an anonymous temporary that is written is linked, anything else opened again), up to this many times.
+  static constexpr uint8_t kVanishedDirRetries = 16;
+  bool RetryAfterVanishedDir(Chunk& c);
+  // C1: after an eviction's unlink, removes the entry's fan-out directory and then its first level if empty
+  // (unlinkat AT_REMOVEDIR through r's ring; ENOTEMPTY leaves it).
+  void SubmitRmdirFanout(Reactor& r, const ChunkKey& key, int level);
   void Settle(Chunk& c);
   void MaybeRetireShare(ReadShare* s);
   // A new shared read owned by reactor r (Reactor::shares); MaybeRetireShare frees it.
@@ -185,9 +224,9 @@ class EngineImpl final : public Engine {
   void StoreWritesDone(Chunk& c);
   // M1: a named temporary is closed, and the close has come back, before its link is submitted: on network and
   // FUSE filesystems the close pushes the data to the servers, and a name linked first is a 0-byte file to other
-  // hosts. OnCloseBeforeLink continues with SubmitLink (or fails the chunk: a failed close is a failed write).
+  // hosts. OnCloseBeforeLinkDone continues with SubmitLink (or fails the chunk: a failed close is a failed write).
   void SubmitCloseBeforeLink(Chunk& c);
-  void OnCloseBeforeLink(Chunk& c, int64_t res);
+  void OnCloseBeforeLinkDone(Reactor& r, const OpCtx& ctx, int64_t res);
   void SubmitLink(Chunk& c);
   // M1: on a shared root an entry that fails verification while young (mtime within temp_max_age_s) may be another
   // host's publication whose data this client cannot see yet: a miss, never removed (fsck and gc remove it by age).
@@ -197,7 +236,11 @@ class EngineImpl final : public Engine {
   // M3: a verified load of an entry whose mtime is older than touch_interval_s sets it to now (utimensat), and the
   // index learns the new mtime.
   void MaybeTouchEntry(const Chunk& c);
+  // Moves c to state `to`; in debug builds an illegal move (LegalChunkTransition) aborts naming both states.
+  void SetState(Chunk& c, ChunkState to);
+  // Finishes c as failed (kFailed) with status; a no-op for a finished chunk. A share's leader fails its members.
   void FailChunk(Chunk& c, Status status);
+  // Finishes c: kSucceeded, or kFailed when its status says so; the job's last chunk publishes the result.
   void FinishChunk(Chunk& c);
   // Every chunk of job has finished: record stats and trace, and hand the result to PollCompleted/Wait.
   void PublishJob(Job& job);
@@ -218,7 +261,7 @@ class EngineImpl final : public Engine {
   void EvictAboveHighWatermark(Reactor& r);
   // Disk usage compared with the budget: the namespace's usage records on a shared root (M2), else its shared
   // counter on this host (C1), else the index's.
-  uint64_t UsageLocked() const { return ledger_ ? ledger_->Total() : usage_ ? usage_->Load() : disk_bytes_; }
+  uint64_t Usage() const { return ledger_ ? ledger_->Total() : usage_ ? usage_->Load() : disk_->bytes(); }
   // The shared usage, whichever kind this root has (usage_ or ledger_; none: no-ops). Reserve when a store starts
   // writing; CommitReserved when its link made the entry; Release when it ends without one; Add for entries linked
   // without a reservation (+) and for every unlink that removed an entry (-).
@@ -227,35 +270,23 @@ class EngineImpl final : public Engine {
   void UsageCommitReserved(uint64_t bytes);
   void UsageRelease(uint64_t bytes);
   void UsageAdd(int64_t bytes);
-  // Adds the entries of a scan of the tree that the index lacks (at open: all of them; later: what other
-  // instances published), oldest at the LRU front.
-  Status MergeTreeIntoIndex();
-  // An evicted entry whose unlink failed goes back to the index (LRU front): it still takes space.
-  void ReindexLocked(const ChunkKey& key, uint64_t bytes);
-  struct Victim {
-    ChunkKey key;
-    uint64_t bytes;
-  };
-  // Removes LRU unpinned entries from the index until usage <= target; the caller unlinks their files.
-  std::vector<Victim> TakeVictimsLocked(uint64_t target_bytes);
-  uint64_t UnlinkVictims(const std::vector<Victim>& victims);  // synchronous; not on the reactor's hot path
-  // Victims worth `excess` bytes of the local LRU; when the index knows too little (entries of other instances),
-  // first merges the tree into it (at most every 500 ms; drops and retakes the lock).
-  std::vector<Victim> TakeExcessLocked(uint64_t excess, std::unique_lock<std::mutex>& lock);
+  // The namespace's shared usage less what this engine changed in it (own_usage_delta_): the others' part.
+  int64_t UsageOthers() const;
+  // The maintenance thread (runs where the root has shared usage): every second it compares the shared usage with
+  // what this engine changed; when the others' part went down (gc, another engine's evictions) or the usage is below
+  // the index's own bytes, it rescans the tree and drops the entries that are gone (DiskIndex::Rescan(true)), at
+  // most every 2 s. disk_bytes_used and disk_entries follow within ~3 s.
+  void MaintenanceMain();
+  using Victim = DiskIndex::Victim;
+  // What to evict of `excess` bytes over the low watermark: this engine's share of it on a shared root (M2); when
+  // the index knows less than that (entries of other instances), the tree is merged into it first (at most every
+  // 500 ms).
+  uint64_t ExcessToTake(uint64_t excess);
+  // Unlinks victims synchronously (not on the reactor's hot path) and ends their evictions; the bytes freed.
+  uint64_t UnlinkVictims(const std::vector<Victim>& victims);
   void PumpData(Reactor& r);
   void EndDataPhase(Chunk& c);  // starts queued chunks' data reads/writes while fewer than io_depth are at the disk
   int64_t Deadline() const;
-  // A free slot, evicting the least recently used unpinned resident chunk if the pool has none (T1).
-  // for_resident: the slot becomes a DRAM-tier entry, so the tier's own bound (dram_max_slots) applies first.
-  std::optional<uint32_t> AcquireSlotLocked(staging::Priority priority, bool for_resident = false);
-  // Evicts one unpinned ready resident chunk in the policy's order; unused preloads go only for demand work and
-  // only after everything else (R2). False when nothing can go.
-  bool EvictResidentLocked(bool for_speculative);
-  std::optional<uint32_t> AcquireSlot(staging::Priority priority);
-  bool OnDiskLocked(const ChunkKey& key);
-  // Reactor: a resident chunk's read finished (ok) or failed.
-  void ResidentLoaded(const ChunkKey& key, uint32_t slot, uint32_t generation, bool ok);
-  void ResidentWritten(const ChunkKey& key);
 
   EngineOptions options_;
   std::string describe_;
@@ -269,7 +300,6 @@ class EngineImpl final : public Engine {
   uint64_t open_resolve_ = 0; // RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS where the kernel has openat2 (K2)
   std::unique_ptr<SharedUsage> usage_;  // C1: the namespace's usage shared by every engine on this host
   std::unique_ptr<UsageLedger> ledger_;  // M2: instead of usage_ on a shared root: shared by every host
-  int64_t last_merge_ns_ = 0;           // guarded by index_mu_
   std::unique_ptr<ChecksumKey> checksum_key_;  // K3: set when options.checksum_secret is
   mode_t file_mode_ = 0640;
   bool fchmod_files_ = false;  // the process umask strips bits of file_mode_: chmod each new temporary
@@ -282,9 +312,11 @@ class EngineImpl final : public Engine {
   // open. Anonymous temporaries are fsync'ed before linkat there; young bad entries are misses, not removed.
   bool shared_root_ = false;
 
-  // Commands from other threads: each reactor's queue (Reactor::commands) and stop_ are guarded by cmd_mu_.
-  std::mutex cmd_mu_;
-  bool stop_ = false;
+  // Commands from other threads: reactor r's queue of new parts, commands_[r], and stop_. One mutex for all the
+  // queues, so a job's parts are queued on every reactor in one order (FIFO across jobs).
+  Mutex cmd_mu_;
+  std::vector<std::deque<std::unique_ptr<Part>>> commands_ GUARDED_BY(cmd_mu_);
+  bool stop_ GUARDED_BY(cmd_mu_) = false;
   std::atomic<JobId> next_job_id_{1};
 
   std::vector<std::unique_ptr<CopierLane>> lanes_;
@@ -293,52 +325,24 @@ class EngineImpl final : public Engine {
   // Reactors (bit r) that found the pool without a free slot for demand work: FreeSlot wakes them.
   std::atomic<uint64_t> pool_waiters_{0};
 
-  // Index of published entries (C1): LRU order, most recent at the back.
-  struct IndexEntry {
-    uint64_t bytes = 0;
-    uint32_t pins = 0;  // loads in flight: never evicted while pinned
-    std::list<ChunkKey>::iterator lru;
-    int64_t mtime_ns = 0;  // M3: the file's mtime as this engine last knew it (0: unknown)
-  };
-  // M3, on a shared root: a victim whose file another host touched since this engine learnt its mtime (a hit
-  // there) is not evicted; it moves to the recent end with its new mtime. Requires index_mu_.
-  bool UsedElsewhereLocked(const ChunkKey& key, IndexEntry& e);
+  // The disk index (C1): published entries, LRU, negative cache, pending stores, evictions in flight.
+  std::unique_ptr<DiskIndex> disk_;
+  std::atomic<int64_t> last_merge_ns_{0};  // ExcessToTake's last merge of the tree into the index
+  // What this engine's own Usage* calls changed in the shared usage (UsageOthers).
+  std::atomic<int64_t> own_usage_delta_{0};
+  Mutex maint_mu_;
+  CondVar maint_cv_;
+  bool maint_stop_ GUARDED_BY(maint_mu_) = false;
+  std::thread maintenance_;
 
-  mutable std::mutex index_mu_;
-  std::unordered_map<ChunkKey, IndexEntry, ChunkKeyHash> index_;
-  std::list<ChunkKey> lru_;
-  std::unordered_map<ChunkKey, int64_t, ChunkKeyHash> negative_;  // key -> expiry (ns)
-  std::unordered_map<ChunkKey, int, ChunkKeyHash> pending_stores_;
-  // Evicted from the index, file not yet unlinked: the filesystem fallback of Lookup must not re-index them.
-  std::unordered_map<ChunkKey, int, ChunkKeyHash> evicting_;
-  uint64_t evicting_bytes_ = 0;  // bytes of evictions whose unlinks the reactor has in flight
-  uint64_t disk_bytes_ = 0;
+  // The DRAM tier (T1): the resident map, its replacement policy and the preload accounting; every pool slot the
+  // engine takes comes through it.
+  std::unique_ptr<ResidentSet> resident_;
 
-  // Slot-resident chunks (DRAM tier), also guarded by index_mu_. LRU order, most recent at the back.
-  struct Resident {
-    enum class State { kLoading, kReady, kFilling, kWriting };
-    uint32_t slot = 0;
-    uint32_t generation = 0;
-    State state = State::kLoading;
-    uint32_t pins = 0;
-    bool speculative = false;  // a preload no demand load has used yet (R3: preload_used/wasted)
-    // A demand promotion someone waits for: not evicted until it is pinned (the scheduler's next lookup) or this
-    // passes, so another request's promotion cannot take the slot between the read and the load (no re-reads).
-    int64_t awaited_until_ns = 0;
-  };
-  static constexpr int64_t kAwaitedProtectionNs = 2'000'000'000;
-  // The first demand use of a preloaded entry (R3). Requires index_mu_.
-  void UsePreloadLocked(Resident& r);
-  std::unordered_map<ChunkKey, Resident, ChunkKeyHash> resident_;
-  std::unique_ptr<tier::DramTier> dram_;  // replacement order of resident_ (T1)
-  uint32_t dram_max_slots_ = 0;
-  uint32_t unused_preloads_ = 0;      // resident entries with speculative set
-  uint32_t max_unused_preloads_ = 0;  // (slots - demand reserve) / 2: preloads never crowd out the tier
-
-  std::mutex done_mu_;
-  std::condition_variable done_cv_;
-  std::unordered_map<JobId, JobResult> done_;
-  std::deque<JobId> done_order_;
+  Mutex done_mu_;
+  CondVar done_cv_;  // wakes Wait()
+  std::unordered_map<JobId, JobResult> done_ GUARDED_BY(done_mu_);
+  std::deque<JobId> done_order_ GUARDED_BY(done_mu_);
 
 };
 
@@ -373,10 +377,8 @@ struct EngineImpl::Chunk {
   ChunkTransfer req;
   uint32_t first_block = 0;
   uint32_t num_blocks = 0;
-  Status status;
-  bool failed = false;
-  bool finished = false;
-  bool released = false;        // resources returned
+  ChunkState state = ChunkState::kQueued;  // changed only by EngineImpl::SetState (src/engine/chunk_state.h)
+  Status status;                // set when the chunk fails (kFailed); Ok otherwise
   int slot = -1;                // stores: the slot held; loads: see share
   int preset_slot = -1;         // a resident slot: loads read into it, stores write from it; it stays resident
   uint32_t slot_gen = 0;
@@ -394,12 +396,11 @@ struct EngineImpl::Chunk {
   bool enospc_retried = false;
   bool usage_reserved = false;  // C1: a store's bytes are counted in the shared usage from its first write on,
                                 // so instances evict before the files exist rather than after
-  bool enoent_retried = false;
+  uint8_t dir_retries = 0;      // RetryAfterVanishedDir
   uint8_t mkdir_retries = 0;    // M1: EEXIST from mkdir, then ENOENT from stat (another host's mkdir in flight)
-  bool writes_done = false;
   uint64_t opened_ino = 0;      // loads: the file's inode and mtime at open (M1)
   int64_t opened_mtime_ns = 0;
-  bool data_phase = false;      // counted in data_in_flight_
+  bool data_phase = false;      // holds a place at the disk: counted in its reactor's data_in_flight
   int64_t started_ns = 0;
   // Loads read in pieces (read_piece_bytes): blocks are relative to first_block.
   uint32_t piece_blocks = 0;     // blocks per piece
@@ -431,13 +432,13 @@ struct EngineImpl::ReadShare {
 // A DeviceCopier and the reactors that share it. Copy ids carry the submitting reactor's index in their low
 // 8 bits: a completion polled by another reactor goes to its owner's inbox.
 struct EngineImpl::CopierLane {
-  std::mutex mu;  // Submit/Poll of copier
-  std::unique_ptr<DeviceCopier> copier;
+  Mutex mu;  // Submit/Poll of copier
+  std::unique_ptr<DeviceCopier> copier PT_GUARDED_BY(mu);
   std::vector<Reactor*> reactors;
 };
 
 // One reactor: one thread, one IoEngine (one io_uring ring, this thread its single issuer), and the state of the
-// chunks assigned to it. Everything but commands (cmd_mu_) and inbox (inbox_mu) is touched by its thread only.
+// chunks assigned to it. Everything but inbox (inbox_mu) is touched by its thread only.
 struct EngineImpl::Reactor {
   uint32_t index = 0;
   uint32_t depth = 0;  // chunks with data at the disk: ceil(io_depth / reactors) (I1)
@@ -445,7 +446,6 @@ struct EngineImpl::Reactor {
   std::unique_ptr<io::IoEngine> io;
   CopierLane* lane = nullptr;
   std::thread thread;
-  std::deque<std::unique_ptr<Part>> commands;  // guarded by EngineImpl::cmd_mu_
 
   std::deque<std::unique_ptr<Part>> jobs;  // FIFO: earlier jobs get slots first
   std::unordered_map<uint64_t, OpCtx> op_ctx;
@@ -462,8 +462,9 @@ struct EngineImpl::Reactor {
   uint32_t data_in_flight = 0;     // chunks with data reads/writes at the disk: <= depth (I1)
   FanoutDirCache fanout_cache;
 
-  std::mutex inbox_mu;
-  std::vector<CopyDone> inbox;  // completions of this reactor's copies polled by another reactor of the lane
+  Mutex inbox_mu;
+  // Completions of this reactor's copies that another reactor of the lane polled.
+  std::vector<CopyDone> inbox GUARDED_BY(inbox_mu);
 };
 
 }  // namespace kvtier

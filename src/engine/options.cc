@@ -125,8 +125,9 @@ const std::vector<OptionSpec> kSchema = {
     KVTIER_OPTION(dir_mode, kMode, 0, 07777, nullptr, "dir_mode",
                   "mode of created directories (files: the same without x bits)"),
     KVTIER_OPTION(allow_insecure_root, kBool, 0, 0, nullptr, "allow_insecure_root",
-                  "accept a root that is world-writable without the sticky bit, or owned by another user than this "
-                  "process's (or root); refused otherwise (K2, docs/reliability.md)"),
+                  "accept a root or namespace directory (its usage/ and fan-out directories too) that is "
+                  "world-writable without the sticky bit, or owned by another user than this process's (or root; in "
+                  "the namespace also a user of one of its groups); refused otherwise (K2, docs/reliability.md)"),
     KVTIER_OPTION(checksum_secret, kSecret, 0, 0, nullptr, "checksum_secret",
                   "keyed checksums (K3): 'file:<path>' of a key file that others cannot read (preferred: the secret "
                   "stays out of command lines and logs), or the secret itself (>= 16 bytes); every instance sharing "

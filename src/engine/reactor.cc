@@ -1,4 +1,4 @@
-// The reactor loop and the per-chunk state machines of loads and stores.
+// The reactor loop and the per-chunk state machines of loads and stores (states: src/engine/chunk_state.h).
 //
 // Load, per chunk:  slot -> open -> read header + needed blocks -> verify -> slot ready -> copy out -> release.
 // Store, per chunk: slot -> copy in -> header + checksums -> open temporary -> write -> [fsync] -> link -> unlink
@@ -34,10 +34,11 @@ void EngineImpl::ReactorMain(Reactor& r) {
   for (;;) {
     bool stopping;
     {
-      std::lock_guard<std::mutex> lock(cmd_mu_);
-      while (!r.commands.empty()) {
-        r.jobs.push_back(std::move(r.commands.front()));
-        r.commands.pop_front();
+      MutexLock lock(cmd_mu_);
+      auto& commands = commands_[r.index];
+      while (!commands.empty()) {
+        r.jobs.push_back(std::move(commands.front()));
+        commands.pop_front();
       }
       stopping = stop_;
     }
@@ -52,7 +53,7 @@ void EngineImpl::ReactorMain(Reactor& r) {
     // whichever reactor that was); the job itself goes with its last part.
     std::erase_if(r.jobs, [](const std::unique_ptr<Part>& p) {
       for (Chunk* c : p->chunks) {
-        if (!c->finished || !c->released || c->ops_in_flight > 0 || c->copies_in_flight > 0) return false;
+        if (c->state != ChunkState::kReleased || c->ops_in_flight > 0 || c->copies_in_flight > 0) return false;
       }
       return true;
     });
@@ -81,13 +82,13 @@ void EngineImpl::ReactorMain(Reactor& r) {
 void EngineImpl::PollCopies(Reactor& r, std::vector<CopyDone>* done) {
   CopierLane& lane = *r.lane;
   if (lane.reactors.size() == 1) {
-    std::lock_guard<std::mutex> lock(lane.mu);
+    MutexLock lock(lane.mu);
     lane.copier->Poll(done);
     return;
   }
   std::vector<CopyDone> polled;
   {
-    std::lock_guard<std::mutex> lock(lane.mu);
+    MutexLock lock(lane.mu);
     lane.copier->Poll(&polled);
   }
   for (CopyDone& d : polled) {
@@ -97,12 +98,12 @@ void EngineImpl::PollCopies(Reactor& r, std::vector<CopyDone>* done) {
       continue;
     }
     {
-      std::lock_guard<std::mutex> lock(owner.inbox_mu);
+      MutexLock lock(owner.inbox_mu);
       owner.inbox.push_back(std::move(d));
     }
     owner.io->Wake();
   }
-  std::lock_guard<std::mutex> lock(r.inbox_mu);
+  MutexLock lock(r.inbox_mu);
   for (CopyDone& d : r.inbox) done->push_back(std::move(d));
   r.inbox.clear();
 }
@@ -118,10 +119,11 @@ void EngineImpl::PumpData(Reactor& r) {
   while (r.data_in_flight < r.depth && !r.data_queue.empty()) {
     Chunk* c = r.data_queue.front();
     r.data_queue.pop_front();
-    if (c->failed) {
+    if (c->state == ChunkState::kFailed) {
       Settle(*c);
       continue;
     }
+    SetState(*c, ChunkState::kTransferring);
     c->data_phase = true;
     r.data_in_flight++;
     if (c->job->kind == JobKind::kLoad) {
@@ -140,7 +142,7 @@ void EngineImpl::PumpData(Reactor& r) {
       } else {
         SubmitRead(*c, base, kHeaderBytes, 0, 0, 0, true);
       }
-      while (!c->failed && c->pieces_at_disk < kPiecesAtDisk && SubmitNextPiece(*c)) {
+      while (c->state != ChunkState::kFailed && c->pieces_at_disk < kPiecesAtDisk && SubmitNextPiece(*c)) {
       }
     } else {
       SubmitWrite(*c, pool_->SlotData(c->slot), slot_bytes_, 0);
@@ -236,7 +238,7 @@ void EngineImpl::RetryDeferredOps(Reactor& r) {
 void EngineImpl::SubmitRead(Chunk& c, uint8_t* buf, uint64_t len, uint64_t offset, uint32_t piece_first,
                             uint32_t piece_blocks, bool with_header) {
   Reactor& r = *c.reactor;
-  OpCtx ctx{OpRole::kRead, &c, buf, len, offset, Deadline()};
+  OpCtx ctx{OpRole::kRead, &c, &EngineImpl::OnReadDone, buf, len, offset, Deadline()};
   ctx.piece_first = piece_first;
   ctx.piece_blocks = piece_blocks;
   ctx.with_header = with_header;
@@ -251,7 +253,7 @@ void EngineImpl::SubmitRead(Chunk& c, uint8_t* buf, uint64_t len, uint64_t offse
 
 void EngineImpl::SubmitWrite(Chunk& c, uint8_t* buf, uint64_t len, uint64_t offset) {
   Reactor& r = *c.reactor;
-  OpCtx ctx{OpRole::kWrite, &c, buf, len, offset, Deadline()};
+  OpCtx ctx{OpRole::kWrite, &c, &EngineImpl::OnWriteDone, buf, len, offset, Deadline()};
   io::IoOp op;
   op.code = io::OpCode::kWrite;
   op.fd = c.fd;
@@ -266,7 +268,7 @@ void EngineImpl::SubmitClose(Reactor& r, int fd) {
   io::IoOp op;
   op.code = io::OpCode::kClose;
   op.fd = fd;
-  SubmitOp(r, OpCtx{OpRole::kClose, nullptr}, op);
+  SubmitOp(r, OpCtx{OpRole::kClose, nullptr, nullptr}, op);  // nothing to do when it is back
 }
 
 void EngineImpl::OnCompletion(Reactor& r, const io::IoCompletion& cqe) {
@@ -275,7 +277,7 @@ void EngineImpl::OnCompletion(Reactor& r, const io::IoCompletion& cqe) {
   OpCtx ctx = std::move(it->second);
   r.op_ctx.erase(it);
   const int64_t res = cqe.result;
-  if (res < 0 && res != -EEXIST && res != -ENOENT) {
+  if (res < 0 && res != -EEXIST && res != -ENOENT && !ctx.errors_are_answers) {
     if (res == -ETIMEDOUT || res == -ECANCELED) {
       stats_.timeouts.Add(ctx.late ? 0 : 1);
     } else {
@@ -283,182 +285,188 @@ void EngineImpl::OnCompletion(Reactor& r, const io::IoCompletion& cqe) {
     }
     if (res == -ENOSPC || res == -EDQUOT) stats_.enospc_events.Add(1);
   }
-  if (ctx.role == OpRole::kUnlinkEvicted) {
-    if (res == 0) UsageAdd(-static_cast<int64_t>(ctx.len));
-    std::lock_guard<std::mutex> lock(index_mu_);
-    if (res < 0 && res != -ENOENT) ReindexLocked(ctx.key, ctx.len);  // still on disk: a later eviction retries
-    evicting_bytes_ -= std::min(evicting_bytes_, ctx.len);
-    auto it = evicting_.find(ctx.key);
-    if (it != evicting_.end() && --it->second <= 0) evicting_.erase(it);
-  }
   Chunk* c = ctx.chunk;
-  if (c == nullptr) return;  // fire-and-forget close or unlink
-  c->ops_in_flight--;
-  if (trace_ && trace_->enabled() && (ctx.role == OpRole::kRead || ctx.role == OpRole::kWrite)) {
-    trace_->Complete(ctx.role == OpRole::kRead ? "read" : "write", "io", ctx.start_ns, io::NowNs() - ctx.start_ns,
-                     r.trace_tid,
+  if (c != nullptr) c->ops_in_flight--;
+  if (ctx.on_done != nullptr) (this->*ctx.on_done)(r, ctx, res);  // the op's own continuation
+  if (c == nullptr) return;  // an eviction's unlink, a directory removal, a fire-and-forget close or unlink
+  // The place at the disk goes with the last data transfer, or as soon as the chunk moved on from transferring
+  // (written: syncing or linking; failed).
+  if (c->ops_in_flight == 0 || c->state != ChunkState::kTransferring) EndDataPhase(*c);
+  Settle(*c);
+}
+
+void EngineImpl::OnUnlinkEvictedDone(Reactor& r, const OpCtx& ctx, int64_t res) {
+  if (res == 0 || res == -ENOENT) SubmitRmdirFanout(r, ctx.key, 2);
+  if (res == 0) UsageAdd(-static_cast<int64_t>(ctx.len));
+  // Still on disk (it failed, not ENOENT): back in the index, a later eviction retries it.
+  disk_->EndEviction(Victim{ctx.key, ctx.len}, res < 0 && res != -ENOENT);
+}
+
+void EngineImpl::OnRmdirFanoutDone(Reactor& r, const OpCtx& ctx, int64_t res) {
+  // C1: ENOTEMPTY (the directory holds entries or a store's temporary) and ENOENT (gone already) are answers
+  // (OpCtx::errors_are_answers).
+  if (res != 0) return;
+  r.fanout_cache.Forget(ctx.key);
+  if (ctx.len == 2) SubmitRmdirFanout(r, ctx.key, 1);
+}
+
+void EngineImpl::OnOpenDone(Reactor& r, const OpCtx& ctx, int64_t res) {
+  Chunk* c = ctx.chunk;
+  if (res >= 0) {
+    c->fd = static_cast<int>(res);
+    if (c->job->kind == JobKind::kStore) {
+      c->tmp_exists = !c->tmp_anonymous;
+      // K2: the umask stripped bits of file_mode_ (e.g. group write of a 0770 deployment): set it exactly.
+      if (fchmod_files_ && c->state != ChunkState::kFailed && fchmod(c->fd, file_mode_) != 0) {
+        stats_.io_errors.Add(1);
+      }
+    }
+  }
+  if (c->state == ChunkState::kFailed) return;  // late: Settle() closes the fd
+  if (res < 0) {
+    if (c->job->kind == JobKind::kLoad) {
+      // EINVAL: O_DIRECT refused, which on a filesystem that passed the O_DIRECT probe means a directory or
+      // a FIFO under the chunk's name.
+      if (res == -ELOOP || res == -EXDEV || res == -ENOTDIR || res == -ENXIO || res == -EISDIR || res == -EINVAL) {
+        // Something other than a regular file or a real directory path (K1, K2): never followed, removed.
+        Status why(StatusCode::kCorrupt,
+                   "open " + c->rel_path + " refused (" + std::string(strerror(static_cast<int>(-res))) +
+                       "): a symlink or special file where a chunk belongs", static_cast<int>(-res));
+        QuarantineCorrupt(c->req.key, c->rel_path, why);
+        FailChunk(*c, why);
+      } else if (res == -ENOENT) {
+        ForgetEntry(c->req.key);  // evicted by another instance, or never there
+        FailChunk(*c, Status(StatusCode::kNotFound, "chunk file absent"));
+      } else {
+        FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "open " + c->rel_path));
+      }
+    } else if ((res == -ENOSPC || res == -EDQUOT) && RetryStoreAfterEnospc(*c)) {
+      // retried
+    } else if ((res == -ENOENT || res == -ESTALE || (res == -EPERM && c->tmp_anonymous)) &&
+               RetryAfterVanishedDir(*c)) {
+      // the fan-out directory went away (eviction, gc): created again
+    } else {
+      FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "create " + c->tmp_path));
+    }
+    return;
+  }
+  if (c->job->kind == JobKind::kLoad) {
+    struct stat st {};
+    Status shape = CheckOpenedChunk(c->fd, &st);
+    c->opened_ino = st.st_ino;
+    c->opened_mtime_ns = S_ISREG(st.st_mode) ? int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec : 0;
+    if (!shape.ok()) {
+      if (YoungOnSharedRoot(*c)) {
+        ForgetEntry(c->req.key);  // M1: maybe another host's entry whose data is not visible here yet
+      } else {
+        QuarantineCorrupt(c->req.key, c->rel_path, shape, c->opened_ino);
+      }
+      FailChunk(*c, shape.WithContext(c->rel_path));
+      return;
+    }
+  }
+  SetState(*c, ChunkState::kWaitingForDisk);
+  r.data_queue.push_back(c);  // PumpData starts its reads or writes when the disk has room (io_depth)
+}
+
+void EngineImpl::TraceTransfer(Reactor& r, const OpCtx& ctx, int64_t res, const char* name) {
+  if (trace_ && trace_->enabled()) {
+    trace_->Complete(name, "io", ctx.start_ns, io::NowNs() - ctx.start_ns, r.trace_tid,
                      {{"bytes", res > 0 ? uint64_t(res) : 0}});
   }
+}
 
-  switch (ctx.role) {
-    case OpRole::kOpen:
-      if (res >= 0) {
-        c->fd = static_cast<int>(res);
-        if (c->job->kind == JobKind::kStore) {
-          c->tmp_exists = !c->tmp_anonymous;
-          // K2: the umask stripped bits of file_mode_ (e.g. group write of a 0770 deployment): set it exactly.
-          if (fchmod_files_ && !c->failed && fchmod(c->fd, file_mode_) != 0) stats_.io_errors.Add(1);
-        }
-      }
-      if (c->failed) break;  // late: Settle() closes the fd
-      if (res < 0) {
-        if (c->job->kind == JobKind::kLoad) {
-          // EINVAL: O_DIRECT refused, which on a filesystem that passed the O_DIRECT probe means a directory or
-          // a FIFO under the chunk's name.
-          if (res == -ELOOP || res == -EXDEV || res == -ENOTDIR || res == -ENXIO || res == -EISDIR ||
-              res == -EINVAL) {
-            // Something other than a regular file or a real directory path (K1, K2): never followed, removed.
-            Status why(StatusCode::kCorrupt,
-                       "open " + c->rel_path + " refused (" + std::string(strerror(static_cast<int>(-res))) +
-                           "): a symlink or special file where a chunk belongs", static_cast<int>(-res));
-            QuarantineCorrupt(c->req.key, c->rel_path, why);
-            FailChunk(*c, why);
-          } else if (res == -ENOENT) {
-            ForgetEntry(c->req.key);  // evicted by another instance, or never there
-            FailChunk(*c, Status(StatusCode::kNotFound, "chunk file absent"));
-          } else {
-            FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "open " + c->rel_path));
-          }
-        } else if ((res == -ENOSPC || res == -EDQUOT) && RetryStoreAfterEnospc(*c)) {
-          // retried
-        } else if (res == -ENOENT && !c->enoent_retried) {
-          c->enoent_retried = true;  // the fan-out directory went away (gc): create it again, once
-          r.fanout_cache.Forget(c->req.key);
-          OpenTemporary(*c);
-        } else {
-          FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "create " + c->tmp_path));
-        }
-        break;
-      }
-      if (c->job->kind == JobKind::kLoad) {
-        struct stat st {};
-        Status shape = CheckOpenedChunk(c->fd, &st);
-        c->opened_ino = st.st_ino;
-        c->opened_mtime_ns = S_ISREG(st.st_mode) ? int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec : 0;
-        if (!shape.ok()) {
-          if (YoungOnSharedRoot(*c)) {
-            ForgetEntry(c->req.key);  // M1: maybe another host's entry whose data is not visible here yet
-          } else {
-            QuarantineCorrupt(c->req.key, c->rel_path, shape, c->opened_ino);
-          }
-          FailChunk(*c, shape.WithContext(c->rel_path));
-          break;
-        }
-      }
-      r.data_queue.push_back(c);  // PumpData starts its reads or writes when the disk has room (io_depth)
-      break;
-
-    case OpRole::kRead:
-      if (c->failed) break;
-      if (res < 0) {
-        FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "read " + c->rel_path));
-      } else if (res == 0) {
-        if (YoungOnSharedRoot(*c)) {
-          ForgetEntry(c->req.key);  // M1: see YoungOnSharedRoot
-        } else {
-          QuarantineCorrupt(c->req.key, c->rel_path, Status(StatusCode::kCorrupt, "file shorter than its header says"),
-                            c->opened_ino);
-        }
-        FailChunk(*c, Status(StatusCode::kCorrupt, "truncated chunk file " + c->rel_path));
-      } else {
-        stats_.bytes_read.Add(static_cast<uint64_t>(res));
-        if (static_cast<uint64_t>(res) < ctx.len) {  // short read: continue where it stopped, same piece
-          SubmitRead(*c, ctx.buf + res, ctx.len - res, ctx.offset + res, ctx.piece_first, ctx.piece_blocks,
-                     ctx.with_header);
-          break;
-        }
-        c->pieces_at_disk--;
-        PieceLanded(*c, ctx);
-        if (c->failed) break;
-        while (!c->failed && c->pieces_at_disk < kPiecesAtDisk && SubmitNextPiece(*c)) {
-        }
-        if (c->ops_in_flight == 0) {
-          // The disk is done with this chunk: its place goes to the next opened chunk, whose read the reactor
-          // submits before verifying this one's last piece (VerifyReadChunks), so the disk never waits for
-          // checksums (the raw baseline re-arms a finished slot at once too).
-          EndDataPhase(*c);
-          r.read_done.push_back(c);
-        }
-      }
-      break;
-
-    case OpRole::kWrite:
-      if (c->failed) break;
-      if (res < 0) {
-        if ((res == -ENOSPC || res == -EDQUOT) && RetryStoreAfterEnospc(*c)) break;
-        FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "write " + c->tmp_path));
-      } else if (res == 0) {
-        FailChunk(*c, Status(StatusCode::kIoError, "write made no progress on " + c->tmp_path));
-      } else {
-        stats_.bytes_written.Add(static_cast<uint64_t>(res));
-        if (static_cast<uint64_t>(res) < ctx.len) {
-          SubmitWrite(*c, ctx.buf + res, ctx.len - res, ctx.offset + res);
-        } else if (c->ops_in_flight == 0) {
-          StoreWritesDone(*c);
-        }
-      }
-      break;
-
-    case OpRole::kFsync:
-      if (c->failed) break;
-      if (res < 0) {
-        FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "fsync " + c->tmp_path));
-      } else {
-        StoreWritesDone(*c);
-      }
-      break;
-
-    case OpRole::kCloseBeforeLink:
-      if (c->failed) break;
-      OnCloseBeforeLink(*c, res);
-      break;
-
-    case OpRole::kLink:
-      if (c->failed) break;
-      if (res == 0 || res == -EEXIST) {
-        // EEXIST: another writer published the same key first; its bytes are equally valid (L4).
-        if (res == -EEXIST) stats_.stores_deduplicated.Add(1);
-        if (res != 0 && c->usage_reserved) UsageRelease(slot_bytes_);  // not ours
-        if (res == 0 && c->usage_reserved) UsageCommitReserved(slot_bytes_);
-        PublishIndexed(r, c->req.key, kHeaderBytes + uint64_t(options_.identity.blocks_per_chunk) * block_stride_,
-                       /*linked=*/res == 0 && !c->usage_reserved);
-        c->usage_reserved = false;
-        c->job->bytes += slot_bytes_;
-        if (c->fd >= 0) {  // an anonymous temporary's fd, kept open for linkat
-          SubmitClose(r, c->fd);
-          c->fd = -1;
-        }
-        FinishChunk(*c);  // Settle() removes a named temporary
-      } else if ((res == -ENOSPC || res == -EDQUOT) && RetryStoreAfterEnospc(*c)) {
-        // retried
-      } else {
-        FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "link " + c->rel_path));
-      }
-      break;
-
-    case OpRole::kMkdir:
-      if (c->failed) break;
-      OnMkdirDone(*c, ctx, res);
-      break;
-
-    case OpRole::kClose:
-    case OpRole::kUnlinkTmp:
-    case OpRole::kUnlinkCorrupt:
-    case OpRole::kUnlinkEvicted:
-      break;
+void EngineImpl::OnReadDone(Reactor& r, const OpCtx& ctx, int64_t res) {
+  Chunk* c = ctx.chunk;
+  TraceTransfer(r, ctx, res, "read");
+  if (c->state == ChunkState::kFailed) return;
+  if (res < 0) {
+    FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "read " + c->rel_path));
+  } else if (res == 0) {
+    if (YoungOnSharedRoot(*c)) {
+      ForgetEntry(c->req.key);  // M1: see YoungOnSharedRoot
+    } else {
+      QuarantineCorrupt(c->req.key, c->rel_path, Status(StatusCode::kCorrupt, "file shorter than its header says"),
+                        c->opened_ino);
+    }
+    FailChunk(*c, Status(StatusCode::kCorrupt, "truncated chunk file " + c->rel_path));
+  } else {
+    stats_.bytes_read.Add(static_cast<uint64_t>(res));
+    if (static_cast<uint64_t>(res) < ctx.len) {  // short read: continue where it stopped, same piece
+      SubmitRead(*c, ctx.buf + res, ctx.len - res, ctx.offset + res, ctx.piece_first, ctx.piece_blocks,
+                 ctx.with_header);
+      return;
+    }
+    c->pieces_at_disk--;
+    PieceLanded(*c, ctx);
+    while (c->state != ChunkState::kFailed && c->pieces_at_disk < kPiecesAtDisk && SubmitNextPiece(*c)) {
+    }
+    if (c->state == ChunkState::kFailed) return;
+    if (c->ops_in_flight == 0) {
+      // The disk is done with this chunk: its place goes to the next opened chunk, whose read the reactor
+      // submits before verifying this one's last piece (VerifyReadChunks), so the disk never waits for
+      // checksums (the raw baseline re-arms a finished slot at once too).
+      EndDataPhase(*c);
+      SetState(*c, ChunkState::kVerifying);
+      r.read_done.push_back(c);
+    }
   }
-  if (c->ops_in_flight == 0 || c->writes_done || c->failed) EndDataPhase(*c);
-  Settle(*c);
+}
+
+void EngineImpl::OnWriteDone(Reactor& r, const OpCtx& ctx, int64_t res) {
+  Chunk* c = ctx.chunk;
+  TraceTransfer(r, ctx, res, "write");
+  if (c->state == ChunkState::kFailed) return;
+  if (res < 0) {
+    if ((res == -ENOSPC || res == -EDQUOT) && RetryStoreAfterEnospc(*c)) return;
+    FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "write " + c->tmp_path));
+  } else if (res == 0) {
+    FailChunk(*c, Status(StatusCode::kIoError, "write made no progress on " + c->tmp_path));
+  } else {
+    stats_.bytes_written.Add(static_cast<uint64_t>(res));
+    if (static_cast<uint64_t>(res) < ctx.len) {
+      SubmitWrite(*c, ctx.buf + res, ctx.len - res, ctx.offset + res);
+    } else if (c->ops_in_flight == 0) {
+      StoreWritesDone(*c);
+    }
+  }
+}
+
+void EngineImpl::OnFsyncDone(Reactor& r, const OpCtx& ctx, int64_t res) {
+  Chunk* c = ctx.chunk;
+  if (c->state == ChunkState::kFailed) return;
+  if (res < 0) {
+    FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "fsync " + c->tmp_path));
+  } else {
+    StoreWritesDone(*c);
+  }
+}
+
+void EngineImpl::OnLinkDone(Reactor& r, const OpCtx& ctx, int64_t res) {
+  Chunk* c = ctx.chunk;
+  if (c->state == ChunkState::kFailed) return;
+  if (res == 0 || res == -EEXIST) {
+    // EEXIST: another writer published the same key first; its bytes are equally valid (L4).
+    if (res == -EEXIST) stats_.stores_deduplicated.Add(1);
+    if (res != 0 && c->usage_reserved) UsageRelease(slot_bytes_);  // not ours
+    if (res == 0 && c->usage_reserved) UsageCommitReserved(slot_bytes_);
+    PublishIndexed(r, c->req.key, kHeaderBytes + uint64_t(options_.identity.blocks_per_chunk) * block_stride_,
+                   /*linked=*/res == 0 && !c->usage_reserved);
+    c->usage_reserved = false;
+    c->job->bytes += slot_bytes_;
+    if (c->fd >= 0) {  // an anonymous temporary's fd, kept open for linkat
+      SubmitClose(r, c->fd);
+      c->fd = -1;
+    }
+    FinishChunk(*c);  // Settle() removes a named temporary
+  } else if ((res == -ENOSPC || res == -EDQUOT) && RetryStoreAfterEnospc(*c)) {
+    // retried
+  } else if ((res == -ENOENT || res == -ESTALE) && c->tmp_anonymous && c->fd >= 0 && RetryAfterVanishedDir(*c)) {
+    // the final name's directory went away while the anonymous temporary was written: created again, then
+    // linked (OnMkdirDone)
+  } else {
+    FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "link " + c->rel_path));
+  }
 }
 
 void EngineImpl::CheckDeadlines(Reactor& r) {
@@ -482,19 +490,7 @@ bool EngineImpl::StartLoadChunk(Part& part, Chunk& c) {
   if (!promotion) {
     stats_.bytes_needed.Add(uint64_t(c.num_blocks) * options_.identity.block_bytes);
     // T2: a chunk resident in DRAM is copied from its slot; the disk is not touched.
-    std::optional<SlotRef> dram;
-    {
-      std::lock_guard<std::mutex> lock(index_mu_);
-      auto rit = resident_.find(c.req.key);
-      if (rit != resident_.end() &&
-          (rit->second.state == Resident::State::kReady || rit->second.state == Resident::State::kWriting)) {
-        rit->second.pins++;
-        dram_->Touch(c.req.key);
-        UsePreloadLocked(rit->second);
-        dram = SlotRef{rit->second.slot, rit->second.generation};
-      }
-    }
-    if (dram) {
+    if (std::optional<SlotRef> dram = resident_->PinIfReady(c.req.key)) {
       ReadShare* s = NewShare(r);
       s->key = c.req.key;
       s->slot = static_cast<int>(dram->slot);
@@ -506,7 +502,7 @@ bool EngineImpl::StartLoadChunk(Part& part, Chunk& c) {
       s->members.push_back(&c);
       c.share = s;
       c.leads_share = false;  // nothing to settle: the pseudo-share retires with its last member
-      c.released = true;
+      SetState(c, ChunkState::kJoined);
       QueueLoadCopy(c);
       return true;
     }
@@ -518,7 +514,7 @@ bool EngineImpl::StartLoadChunk(Part& part, Chunk& c) {
           c.first_block + c.num_blocks <= s->first_block + s->num_blocks) {
         c.share = s;
         s->members.push_back(&c);
-        c.released = true;  // followers hold nothing of their own
+        SetState(c, ChunkState::kJoined);  // followers hold nothing of their own
         if (s->ready) QueueLoadCopy(c);
         return true;
       }
@@ -537,14 +533,7 @@ bool EngineImpl::StartLoadChunk(Part& part, Chunk& c) {
     }
     slot = *got;
   }
-  {
-    std::lock_guard<std::mutex> lock(index_mu_);
-    auto e = index_.find(c.req.key);
-    if (e != index_.end()) {
-      e->second.pins++;
-      c.pinned = true;
-    }
-  }
+  c.pinned = disk_->Pin(c.req.key);
   ReadShare* s = NewShare(r);
   s->key = c.req.key;
   s->slot = static_cast<int>(slot);
@@ -565,9 +554,10 @@ bool EngineImpl::StartLoadChunk(Part& part, Chunk& c) {
   // fstat has shown a regular file, since io_uring would return EAGAIN for reads of a non-blocking file).
   op.flags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | open_flags_extra_;
   op.resolve = open_resolve_;
-  OpCtx ctx{OpRole::kOpen, &c};
+  OpCtx ctx{OpRole::kOpen, &c, &EngineImpl::OnOpenDone};
   ctx.path = c.rel_path;
   ctx.deadline_ns = Deadline();
+  SetState(c, ChunkState::kOpening);
   SubmitOp(r, std::move(ctx), op);
   return true;
 }
@@ -577,7 +567,7 @@ void EngineImpl::VerifyReadChunks(Reactor& r) {
   std::vector<Chunk*> done;
   done.swap(r.read_done);
   for (Chunk* c : done) {
-    if (!c->failed && !c->finished && c->ops_in_flight == 0) LoadReadsDone(*c);
+    if (c->state == ChunkState::kVerifying && c->ops_in_flight == 0) LoadReadsDone(*c);
     Settle(*c);
   }
 }
@@ -673,7 +663,7 @@ void EngineImpl::LoadReadsDone(Chunk& c) {
   MaybeTouchEntry(c);
   s->ready = true;
   pool_->PublishReady(s->slot, s->slot_gen);
-  if (s->resident) ResidentLoaded(s->key, s->slot, s->slot_gen, true);
+  if (s->resident) resident_->Loaded(s->key, s->slot, s->slot_gen, true, io::NowNs());
   std::vector<Chunk*> members = s->members;  // QueueLoadCopy may finish chunks, which edits members
   for (Chunk* m : members) QueueLoadCopy(*m);
 }
@@ -683,8 +673,11 @@ void EngineImpl::QueueLoadCopy(Chunk& c) {
   ReadShare* s = c.share;
   if (c.req.segments.empty()) {  // a load that only verifies presence into the pool (tests, prefetch)
     FinishChunk(c);
+    // A member holds nothing of its own (its leader settles after verifying every member).
+    if (!c.leads_share) Settle(c);
     return;
   }
+  SetState(c, ChunkState::kCopyingOut);
   CopyTask t;
   t.id = (r.next_copy_seq++ << 8) | r.index;  // CopierLane: the owner in the low bits
   t.direction = CopyDirection::kSlotToDevice;
@@ -701,7 +694,7 @@ void EngineImpl::QueueLoadCopy(Chunk& c) {
 void EngineImpl::FlushCopies(Reactor& r) {
   if (r.copy_batch.empty()) return;
   {
-    std::lock_guard<std::mutex> lock(r.lane->mu);
+    MutexLock lock(r.lane->mu);
     // X1: every copy queued since the last flush, one batch (ReactorMain flushes three times per iteration).
     r.lane->copier->Submit(std::move(r.copy_batch));
   }
@@ -716,11 +709,11 @@ void EngineImpl::OnCopyDone(Reactor& r, const CopyDone& d) {
   c.copies_in_flight--;
   if (!d.status.ok()) {
     FailChunk(c, d.status.WithContext("device copy"));
-  } else if (c.job->kind == JobKind::kLoad) {
+  } else if (c.state == ChunkState::kCopyingOut) {
     c.job->bytes += uint64_t(c.num_blocks) * options_.identity.block_bytes;
     stats_.chunks_loaded.Add(1);
     FinishChunk(c);
-  } else if (!c.failed) {
+  } else if (c.state == ChunkState::kCopyingIn) {
     BeginStoreWrite(c);
   }
   Settle(c);
@@ -732,17 +725,11 @@ void EngineImpl::OnCopyDone(Reactor& r, const CopyDone& d) {
 bool EngineImpl::StartStoreChunk(Part& part, Chunk& c) {
   Reactor& r = *c.reactor;
   c.started_ns = io::NowNs();
-  bool present;
-  {
-    std::lock_guard<std::mutex> lock(index_mu_);
-    present = index_.count(c.req.key) > 0;
-  }
-  if (present || r.stores_in_flight.count(c.req.key)) {
+  if (disk_->Contains(c.req.key) || r.stores_in_flight.count(c.req.key)) {
     // Already published (or being published by an earlier job): nothing to write.
     stats_.stores_deduplicated.Add(1);
-    c.released = true;
-    if (c.preset_slot >= 0) ResidentWritten(c.req.key);
     FinishChunk(c);
+    Settle(c);  // holds nothing; a resident slot is marked written
     return true;
   }
   if (c.preset_slot >= 0) {  // a worker filled this resident slot (CommitStore): write it out as it is
@@ -771,6 +758,7 @@ bool EngineImpl::StartStoreChunk(Part& part, Chunk& c) {
   r.copy_ctx[t.id] = &c;
   c.copies_in_flight++;
   r.copy_batch.push_back(std::move(t));
+  SetState(c, ChunkState::kCopyingIn);
   return true;
 }
 
@@ -819,7 +807,7 @@ void EngineImpl::OpenTemporary(Chunk& c) {
   op.code = io::OpCode::kOpenAt;
   op.dirfd = ns_->dirfd();
   op.mode = file_mode_;
-  OpCtx ctx{OpRole::kOpen, &c};
+  OpCtx ctx{OpRole::kOpen, &c, &EngineImpl::OnOpenDone};
   if (tmpfile_publish_) {
     c.tmp_anonymous = true;
     c.tmp_path = FanoutDir(c.req.key);
@@ -832,6 +820,7 @@ void EngineImpl::OpenTemporary(Chunk& c) {
   op.resolve = open_resolve_;
   ctx.path = c.tmp_path;
   ctx.deadline_ns = Deadline();
+  SetState(c, ChunkState::kCreating);
   SubmitOp(r, std::move(ctx), op);
 }
 
@@ -841,11 +830,12 @@ void EngineImpl::SubmitMkdir(Chunk& c, int level) {
   op.code = io::OpCode::kMkdirAt;
   op.dirfd = ns_->dirfd();
   op.mode = options_.dir_mode;
-  OpCtx ctx{OpRole::kMkdir, &c};
+  OpCtx ctx{OpRole::kMkdir, &c, &EngineImpl::OnMkdirDone};
   ctx.path = FanoutDir(c.req.key);  // "ab/cd"
   if (level == 1) ctx.path.resize(2);
   ctx.len = static_cast<uint64_t>(level);
   ctx.deadline_ns = Deadline();
+  SetState(c, ChunkState::kMakingDir);
   SubmitOp(r, std::move(ctx), op);
 }
 
@@ -867,8 +857,9 @@ mode_t ProcessUmask() {
 }
 }  // namespace
 
-void EngineImpl::OnMkdirDone(Chunk& c, const OpCtx& ctx, int64_t res) {
-  Reactor& r = *c.reactor;
+void EngineImpl::OnMkdirDone(Reactor& r, const OpCtx& ctx, int64_t res) {
+  Chunk& c = *ctx.chunk;
+  if (c.state == ChunkState::kFailed) return;
   const int dirfd = ns_->dirfd();
   const char* path = ctx.path.c_str();
   if (res == 0) {
@@ -903,6 +894,15 @@ void EngineImpl::OnMkdirDone(Chunk& c, const OpCtx& ctx, int64_t res) {
                           std::string("fan-out path ") + path + " exists but is not a directory (symlink or file)"));
       return;
     }
+    // K2: a fan-out directory others can write to is refused as the root and the namespace directory are
+    // (Namespace::Open checks the first level at open; this is where a second-level one is first met).
+    if (!options_.allow_insecure_root) {
+      Status trusted = CheckTrustedDirectory(st, "fan-out directory " + ns_->path() + "/" + path, true);
+      if (!trusted.ok()) {
+        FailChunk(c, std::move(trusted));
+        return;
+      }
+    }
   } else if (res == -ESTALE && c.mkdir_retries < kMkdirRetries) {
     // M1: another client's mkdir of the same directory (or of its parent) can leave this client's handle stale
     // for an instant (GlusterFS, two hosts storing the same keys): look the path up again by asking again.
@@ -912,11 +912,8 @@ void EngineImpl::OnMkdirDone(Chunk& c, const OpCtx& ctx, int64_t res) {
     return;
   } else if ((res == -ENOSPC || res == -EDQUOT) && RetryStoreAfterEnospc(c)) {
     return;
-  } else if (res == -ENOENT && ctx.len == 2 && !c.enoent_retried) {
-    c.enoent_retried = true;  // the first level went away behind our back (gc): create it again, once
-    r.fanout_cache.Forget(c.req.key);
-    SubmitMkdir(c, 1);
-    return;
+  } else if ((res == -ENOENT || res == -ESTALE) && ctx.len == 2 && RetryAfterVanishedDir(c)) {
+    return;  // the first level went away behind our back (eviction, gc): created again
   } else {
     FailChunk(c, Status::FromErrno(static_cast<int>(-res), std::string("mkdir ") + path));
     return;
@@ -926,7 +923,33 @@ void EngineImpl::OnMkdirDone(Chunk& c, const OpCtx& ctx, int64_t res) {
     return;
   }
   r.fanout_cache.Add(c.req.key);
-  OpenTemporary(c);
+  if (c.tmp_anonymous && c.fd >= 0) {
+    SubmitLink(c);  // RetryAfterVanishedDir from a link: the temporary is open and written
+  } else {
+    OpenTemporary(c);
+  }
+}
+
+bool EngineImpl::RetryAfterVanishedDir(Chunk& c) {
+  if (c.dir_retries >= kVanishedDirRetries) return false;
+  c.dir_retries++;
+  c.reactor->fanout_cache.Forget(c.req.key);
+  SubmitMkdir(c, 1);
+  return true;
+}
+
+void EngineImpl::SubmitRmdirFanout(Reactor& r, const ChunkKey& key, int level) {
+  io::IoOp op;
+  op.code = io::OpCode::kUnlinkAt;
+  op.dirfd = ns_->dirfd();
+  op.flags = AT_REMOVEDIR;
+  OpCtx ctx{OpRole::kRmdirFanout, nullptr, &EngineImpl::OnRmdirFanoutDone};
+  ctx.errors_are_answers = true;
+  ctx.path = FanoutDir(key);
+  if (level == 1) ctx.path.resize(2);
+  ctx.len = static_cast<uint64_t>(level);
+  ctx.key = key;
+  SubmitOp(r, std::move(ctx), op);
 }
 
 void EngineImpl::StoreWritesDone(Chunk& c) {
@@ -934,17 +957,16 @@ void EngineImpl::StoreWritesDone(Chunk& c) {
   // M1: an anonymous temporary on a shared root is made durable to the filesystem's other clients before linkat
   // names it (it stays open until then, so its close cannot do it first).
   const bool sync = options_.fsync_on_publish || (shared_root_ && c.tmp_anonymous);
-  if (sync && !c.writes_done) {
-    c.writes_done = true;
+  if (sync && c.state == ChunkState::kTransferring) {
     io::IoOp op;
     op.code = io::OpCode::kFsync;
     op.fd = c.fd;
-    OpCtx ctx{OpRole::kFsync, &c};
+    OpCtx ctx{OpRole::kFsync, &c, &EngineImpl::OnFsyncDone};
     ctx.deadline_ns = Deadline();
+    SetState(c, ChunkState::kSyncing);
     SubmitOp(r, std::move(ctx), op);
     return;
   }
-  c.writes_done = true;
   if (c.preset_slot < 0 && c.slot >= 0) {
     // The bytes are in the file: the slot can serve the next chunk while the link finishes.
     FreeSlot(c.slot);
@@ -963,12 +985,15 @@ void EngineImpl::SubmitCloseBeforeLink(Chunk& c) {
   op.code = io::OpCode::kClose;
   op.fd = c.fd;
   c.fd = -1;  // the close owns it now
-  OpCtx ctx{OpRole::kCloseBeforeLink, &c};
+  OpCtx ctx{OpRole::kCloseBeforeLink, &c, &EngineImpl::OnCloseBeforeLinkDone};
   ctx.deadline_ns = Deadline();
+  SetState(c, ChunkState::kClosing);
   SubmitOp(*c.reactor, std::move(ctx), op);
 }
 
-void EngineImpl::OnCloseBeforeLink(Chunk& c, int64_t res) {
+void EngineImpl::OnCloseBeforeLinkDone(Reactor& r, const OpCtx& ctx, int64_t res) {
+  Chunk& c = *ctx.chunk;
+  if (c.state == ChunkState::kFailed) return;
   if (res < 0) {  // NFS and FUSE report deferred write errors at close: the temporary's bytes are not all there
     FailChunk(c, Status::FromErrno(static_cast<int>(-res), "close " + c.tmp_path));
     return;
@@ -980,7 +1005,7 @@ void EngineImpl::SubmitLink(Chunk& c) {
   io::IoOp op;
   op.code = io::OpCode::kLinkAt;
   op.dirfd = ns_->dirfd();
-  OpCtx ctx{OpRole::kLink, &c};
+  OpCtx ctx{OpRole::kLink, &c, &EngineImpl::OnLinkDone};
   if (c.tmp_anonymous) {
     // The open fd is the file's only name: link it through /proc (AT_SYMLINK_FOLLOW, no privilege needed).
     ctx.path = "/proc/self/fd/" + std::to_string(c.fd);
@@ -990,6 +1015,7 @@ void EngineImpl::SubmitLink(Chunk& c) {
   }
   ctx.path2 = c.rel_path;
   ctx.deadline_ns = Deadline();
+  SetState(c, ChunkState::kLinking);
   SubmitOp(*c.reactor, std::move(ctx), op);
 }
 
@@ -1008,9 +1034,7 @@ void EngineImpl::MaybeTouchEntry(const Chunk& c) {
   // Both times "now" (nullptr): write permission suffices, as in group-shared deployments (K2). Not following a
   // symlink as the last component; the fan-out directories were checked when created (docs/operations.md, K2).
   if (utimensat(ns_->dirfd(), c.rel_path.c_str(), nullptr, AT_SYMLINK_NOFOLLOW) != 0) return;
-  std::lock_guard<std::mutex> lock(index_mu_);
-  auto e = index_.find(c.req.key);
-  if (e != index_.end()) e->second.mtime_ns = now_ns;
+  disk_->SetMtime(c.req.key, now_ns);
 }
 
 bool EngineImpl::YoungOnSharedRoot(const Chunk& c) const {
@@ -1036,15 +1060,8 @@ bool EngineImpl::RetryStoreAfterEnospc(Chunk& c) {
     unlinkat(ns_->dirfd(), c.tmp_path.c_str(), 0);
     c.tmp_exists = false;
   }
-  {
-    std::unique_lock<std::mutex> lock(index_mu_);
-    const uint64_t file = slot_bytes_;
-    const uint64_t want = std::max<uint64_t>(4 * file, disk_bytes_ / 10);
-    std::vector<Victim> victims = TakeVictimsLocked(disk_bytes_ > want ? disk_bytes_ - want : 0);
-    lock.unlock();
-    UnlinkVictims(victims);  // synchronously: the retry needs the space now
-  }
-  c.writes_done = false;
+  // Synchronously: the retry needs the space now.
+  UnlinkVictims(disk_->TakeExcess(std::max<uint64_t>(4 * slot_bytes_, disk_->bytes() / 10)));
   OpenTemporary(c);
   return true;
 }
@@ -1054,9 +1071,9 @@ bool EngineImpl::RetryStoreAfterEnospc(Chunk& c) {
 
 void EngineImpl::FailChunk(Chunk& c, Status status) {
   Reactor& r = *c.reactor;
-  if (c.finished) return;
-  c.failed = true;
+  if (IsFinished(c.state)) return;
   c.status = std::move(status);
+  if (c.status.ok()) c.status = Status(StatusCode::kInternal, "chunk failed without a reason");
   if (c.job->kind == JobKind::kStore) {
     stats_.stores_dropped.Add(1);
     FinishChunk(c);
@@ -1069,10 +1086,10 @@ void EngineImpl::FailChunk(Chunk& c, Status status) {
     if (r.read_shares.count(s->key) && r.read_shares[s->key] == s) r.read_shares.erase(s->key);
     std::vector<Chunk*> members = s->members;
     for (Chunk* m : members) {
-      if (m != &c && !m->finished) {
-        m->failed = true;
+      if (m != &c && !IsFinished(m->state)) {
         m->status = c.status;
         FinishChunk(*m);
+        Settle(*m);  // a member holds nothing of its own
       }
     }
   }
@@ -1081,8 +1098,8 @@ void EngineImpl::FailChunk(Chunk& c, Status status) {
 
 void EngineImpl::FinishChunk(Chunk& c) {
   Reactor& r = *c.reactor;
-  if (c.finished) return;
-  c.finished = true;
+  if (IsFinished(c.state)) return;
+  SetState(c, c.status.ok() ? ChunkState::kSucceeded : ChunkState::kFailed);
   Job& job = *c.job;
   if (c.share) {
     ReadShare* s = c.share;
@@ -1094,17 +1111,13 @@ void EngineImpl::FinishChunk(Chunk& c) {
     }
   }
   if (c.pinned) {
-    std::lock_guard<std::mutex> lock(index_mu_);
-    auto e = index_.find(c.req.key);
-    if (e != index_.end() && e->second.pins > 0) e->second.pins--;
+    disk_->Unpin(c.req.key);
     c.pinned = false;
   }
   if (job.kind == JobKind::kStore) {
     auto it = r.stores_in_flight.find(c.req.key);
     if (it != r.stores_in_flight.end() && it->second == &c) r.stores_in_flight.erase(it);
-    std::lock_guard<std::mutex> lock(index_mu_);
-    auto p = pending_stores_.find(c.req.key);
-    if (p != pending_stores_.end() && --p->second <= 0) pending_stores_.erase(p);
+    disk_->EndPendingStore(c.req.key);
   }
   // Last, after every effect of this chunk (index, pending stores): the reactor whose chunk is the job's last one
   // publishes the result; acq_rel makes the other reactors' chunk outcomes visible to it.
@@ -1120,8 +1133,8 @@ void EngineImpl::PublishJob(Job& job) {
     res.bytes = job.bytes;
     res.chunks.reserve(job.chunks.size());
     for (auto& ch : job.chunks) {
-      res.chunks.push_back(ChunkOutcome{ch->req.key, ch->failed ? ch->status : Status::Ok()});
-      if (!ch->failed) res.chunks_ok++;
+      res.chunks.push_back(ChunkOutcome{ch->req.key, ch->status});  // Ok unless the chunk failed
+      if (ch->status.ok()) res.chunks_ok++;
     }
     const uint64_t us = static_cast<uint64_t>(res.latency_ns / 1000);
     if (job.kind == JobKind::kLoad && job.internal) {
@@ -1139,20 +1152,20 @@ void EngineImpl::PublishJob(Job& job) {
     }
     if (job.internal) return;  // promotions and committed stores report through the resident map
     {
-      std::lock_guard<std::mutex> lock(done_mu_);
+      MutexLock lock(done_mu_);
       done_order_.push_back(res.id);
       done_.emplace(res.id, std::move(res));
     }
-    done_cv_.notify_all();
+    done_cv_.NotifyAll();
   }
 }
 
 // Returns the chunk's resources once nothing in flight can touch them any more.
 void EngineImpl::Settle(Chunk& c) {
   Reactor& r = *c.reactor;
-  if (c.released || c.ops_in_flight > 0 || c.copies_in_flight > 0) return;
-  if (!c.finished) return;  // still progressing
-  c.released = true;
+  if (c.ops_in_flight > 0 || c.copies_in_flight > 0) return;
+  if (c.state != ChunkState::kSucceeded && c.state != ChunkState::kFailed) return;  // progressing, or released
+  SetState(c, ChunkState::kReleased);
   if (c.fd >= 0) {
     close(c.fd);
     c.fd = -1;
@@ -1162,7 +1175,7 @@ void EngineImpl::Settle(Chunk& c) {
     io::IoOp op;
     op.code = io::OpCode::kUnlinkAt;
     op.dirfd = ns_->dirfd();
-    OpCtx ctx{OpRole::kUnlinkTmp, nullptr};
+    OpCtx ctx{OpRole::kUnlinkTmp, nullptr, nullptr};  // fire and forget
     ctx.path = c.tmp_path;
     SubmitOp(r, std::move(ctx), op);
     c.tmp_exists = false;
@@ -1173,7 +1186,7 @@ void EngineImpl::Settle(Chunk& c) {
       c.usage_reserved = false;
     }
     if (c.preset_slot >= 0) {
-      ResidentWritten(c.req.key);  // written or not, the slot's bytes stay valid in the DRAM tier
+      resident_->Written(c.req.key);  // written or not, the slot's bytes stay valid in the DRAM tier
     } else if (c.slot >= 0) {
       FreeSlot(c.slot);
     }
@@ -1201,9 +1214,9 @@ void EngineImpl::MaybeRetireShare(ReadShare* s) {
   auto it = r.read_shares.find(s->key);
   if (it != r.read_shares.end() && it->second == s) r.read_shares.erase(it);
   if (s->resident_pin) {
-    Unpin(std::span<const ChunkKey>(&s->key, 1));  // a DRAM hit: the slot stays resident
+    resident_->Unpin(std::span<const ChunkKey>(&s->key, 1));  // a DRAM hit: the slot stays resident
   } else if (s->resident) {
-    if (!s->ready) ResidentLoaded(s->key, s->slot, 0, false);  // a failed promotion gives its slot back
+    if (!s->ready) resident_->Loaded(s->key, s->slot, 0, false, io::NowNs());  // a failed promotion gives its slot back
   } else {
     FreeSlot(s->slot);
   }
@@ -1266,6 +1279,7 @@ void EngineImpl::QuarantineCorrupt(const ChunkKey& key, const std::string& rel_p
       stats_.io_errors.Add(1);
     }
     close(dfd);
+    PruneFanoutDir(ns_->dirfd(), dir);  // C1
   }
   if (trace_ && trace_->enabled()) {
     trace_->Instant("corrupt_entry", "integrity", io::NowNs(), reactors_[ReactorOf(key)]->trace_tid);
@@ -1273,14 +1287,19 @@ void EngineImpl::QuarantineCorrupt(const ChunkKey& key, const std::string& rel_p
 }
 
 void EngineImpl::ForgetEntry(const ChunkKey& key) {
-  std::lock_guard<std::mutex> lock(index_mu_);
-  auto e = index_.find(key);
-  if (e == index_.end()) return;
-  disk_bytes_ -= std::min(disk_bytes_, e->second.bytes);
-  lru_.erase(e->second.lru);
-  index_.erase(e);
-  stats_.disk_entries.Set(index_.size());
-  stats_.disk_bytes_used.Set(disk_bytes_);
+  disk_->Forget(key);
+}
+
+void EngineImpl::SetState(Chunk& c, ChunkState to) {
+#ifndef NDEBUG
+  if (!LegalChunkTransition(c.job->kind, c.state, to)) {
+    std::fprintf(stderr, "kvtier: internal error: %s chunk %s moved from %s to %s\n",
+                 c.job->kind == JobKind::kLoad ? "load" : "store", c.req.key.Hex().c_str(), ChunkStateName(c.state),
+                 ChunkStateName(to));
+    std::abort();
+  }
+#endif
+  c.state = to;
 }
 
 const char* EngineImpl::OpRoleName(OpRole r) {
@@ -1293,9 +1312,9 @@ const char* EngineImpl::OpRoleName(OpRole r) {
     case OpRole::kCloseBeforeLink: return "close";
     case OpRole::kLink: return "link";
     case OpRole::kUnlinkTmp:
-    case OpRole::kUnlinkCorrupt:
     case OpRole::kUnlinkEvicted: return "unlink";
     case OpRole::kMkdir: return "mkdir";
+    case OpRole::kRmdirFanout: return "rmdir";
   }
   return "op";
 }

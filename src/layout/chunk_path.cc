@@ -157,6 +157,19 @@ Status EnsureFanoutDir(int ns_dirfd, const ChunkKey& key, mode_t mode, FanoutDir
   return Status::Ok();
 }
 
+int PruneFanoutDir(int ns_dirfd, std::string_view fanout_dir) {
+  if (fanout_dir.size() != 5 || fanout_dir[2] != '/') return 0;
+  const std::string first(fanout_dir.substr(0, 2));
+  const std::string second(fanout_dir.substr(3, 2));
+  const int fd = openat(ns_dirfd, first.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return 0;
+  const bool removed = unlinkat(fd, second.c_str(), AT_REMOVEDIR) == 0;
+  const bool absent = !removed && errno == ENOENT;  // removed by someone else: its parent may be empty still
+  close(fd);
+  if (!removed && !absent) return 0;
+  return (removed ? 1 : 0) + (unlinkat(ns_dirfd, first.c_str(), AT_REMOVEDIR) == 0 ? 1 : 0);
+}
+
 Status RemoveChunk(int ns_dirfd, const ChunkKey& key) {
   if (key.empty()) return Status(StatusCode::kInvalidArgument, "RemoveChunk: empty key");
   std::string rel = ChunkRelPath(key);

@@ -42,7 +42,8 @@ inline bool IsTempFileName(std::string_view name) { return name.substr(0, kTempP
 
 // Remembers which fan-out directories this process has already created or verified, so EnsureFanoutDir costs no
 // syscall for them. 256 + 65536 bits. Not thread-safe. If a directory is removed behind the cache's back (by gc),
-// creating a file in it fails with ENOENT: call Forget(key) (or Clear()) and EnsureFanoutDir again.
+// creating a file in it fails with ENOENT: call Forget(key) (or Clear()) and EnsureFanoutDir again. Eviction and gc
+// remove fan-out directories they empty (PruneFanoutDir), so this is an ordinary event, not a rare one.
 class FanoutDirCache {
  public:
   bool Has(const ChunkKey& key) const;
@@ -60,6 +61,14 @@ class FanoutDirCache {
 // Existing components must be real directories: a symlink or a file there -> kFailedPrecondition. With a cache,
 // a hit returns immediately and a success is recorded.
 Status EnsureFanoutDir(int ns_dirfd, const ChunkKey& key, mode_t mode, FanoutDirCache* cache = nullptr);
+
+// C1: removes the fan-out directory `fanout_dir` ("ab/cd") under ns_dirfd if it is empty, then its first level "ab"
+// if that is empty now; returns how many it removed (0-2). Eviction and gc call it after removing an entry, so
+// fan-out directories do not outlive their entries and hold disk space no budget counts. Nothing is followed: "ab"
+// is opened with O_NOFOLLOW and each removal names its last component (rmdir refuses a symlink). A directory with
+// anything in it (an entry, a named temporary) stays. A store racing with it finds the directory it created gone
+// (ENOENT at mkdir, open or link; EPERM for O_TMPFILE in a directory being removed) and creates it again.
+int PruneFanoutDir(int ns_dirfd, std::string_view fanout_dir);
 
 // Unlinks ChunkRelPath(key) under ns_dirfd (a reader's response to a corrupt entry, K1; gc's eviction). An entry
 // that is already gone is success. Note the name, not the inode, is removed: a good copy republished meanwhile is

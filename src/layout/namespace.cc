@@ -153,6 +153,45 @@ Result<int> OpenRoot(const std::string& root) {
   return fd;
 }
 
+bool InOurGroups(gid_t gid) {
+  if (gid == getegid()) return true;
+  gid_t groups[256];
+  const int n = getgroups(256, groups);
+  return n > 0 && std::find(groups, groups + n, gid) != groups + n;
+}
+
+// K2: the namespace directory (fd), its usage/ directory and its first-level fan-out directories.
+Status CheckNamespaceDirectories(int ns_fd, const std::string& ns_path) {
+  struct stat st;
+  if (fstat(ns_fd, &st) != 0) return Status::FromErrno(errno, "stat " + ns_path);
+  KVTIER_RETURN_IF_ERROR(CheckTrustedDirectory(st, "namespace directory " + ns_path, true));
+  const int fd = openat(ns_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Status::FromErrno(errno, "open " + ns_path);
+  DIR* dir = fdopendir(fd);
+  if (dir == nullptr) {
+    const int err = errno;
+    close(fd);
+    return Status::FromErrno(err, "read " + ns_path);
+  }
+  Status verdict;
+  errno = 0;
+  while (struct dirent* e = readdir(dir)) {
+    const std::string_view name = e->d_name;
+    const bool fanout = name.size() == 2 && std::all_of(name.begin(), name.end(), [](char c) {
+                          return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+                        });
+    if (!fanout && name != "usage") continue;
+    if (e->d_type != DT_DIR && e->d_type != DT_UNKNOWN) continue;
+    if (fstatat(dirfd(dir), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode)) continue;
+    verdict = CheckTrustedDirectory(st, (fanout ? "fan-out directory " : "usage directory ") + ns_path + "/" +
+                                            std::string(name), true);
+    if (!verdict.ok()) break;
+    errno = 0;
+  }
+  closedir(dir);
+  return verdict;
+}
+
 Status CheckWritable(int dirfd, const std::string& what) {
   if (faccessat(dirfd, ".", W_OK | X_OK, AT_EACCESS) == 0) return Status::Ok();
   int err = errno;
@@ -244,6 +283,23 @@ Status CompareManifest(const std::string& ns_path, const std::string& text, cons
 }
 
 }  // namespace
+
+Status CheckTrustedDirectory(const struct stat& st, const std::string& what, bool group_shared) {
+  if ((st.st_mode & S_IWOTH) && !(st.st_mode & S_ISVTX)) {
+    return Status(StatusCode::kFailedPrecondition,
+                  what + " is world-writable without the sticky bit (mode " + std::to_string(st.st_mode & 07777) +
+                      " decimal): anyone could plant entries; chmod o-w it, or set allow_insecure_root to accept it");
+  }
+  if (st.st_uid != geteuid() && st.st_uid != 0 && !(group_shared && InOurGroups(st.st_gid))) {
+    return Status(StatusCode::kFailedPrecondition,
+                  what + " is owned by uid " + std::to_string(st.st_uid) +
+                      (group_shared ? " and gid " + std::to_string(st.st_gid) + ", neither this user (" +
+                                          std::to_string(geteuid()) + "), root nor one of its groups"
+                                    : ", not by this user (" + std::to_string(geteuid()) + ") or root") +
+                      "; chown it, or set allow_insecure_root to accept it");
+  }
+  return Status::Ok();
+}
 
 bool operator==(const NamespaceIdentity& a, const NamespaceIdentity& b) {
   return a.model == b.model && a.revision == b.revision && a.kv_dtype == b.kv_dtype &&
@@ -433,6 +489,7 @@ Result<Namespace> Namespace::Open(const std::string& root, const NamespaceIdenti
     return Status::FromErrno(errno, "open namespace directory " + ns.path_);
   }
   ns.fd_ = fd;
+  if (!options.allow_insecure) KVTIER_RETURN_IF_ERROR(CheckNamespaceDirectories(ns.fd_, ns.path_));
   if (options.create) KVTIER_RETURN_IF_ERROR(CheckWritable(ns.fd_, "namespace directory " + ns.path_));
 
   std::string want = CanonicalManifest(id);

@@ -11,6 +11,7 @@
 // called from any thread; it owns its directory fd, which must outlive every *at() call made relative to it.
 #pragma once
 
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <array>
@@ -64,7 +65,17 @@ bool IsNamespaceDirName(std::string_view name);
 struct NamespaceOpenOptions {
   bool create = true;       // create the directory and MANIFEST if missing; also requires write access
   mode_t dir_mode = 0750;   // mode of every directory kvtier creates; files get dir_mode without the x bits
+  // K2: accept namespace directories that CheckTrustedDirectory refuses (EngineOptions::allow_insecure_root).
+  bool allow_insecure = false;
 };
+
+// K2: whether a directory under a storage root may be trusted not to hold entries or symlinks planted by others.
+// kFailedPrecondition, naming `what` and saying how to fix it (chmod, chown or the allow_insecure_root option),
+// when st is world-writable without the sticky bit, or owned by a user other than this process's effective user
+// or root. group_shared: an owner of one of this process's groups (effective or supplementary) is accepted too; a
+// namespace's own directories are created by whichever service user of a group-shared deployment came first
+// (docs/operations.md), and that user can write nothing there that the group cannot.
+Status CheckTrustedDirectory(const struct stat& st, const std::string& what, bool group_shared);
 
 class Namespace {
  public:
@@ -77,6 +88,9 @@ class Namespace {
   //     the first writer wins; everybody then re-reads MANIFEST and compares.
   //   - an existing MANIFEST that differs -> kFailedPrecondition naming the first differing field; one that does
   //     not parse -> kCorrupt.
+  //   - K2, unless options.allow_insecure: the namespace directory, its usage/ directory and its first-level
+  //     fan-out directories must pass CheckTrustedDirectory(group_shared = true), else kFailedPrecondition naming
+  //     the directory (second-level fan-out directories are checked by the engine when a store first meets one).
   // Concurrent Open of the same new namespace from several processes is safe: all succeed with one MANIFEST.
   static Result<Namespace> Open(const std::string& root, const NamespaceIdentity& id,
                                 const NamespaceOpenOptions& options = {});

@@ -101,7 +101,7 @@ Result<std::unique_ptr<SharedUsage>> SharedUsage::Open(const Namespace& ns, uint
     if (st.st_size < 4096 && ftruncate(fd, 4096) != 0) return fail(errno, "size");
     void* map = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (map == MAP_FAILED) return fail(errno, "map");
-    std::unique_ptr<SharedUsage> u(new SharedUsage());
+    auto u = std::make_unique<SharedUsage>(Passkey{});
     u->map_ = map;
     u->fd_ = fd;
     u->counter_ = static_cast<std::atomic<int64_t>*>(map);

@@ -36,7 +36,14 @@
 namespace kvtier {
 
 class SharedUsage {
+ private:
+  // Only the class's own factories construct it (std::make_unique with a key nobody else can name).
+  struct Passkey {
+    explicit Passkey() = default;
+  };
+
  public:
+  explicit SharedUsage(Passkey) {}
   // Opens (creating with the namespace's file mode) the namespace's counter, maps it and holds it until destroyed.
   // When no other process or engine holds it, it is set to bytes_if_first (the caller's scan of the namespace).
   static Result<std::unique_ptr<SharedUsage>> Open(const Namespace& ns, uint64_t bytes_if_first);
@@ -53,7 +60,6 @@ class SharedUsage {
   bool first_holder() const { return first_holder_; }
 
  private:
-  SharedUsage() = default;
   int fd_ = -1;  // held open with a shared flock for the counter's lifetime
   bool first_holder_ = false;
   std::atomic<int64_t>* counter_ = nullptr;  // in the shared mapping

@@ -149,7 +149,7 @@ Result<std::unique_ptr<UsageLedger>> UsageLedger::Open(const Namespace& ns, uint
   bool created = false;
   auto dir = OpenUsageDir(ns, /*create=*/true, &created);
   if (!dir.ok()) return dir.status();
-  std::unique_ptr<UsageLedger> l(new UsageLedger());
+  auto l = std::make_unique<UsageLedger>(Passkey{});
   l->dirfd_ = dir.value();
   l->options_ = options;
   l->file_mode_ = ns.file_mode();

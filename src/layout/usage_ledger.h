@@ -64,7 +64,14 @@ struct LedgerRecord {
 };
 
 class UsageLedger {
+ private:
+  // Only the class's own factories construct it (std::make_unique with a key nobody else can name).
+  struct Passkey {
+    explicit Passkey() = default;
+  };
+
  public:
+  explicit UsageLedger(Passkey) {}
   static constexpr const char* kDirName = "usage";
   // Opens (creating usage/ when needed, with the namespace's modes) this engine's record. scan_bytes: the caller's
   // scan total, used when this engine creates usage/ (the first engine on the namespace).
@@ -104,7 +111,6 @@ class UsageLedger {
     int64_t last_change_ns = 0;  // monotonic, when this reader saw the sequence change
     bool seen = false;
   };
-  UsageLedger() = default;
   void Run();
   bool CreateOwn();         // a new record file under a new name (name_, fd_, own_ino_); false: errno says why
   void ReclaimIfFolded();   // the record was renamed away by a peer that judged this engine dead: start anew

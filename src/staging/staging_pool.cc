@@ -256,7 +256,7 @@ Result<std::unique_ptr<StagingPool>> StagingPool::Create(const StagingPoolOption
     huge_bytes = PopulateHuge(static_cast<uint8_t*>(base), g.mapped_bytes);
   }
 
-  std::unique_ptr<StagingPool> pool(new StagingPool());
+  auto pool = std::make_unique<StagingPool>(Passkey{});
   pool->name_ = name;
   pool->owner_ = true;
   pool->creator_pid_ = getpid();
@@ -352,7 +352,7 @@ Result<std::unique_ptr<StagingPool>> StagingPool::Attach(const std::string& name
                                           " bytes but the shared memory object has " + std::to_string(size));
   }
 
-  std::unique_ptr<StagingPool> pool(new StagingPool());
+  auto pool = std::make_unique<StagingPool>(Passkey{});
   pool->name_ = name;
   pool->owner_ = false;
   pool->base_ = base;

@@ -101,7 +101,14 @@ std::string_view WaitOutcomeName(WaitOutcome outcome);
 enum class Priority : uint8_t { kDemand, kSpeculative };
 
 class StagingPool {
+ private:
+  // Only the class's own factories construct it (std::make_unique with a key nobody else can name).
+  struct Passkey {
+    explicit Passkey() = default;
+  };
+
  public:
+  explicit StagingPool(Passkey) {}
   // Creates and maps a new pool (shm_open O_CREAT|O_EXCL, mode 0600). Errors: kInvalidArgument for bad options
   // or a bad name, kAlreadyExists when the name is taken, kNoSpace when /dev/shm cannot hold the pool, kIoError
   // for other OS failures.
@@ -159,7 +166,6 @@ class StagingPool {
 
  private:
   struct SlotControl;
-  StagingPool() = default;
   SlotControl& control(uint32_t slot) const;
 
   std::string name_;

@@ -7,7 +7,7 @@
 // ghost lists B1/B2 of recently evicted keys that adapt the target size p of T1; a scan of one-time chunks then
 // evicts other one-time chunks instead of the frequently reused ones.
 //
-// Not thread-safe: the engine calls it under index_mu_.
+// Not thread-safe: the engine's ResidentSet (src/engine/resident_set.h) calls it under its mutex.
 #pragma once
 
 #include <cstddef>

@@ -86,7 +86,7 @@ Result<std::unique_ptr<TraceRecorder>> TraceRecorder::Open(const std::string& pa
   if (path.empty()) return Disabled();
   int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return Status::FromErrno(errno, "open trace file " + path);
-  std::unique_ptr<TraceRecorder> recorder(new TraceRecorder());
+  auto recorder = std::make_unique<TraceRecorder>(Passkey{});
   recorder->path_ = path;
   recorder->pid_ = static_cast<int32_t>(getpid());
   recorder->fd_ = fd;
@@ -99,7 +99,7 @@ Result<std::unique_ptr<TraceRecorder>> TraceRecorder::Open(const std::string& pa
   return recorder;
 }
 
-std::unique_ptr<TraceRecorder> TraceRecorder::Disabled() { return std::unique_ptr<TraceRecorder>(new TraceRecorder()); }
+std::unique_ptr<TraceRecorder> TraceRecorder::Disabled() { return std::make_unique<TraceRecorder>(Passkey{}); }
 
 TraceRecorder::~TraceRecorder() {
   Status s = Close();

@@ -38,7 +38,14 @@ using TraceArg = std::pair<std::string_view, uint64_t>;
 using TraceArgs = std::initializer_list<TraceArg>;
 
 class TraceRecorder {
+ private:
+  // Only the class's own factories construct it (std::make_unique with a key nobody else can name).
+  struct Passkey {
+    explicit Passkey() = default;
+  };
+
  public:
+  explicit TraceRecorder(Passkey) {}
   static constexpr size_t kFlushBytes = size_t{1} << 20;
 
   // Creates (or truncates) the file at `path`, mode 0644, and writes an empty trace. An empty path returns a
@@ -97,7 +104,6 @@ class TraceRecorder {
   void RecordThreadName(uint32_t tid, std::string_view name);
 
  private:
-  TraceRecorder() = default;
   // Appends one formatted event (no separator) to the buffer; writes the buffer out past kFlushBytes.
   void Append(const std::string& event);
   Status FlushLocked();  // requires mu_

@@ -3,6 +3,8 @@
 // the first 8 bytes), so a reader can tell a complete entry of one writer from a mix: no reader may ever see a
 // partial or mixed entry; publication is first-writer-wins; and the bytes of published entries, sampled every few
 // milliseconds from the tree, stay within 5% of the budget.
+#include <dirent.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -10,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <mutex>
 #include <thread>
 
 #include "layout/scan.h"
@@ -124,6 +127,91 @@ TEST(ConcurrencySuite, ProcessesAndThreadsOnOneRootNeverSeeAPartialEntryAndHoldT
               (unsigned long long)samples, (unsigned long long)over, (unsigned long long)sh->wrong.load());
   munmap(sh, 4096);
 }
+
+// C1, M1: empty fan-out directories are removed (by eviction and gc), so a store can find the directory it created
+// gone before its temporary is opened or linked. Two engines store keys of two fan-out directories, one of them
+// with a budget of two chunks (its reactor evicts both engines' entries and removes the directories it empties),
+// while another process removes every entry there and then each directory it emptied, as `kvtier gc` does, round
+// after round without pause. Every store must still succeed: the store path creates a vanished directory again.
+ChunkKey DirKey(uint64_t i) {
+  uint8_t b[36] = {};
+  b[0] = static_cast<uint8_t>(i % 2);  // fan-out directories 00/77 and 01/77 only
+  b[1] = 0x77;
+  for (int k = 0; k < 8; ++k) b[2 + k] = static_cast<uint8_t>(i >> (8 * k));
+  b[35] = 0xd1;
+  return ChunkKey::FromBytes(std::span<const uint8_t>(b, sizeof(b))).value();
+}
+
+[[noreturn]] void RemoveEntriesAndDirectoriesForever(const std::string& ns_path) {
+  for (;;) {
+    for (const char* first : {"00", "01"}) {
+      const std::string dir = ns_path + "/" + first + "/77";
+      bool removed = false;
+      if (DIR* d = opendir(dir.c_str())) {
+        while (struct dirent* e = readdir(d)) {
+          const std::string name = e->d_name;
+          if (name.size() > 4 && name.substr(name.size() - 4) == ".kvc") {
+            removed |= unlink((dir + "/" + name).c_str()) == 0;
+          }
+        }
+        closedir(d);
+      }
+      if (removed && rmdir(dir.c_str()) == 0) rmdir((ns_path + "/" + first).c_str());
+    }
+  }
+}
+
+class FanoutRemoval : public ::testing::TestWithParam<bool> {};
+
+TEST_P(FanoutRemoval, StoresSucceedWhileEvictionAndGcRemoveTheirFanoutDirectories) {
+  test::TempDir dir;
+  EngineOptions a_opts = Options(dir.path());
+  a_opts.anonymous_temporaries = GetParam();
+  EngineOptions b_opts = a_opts;
+  b_opts.disk_budget_bytes = 2 * kChunkFileBytes;
+  b_opts.high_watermark = 1.0;
+  b_opts.low_watermark = 0.5;
+  auto a = Engine::Open(a_opts);
+  auto b = Engine::Open(b_opts);
+  ASSERT_TRUE(a.ok() && b.ok());
+  const pid_t remover = fork();
+  ASSERT_GE(remover, 0);
+  if (remover == 0) RemoveEntriesAndDirectoriesForever(NsPath(a_opts));
+
+  const uint64_t per_thread = 150 * Soak();
+  std::atomic<uint64_t> ok{0}, failed{0};
+  std::string first_failure;
+  std::mutex mu;
+  auto store = [&](Engine& e, uint64_t first) {
+    for (uint64_t i = first; i < first + per_thread; ++i) {
+      std::vector<uint8_t> data = ContentFor(i);
+      auto id = e.SubmitStore({{DirKey(i), 0, 0, Segments(data, e.block_stride())}});
+      auto r = id.ok() ? e.Wait(id.value(), 30000) : Result<JobResult>(id.status());
+      const Status s = r.ok() ? r->chunks[0].status : r.status();
+      if (s.ok()) {
+        ok++;
+      } else {
+        failed++;
+        std::lock_guard<std::mutex> lock(mu);
+        if (first_failure.empty()) first_failure = s.ToString();
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  threads.emplace_back(store, std::ref(*a.value()), 0);
+  threads.emplace_back(store, std::ref(*a.value()), 1000000);
+  threads.emplace_back(store, std::ref(*b.value()), 2000000);
+  for (auto& t : threads) t.join();
+  kill(remover, SIGKILL);
+  waitpid(remover, nullptr, 0);
+  EXPECT_EQ(failed.load(), 0u) << "first failure: " << first_failure;
+  EXPECT_EQ(ok.load(), 3 * per_thread);
+  EXPECT_EQ(a.value()->Stats().stores_dropped + b.value()->Stats().stores_dropped, 0u);
+  EXPECT_GT(b.value()->Stats().evictions, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Temporaries, FanoutRemoval, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "Anonymous" : "Named"; });
 
 }  // namespace
 }  // namespace kvtier::rel

@@ -44,6 +44,98 @@ TEST(InsecureRoot, ARootOwnedByAnotherUserIsRefusedUnlessAllowed) {
   EXPECT_TRUE(Engine::Open(o).ok()) << "root (uid 0) may still write there";
 }
 
+// K2: what the root check refuses is refused for the namespace's own directories too (the namespace directory,
+// usage/ and the fan-out directories): a directory there that others can write lets them plant entries.
+TEST(InsecureNamespace, AWorldWritableNamespaceDirectoryIsRefusedUnlessAllowed) {
+  test::TempDir dir;
+  EngineOptions o = Options(dir.path());
+  ASSERT_TRUE(Engine::Open(o).ok());  // creates the namespace
+  ASSERT_EQ(chmod(NsPath(o).c_str(), 0777), 0);
+  auto e = Engine::Open(o);
+  ASSERT_FALSE(e.ok()) << "a world-writable namespace directory was accepted";
+  EXPECT_EQ(e.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(e.status().message().find("world-writable"), std::string::npos) << e.status().ToString();
+  EXPECT_NE(e.status().message().find(NsPath(o)), std::string::npos) << e.status().ToString();
+  EXPECT_NE(e.status().message().find("allow_insecure_root"), std::string::npos);
+  o.allow_insecure_root = true;
+  EXPECT_TRUE(Engine::Open(o).ok());
+  ASSERT_EQ(chmod(NsPath(o).c_str(), 01777), 0);  // sticky: others cannot remove or rename our entries
+  o.allow_insecure_root = false;
+  EXPECT_TRUE(Engine::Open(o).ok());
+}
+
+TEST(InsecureNamespace, ANamespaceDirectoryOfAStrangerIsRefusedButAGroupMembersIsAccepted) {
+  test::TempDir dir;
+  EngineOptions o = Options(dir.path());
+  ASSERT_TRUE(Engine::Open(o).ok());
+  if (geteuid() == 4242 || getegid() == 4242) GTEST_SKIP() << "this test needs uid/gid 4242 to be strangers";
+  if (chown(NsPath(o).c_str(), 4242, 4242) != 0) GTEST_SKIP() << "cannot chown (not root)";
+  auto e = Engine::Open(o);
+  ASSERT_FALSE(e.ok()) << "a namespace directory of another user and group was accepted";
+  EXPECT_NE(e.status().message().find("owned by uid 4242"), std::string::npos) << e.status().ToString();
+  o.allow_insecure_root = true;
+  EXPECT_TRUE(Engine::Open(o).ok());
+  // Group-shared deployments (docs/operations.md): another service user of our group created it; that user can
+  // write nothing there that the group cannot.
+  ASSERT_EQ(chown(NsPath(o).c_str(), 4242, getegid()), 0);
+  o.allow_insecure_root = false;
+  auto g = Engine::Open(o);
+  EXPECT_TRUE(g.ok()) << g.status().ToString();
+}
+
+TEST(InsecureNamespace, AWorldWritableUsageOrFanoutDirectoryIsRefusedAtOpen) {
+  test::TempDir dir;
+  EngineOptions o = Options(dir.path());
+  {
+    auto e = Engine::Open(o);
+    ASSERT_TRUE(e.ok());
+    ASSERT_TRUE(StoreOne(*e.value(), 1).ok());
+  }
+  const std::string usage = NsPath(o) + "/usage";
+  ASSERT_EQ(mkdir(usage.c_str(), 0750), 0);
+  ASSERT_EQ(chmod(usage.c_str(), 0777), 0);
+  auto e = Engine::Open(o);
+  ASSERT_FALSE(e.ok()) << "a world-writable usage/ was accepted";
+  EXPECT_NE(e.status().message().find(usage), std::string::npos) << e.status().ToString();
+  ASSERT_EQ(chmod(usage.c_str(), 0750), 0);
+  ASSERT_TRUE(Engine::Open(o).ok());
+
+  const std::string first = NsPath(o) + "/" + FanoutDir(Key(1)).substr(0, 2);
+  ASSERT_EQ(chmod(first.c_str(), 0777), 0);
+  e = Engine::Open(o);
+  ASSERT_FALSE(e.ok()) << "a world-writable fan-out directory was accepted";
+  EXPECT_NE(e.status().message().find(first), std::string::npos) << e.status().ToString();
+  o.allow_insecure_root = true;
+  EXPECT_TRUE(Engine::Open(o).ok());
+}
+
+// A second-level fan-out directory is checked when a store first meets it (the engine does not list 65536
+// directories at open); the store is dropped and nothing is written there.
+TEST(InsecureNamespace, AStoreIntoAWorldWritableFanoutDirectoryIsDropped) {
+  test::TempDir dir;
+  EngineOptions o = Options(dir.path());
+  {
+    auto e = Engine::Open(o);
+    ASSERT_TRUE(e.ok());
+    ASSERT_TRUE(StoreOne(*e.value(), 1).ok());
+  }
+  const std::string fan = NsPath(o) + "/" + FanoutDir(Key(1));
+  ASSERT_TRUE(fs::remove(ChunkFile(o, Key(1))));
+  ASSERT_EQ(chmod(fan.c_str(), 0777), 0);
+  {
+    auto e = Engine::Open(o);
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    const Status s = StoreOne(*e.value(), 1);
+    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
+    EXPECT_NE(s.message().find("world-writable"), std::string::npos) << s.ToString();
+    EXPECT_TRUE(fs::is_empty(fan)) << "a store wrote into a world-writable directory";
+  }
+  o.allow_insecure_root = true;
+  auto e = Engine::Open(o);
+  ASSERT_TRUE(e.ok());
+  EXPECT_TRUE(StoreOne(*e.value(), 1).ok());
+}
+
 class GroupShared : public ::testing::TestWithParam<bool> {};
 
 TEST_P(GroupShared, DirectoriesAndFilesGetTheConfiguredModeWhateverTheUmask) {

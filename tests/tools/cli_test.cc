@@ -135,10 +135,13 @@ class CliTest : public ::testing::Test {
     }
   }
 
-  // Stores chunks first..first+n through the engine, one job per chunk so modification times follow key order.
-  void StoreChunks(uint64_t first, uint64_t n) {
-    auto e = Engine::Open(Options(root_));
-    ASSERT_TRUE(e.ok()) << e.status().ToString();
+  // Stores chunks first..first+n through the engine (a new one unless given), one job per chunk so modification
+  // times follow key order.
+  void StoreChunks(uint64_t first, uint64_t n, std::unique_ptr<Engine>* given = nullptr) {
+    auto opened = given ? Result<std::unique_ptr<Engine>>(Status(StatusCode::kNotFound, "unused"))
+                        : Engine::Open(Options(root_));
+    ASSERT_TRUE(given || opened.ok()) << opened.status().ToString();
+    std::unique_ptr<Engine>* e = given ? given : &opened.value();
     std::vector<uint8_t> host(kBlocks * kBlockBytes);
     for (uint64_t i = first; i < first + n; ++i) {
       std::mt19937_64 rng(i);
@@ -335,6 +338,51 @@ TEST_F(CliTest, GcPublishesNoUsageCorrectionWhenARecordIsUnreadable) {
   EXPECT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("not reconciled"), std::string::npos) << r.out;
   EXPECT_EQ(UsageLedger::ReadAll(*ns).value().size(), before) << "gc published a correction: " << r.out;
+}
+
+// C1: gc removes the fan-out directories its removals empty (and no other).
+TEST_F(CliTest, GcRemovesTheFanoutDirectoriesItEmpties) {
+  StoreChunks(0, 10);
+  const uint64_t file = ChunkFileBytes(kBlocks, kBlockBytes);
+  CliRun r = Kvtier("gc --root " + root_ + " --budget " + std::to_string(8 * file) + " --low-watermark 0.5");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  size_t entries = 0;
+  for (auto& p : fs::recursive_directory_iterator(ns_path_)) {
+    entries += p.path().extension() == ".kvc";
+    const std::string name = p.path().filename();
+    if (p.is_directory() && name.size() == 2) {
+      EXPECT_FALSE(fs::is_empty(p.path())) << p.path() << " left empty";
+    }
+  }
+  EXPECT_EQ(entries, 4u);
+  r = Kvtier("gc --root " + root_ + " --budget 1");  // everything goes, and every fan-out directory with it
+  ASSERT_EQ(r.rc, 0) << r.out;
+  for (auto& p : fs::directory_iterator(ns_path_)) {
+    EXPECT_NE(p.path().filename().string().size(), 2u) << p.path() << " left behind";
+  }
+}
+
+// C1: an open engine's disk_bytes_used and disk_entries follow entries that an external `kvtier gc` removed (the
+// engine sees removals it did not make in the namespace's shared usage and rescans the tree: within a few seconds).
+TEST_F(CliTest, AnOpenEnginesDiskUsageFollowsAnExternalGc) {
+  auto e = Engine::Open(Options(root_));
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  StoreChunks(0, 10, &e.value());
+  const uint64_t file = ChunkFileBytes(kBlocks, kBlockBytes);
+  ASSERT_EQ((*e)->Stats().disk_bytes_used, 10 * file);
+  CliRun r = Kvtier("gc --root " + root_ + " --budget " + std::to_string(8 * file) + " --low-watermark 0.5");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  ASSERT_NE(r.out.find("removed 6 entries"), std::string::npos) << r.out;
+  StatsSnapshot s = (*e)->Stats();
+  for (int i = 0; i < 300 && s.disk_bytes_used != 4 * file; ++i) {
+    usleep(100 * 1000);
+    s = (*e)->Stats();
+  }
+  EXPECT_EQ(s.disk_bytes_used, 4 * file) << "the index still counts entries gc removed 30 s ago";
+  EXPECT_EQ(s.disk_entries, 4u);
+  int hits = 0;
+  for (uint64_t i = 0; i < 10; ++i) hits += (*e)->Lookup(Key(i)) == ChunkLocation::kDisk;
+  EXPECT_EQ(hits, 4);
 }
 
 TEST_F(CliTest, StatsPrintsCountsPerNamespace) {
