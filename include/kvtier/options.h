@@ -60,9 +60,9 @@ struct EngineOptions {
   // hashes to it, from open through verification and publication, so the per-byte work (verification, checksums,
   // and on devices such as zram or a FUSE client the kernel's copy, which runs in the submitting thread) spreads
   // over cores. io_depth is shared among them (ceil(io_depth / reactors) chunks at the disk each); a job's slot
-  // bound (2 x io_depth) holds across all of them. 0: auto, one per core this process may use, at least 2, at
-  // most 16 and at most io_depth (the device is not probed). 1: the single-reactor engine. Tests may set
-  // KVTIER_TEST_REACTORS=N to replace auto.
+  // bound (2 x io_depth) holds across all of them. 0: auto, one per core this process may use, at least 2 and at
+  // most 16 (the device is not probed). 1: the single-reactor engine. Never more than io_depth, whatever is asked
+  // (each reactor keeps at least one chunk at the disk). Tests may set KVTIER_TEST_REACTORS=N to replace auto.
   uint32_t reactors = 0;
   // K1/I1: a load reads a chunk's blocks in pieces of about this many bytes (whole blocks, at least one), two
   // pieces of a chunk at the disk at once, and verifies each piece as it lands while its bytes are still in the

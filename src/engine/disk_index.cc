@@ -213,8 +213,12 @@ Status DiskIndex::Rescan(bool drop_absent) {
     scan_start_seq = seq_;
   }
   std::vector<Found> found;
+  // M1: only files of exactly a chunk's size are entries (as for a lookup): another host's young entry whose data is
+  // not visible here yet is shorter, and indexed at that size it would leave the usage wrong when evicted.
   Status s = ScanEntries(ns_, [&](const EntryInfo& e) {
-    if (!e.is_temporary && !e.is_foreign) found.push_back(Found{e.key, e.size_bytes, e.mtime_ns});
+    if (!e.is_temporary && !e.is_foreign && e.size_bytes == options_.entry_bytes) {
+      found.push_back(Found{e.key, e.size_bytes, e.mtime_ns});
+    }
   });
   if (!s.ok()) return s.WithContext("scanning " + ns_.path());
   // Newest first, each pushed to the LRU front: entries this instance never used are evicted first, oldest first

@@ -22,6 +22,13 @@
 namespace kvtier {
 
 namespace {
+// fraction x bytes as bytes; a product at or above 2^64 (a budget near the top of its range) is the largest value
+// instead of an undefined conversion.
+uint64_t FractionOf(uint64_t bytes, double fraction) {
+  const double v = static_cast<double>(bytes) * fraction;
+  return v >= 18446744073709551615.0 ? UINT64_MAX : static_cast<uint64_t>(v);
+}
+
 
 constexpr int64_t kMsToNs = 1000000;
 
@@ -81,15 +88,18 @@ Result<std::unique_ptr<Engine>> EngineImpl::Create(const EngineOptions& options,
 }
 
 uint32_t EngineImpl::ResolveReactors(const EngineOptions& options, std::string* why) {
+  // I1/S1: never more reactors than io_depth: each reactor keeps at least one chunk at the disk, so more would put
+  // more than io_depth chunks there.
+  const uint32_t most = std::max(1u, options.io_depth);
   if (options.reactors != 0) {
-    if (why) *why = "by option";
-    return options.reactors;
+    if (why) *why = options.reactors > most ? "by option, at most io_depth" : "by option";
+    return std::min(options.reactors, most);
   }
   if (const char* env = getenv("KVTIER_TEST_REACTORS"); env && *env) {
     const long v = strtol(env, nullptr, 10);
     if (v >= 1 && v <= static_cast<long>(kMaxReactors)) {
       if (why) *why = "KVTIER_TEST_REACTORS";
-      return static_cast<uint32_t>(v);
+      return std::min(static_cast<uint32_t>(v), most);
     }
   }
   // I1 auto: one reactor per core this process may run on, at least 2 so a fast device's per-byte work spreads, at
@@ -101,7 +111,7 @@ uint32_t EngineImpl::ResolveReactors(const EngineOptions& options, std::string* 
   if (sched_getaffinity(0, sizeof(set), &set) == 0) cores = static_cast<uint32_t>(CPU_COUNT(&set));
   if (cores == 0) cores = std::max(1u, std::thread::hardware_concurrency());
   if (why) *why = "auto: " + std::to_string(cores) + " cores";
-  return std::clamp(std::min(cores, options.io_depth), 2u, 16u);
+  return std::min(std::clamp(cores, 2u, 16u), most);
 }
 
 uint32_t EngineImpl::ReactorOf(const ChunkKey& key) const {
@@ -546,7 +556,7 @@ uint64_t EngineImpl::UnlinkVictims(const std::vector<Victim>& victims) {
 
 Result<uint64_t> EngineImpl::EvictToBudget() {
   if (options_.disk_budget_bytes == 0) return uint64_t{0};
-  const auto low = static_cast<uint64_t>(options_.disk_budget_bytes * options_.low_watermark);
+  const auto low = FractionOf(options_.disk_budget_bytes, options_.low_watermark);
   const uint64_t used = Usage();
   if (used <= low) return uint64_t{0};
   return UnlinkVictims(disk_->TakeExcess(ExcessToTake(used - low)));
@@ -637,8 +647,8 @@ void EngineImpl::EvictAboveHighWatermark(Reactor& r) {
   // filesystem that can take milliseconds each), so they count toward the high watermark: the budget bounds what
   // the filesystem holds. They are not taken again: what to free is what stays after the unlinks in flight
   // (DiskIndex::TakeAboveWatermark).
-  const auto high = static_cast<uint64_t>(options_.disk_budget_bytes * options_.high_watermark);
-  const auto low = static_cast<uint64_t>(options_.disk_budget_bytes * options_.low_watermark);
+  const auto high = FractionOf(options_.disk_budget_bytes, options_.high_watermark);
+  const auto low = FractionOf(options_.disk_budget_bytes, options_.low_watermark);
   const uint64_t on_disk = Usage();
   if (on_disk <= high) return;
   const uint64_t staying = on_disk - std::min(on_disk, disk_->evicting_bytes());

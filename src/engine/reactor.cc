@@ -208,7 +208,9 @@ void EngineImpl::SubmitOp(Reactor& r, OpCtx ctx, io::IoOp op) {
   if (!c.path.empty()) op.path = c.path.c_str();
   if (!c.path2.empty()) op.path2 = c.path2.c_str();
   op.user_data = id;
-  op.deadline_ns = c.deadline_ns;
+  // I4: a close carries no linked timeout: a cancelled close (FUSE and NFS hand closes with a flush to a worker)
+  // would leave the fd open for good. Its deadline still holds: CheckDeadlines fails the chunk on time.
+  op.deadline_ns = op.code == io::OpCode::kClose ? 0 : c.deadline_ns;
   c.start_ns = io::NowNs();
   if (c.chunk) c.chunk->ops_in_flight++;
   const int rc = r.io->Submit(op);
@@ -356,7 +358,9 @@ void EngineImpl::OnOpenDone(Reactor& r, const OpCtx& ctx, int64_t res) {
     c->opened_ino = st.st_ino;
     c->opened_mtime_ns = S_ISREG(st.st_mode) ? int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec : 0;
     if (!shape.ok()) {
-      if (YoungOnSharedRoot(*c)) {
+      if (shape.code() != StatusCode::kCorrupt) {
+        // fstat itself failed (EIO, ESTALE): the filesystem did not answer, which says nothing about the entry
+      } else if (YoungOnSharedRoot(*c)) {
         ForgetEntry(c->req.key);  // M1: maybe another host's entry whose data is not visible here yet
       } else {
         QuarantineCorrupt(c->req.key, c->rel_path, shape, c->opened_ino);
@@ -444,7 +448,17 @@ void EngineImpl::OnFsyncDone(Reactor& r, const OpCtx& ctx, int64_t res) {
 
 void EngineImpl::OnLinkDone(Reactor& r, const OpCtx& ctx, int64_t res) {
   Chunk* c = ctx.chunk;
-  if (c->state == ChunkState::kFailed) return;
+  if (c->state == ChunkState::kFailed) {
+    // I4: the link came back after its deadline had failed the chunk, and made the entry all the same: it is on
+    // disk, so it is counted and indexed (C1, M2), or the shared usage would miss its bytes until a gc.
+    if (res == 0) {
+      const bool reserved = c->usage_reserved;
+      if (reserved) UsageCommitReserved(slot_bytes_);
+      c->usage_reserved = false;
+      PublishIndexed(r, c->req.key, slot_bytes_, /*linked=*/!reserved);
+    }
+    return;
+  }
   if (res == 0 || res == -EEXIST) {
     // EEXIST: another writer published the same key first; its bytes are equally valid (L4).
     if (res == -EEXIST) stats_.stores_deduplicated.Add(1);
@@ -1275,8 +1289,12 @@ void EngineImpl::QuarantineCorrupt(const ChunkKey& key, const std::string& rel_p
     // replacement between this check and the unlink is not excluded; it costs that writer's entry one miss.)
     if (named && opened_ino != 0 && st.st_ino != opened_ino) {
       // nothing to remove
-    } else if (unlinkat(dfd, name.c_str(), directory ? AT_REMOVEDIR : 0) != 0 && errno != ENOENT && errno != ENOTEMPTY) {
-      stats_.io_errors.Add(1);
+    } else if (unlinkat(dfd, name.c_str(), directory ? AT_REMOVEDIR : 0) != 0) {
+      if (errno != ENOENT && errno != ENOTEMPTY) stats_.io_errors.Add(1);
+    } else if (named && S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) == slot_bytes_) {
+      // C1, M2: a file of a chunk's size was counted in the usage when it was linked; it leaves it now. (A file of
+      // another size never was one of ours: a lookup requires the exact size; gc reconciles anything else.)
+      UsageAdd(-static_cast<int64_t>(slot_bytes_));
     }
     close(dfd);
     PruneFanoutDir(ns_->dirfd(), dir);  // C1
