@@ -40,4 +40,4 @@ if [[ "${1:-}" == "--unit" ]]; then
     args=(test_spec_unit.py)
 fi
 cd tests/vllm  # not the repo root: `kvtier` must resolve to the installed package, not python/kvtier
-exec "$py" -m pytest -q -s -p no:cacheprovider "${args[@]}" "$@"
+exec "$py" -m pytest -q -s -p no:cacheprovider --durations=12 "${args[@]}" "$@"
