@@ -82,6 +82,7 @@ serve_args=(
     --max-model-len 16384 --max-num-seqs 4
     --kv-cache-memory-bytes 1073741824
     --enable-prefix-caching --seed 0
+    --shutdown-timeout 30   # on SIGTERM the engine stops in order (tests/vllm/test_shutdown.py), no forced kill
 )
 
 if [[ $probe -eq 1 ]]; then
