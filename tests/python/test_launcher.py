@@ -210,7 +210,8 @@ def test_serve_stops_the_server_when_its_parent_exits(tmp_path):
 
 
 def test_vllms_output_handler_traceback_after_its_client_completed_is_not_a_problem_but_before_it_is():
-    """vLLM 0.32 logs this at every SIGTERM once its engine client has shut down (launcher._CLIENT_DONE)."""
+    """vLLM's own shutdown race (launcher.without_shutdown_race): its output handler's EngineDeadError block after its
+    engine client's teardown began."""
     handler = ("(APIServer pid=1) ERROR 12-02 16:45:38 [async_llm.py:906] AsyncLLM output_handler failed.\n"
                "(APIServer pid=1) ERROR 12-02 16:45:38 [async_llm.py:906] Traceback (most recent call last):\n"
                "(APIServer pid=1) ERROR 12-02 16:45:38 [async_llm.py:906] vllm.v1.engine.exceptions.EngineDeadError: "

