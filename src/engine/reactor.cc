@@ -747,6 +747,11 @@ bool EngineImpl::StartStoreChunk(Part& part, Chunk& c) {
     return true;
   }
   if (c.preset_slot >= 0) {  // a worker filled this resident slot (CommitStore): write it out as it is
+    // I1/S1: at most the job's allowance (2 x io_depth) of its resident slots are checksummed and at the disk at
+    // once, as for slots the engine fills itself: started all at once, a large commit had its reactor checksum
+    // every chunk before the first write went out, and the disk waited.
+    if (!TakeJobSlot(part)) return false;
+    c.counts_job_slot = true;
     c.slot = c.preset_slot;
     r.stores_in_flight[c.req.key] = &c;
     BeginStoreWrite(c);
@@ -986,6 +991,8 @@ void EngineImpl::StoreWritesDone(Chunk& c) {
     FreeSlot(c.slot);
     c.slot = -1;
     ReturnJobSlot(c);
+  } else if (c.preset_slot >= 0) {
+    ReturnJobSlot(c);  // the bytes are in the file: the next resident slot of the job may start
   }
   if (c.tmp_anonymous) {
     SubmitLink(c);

@@ -1,11 +1,16 @@
 // Edges of the engine's limits: closes are never cancelled by a deadline (I4: a cancelled close would leak its fd),
-// a tree rescan indexes only files of exactly a chunk's size (M1), never more reactors than io_depth (I1, S1), and
-// a budget at the top of its range (C1).
+// a tree rescan indexes only files of exactly a chunk's size (M1), never more reactors than io_depth (I1, S1), a
+// budget at the top of its range (C1), and a large commit of resident slots starts no more chunks than a job's
+// allowance (S1).
 #include <dirent.h>
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <deque>
+#include <thread>
 #include <filesystem>
 #include <fstream>
 #include <vector>
@@ -138,6 +143,88 @@ TEST(Limits, ABudgetAtTheTopOfItsRangeHoldsEverything) {
   ASSERT_TRUE(StoreKeys(**e, 0, 4).all_ok());
   EXPECT_EQ((*e)->Stats().evictions, 0u);
   EXPECT_EQ((*e)->Stats().disk_entries, 4u);
+}
+
+// A real I/O engine that holds every write while its gate is closed and counts the opens it is given.
+class WriteGate final : public io::IoEngine {
+ public:
+  WriteGate(std::unique_ptr<io::IoEngine> inner, std::atomic<bool>* open, std::atomic<uint64_t>* opens)
+      : inner_(std::move(inner)), open_(open), opens_(opens) {}
+  std::string_view name() const override { return inner_->name(); }
+  uint32_t depth() const override { return inner_->depth(); }
+  uint32_t in_flight() const override { return inner_->in_flight() + static_cast<uint32_t>(held_.size()); }
+  int Submit(const io::IoOp& op) override {
+    if (op.code == io::OpCode::kOpenAt) (*opens_)++;
+    if (op.code == io::OpCode::kWrite && !open_->load()) {
+      held_.push_back(op);
+      return 0;
+    }
+    return inner_->Submit(op);
+  }
+  int Flush() override {
+    Release();
+    return inner_->Flush();
+  }
+  int Reap(std::vector<io::IoCompletion>* out, int64_t timeout_ns) override {
+    Release();
+    inner_->Flush();
+    const int64_t wait = held_.empty() ? timeout_ns : (timeout_ns < 0 ? 2000000 : std::min<int64_t>(timeout_ns, 2000000));
+    return inner_->Reap(out, wait);
+  }
+  void Wake() override { inner_->Wake(); }
+
+ private:
+  void Release() {
+    if (!open_->load()) return;
+    while (!held_.empty()) {
+      if (inner_->Submit(held_.front()) != 0) return;
+      held_.pop_front();
+    }
+  }
+  std::unique_ptr<io::IoEngine> inner_;
+  std::atomic<bool>* open_;
+  std::atomic<uint64_t>* opens_;
+  std::deque<io::IoOp> held_;
+};
+
+// S1, I1: a commit of many resident slots (vLLM's complete_store of a long request) starts at most the job's
+// allowance (2 x io_depth) of them: each is checksummed and opened as earlier ones reach the disk, not all before the
+// first write goes out. With the writes held, no more than 4 temporaries are opened for 12 chunks at io_depth 2.
+TEST(Limits, ALargeCommitOfResidentSlotsStartsAtMostTheJobsAllowance) {
+  test::TempDir dir;
+  EngineOptions o = Options(dir.path());
+  o.io_depth = 2;
+  o.pool_bytes = 24 * (kHeaderBytes + kBlocks * kBlockBytes);
+  std::atomic<bool> open{false};
+  std::atomic<uint64_t> opens{0};
+  struct OpenAtExit {
+    std::atomic<bool>& open;
+    ~OpenAtExit() { open = true; }
+  };
+  auto inner = io::CreateEngine(io::EngineConfig{io::EngineKind::kAuto, 64, 4});
+  ASSERT_TRUE(inner.ok());
+  auto e = EngineImpl::Create(o, nullptr, std::make_unique<WriteGate>(std::move(inner.value()), &open, &opens));
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  OpenAtExit opener{open};
+  std::vector<ChunkKey> keys;
+  for (uint64_t i = 0; i < 12; ++i) keys.push_back(Key(100 + i));
+  auto refs = (*e)->ReserveForStore(keys);
+  ASSERT_TRUE(refs.ok()) << refs.status().ToString();
+  (*e)->CommitStore(keys, true);
+  for (int i = 0; i < 2000 && opens.load() < 4; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // time for more to start, were they allowed
+  EXPECT_LE(opens.load(), 2u * o.io_depth) << "chunks started beyond the job's allowance";
+  open = true;
+  for (int i = 0; i < 20000 && (*e)->Stats().stores_completed < 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  for (int i = 0; i < 20000; ++i) {
+    bool all = true;
+    for (const ChunkKey& k : keys) all = all && (*e)->Lookup(k) != ChunkLocation::kAbsent;
+    if (all && (*e)->Stats().disk_entries == keys.size()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ((*e)->Stats().disk_entries, keys.size());
 }
 
 }  // namespace
