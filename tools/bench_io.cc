@@ -536,12 +536,16 @@ class RawBench {
 struct RawVariant {
   uint32_t threads = 1;
   uint64_t split = 0;  // bytes per request; 0: one request per file
+  // --raw-verify: also the engine's per-byte work, XXH3 over every byte (a read hashes each request as it lands, a
+  // write hashes the file before its requests go out): the floor of a reader that verifies what it loads (K1).
+  bool verify = false;
   std::vector<double> write_gbps, read_gbps;  // per repetition
   std::string Request() const { return split == 0 ? "whole" : FormatSize(split); }
-  // "t4/4MiB", "t1/whole": for tables, phase marks ("par_t4_4MiB_read") and --verbose.
-  std::string Short() const { return "t" + std::to_string(threads) + "/" + Request(); }
+  // "t4/4MiB", "t1/whole", "t8/whole+xxh3": for tables, phase marks ("par_t4_4MiB_read") and --verbose.
+  std::string Short() const { return "t" + std::to_string(threads) + "/" + Request() + (verify ? "+xxh3" : ""); }
   std::string Mark(bool write) const {
-    return "par_t" + std::to_string(threads) + "_" + Request() + (write ? "_write" : "_read");
+    return "par_t" + std::to_string(threads) + "_" + Request() + (verify ? "_xxh3" : "") +
+           (write ? "_write" : "_read");
   }
 };
 
@@ -578,7 +582,7 @@ class RawParallel {
     for (uint32_t t = 0; t < v.threads; ++t) {
       const uint32_t files = per_thread_ ? depth_ : depth_ / v.threads + (t < depth_ % v.threads ? 1 : 0);
       threads.emplace_back([&, t, first, files] {
-        Worker(v.split, write, first, files, n, path_of, next, failed, ready, go, &errors[t]);
+        Worker(v.split, v.verify, write, first, files, n, path_of, next, failed, ready, go, &errors[t]);
       });
       first += files;
     }
@@ -600,7 +604,7 @@ class RawParallel {
   };
 
   // One thread: `files` files in flight at most, in buffers [first, first + files), the next file from `next`.
-  void Worker(uint64_t split, bool write, uint32_t first, uint32_t files, uint64_t n,
+  void Worker(uint64_t split, bool verify, bool write, uint32_t first, uint32_t files, uint64_t n,
               const std::function<std::string(uint64_t)>& path_of, std::atomic<uint64_t>& next,
               std::atomic<bool>& failed, std::latch& ready, std::latch& go, std::string* error) {
     const uint64_t piece = split == 0 || split >= file_bytes_ ? file_bytes_ : split;
@@ -628,6 +632,7 @@ class RawParallel {
     unsigned in_ring = 0;
     uint32_t open_files = 0;
     auto piece_len = [&](uint64_t id) { return std::min(piece, file_bytes_ - (id % pieces) * piece); };
+    uint64_t hashes = 0;  // --raw-verify: folded into sink_ so that no hash is optimized away
     try {
       while (!failed) {
         while (!free_slots.empty()) {
@@ -640,6 +645,7 @@ class RawParallel {
           if (fd < 0) throw CliError("open " + path + ": " + std::strerror(errno));
           slots[slot] = File{fd, static_cast<uint32_t>(pieces)};
           ++open_files;
+          if (verify && write) hashes ^= BlockChecksum(buffers_[first + slot], file_bytes_, i);
           for (uint64_t p = 0; p < pieces; ++p) {
             done[slot * pieces + p] = 0;
             queued.push_back(slot * pieces + p);
@@ -681,6 +687,9 @@ class RawParallel {
             queued.push_back(id);  // short transfer: the rest of this piece goes again
             continue;
           }
+          if (verify && !write) {
+            hashes ^= BlockChecksum(buffers_[first + id / pieces] + (id % pieces) * piece, piece_len(id), id);
+          }
           File& f = slots[id / pieces];
           if (--f.pieces_left == 0) {
             close(f.fd);
@@ -708,8 +717,10 @@ class RawParallel {
       if (f.fd >= 0) close(f.fd);
     }
     io_uring_queue_exit(&ring);
+    sink_.fetch_xor(hashes, std::memory_order_relaxed);
   }
 
+  std::atomic<uint64_t> sink_{0};
   uint64_t file_bytes_;
   uint32_t depth_;
   bool direct_;
@@ -940,6 +951,7 @@ struct RawCeilingOptions {
   std::vector<uint32_t> threads;  // thread counts
   std::vector<uint64_t> splits;   // request sizes besides whole files
   bool per_thread_queue = false;
+  bool verify = false;            // --raw-verify: every variant also with XXH3 over every byte
 };
 
 RawCeilingOptions ParseRawCeiling(const Args& args) {
@@ -967,26 +979,32 @@ RawCeilingOptions ParseRawCeiling(const Args& args) {
     }
   }
   o.per_thread_queue = args.Choice("raw-queue", "total", {"total", "per-thread"}) == "per-thread";
+  o.verify = args.Has("raw-verify");
   return o;
 }
 
 // The variants for one chunk size and depth: every thread count with whole files and with each split smaller
-// than a file, less the single-thread whole-file one (that is the raw baseline itself).
+// than a file, less the single-thread whole-file one (that is the raw baseline itself); with --raw-verify each of
+// them (the single-thread whole-file one included) once more with XXH3 over every byte.
 void PlanVariants(const RawCeilingOptions& o, uint64_t file_bytes, uint32_t depth, Row* row) {
-  for (uint32_t t : o.threads) {
-    std::vector<uint64_t> splits = {0};
-    for (uint64_t s : o.splits) {
-      if (s < file_bytes) splits.push_back(s);
-    }
-    for (uint64_t s : splits) {
-      if (t == 1 && s == 0) continue;
-      RawVariant v;
-      v.threads = t;
-      v.split = s;
-      if (!o.per_thread_queue && t > depth) {
-        row->skipped.push_back(v.Short());
-      } else {
-        row->variants.push_back(v);
+  for (const bool verify : {false, true}) {
+    if (verify && !o.verify) continue;
+    for (uint32_t t : o.threads) {
+      std::vector<uint64_t> splits = {0};
+      for (uint64_t s : o.splits) {
+        if (s < file_bytes) splits.push_back(s);
+      }
+      for (uint64_t s : splits) {
+        if (t == 1 && s == 0 && !verify) continue;
+        RawVariant v;
+        v.threads = t;
+        v.split = s;
+        v.verify = verify;
+        if (!o.per_thread_queue && t > depth) {
+          row->skipped.push_back(v.Short());
+        } else {
+          row->variants.push_back(v);
+        }
       }
     }
   }
@@ -1003,8 +1021,22 @@ RawBest BestOf(const Row& r, bool write) {
   RawBest b;
   b.gbps = write ? &r.raw_w : &r.raw_r;
   for (const RawVariant& v : r.variants) {
+    if (v.verify) continue;
     const std::vector<double>& g = write ? v.write_gbps : v.read_gbps;
     if (!g.empty() && Median(g) > Median(*b.gbps)) b = RawBest{v.Short(), v.threads, v.split, &g};
+  }
+  return b;
+}
+
+// The best of the --raw-verify variants (the raw readers and writers that also hash every byte); gbps is null
+// without them.
+RawBest BestVerifyOf(const Row& r, bool write) {
+  RawBest b;
+  b.label.clear();
+  for (const RawVariant& v : r.variants) {
+    const std::vector<double>& g = write ? v.write_gbps : v.read_gbps;
+    if (!v.verify || g.empty()) continue;
+    if (b.gbps == nullptr || Median(g) > Median(*b.gbps)) b = RawBest{v.Short(), v.threads, v.split, &g};
   }
   return b;
 }
@@ -1129,6 +1161,10 @@ int RunBenchIo(int argc, char** argv) {
              {"raw-queue", "total|per-thread", "files in flight in the multi-threaded raw baseline: total = the depth "
               "over all threads, as in the engine (thread counts above the depth are skipped), per-thread = the "
               "depth on each thread", "total"},
+             {"raw-verify", "", "also run every raw variant (the single-thread whole-file one included) hashing every "
+              "byte with XXH3 as the engine does (a read hashes each request as it lands, a write hashes the file "
+              "before writing it): 'raw+xxh3 best', the floor of a program doing the engine's work, printed beside "
+              "'raw best' with the engine's ratio to it", ""},
              {"keep-cache", "", "do not drop the page cache (and dentry/inode caches) before reads (default with "
               "--mode direct: O_DIRECT data never sits in the page cache, and dropping only evicts directory "
               "entries, which penalizes the engine's two-level fan-out against the raw side's single directory)", ""},
@@ -1472,7 +1508,8 @@ int RunBenchIo(int argc, char** argv) {
   Table t({"chunk", "depth", "files", "pool", "op", "raw GB/s", "raw best GB/s", "best", "engine GB/s", "reactors",
            "ratio", "ratio to best"});
   Table tv({"chunk", "depth", "raw", "write GB/s", "read GB/s"});
-  bool any_variants = false;
+  Table tverify({"chunk", "depth", "op", "raw+xxh3 best GB/s", "best", "engine GB/s", "ratio to raw+xxh3 best"});
+  bool any_variants = false, any_verify = false;
   std::string json_rows, skipped_notes;
   auto arr = [](const std::vector<double>& v) {
     std::string s = "[";
@@ -1484,6 +1521,23 @@ int RunBenchIo(int argc, char** argv) {
     const double wratio = PairedRatio(r.eng_w, r.raw_w), rratio = PairedRatio(r.eng_r, r.raw_r);
     const RawBest bw = BestOf(r, true), br = BestOf(r, false);
     const double wbest = PairedRatio(r.eng_w, *bw.gbps), rbest = PairedRatio(r.eng_r, *br.gbps);
+    const RawBest vw = BestVerifyOf(r, true), vr = BestVerifyOf(r, false);
+    std::string json_verify;
+    if (vw.gbps != nullptr && vr.gbps != nullptr) {
+      any_verify = true;
+      for (const bool write : {true, false}) {
+        const RawBest& b = write ? vw : vr;
+        const double ratio = PairedRatio(write ? r.eng_w : r.eng_r, *b.gbps);
+        tverify.AddRow({FormatSize(r.chunk), std::to_string(r.depth), write ? "write" : "read",
+                        Fixed(Median(*b.gbps), 3), b.label, Fixed(Median(write ? r.eng_w : r.eng_r), 3),
+                        Fixed(ratio, 3)});
+        json_verify += std::string(", \"raw_verify_best_") + (write ? "write" : "read") +
+                       "\": {\"variant\": " + JsonString(b.label) + ", \"threads\": " + std::to_string(b.threads) +
+                       ", \"request_bytes\": " + (b.split == 0 ? std::string("null") : std::to_string(b.split)) +
+                       ", \"median_gbps\": " + JsonNumber(Median(*b.gbps)) + "}, \"" + (write ? "write" : "read") +
+                       "_ratio_to_verify_best\": " + JsonNumber(ratio);
+      }
+    }
     for (const bool write : {true, false}) {
       const RawBest& b = write ? bw : br;
       t.AddRow({FormatSize(r.chunk), std::to_string(r.depth), std::to_string(r.files), FormatSize(r.pool),
@@ -1506,7 +1560,7 @@ int RunBenchIo(int argc, char** argv) {
                        ", \"request_bytes\": " + (v.split == 0 ? std::string("null") : std::to_string(v.split)) +
                        ", \"write_gbps\": " + arr(v.write_gbps) + ", \"read_gbps\": " + arr(v.read_gbps) +
                        ", \"median_write_gbps\": " + JsonNumber(vw) + ", \"median_read_gbps\": " + JsonNumber(vr) +
-                       "}";
+                       ", \"verify\": " + (v.verify ? "true" : "false") + "}";
     }
     std::string json_skipped;
     for (const std::string& k : r.skipped) json_skipped += (json_skipped.empty() ? "" : ", ") + JsonString(k);
@@ -1526,7 +1580,8 @@ int RunBenchIo(int argc, char** argv) {
                  ", \"engine_reactors\": " + (numeric ? r.reactors : JsonString(r.reactors)) +
                  ", \"raw_best_write\": " + best_json(bw) + ", \"write_ratio_to_best\": " + JsonNumber(wbest) +
                  ", \"raw_best_read\": " + best_json(br) + ", \"read_ratio_to_best\": " + JsonNumber(rbest) +
-                 ", \"raw_variants\": [" + json_variants + "], \"raw_variants_skipped\": [" + json_skipped + "]";
+                 ", \"raw_variants\": [" + json_variants + "], \"raw_variants_skipped\": [" + json_skipped + "]" +
+                 json_verify;
     json_rows += ", \"files\": " + std::to_string(r.files) +
                  ", \"file_bytes\": " + std::to_string(kHeaderBytes + r.chunk) +
                  ", \"pool_bytes\": " + std::to_string(r.pool) + ", \"raw_write_gbps\": " + arr(r.raw_w) +
@@ -1580,6 +1635,11 @@ int RunBenchIo(int argc, char** argv) {
   if (any_variants) {
     std::printf("raw baseline variants, GB/s (medians; * the best of the cell):\n");
     std::fputs(tv.Render().c_str(), stdout);
+  }
+  if (any_verify) {
+    std::printf("raw+xxh3 best (--raw-verify): the best raw variant that also hashes every byte with XXH3, the "
+                "engine's per-byte work (K1); ratio: median over repetitions of engine/(that variant):\n");
+    std::fputs(tverify.Render().c_str(), stdout);
   }
   if (!skipped_notes.empty()) {
     std::printf("raw variants skipped (--raw-queue total: more threads than files in flight):\n%s",

@@ -420,6 +420,34 @@ TEST_F(CliTest, BenchIoWithoutACopierMeasuresTheDiskPathAndNamesIt) {
   ExpectBenchIoRefuses("--copier gpu", "--copier");
 }
 
+// --raw-verify: every raw variant once more hashing what it moves (the floor of a program doing the engine's per-byte
+// work), reported as "raw+xxh3 best" with the engine's ratio to it, and kept out of "raw best" (the device's ceiling).
+TEST_F(CliTest, BenchIoRawVerifyAddsHashingVariantsAndTheirBestApartFromRawBest) {
+  const std::string json = dir_.path() + "/io-verify.json";
+  CliRun r = BenchIo("--total 16MiB --chunk-sizes 2MiB --depths 4 --repeat 2 --raw-threads 1,2 --raw-split none "
+                     "--raw-verify --copier none --json " + json);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("raw+xxh3 best"), std::string::npos) << r.out;
+  for (const char* v : {"t1/whole+xxh3", "t2/whole+xxh3", "t2/whole"}) {
+    EXPECT_NE(r.out.find(v), std::string::npos) << v << "\n" << r.out;
+  }
+  const std::string doc = Slurp(json);
+  for (const char* key : {"\"raw_verify_best_read\"", "\"raw_verify_best_write\"", "\"read_ratio_to_verify_best\"",
+                          "\"write_ratio_to_verify_best\"", "\"verify\": true"}) {
+    EXPECT_NE(doc.find(key), std::string::npos) << key << "\n" << doc;
+  }
+  // raw best never names a hashing variant.
+  const size_t best = doc.find("\"raw_best_read\"");
+  ASSERT_NE(best, std::string::npos) << doc;
+  EXPECT_EQ(doc.substr(best, doc.find('}', best) - best).find("xxh3"), std::string::npos) << doc;
+  // Without the flag: no hashing variants.
+  r = BenchIo("--total 8MiB --chunk-sizes 2MiB --depths 4 --repeat 2 --raw-threads 1,2 --raw-split none --json " + json);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.out.find("xxh3 best"), std::string::npos) << r.out;
+  EXPECT_EQ(Slurp(json).find("\"verify\": true"), std::string::npos);
+  ExpectNoBenchLeftovers();
+}
+
 // The paired per-repetition ratio, the raw side on the engine's own slots, and the raw reader on the engine's files.
 TEST_F(CliTest, BenchIoPairsRepetitionsAndOffersThePoolAsRawMemoryAndCrossReads) {
   const std::string json = dir_.path() + "/io-pool.json";
