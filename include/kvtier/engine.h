@@ -6,7 +6,7 @@
 //
 // Threads: every public method is thread-safe. Lookup runs on the caller's thread against the index (and, for
 // keys the index does not know, one stat of the chunk's file). Load and store jobs are queued to the reactors (each
-// chunk to the one its key hashes to, which alone does its I/O); a job's result comes back through
+// chunk to one reactor, which alone does its I/O: where the same key's unfinished chunks are, else the least busy); a job's result comes back through
 // PollCompleted() or Wait() once all its chunks have finished.
 //
 // Data path of a load, per chunk: acquire a staging slot (never more than 2 x io_depth slots per job at once, so a

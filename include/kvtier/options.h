@@ -56,8 +56,9 @@ struct EngineOptions {
   uint32_t io_depth = 16;             // chunks whose reads/writes are at the disk at once (bounds bytes in
                                       // flight); a job holds at most 2 x io_depth slots: io_depth at the disk
                                       // while as many more are opened, verified or copied
-  // Reactor threads (I1): each drives its own io_uring ring (or POSIX engine) and handles the chunks whose key
-  // hashes to it, from open through verification and publication, so the per-byte work (verification, checksums,
+  // Reactor threads (I1): each drives its own io_uring ring (or POSIX engine) and handles the chunks placed on it
+  // (a new chunk goes where its key's unfinished chunks are, else to the reactor with the fewest unfinished chunks),
+  // from open through verification and publication, so the per-byte work (verification, checksums,
   // and on devices such as zram or a FUSE client the kernel's copy, which runs in the submitting thread) spreads
   // over cores. io_depth is shared among them (ceil(io_depth / reactors) chunks at the disk each); a job's slot
   // bound (2 x io_depth) holds across all of them. 0: auto, one per core this process may use, at least 2 and at

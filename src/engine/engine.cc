@@ -114,10 +114,38 @@ uint32_t EngineImpl::ResolveReactors(const EngineOptions& options, std::string* 
   return std::min(std::clamp(cores, 2u, 16u), most);
 }
 
-uint32_t EngineImpl::ReactorOf(const ChunkKey& key) const {
+uint32_t EngineImpl::PlaceChunk(const ChunkKey& key) {
+  auto [it, fresh] = placed_.try_emplace(key, 0u, 0u);
+  if (fresh) {
+    const auto n = static_cast<uint32_t>(reactors_.size());
+    uint32_t best = place_next_ % n;
+    for (uint32_t i = 1; i < n; ++i) {
+      const uint32_t r = (place_next_ + i) % n;
+      if (reactor_chunks_[r] < reactor_chunks_[best]) best = r;
+    }
+    place_next_ = best + 1;
+    it->second.first = best;
+  }
+  ++it->second.second;
+  ++reactor_chunks_[it->second.first];
+  return it->second.first;
+}
+
+std::optional<uint32_t> EngineImpl::PlacedReactor(const ChunkKey& key) {
   if (reactors_.size() <= 1) return 0;
-  const uint64_t h = static_cast<uint64_t>(ChunkKeyHash{}(key)) * 0x9E3779B97F4A7C15ull;
-  return static_cast<uint32_t>((h >> 32) % reactors_.size());
+  MutexLock lock(place_mu_);
+  auto it = placed_.find(key);
+  if (it == placed_.end()) return std::nullopt;
+  return it->second.first;
+}
+
+void EngineImpl::UnplaceChunk(const ChunkKey& key) {
+  if (reactors_.size() <= 1) return;
+  MutexLock lock(place_mu_);
+  auto it = placed_.find(key);
+  if (it == placed_.end()) return;
+  --reactor_chunks_[it->second.first];
+  if (--it->second.second == 0) placed_.erase(it);
 }
 
 Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopier> copier, IoFactory io_factory,
@@ -184,7 +212,7 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
     if (fd >= 0) close(fd);
   }
 
-  // I1: several reactors, one ring and one issuer thread each; a chunk's reactor is ReactorOf(key).
+  // I1: several reactors, one ring and one issuer thread each; a chunk's reactor is PlaceChunk's choice.
   const uint32_t nreactors = forced_reactors ? forced_reactors : ResolveReactors(options, &reactors_why_);
   if (forced_reactors) reactors_why_ = "given I/O engine";
   const uint32_t rdepth = (options.io_depth + nreactors - 1) / nreactors;
@@ -214,6 +242,10 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
       r->io = std::move(io.value());
     }
     reactors_.push_back(std::move(r));
+  }
+  {
+    MutexLock lock(place_mu_);
+    reactor_chunks_.assign(reactors_.size(), 0);
   }
 
   block_stride_ = RoundUp(options.identity.block_bytes, kHeaderBytes);
@@ -472,8 +504,14 @@ Result<JobId> EngineImpl::Enqueue(JobKind kind, std::vector<ChunkTransfer> chunk
   job->id = id;
   // One part per reactor the job has chunks on (I1); an empty job goes to reactor 0, which reports it.
   std::vector<std::unique_ptr<Part>> parts(reactors_.size());
-  for (auto& c : job->chunks) {
-    const uint32_t ri = ReactorOf(c->req.key);
+  std::vector<uint32_t> placed(job->chunks.size(), 0);
+  if (reactors_.size() > 1) {
+    MutexLock lock(place_mu_);
+    for (size_t i = 0; i < job->chunks.size(); ++i) placed[i] = PlaceChunk(job->chunks[i]->req.key);
+  }
+  for (size_t i = 0; i < job->chunks.size(); ++i) {
+    auto& c = job->chunks[i];
+    const uint32_t ri = placed[i];
     if (!parts[ri]) {
       parts[ri] = std::make_unique<Part>();
       parts[ri]->job = job;
@@ -487,7 +525,10 @@ Result<JobId> EngineImpl::Enqueue(JobKind kind, std::vector<ChunkTransfer> chunk
     parts[0]->job = job;
   }
   MutexLock cmd_lock(cmd_mu_);
-  if (stop_) return Status(StatusCode::kFailedPrecondition, "engine is shutting down");
+  if (stop_) {
+    for (auto& c : job->chunks) UnplaceChunk(c->req.key);
+    return Status(StatusCode::kFailedPrecondition, "engine is shutting down");
+  }
   if (kind == JobKind::kLoad) {
     if (!internal) stats_.loads_started.Add(1);  // promotions are counted by Promote
   } else {

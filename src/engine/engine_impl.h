@@ -2,8 +2,9 @@
 //
 // Threads and ownership (docs/architecture.md, "Threads and ownership"):
 // - reactors_: one Reactor per thread. Reactor r alone touches its io, its parts (jobs), their chunks, its op
-//   contexts, shared reads, in-flight stores and data queue. A chunk's reactor is ReactorOf(key), so every step of
-//   a chunk runs on one thread. Other threads reach a reactor through its command queue (commands_, guarded by
+//   contexts, shared reads, in-flight stores and data queue. A chunk's reactor is chosen when its job is queued
+//   (PlaceChunk: the reactor of the key's unfinished chunks if any, else the one with the fewest unfinished chunks),
+//   so every step of a chunk runs on one thread, and every chunk of one key in flight on the same one. Other threads reach a reactor through its command queue (commands_, guarded by
 //   cmd_mu_) and io->Wake().
 // - A Job is shared by its parts (one per reactor it has chunks on); its counters are atomics, and the reactor
 //   whose chunk finishes last publishes the result.
@@ -27,6 +28,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -79,7 +81,14 @@ class EngineImpl final : public Engine {
   // The reactor count an engine with these options runs (options.reactors, else KVTIER_TEST_REACTORS, else auto).
   static uint32_t ResolveReactors(const EngineOptions& options, std::string* why = nullptr);
   // Which reactor handles key (tests place keys on chosen reactors with it).
-  uint32_t ReactorOf(const ChunkKey& key) const;
+  // I1: the reactor for a new chunk of `key`: the one its key's unfinished chunks run on (shared reads X4 and
+  // first-writer-wins stores are per reactor), else the one with the fewest unfinished chunks, so that a job's
+  // chunks spread evenly (by key hash, the busiest of 16 reactors got about twice the mean of a 73-chunk job and
+  // held up the job: docs/architecture.md, "Threads and ownership"). UnplaceChunk when the chunk finishes.
+  uint32_t PlaceChunk(const ChunkKey& key) REQUIRES(place_mu_);
+  // The reactor the unfinished chunks of `key` run on; none when it has none (tests).
+  std::optional<uint32_t> PlacedReactor(const ChunkKey& key) EXCLUDES(place_mu_);
+  void UnplaceChunk(const ChunkKey& key) EXCLUDES(place_mu_);
   ~EngineImpl() override;
 
   ChunkLocation Lookup(const ChunkKey& key) override;
@@ -249,7 +258,9 @@ class EngineImpl final : public Engine {
   // Counts, forgets and removes a bad entry (an empty directory too; a non-empty one stays and misses each time).
   // opened_ino: the inode the load verified (0: unknown); the name is removed only while it still points at it, so
   // a good entry republished under the name meanwhile stays (M1).
-  void QuarantineCorrupt(const ChunkKey& key, const std::string& rel_path, const Status& why, uint64_t opened_ino = 0);
+  // trace_reactor: the reactor whose trace row gets the corrupt_entry mark.
+  void QuarantineCorrupt(uint32_t trace_reactor, const ChunkKey& key, const std::string& rel_path, const Status& why,
+                         uint64_t opened_ino = 0);
   // A load's freshly opened chunk: a regular file of exactly a chunk's size (else kCorrupt); clears the
   // O_NONBLOCK the open used.
   Status CheckOpenedChunk(int fd, struct stat* st) const;
@@ -322,6 +333,12 @@ class EngineImpl final : public Engine {
   std::vector<std::unique_ptr<CopierLane>> lanes_;
   std::vector<std::unique_ptr<Reactor>> reactors_;
   std::string reactors_why_;
+  // PlaceChunk's state (several reactors only): per key with unfinished chunks its reactor and their count, per
+  // reactor its unfinished chunks. Nothing else is locked while it is held.
+  Mutex place_mu_;
+  std::unordered_map<ChunkKey, std::pair<uint32_t, uint32_t>, ChunkKeyHash> placed_ GUARDED_BY(place_mu_);
+  std::vector<uint32_t> reactor_chunks_ GUARDED_BY(place_mu_);
+  uint32_t place_next_ GUARDED_BY(place_mu_) = 0;  // where the search for the fewest starts: ties rotate
   // Reactors (bit r) that found the pool without a free slot for demand work: FreeSlot wakes them.
   std::atomic<uint64_t> pool_waiters_{0};
 

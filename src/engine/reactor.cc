@@ -334,7 +334,7 @@ void EngineImpl::OnOpenDone(Reactor& r, const OpCtx& ctx, int64_t res) {
         Status why(StatusCode::kCorrupt,
                    "open " + c->rel_path + " refused (" + std::string(strerror(static_cast<int>(-res))) +
                        "): a symlink or special file where a chunk belongs", static_cast<int>(-res));
-        QuarantineCorrupt(c->req.key, c->rel_path, why);
+        QuarantineCorrupt(c->reactor->index, c->req.key, c->rel_path, why);
         FailChunk(*c, why);
       } else if (res == -ENOENT) {
         ForgetEntry(c->req.key);  // evicted by another instance, or never there
@@ -363,7 +363,7 @@ void EngineImpl::OnOpenDone(Reactor& r, const OpCtx& ctx, int64_t res) {
       } else if (YoungOnSharedRoot(*c)) {
         ForgetEntry(c->req.key);  // M1: maybe another host's entry whose data is not visible here yet
       } else {
-        QuarantineCorrupt(c->req.key, c->rel_path, shape, c->opened_ino);
+        QuarantineCorrupt(c->reactor->index, c->req.key, c->rel_path, shape, c->opened_ino);
       }
       FailChunk(*c, shape.WithContext(c->rel_path));
       return;
@@ -390,7 +390,8 @@ void EngineImpl::OnReadDone(Reactor& r, const OpCtx& ctx, int64_t res) {
     if (YoungOnSharedRoot(*c)) {
       ForgetEntry(c->req.key);  // M1: see YoungOnSharedRoot
     } else {
-      QuarantineCorrupt(c->req.key, c->rel_path, Status(StatusCode::kCorrupt, "file shorter than its header says"),
+      QuarantineCorrupt(c->reactor->index, c->req.key, c->rel_path,
+                        Status(StatusCode::kCorrupt, "file shorter than its header says"),
                         c->opened_ino);
     }
     FailChunk(*c, Status(StatusCode::kCorrupt, "truncated chunk file " + c->rel_path));
@@ -636,7 +637,7 @@ void EngineImpl::FailVerification(Chunk& c, const Status& verdict) {
   if (YoungOnSharedRoot(c)) {
     ForgetEntry(c.req.key);  // M1: see YoungOnSharedRoot
   } else {
-    QuarantineCorrupt(c.req.key, c.rel_path, verdict, c.opened_ino);
+    QuarantineCorrupt(c.reactor->index, c.req.key, c.rel_path, verdict, c.opened_ino);
   }
   FailChunk(c, verdict.WithContext(c.rel_path));
 }
@@ -1140,6 +1141,7 @@ void EngineImpl::FinishChunk(Chunk& c) {
     if (it != r.stores_in_flight.end() && it->second == &c) r.stores_in_flight.erase(it);
     disk_->EndPendingStore(c.req.key);
   }
+  UnplaceChunk(c.req.key);
   // Last, after every effect of this chunk (index, pending stores): the reactor whose chunk is the job's last one
   // publishes the result; acq_rel makes the other reactors' chunk outcomes visible to it.
   if (job.unfinished.fetch_sub(1, std::memory_order_acq_rel) == 1) PublishJob(job);
@@ -1265,7 +1267,8 @@ Status EngineImpl::CheckOpenedChunk(int fd, struct stat* out) const {
   return Status::Ok();
 }
 
-void EngineImpl::QuarantineCorrupt(const ChunkKey& key, const std::string& rel_path, const Status& why,
+void EngineImpl::QuarantineCorrupt(uint32_t trace_reactor, const ChunkKey& key, const std::string& rel_path,
+                                   const Status& why,
                                    uint64_t opened_ino) {
   // K1: a bad entry is removed so no reader sees it again; the miss and the counter tell the operator.
   stats_.corrupt_entries.Add(1);
@@ -1307,7 +1310,7 @@ void EngineImpl::QuarantineCorrupt(const ChunkKey& key, const std::string& rel_p
     PruneFanoutDir(ns_->dirfd(), dir);  // C1
   }
   if (trace_ && trace_->enabled()) {
-    trace_->Instant("corrupt_entry", "integrity", io::NowNs(), reactors_[ReactorOf(key)]->trace_tid);
+    trace_->Instant("corrupt_entry", "integrity", io::NowNs(), reactors_[trace_reactor]->trace_tid);
   }
 }
 
