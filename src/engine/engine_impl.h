@@ -4,8 +4,8 @@
 // - reactors_: one Reactor per thread. Reactor r alone touches its io, its parts (jobs), their chunks, its op
 //   contexts, shared reads, in-flight stores and data queue. A chunk's reactor is chosen when its job is queued
 //   (PlaceChunk: the reactor of the key's unfinished chunks if any, else the one with the fewest unfinished chunks),
-//   so every step of a chunk runs on one thread, and every chunk of one key in flight on the same one. Other threads reach a reactor through its command queue (commands_, guarded by
-//   cmd_mu_) and io->Wake().
+//   so every step of a chunk runs on one thread, and every chunk of one key in flight on the same one. Other
+//   threads reach a reactor through its command queue (commands_, guarded by cmd_mu_) and io->Wake().
 // - A Job is shared by its parts (one per reactor it has chunks on); its counters are atomics, and the reactor
 //   whose chunk finishes last publishes the result.
 // - disk_ (DiskIndex, src/engine/disk_index.h) is the disk index (published entries, LRU order, pins, negative cache,
@@ -80,7 +80,6 @@ class EngineImpl final : public Engine {
                                                 IoFactory io_factory);
   // The reactor count an engine with these options runs (options.reactors, else KVTIER_TEST_REACTORS, else auto).
   static uint32_t ResolveReactors(const EngineOptions& options, std::string* why = nullptr);
-  // Which reactor handles key (tests place keys on chosen reactors with it).
   // I1: the reactor for a new chunk of `key`: the one its key's unfinished chunks run on (shared reads X4 and
   // first-writer-wins stores are per reactor), else the one with the fewest unfinished chunks, so that a job's
   // chunks spread evenly (by key hash, the busiest of 16 reactors got about twice the mean of a 73-chunk job and

@@ -105,7 +105,8 @@ const std::vector<OptionSpec> kSchema = {
                   "O_DIRECT or the page cache (auto: O_DIRECT where the filesystem allows it)"),
     KVTIER_OPTION(io_depth, kCount, 1, 1024, nullptr, "io_depth", "disk operations in flight"),
     KVTIER_OPTION(reactors, kCount, 0, kMaxReactors, nullptr, "reactors",
-                  "reactor threads, one ring each, chunks to the least busy (I1); 0: auto, one per core (2..16, <= io_depth)"),
+                  "reactor threads, one ring each, chunks to the least busy (I1); "
+                  "0: auto, one per core (2..16, <= io_depth)"),
     KVTIER_OPTION(read_piece_bytes, kBytes, 0, 1073741824.0, nullptr, nullptr,
                   "a load's read size; each piece is verified as it lands (0: the whole chunk)"),
     KVTIER_OPTION(posix_threads, kCount, 1, 256, nullptr, nullptr, "threads of the POSIX I/O backend"),
