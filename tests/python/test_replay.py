@@ -108,26 +108,40 @@ def test_metrics_report():
     assert m["prompt_tokens_local_compute"] == 100 and m["prompt_tokens_external_kv_transfer"] == 100
 
 
-def test_mooncake_trace_prompts_repeat_where_ids_repeat():
-    path = os.path.join(TRACES, "mooncake_conversation_trace.jsonl")
-    if not os.path.exists(path):
-        pytest.skip(f"the Mooncake trace {os.path.normpath(path)} is not on this machine (team data outside the "
-                    "repository, not in a clean clone)")
+def _expect_prompts_repeat_where_ids_repeat(path, n):
     reqs = rp_trace.load_trace(path, max_requests=200)
     b = rp_trace.TokenBuilder(512, length_scale=1 / 32)
     prompts = {x.index: b.prompt(x) for x in reqs}
     bt = b.block_tokens
-    for x in reqs[:60]:
+    for x in reqs[:n]:
         assert len(prompts[x.index]) == b.length(x)
-        for y in reqs[:60]:
+        for y in reqs[:n]:
             k = 0
             while k < min(len(x.hash_ids), len(y.hash_ids)) and x.hash_ids[k] == y.hash_ids[k]:
                 k += 1
-            n = min(k * bt, len(prompts[x.index]), len(prompts[y.index]))
-            assert prompts[x.index][:n] == prompts[y.index][:n]
+            n_same = min(k * bt, len(prompts[x.index]), len(prompts[y.index]))
+            assert prompts[x.index][:n_same] == prompts[y.index][:n_same]
             if k < min(len(x.hash_ids), len(y.hash_ids)) and (k + 1) * bt <= min(len(prompts[x.index]),
                                                                                   len(prompts[y.index])):
                 assert prompts[x.index][k * bt:(k + 1) * bt] != prompts[y.index][k * bt:(k + 1) * bt]
+
+
+def test_trace_prompts_repeat_where_ids_repeat(tmp_path):
+    # A trace in the Mooncake format, written here: shared first blocks, a shared longer prefix, a request that
+    # shares nothing, a final partial block.
+    ids = [[0, 1, 2], [0, 1, 3, 4], [0, 5], [6, 7], [0, 1, 2, 8], [0, 1, 3, 9, 10]]
+    rows = [(1000 * i, 512 * len(h) - 100 * (i % 2), h) for i, h in enumerate(ids)]
+    write_trace(tmp_path / "t.jsonl", rows)
+    _expect_prompts_repeat_where_ids_repeat(str(tmp_path / "t.jsonl"), len(rows))
+
+
+def test_mooncake_trace_prompts_repeat_where_ids_repeat():
+    path = os.path.join(TRACES, "mooncake_conversation_trace.jsonl")
+    if not os.path.exists(path):
+        pytest.skip(f"the Mooncake trace {os.path.normpath(path)} is not on this machine (team data outside the "
+                    "repository, not in a clean clone; test_trace_prompts_repeat_where_ids_repeat runs the same "
+                    "checks on a trace written by the test)")
+    _expect_prompts_repeat_where_ids_repeat(path, 60)
 
 
 def test_format_report_runs():
