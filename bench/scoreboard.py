@@ -48,16 +48,16 @@ SOURCES = {
                     "BENCH_ARGS='--read-piece 1MiB' ZRAM=24G scripts/h200/bench_io.sh 1 (depth 16, reactors auto: "
                     "16; loads in verified pieces, read_piece_bytes 1 MiB)",
          "files": ["bench/results/io/box-pieces-2026-12-02/p1MiB/zram-none.json"]},
-        {"machine": "h200", "date": "2026-12-02",
-         "command": "ZRAM=24G DEVICES=zram COPIERS=none REPEAT=4 RAW_ZRAM='--raw-threads 8,16 --raw-split 4MiB,1MiB' "
-                    "BENCH_ARGS='--raw-verify' scripts/h200/bench_io.sh 2 (depth 16, reactors auto: 16; chunks placed "
-                    "on reactors by key hash, as before 845ec5a)",
-         "files": ["bench/results/io/box-placed-2026-12-02/hash-placed/zram-none-run*.json"]},
-        {"machine": "h200", "date": "2026-12-02",
-         "command": "ZRAM=24G DEVICES=zram COPIERS=none REPEAT=4 RAW_ZRAM='--raw-threads 8,16 --raw-split 4MiB,1MiB' "
-                    "BENCH_ARGS='--raw-verify' scripts/h200/bench_io.sh 2 (depth 16, reactors auto: 16; chunks placed "
-                    "on the least busy reactor, 845ec5a)",
-         "files": ["bench/results/io/box-placed-2026-12-02/load-placed/zram-none-run*.json"]},
+        # The same zram command at 741793c (chunks on reactor hash(key) mod reactors; `git checkout 741793c` to rerun)
+        # and at 845ec5a (chunks on the least busy reactor, as the engine does now).
+        *[{"machine": "h200", "date": "2026-12-02",
+           "command": "ZRAM=24G DEVICES=zram COPIERS=none REPEAT=4 RAW_ZRAM='--raw-threads 8,16 --raw-split "
+                      f"4MiB,1MiB' BENCH_ARGS='--raw-verify' scripts/h200/bench_io.sh 2 at {commit} (depth 16, "
+                      f"reactors auto: 16; {placement})",
+           "files": [f"bench/results/io/box-placed-2026-12-02/{folder}/zram-none-run*.json"]}
+          for folder, commit, placement in (
+              ("hash-placed", "741793c", "chunks placed on reactors by key hash"),
+              ("load-placed", "845ec5a", "chunks placed on the least busy reactor"))],
         {"machine": "h200", "date": "2026-12-02",
          "command": "DEVICES=virtio COPIERS=none REPEAT=4 scripts/h200/bench_io.sh 2 (depth 16, reactors auto: 16; "
                     "chunks placed on the least busy reactor, 845ec5a)",
