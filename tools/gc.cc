@@ -189,7 +189,8 @@ int RunGc(int argc, char** argv) {
           }
         }
         if (usage) usage->Add(-static_cast<int64_t>(c.bytes));
-        PruneFanoutDir(r.ns->dirfd(), std::string_view(c.rel).substr(0, 5));  // C1: no empty directories left
+        // C1: no empty directories left (the entry's fan-out directory: its path up to the last '/').
+        PruneFanoutDir(r.ns->dirfd(), std::string_view(c.rel).substr(0, c.rel.rfind('/')));
       }
       if (!dry && !unlinked && errno != ENOENT) {
         std::fprintf(stderr, "kvtier: error: cannot remove %s/%s: %s\n", r.dir_name.c_str(), c.rel.c_str(),

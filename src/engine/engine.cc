@@ -579,16 +579,12 @@ uint64_t EngineImpl::UnlinkVictims(const std::vector<Victim>& victims) {
   // A reader that opened the file before the unlink keeps reading valid bytes; new readers miss.
   uint64_t freed = 0;
   for (const Victim& v : victims) {
-    bool still_on_disk = false;
-    if (unlinkat(ns_->dirfd(), ChunkRelPath(v.key).c_str(), 0) == 0) {
+    const bool unlinked = unlinkat(ns_->dirfd(), ChunkRelPath(v.key).c_str(), 0) == 0;
+    const bool still_on_disk = !unlinked && errno != ENOENT;  // and counted: a later eviction retries it
+    if (unlinked) UsageAdd(-static_cast<int64_t>(v.bytes));
+    if (!still_on_disk) {
       freed += v.bytes;
-      UsageAdd(-static_cast<int64_t>(v.bytes));
       PruneFanoutDir(ns_->dirfd(), FanoutDir(v.key));  // C1: reactors' fan-out caches learn it at their next store
-    } else if (errno == ENOENT) {
-      freed += v.bytes;
-      PruneFanoutDir(ns_->dirfd(), FanoutDir(v.key));
-    } else {
-      still_on_disk = true;  // and counted: a later eviction retries it
     }
     disk_->EndEviction(v, still_on_disk);
   }

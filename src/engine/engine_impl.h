@@ -85,7 +85,8 @@ class EngineImpl final : public Engine {
   // chunks spread evenly (by key hash, the busiest of 16 reactors got about twice the mean of a 73-chunk job and
   // held up the job: docs/architecture.md, "Threads and ownership"). UnplaceChunk when the chunk finishes.
   uint32_t PlaceChunk(const ChunkKey& key) REQUIRES(place_mu_);
-  // The reactor the unfinished chunks of `key` run on; none when it has none (tests).
+  // The reactor the unfinished chunks of `key` run on; none when it has none (tests). With one reactor nothing is
+  // tracked: always 0.
   std::optional<uint32_t> PlacedReactor(const ChunkKey& key) EXCLUDES(place_mu_);
   void UnplaceChunk(const ChunkKey& key) EXCLUDES(place_mu_);
   ~EngineImpl() override;
@@ -252,7 +253,6 @@ class EngineImpl final : public Engine {
   void FinishChunk(Chunk& c);
   // Every chunk of job has finished: record stats and trace, and hand the result to PollCompleted/Wait.
   void PublishJob(Job& job);
-  void MaybeFinishJob(Job& job);
   void FlushCopies(Reactor& r);
   // Counts, forgets and removes a bad entry (an empty directory too; a non-empty one stays and misses each time).
   // opened_ino: the inode the load verified (0: unknown); the name is removed only while it still points at it, so
@@ -422,7 +422,6 @@ struct EngineImpl::Chunk {
   uint32_t piece_blocks = 0;     // blocks per piece
   uint32_t next_piece = 0;       // the first block not yet asked of the disk
   uint32_t pieces_at_disk = 0;   // piece reads in flight (short reads continue in the same piece)
-  bool header_landed = false;
   std::unique_ptr<ChunkHeader> header;      // decoded once it landed and checked (null: not yet, or bad)
   std::vector<bool> verified;               // per block: its checksum was checked as its piece landed
   std::vector<std::pair<uint32_t, uint32_t>> landed_unverified;  // pieces that landed before the header
