@@ -205,6 +205,11 @@ uint64_t UsageLedger::Total() const {
   return t > 0 ? static_cast<uint64_t>(t) : 0;
 }
 
+std::string UsageLedger::name() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return name_;
+}
+
 void UsageLedger::SyncNow() {
   std::lock_guard<std::mutex> lock(mu_);
   WriteOwn(false);

@@ -91,7 +91,9 @@ class UsageLedger {
   uint32_t live_engines() const { return live_.load(std::memory_order_relaxed); }
   // Times this engine found its record folded by a peer while it lived (ReclaimIfFolded) and started a new one.
   uint64_t reclaims() const { return reclaims_.load(std::memory_order_relaxed); }
-  const std::string& name() const { return name_; }
+  // This engine's record file name. A copy, taken under mu_: the ledger's thread renames the record when a peer folded
+  // it (ReclaimIfFolded).
+  std::string name() const;
   // Writes this engine's record and re-reads the others now (synchronously; tests and shutdown).
   void SyncNow();
 
@@ -137,7 +139,7 @@ class UsageLedger {
   std::vector<std::string> peer_names_;
   std::unordered_map<std::string, Peer> peers_;
 
-  std::mutex mu_;  // guards the thread's I/O state against SyncNow
+  mutable std::mutex mu_;  // guards the thread's I/O state (name_ included) against SyncNow and name()
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;
   bool stop_ = false;
