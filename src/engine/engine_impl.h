@@ -295,6 +295,13 @@ class EngineImpl final : public Engine {
   // Unlinks victims synchronously (not on the reactor's hot path) and ends their evictions; the bytes freed.
   uint64_t UnlinkVictims(const std::vector<Victim>& victims);
   void PumpData(Reactor& r);
+  // Asks the disk for more pieces of the reactor's loads, oldest chunk first, while fewer than its piece budget of
+  // reads are at the disk (docs/architecture.md, "Reads in pieces").
+  void FillPieces(Reactor& r);
+  // A load in its data phase whose later pieces wait for the reactor's piece budget.
+  static bool PiecesToAsk(const Chunk& c);
+  // Queues the chunk behind every chunk admitted before it (usually at the back: opens mostly come back in order).
+  static void InsertByAdmission(std::deque<Chunk*>& q, Chunk* c);
   void EndDataPhase(Chunk& c);  // starts queued chunks' data reads/writes while fewer than io_depth are at the disk
   int64_t Deadline() const;
 
@@ -418,6 +425,7 @@ struct EngineImpl::Chunk {
   int64_t opened_mtime_ns = 0;
   bool data_phase = false;      // holds a place at the disk: counted in its reactor's data_in_flight
   int64_t started_ns = 0;
+  uint64_t admitted = 0;        // its reactor's admission order: the disk serves older chunks first (FillPieces)
   // Loads read in pieces (read_piece_bytes): blocks are relative to first_block.
   uint32_t piece_blocks = 0;     // blocks per piece
   uint32_t next_piece = 0;       // the first block not yet asked of the disk
@@ -472,7 +480,11 @@ struct EngineImpl::Reactor {
   std::unordered_map<ChunkKey, ReadShare*, ChunkKeyHash> read_shares;     // the joinable ones, by key
   std::unordered_map<ChunkKey, Chunk*, ChunkKeyHash> stores_in_flight;
   std::deque<DeferredOp> deferred_ops;
+  // Both in admission order (Chunk::admitted), whatever order the opens came back in.
   std::deque<Chunk*> data_queue;   // chunks whose file is open, waiting for a data slot at the disk
+  std::deque<Chunk*> piece_queue;  // loads in their data phase with pieces not yet asked for
+  uint64_t next_admission = 1;
+  uint32_t reads_at_disk = 0;      // reads submitted and not yet completed (FillPieces keeps <= 2 x depth)
   std::vector<Chunk*> read_done;   // loads whose reads finished this iteration, waiting for VerifyReadChunks
   uint32_t data_in_flight = 0;     // chunks with data reads/writes at the disk: <= depth (I1)
   FanoutDirCache fanout_cache;

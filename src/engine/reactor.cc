@@ -23,7 +23,13 @@ namespace kvtier {
 
 namespace {
 constexpr int64_t kReapWaitNs = 20 * 1000 * 1000;  // bounds how late a deadline (posix) is noticed
-constexpr uint32_t kPiecesAtDisk = 2;  // a load's piece reads in flight per chunk (read_piece_bytes)
+constexpr uint32_t kPiecesAtDisk = 2;  // a reactor's piece budget: reads at the disk per data place (depth)
+}
+
+void EngineImpl::InsertByAdmission(std::deque<Chunk*>& q, Chunk* c) {
+  auto at = q.end();
+  while (at != q.begin() && (*std::prev(at))->admitted > c->admitted) --at;
+  q.insert(at, c);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -113,6 +119,27 @@ void EngineImpl::EndDataPhase(Chunk& c) {
   if (!c.data_phase) return;
   c.data_phase = false;
   r.data_in_flight--;
+  if (c.job->kind == JobKind::kLoad) std::erase(r.piece_queue, &c);
+}
+
+bool EngineImpl::PiecesToAsk(const Chunk& c) {
+  return c.data_phase && c.job->kind == JobKind::kLoad && c.next_piece < c.num_blocks;
+}
+
+void EngineImpl::FillPieces(Reactor& r) {
+  // Oldest first: the chunk that entered its data phase first gets every piece it still needs before the next one
+  // gets any, so chunks finish one after another at the device's pace and a job's last chunks keep the whole budget
+  // (docs/architecture.md, "Reads in pieces").
+  const uint32_t budget = kPiecesAtDisk * r.depth;
+  while (r.reads_at_disk < budget && !r.piece_queue.empty()) {
+    Chunk* c = r.piece_queue.front();
+    if (c->state != ChunkState::kTransferring || !PiecesToAsk(*c)) {
+      r.piece_queue.pop_front();
+      continue;
+    }
+    SubmitNextPiece(*c);
+    if (!PiecesToAsk(*c)) r.piece_queue.pop_front();
+  }
 }
 
 void EngineImpl::PumpData(Reactor& r) {
@@ -142,12 +169,12 @@ void EngineImpl::PumpData(Reactor& r) {
       } else {
         SubmitRead(*c, base, kHeaderBytes, 0, 0, 0, true);
       }
-      while (c->state != ChunkState::kFailed && c->pieces_at_disk < kPiecesAtDisk && SubmitNextPiece(*c)) {
-      }
+      if (PiecesToAsk(*c)) InsertByAdmission(r.piece_queue, c);
     } else {
       SubmitWrite(*c, pool_->SlotData(c->slot), slot_bytes_, 0);
     }
   }
+  FillPieces(r);
 }
 
 void EngineImpl::StartWaitingChunks(Reactor& r) {
@@ -213,6 +240,7 @@ void EngineImpl::SubmitOp(Reactor& r, OpCtx ctx, io::IoOp op) {
   op.deadline_ns = op.code == io::OpCode::kClose ? 0 : c.deadline_ns;
   c.start_ns = io::NowNs();
   if (c.chunk) c.chunk->ops_in_flight++;
+  if (c.role == OpRole::kRead) r.reads_at_disk++;
   const int rc = r.io->Submit(op);
   if (rc == -EAGAIN) {
     r.deferred_ops.push_back(DeferredOp{id, op});  // ring full: resubmitted next iteration
@@ -289,11 +317,12 @@ void EngineImpl::OnCompletion(Reactor& r, const io::IoCompletion& cqe) {
   }
   Chunk* c = ctx.chunk;
   if (c != nullptr) c->ops_in_flight--;
+  if (ctx.role == OpRole::kRead) r.reads_at_disk--;
   if (ctx.on_done != nullptr) (this->*ctx.on_done)(r, ctx, res);  // the op's own continuation
   if (c == nullptr) return;  // an eviction's unlink, a directory removal, a fire-and-forget close or unlink
-  // The place at the disk goes with the last data transfer, or as soon as the chunk moved on from transferring
-  // (written: syncing or linking; failed).
-  if (c->ops_in_flight == 0 || c->state != ChunkState::kTransferring) EndDataPhase(*c);
+  // The place at the disk goes with the last data transfer (a load's last piece asked for and back), or as soon
+  // as the chunk moved on from transferring (written: syncing or linking; failed).
+  if ((c->ops_in_flight == 0 && !PiecesToAsk(*c)) || c->state != ChunkState::kTransferring) EndDataPhase(*c);
   Settle(*c);
 }
 
@@ -370,7 +399,7 @@ void EngineImpl::OnOpenDone(Reactor& r, const OpCtx& ctx, int64_t res) {
     }
   }
   SetState(*c, ChunkState::kWaitingForDisk);
-  r.data_queue.push_back(c);  // PumpData starts its reads or writes when the disk has room (io_depth)
+  InsertByAdmission(r.data_queue, c);  // PumpData starts its reads or writes when the disk has room (io_depth)
 }
 
 void EngineImpl::TraceTransfer(Reactor& r, const OpCtx& ctx, int64_t res, const char* name) {
@@ -403,11 +432,9 @@ void EngineImpl::OnReadDone(Reactor& r, const OpCtx& ctx, int64_t res) {
       return;
     }
     c->pieces_at_disk--;
-    PieceLanded(*c, ctx);
-    while (c->state != ChunkState::kFailed && c->pieces_at_disk < kPiecesAtDisk && SubmitNextPiece(*c)) {
-    }
+    PieceLanded(*c, ctx);  // the next pieces are asked for by FillPieces, after this round of completions
     if (c->state == ChunkState::kFailed) return;
-    if (c->ops_in_flight == 0) {
+    if (c->ops_in_flight == 0 && !PiecesToAsk(*c)) {
       // The disk is done with this chunk: its place goes to the next opened chunk, whose read the reactor
       // submits before verifying this one's last piece (VerifyReadChunks), so the disk never waits for
       // checksums (the raw baseline re-arms a finished slot at once too).
@@ -501,6 +528,7 @@ void EngineImpl::CheckDeadlines(Reactor& r) {
 bool EngineImpl::StartLoadChunk(Part& part, Chunk& c) {
   Reactor& r = *c.reactor;
   c.started_ns = io::NowNs();
+  if (c.admitted == 0) c.admitted = r.next_admission++;
   const bool promotion = c.preset_slot >= 0;
   if (!promotion) {
     stats_.bytes_needed.Add(uint64_t(c.num_blocks) * options_.identity.block_bytes);
@@ -740,6 +768,7 @@ void EngineImpl::OnCopyDone(Reactor& r, const CopyDone& d) {
 bool EngineImpl::StartStoreChunk(Part& part, Chunk& c) {
   Reactor& r = *c.reactor;
   c.started_ns = io::NowNs();
+  if (c.admitted == 0) c.admitted = r.next_admission++;
   if (disk_->Contains(c.req.key) || r.stores_in_flight.count(c.req.key)) {
     // Already published (or being published by an earlier job): nothing to write.
     stats_.stores_deduplicated.Add(1);

@@ -1,11 +1,14 @@
-// K1, I1: a load reads a chunk in pieces of read_piece_bytes (whole blocks, two at the disk per chunk) and verifies
-// each piece as it lands, the last one after the disk has the next chunk's reads. Every piece size serves the same
+// K1, I1: a load reads a chunk in pieces of read_piece_bytes (whole blocks; a reactor's reads go to its oldest chunk
+// first) and verifies each piece as it lands, the last one after the disk has the next chunk's reads. Every piece size serves the same
 // bytes, whole chunks and block ranges alike; a damaged block or header anywhere is a miss that writes nothing to
 // the destination; short reads continue inside their piece.
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <map>
+#include <memory>
 #include <filesystem>
 #include <random>
 #include <vector>
@@ -175,6 +178,111 @@ TEST_P(ReadPieces, ShortReadsContinueInsideTheirPiece) {
     EXPECT_EQ(0, std::memcmp(got[i].data() + 2 * kBlockBytes, want.data() + 2 * kBlockBytes, 5 * kBlockBytes));
   }
   EXPECT_EQ((*e)->Stats().corrupt_entries, 0u);
+}
+
+// Forwards to a real I/O engine and logs, in submission order, which chunk each read is for and at what offset.
+// The first `hold_opens` opens to come back are held and then handed to the reactor all at once in reverse order,
+// as a filesystem may answer opens out of order.
+class ReadOrderEngine final : public io::IoEngine {
+ public:
+  struct Read {
+    int chunk;  // index of Key(i) in the chunk file's name; -1: not a chunk file
+    uint64_t offset;
+  };
+  // `reads`: the log, outliving the engine (the test reads it once the engine and its reactor are gone).
+  ReadOrderEngine(std::unique_ptr<io::IoEngine> inner, int chunks, size_t hold_opens,
+                  std::shared_ptr<std::vector<Read>> reads)
+      : inner_(std::move(inner)), chunks_(chunks), hold_left_(hold_opens), reads_(std::move(reads)) {}
+
+  std::string_view name() const override { return "read-order"; }
+  uint32_t depth() const override { return inner_->depth(); }
+  uint32_t in_flight() const override { return inner_->in_flight() + static_cast<uint32_t>(held_.size()); }
+  int Submit(const io::IoOp& op) override {
+    const int rc = inner_->Submit(op);
+    if (rc != 0) return rc;
+    if (op.code == io::OpCode::kOpenAt) opens_[op.user_data] = op.path;
+    if (op.code == io::OpCode::kRead) {
+      auto it = fd_chunk_.find(op.fd);
+      reads_->push_back(Read{it == fd_chunk_.end() ? -1 : it->second, op.offset});
+    }
+    return rc;
+  }
+  int Flush() override { return inner_->Flush(); }
+  int Reap(std::vector<io::IoCompletion>* out, int64_t timeout_ns) override {
+    std::vector<io::IoCompletion> got;
+    const int rc = inner_->Reap(&got, timeout_ns);
+    if (rc < 0) return rc;
+    const size_t before = out->size();
+    for (const io::IoCompletion& c : got) {
+      auto open = opens_.find(c.user_data);
+      if (open != opens_.end()) {
+        if (c.result >= 0) fd_chunk_[static_cast<int>(c.result)] = ChunkOf(open->second);
+        opens_.erase(open);
+        if (hold_left_ > 0) {
+          held_.push_back(c);
+          if (--hold_left_ == 0) out->insert(out->end(), held_.rbegin(), held_.rend()), held_.clear();
+          continue;
+        }
+      }
+      out->push_back(c);
+    }
+    return static_cast<int>(out->size() - before);
+  }
+  void Wake() override { inner_->Wake(); }
+
+ private:
+  int ChunkOf(const std::string& path) const {
+    for (int i = 0; i < chunks_; ++i) {
+      if (path.find(Key(i).Hex()) != std::string::npos) return i;
+    }
+    return -1;
+  }
+  std::unique_ptr<io::IoEngine> inner_;
+  int chunks_;
+  size_t hold_left_;
+  std::vector<io::IoCompletion> held_;
+  std::map<uint64_t, std::string> opens_;
+  std::map<int, int> fd_chunk_;
+  std::shared_ptr<std::vector<Read>> reads_;
+};
+
+// I1: a reactor gives the disk's reads to its loads oldest first, in the order the job named the chunks, whatever
+// order their opens came back in (docs/architecture.md, "Reads in pieces"): the first chunks start first, and each
+// chunk has every piece asked for before the next one gets more than its first. So chunks finish one after another
+// and the first one asked for is ready first (a promotion window refills at once), and a job's last chunks keep the
+// whole budget of reads. With two pieces per chunk as before, the pieces of the chunks at the disk interleaved and
+// the chunks finished together.
+TEST(ReadPiecesOrder, TheDiskServesTheOldestChunkFirstWhateverOrderItsOpenCameBackIn) {
+  constexpr int kChunks = 6;
+  test::TempDir dir;
+  StoreChunks(dir.path(), kChunks);
+  auto inner = io::CreateEngine(io::EngineConfig{io::EngineKind::kAuto, 64, 4});
+  ASSERT_TRUE(inner.ok());
+  EngineOptions o = Options(dir.path(), 1);  // a block per piece: eight pieces per chunk
+  o.io_depth = 2;  // two chunks at the disk, four reads; the job opens four chunks (slots: 2 x io_depth) at once
+  auto reads = std::make_shared<std::vector<ReadOrderEngine::Read>>();
+  auto e = EngineImpl::Create(
+      o, nullptr, std::make_unique<ReadOrderEngine>(std::move(inner.value()), kChunks, 2 * o.io_depth, reads));
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  const uint64_t stride = (*e)->block_stride();
+  std::vector<std::vector<uint8_t>> got(kChunks, std::vector<uint8_t>(kBlocks * kBlockBytes, 0xEE));
+  std::vector<ChunkTransfer> t;
+  for (int i = 0; i < kChunks; ++i) t.push_back(ChunkTransfer{Key(i), 0, 0, Segments(got[i], stride, 0, kBlocks)});
+  ASSERT_TRUE(RunJob(**e, (*e)->SubmitLoad(std::move(t))).all_ok());
+  for (int i = 0; i < kChunks; ++i) ASSERT_EQ(got[i], ChunkBytes(100 + i)) << "chunk " << i;
+  e->reset();  // the reactor has stopped: the log is complete
+
+  std::vector<int> firsts, pieces;  // the chunks of the header reads, then of the later pieces, in submission order
+  std::vector<int> reads_per_chunk(kChunks, 0);
+  for (const ReadOrderEngine::Read& r : *reads) {
+    ASSERT_GE(r.chunk, 0) << "a read of a file that is no chunk";
+    (r.offset == 0 ? firsts : pieces).push_back(r.chunk);
+    reads_per_chunk[r.chunk]++;
+  }
+  EXPECT_EQ(firsts, (std::vector<int>{0, 1, 2, 3, 4, 5})) << "chunks reached the disk out of the job's order";
+  EXPECT_TRUE(std::is_sorted(pieces.begin(), pieces.end())) << "a chunk's pieces were asked for while an older "
+                                                               "chunk still had pieces to ask for";
+  for (int i = 0; i < kChunks; ++i) EXPECT_EQ(reads_per_chunk[i], int(kBlocks)) << "chunk " << i;
 }
 
 // 0: one read per chunk; 1 byte: one block a piece (the most pieces); 3 blocks: a short last piece; 1 MiB (the
