@@ -50,6 +50,7 @@ def chunk_bytes(model):
 VARIANTS = {
     "kvtier": ("kvtier", {}),  # EngineOptions defaults: io_mode auto (O_DIRECT here), io_depth 16, io_uring
     "kvtier-slot": ("kvtier-slot", {}),  # the vLLM adapter's path: reserve/commit stores, promote/pin loads
+    "kvtier-slot-whole": ("kvtier-slot", {"read_piece_bytes": 0}),  # the same, a chunk read in one request
     "kvtier-qd32": ("kvtier", {"io_depth": 32}),
     "kvtier-buffered": ("kvtier", {"io_mode": "buffered"}),
     "vllm-fs": ("vllm", {}),  # FileSystemTierManager defaults: 16 read + 16 write threads, O_DIRECT always
@@ -199,11 +200,14 @@ class KvtierSlotPeer:
     (complete_store) has the engine checksum, write and publish them. A full pool (None) waits for earlier writes.
     The phase ends when every commit's write has completed (stats()["stores_completed"]: one per commit_store).
     Load: from a fresh engine on the same root (before_load), promote(key) per chunk (the lookup of a disk hit), up
-    to `window` reads in flight; a ready chunk is pinned (prepare_load), its bytes are where the worker would copy
-    them from, and it is unpinned (complete_load). Waiting is polling with short sleeps, as vLLM's scheduler asks
-    again every step. Peak RSS counts the pool twice: the engine's mapping and the one attached here, as a worker's."""
+    to `window` reads in flight (REQUEST_CHUNKS, as far as half the pool holds: vLLM's scheduler looks up, and so
+    promotes, every chunk of a request's prefix at once); a ready chunk is pinned (prepare_load), its bytes are
+    where the worker would copy them from, and it is unpinned (complete_load). Waiting is polling with short
+    sleeps, as vLLM's scheduler asks again every step. Peak RSS counts the pool twice: the engine's mapping and the one attached here, as a worker's."""
 
     BATCH = 16  # chunks per reserve/commit: one store per scheduler step of a request
+    REQUEST_CHUNKS = 160  # a 40k-token request's prefix in 256-token chunks
+    poll_s = 0.0002
 
     def __init__(self, root, model, n, opts):
         import numpy as np
@@ -221,7 +225,7 @@ class KvtierSlotPeer:
         random_fill(region)
         del region
         self.batch = max(1, min(self.BATCH, slots // 4))
-        self.window = max(1, min(16, slots // 2))
+        self.window = max(1, min(self.REQUEST_CHUNKS, slots // 2))
 
     def key(self, rep, i):
         return b"kvtier-bench-peers" + rep.to_bytes(4, "little") + i.to_bytes(8, "little")
@@ -238,7 +242,7 @@ class KvtierSlotPeer:
             batch = keys[i : i + self.batch]
             refs = self.engine.reserve_for_store(batch)
             if refs is None:  # the pool is full of chunks still being written
-                time.sleep(0.0002)
+                time.sleep(self.poll_s)
                 continue
             if any(r is None for r in refs):
                 raise RuntimeError("kvtier-slot store: a fresh key needed no write")
@@ -246,7 +250,7 @@ class KvtierSlotPeer:
             commits += 1
             i += len(batch)
         while self._stores_completed() - base < commits:
-            time.sleep(0.0002)
+            time.sleep(self.poll_s)
         lost = self.engine.stats()["stores_dropped"] - dropped
         if lost:
             raise RuntimeError(f"kvtier-slot store: {lost} chunks dropped")
@@ -275,7 +279,7 @@ class KvtierSlotPeer:
             k = inflight[0]
             state = self.engine.residency(k)
             if state == "pending":
-                time.sleep(0.0002)
+                time.sleep(self.poll_s)
                 continue
             if state != "ready":
                 raise RuntimeError(f"kvtier-slot load: chunk {done} is {state}")
