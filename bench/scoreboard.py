@@ -70,7 +70,7 @@ SOURCES = {
          "files": ["bench/results/io/s7/bench-io-touch-none-run1-2026-12-01.json"]},
     ],
     "peers_storage": [
-        {"machine": "cpu", "date": "2026-12-02", "command": "bench/peers/run.sh",
+        {"machine": "cpu", "date": "2026-12-03", "command": "bench/peers/run.sh",
          "file": "bench/results/peers/results.json"},
     ],
     "vllm_ttft": [],
@@ -182,7 +182,8 @@ def engine_io_rows(source, load=None):
     return rows
 
 
-PEER_VARIANTS = {"kvtier_slot": "kvtier-slot", "kvtier_host": "kvtier", "vllm_fs": "vllm-fs",
+PEER_VARIANTS = {"kvtier_slot": "kvtier-slot", "kvtier_slot_whole": "kvtier-slot-whole", "kvtier_host": "kvtier",
+                 "vllm_fs": "vllm-fs",
                  "lmcache_odirect": "lmcache-odirect", "lmcache": "lmcache", "raw": "raw io_uring"}
 
 
@@ -205,6 +206,8 @@ def peers_rows(source, load=None):
                 row[f"{name}_cpu_s_per_gb"] = fig(name, "cpu")
             slot = row["kvtier_slot_gbps"]
             row["slot_over_vllm_fs"] = _r(slot / row["vllm_fs_gbps"]) if slot and row["vllm_fs_gbps"] else None
+            whole = row["kvtier_slot_whole_gbps"]
+            row["slot_whole_over_vllm_fs"] = _r(whole / row["vllm_fs_gbps"]) if whole and row["vllm_fs_gbps"] else None
             row["slot_over_lmcache_odirect"] = (_r(slot / row["lmcache_odirect_gbps"])
                                                 if slot and row["lmcache_odirect_gbps"] else None)
             row["host_over_vllm_fs"] = (_r(row["kvtier_host_gbps"] / row["vllm_fs_gbps"])
@@ -253,16 +256,18 @@ def table_engine_io(board):
 
 
 def table_peers(board):
-    out = ["| chunk | op | kvtier slot | kvtier host | vLLM fs | LMCache O_DIRECT | LMCache | raw io_uring "
-           "| slot / vLLM fs | slot / LMCache O_DIRECT | CPU s/GB: kvtier slot, host, vLLM fs, LMCache O_DIRECT | date |",
-           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+    out = ["| chunk | op | kvtier slot | kvtier slot, whole-chunk reads | kvtier host | vLLM fs | LMCache O_DIRECT "
+           "| LMCache | raw io_uring | slot / vLLM fs | slot whole / vLLM fs | slot / LMCache O_DIRECT "
+           "| CPU s/GB: kvtier slot, host, vLLM fs, LMCache O_DIRECT | date |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
     for r in board["peers_storage"]:
         cpu = ", ".join(_f(r[k]) for k in ("kvtier_cpu_s_per_gb", "kvtier_host_cpu_s_per_gb", "vllm_fs_cpu_s_per_gb",
                                            "lmcache_odirect_cpu_s_per_gb"))
-        out.append(f"| {r['chunk_mib']} MiB | {r['op']} | {_f(r['kvtier_slot_gbps'])} | {_f(r['kvtier_host_gbps'])} "
+        out.append(f"| {r['chunk_mib']} MiB | {r['op']} | {_f(r['kvtier_slot_gbps'])} "
+                   f"| {_f(r.get('kvtier_slot_whole_gbps'))} | {_f(r['kvtier_host_gbps'])} "
                    f"| {_f(r['vllm_fs_gbps'])} | {_f(r['lmcache_odirect_gbps'])} | {_f(r['lmcache_gbps'])} "
-                   f"| {_f(r['raw_gbps'])} | {_f(r['slot_over_vllm_fs'])} | {_f(r['slot_over_lmcache_odirect'])} "
-                   f"| {cpu} | {r['date']} |")
+                   f"| {_f(r['raw_gbps'])} | {_f(r['slot_over_vllm_fs'])} | {_f(r.get('slot_whole_over_vllm_fs'))} "
+                   f"| {_f(r['slot_over_lmcache_odirect'])} | {cpu} | {r['date']} |")
     return "\n".join(out)
 
 
