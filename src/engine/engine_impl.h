@@ -406,6 +406,7 @@ struct EngineImpl::Chunk {
   int preset_slot = -1;         // a resident slot: loads read into it, stores write from it; it stays resident
   uint32_t slot_gen = 0;
   bool counts_job_slot = false; // this chunk's slot counts against job->slots_held and part->slots_held
+  bool counts_committed = false;  // a committed store counted in its reactor's committed_started
   ReadShare* share = nullptr;   // loads: the shared read this chunk copies from
   bool leads_share = false;
   bool pinned = false;          // loads: index entry pinned against eviction
@@ -487,6 +488,9 @@ struct EngineImpl::Reactor {
   uint32_t reads_at_disk = 0;      // reads submitted and not yet completed (FillPieces keeps <= 2 x depth)
   std::vector<Chunk*> read_done;   // loads whose reads finished this iteration, waiting for VerifyReadChunks
   uint32_t data_in_flight = 0;     // chunks with data reads/writes at the disk: <= depth (I1)
+  // Committed stores (CommitStore) started and not yet settled, over all jobs: <= 2 x depth, so that many small
+  // commits are checksummed no further ahead of the disk than one large one (StartStoreChunk).
+  uint32_t committed_started = 0;
   FanoutDirCache fanout_cache;
 
   Mutex inbox_mu;

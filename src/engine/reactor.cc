@@ -779,9 +779,13 @@ bool EngineImpl::StartStoreChunk(Part& part, Chunk& c) {
   if (c.preset_slot >= 0) {  // a worker filled this resident slot (CommitStore): write it out as it is
     // I1/S1: at most the job's allowance (2 x io_depth) of its resident slots are checksummed and at the disk at
     // once, as for slots the engine fills itself: started all at once, a large commit had its reactor checksum
-    // every chunk before the first write went out, and the disk waited.
+    // every chunk before the first write went out, and the disk waited. The reactor's own bound does the same for
+    // many small commits (vLLM commits a request's chunks each step), which each have an allowance of their own.
+    if (r.committed_started >= 2 * r.depth) return false;
     if (!TakeJobSlot(part)) return false;
     c.counts_job_slot = true;
+    c.counts_committed = true;
+    r.committed_started++;
     c.slot = c.preset_slot;
     r.stores_in_flight[c.req.key] = &c;
     BeginStoreWrite(c);
@@ -1246,6 +1250,10 @@ void EngineImpl::Settle(Chunk& c) {
   } else if (c.leads_share) {
     c.share->io_done = true;
     MaybeRetireShare(c.share);
+  }
+  if (c.counts_committed) {
+    c.counts_committed = false;
+    r.committed_started--;
   }
   // Last: the job's place goes back once the pool slot has (S1: another reactor taking the place at once must not
   // find the job holding one slot more than its bound).

@@ -227,5 +227,47 @@ TEST(Limits, ALargeCommitOfResidentSlotsStartsAtMostTheJobsAllowance) {
   EXPECT_EQ((*e)->Stats().disk_entries, keys.size());
 }
 
+// I1, S1: many small commits (vLLM commits each request's chunks every step) are each a job with an allowance of its
+// own; the reactor still starts at most 2 x its depth committed chunks over all of them, so they are checksummed as
+// the disk takes them rather than all at once ahead of it. With the writes held, six commits of two chunks at
+// io_depth 2 open no more than 4 temporaries; each commit's own allowance would have let all 12 start.
+TEST(Limits, ManySmallCommitsStartNoMoreThanTheReactorsAllowanceBetweenThem) {
+  test::TempDir dir;
+  EngineOptions o = Options(dir.path());
+  o.io_depth = 2;
+  o.pool_bytes = 24 * (kHeaderBytes + kBlocks * kBlockBytes);
+  std::atomic<bool> open{false};
+  std::atomic<uint64_t> opens{0};
+  struct OpenAtExit {
+    std::atomic<bool>& open;
+    ~OpenAtExit() { open = true; }
+  };
+  auto inner = io::CreateEngine(io::EngineConfig{io::EngineKind::kAuto, 64, 4});
+  ASSERT_TRUE(inner.ok());
+  auto e = EngineImpl::Create(o, nullptr, std::make_unique<WriteGate>(std::move(inner.value()), &open, &opens));
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  OpenAtExit opener{open};
+  std::vector<ChunkKey> all;
+  for (uint64_t c = 0; c < 6; ++c) {
+    std::vector<ChunkKey> keys{Key(200 + 2 * c), Key(201 + 2 * c)};
+    auto refs = (*e)->ReserveForStore(keys);
+    ASSERT_TRUE(refs.ok()) << refs.status().ToString();
+    (*e)->CommitStore(keys, true);
+    all.insert(all.end(), keys.begin(), keys.end());
+  }
+  for (int i = 0; i < 2000 && opens.load() < 4; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // time for more to start, were they allowed
+  EXPECT_LE(opens.load(), 2u * o.io_depth) << "committed chunks started beyond the reactor's allowance";
+  open = true;
+  for (int i = 0; i < 20000; ++i) {
+    bool done = (*e)->Stats().stores_completed >= 6 && (*e)->Stats().disk_entries == all.size();
+    if (done) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ((*e)->Stats().stores_completed, 6u);
+  EXPECT_EQ((*e)->Stats().disk_entries, all.size());
+  for (const ChunkKey& k : all) EXPECT_NE((*e)->Lookup(k), ChunkLocation::kAbsent);
+}
+
 }  // namespace
 }  // namespace kvtier
