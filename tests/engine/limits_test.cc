@@ -187,86 +187,79 @@ class WriteGate final : public io::IoEngine {
   std::deque<io::IoOp> held_;
 };
 
+// An engine at io_depth 2 (one reactor: the I/O engine is given) whose writes are held until open_ is set.
+class GatedCommits : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    o_ = Options(dir_.path());
+    o_.io_depth = 2;
+    o_.pool_bytes = 24 * (kHeaderBytes + kBlocks * kBlockBytes);
+    auto inner = io::CreateEngine(io::EngineConfig{io::EngineKind::kAuto, 64, 4});
+    ASSERT_TRUE(inner.ok());
+    auto e = EngineImpl::Create(o_, nullptr, std::make_unique<WriteGate>(std::move(inner.value()), &open_, &opens_));
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    e_ = std::move(e.value());
+  }
+  void TearDown() override {
+    open_ = true;  // the held writes go out, so the engine can stop
+    e_.reset();
+  }
+  void Commit(const std::vector<ChunkKey>& keys) {
+    auto refs = e_->ReserveForStore(keys);
+    ASSERT_TRUE(refs.ok()) << refs.status().ToString();
+    e_->CommitStore(keys, true);
+  }
+  // The temporaries opened while the writes are held: once 4 are, a while longer for more to start, were they
+  // allowed to.
+  uint64_t OpensWhileHeld() {
+    for (int i = 0; i < 2000 && opens_.load() < 4; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    return opens_.load();
+  }
+  // Lets the writes go and waits until `commits` stores completed and every key is an entry.
+  void ReleaseAndExpectStored(uint64_t commits, const std::vector<ChunkKey>& keys) {
+    open_ = true;
+    for (int i = 0; i < 20000; ++i) {
+      bool all = e_->Stats().stores_completed >= commits && e_->Stats().disk_entries == keys.size();
+      for (const ChunkKey& k : keys) all = all && e_->Lookup(k) != ChunkLocation::kAbsent;
+      if (all) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    EXPECT_EQ(e_->Stats().stores_completed, commits);
+    EXPECT_EQ(e_->Stats().disk_entries, keys.size());
+  }
+
+  test::TempDir dir_;
+  EngineOptions o_;
+  std::atomic<bool> open_{false};
+  std::atomic<uint64_t> opens_{0};
+  std::unique_ptr<Engine> e_;  // last: destroyed before what the WriteGate points to
+};
+
 // S1, I1: a commit of many resident slots (vLLM's complete_store of a long request) starts at most the job's
 // allowance (2 x io_depth) of them: each is checksummed and opened as earlier ones reach the disk, not all before the
 // first write goes out. With the writes held, no more than 4 temporaries are opened for 12 chunks at io_depth 2.
-TEST(Limits, ALargeCommitOfResidentSlotsStartsAtMostTheJobsAllowance) {
-  test::TempDir dir;
-  EngineOptions o = Options(dir.path());
-  o.io_depth = 2;
-  o.pool_bytes = 24 * (kHeaderBytes + kBlocks * kBlockBytes);
-  std::atomic<bool> open{false};
-  std::atomic<uint64_t> opens{0};
-  struct OpenAtExit {
-    std::atomic<bool>& open;
-    ~OpenAtExit() { open = true; }
-  };
-  auto inner = io::CreateEngine(io::EngineConfig{io::EngineKind::kAuto, 64, 4});
-  ASSERT_TRUE(inner.ok());
-  auto e = EngineImpl::Create(o, nullptr, std::make_unique<WriteGate>(std::move(inner.value()), &open, &opens));
-  ASSERT_TRUE(e.ok()) << e.status().ToString();
-  OpenAtExit opener{open};
+TEST_F(GatedCommits, ALargeCommitOfResidentSlotsStartsAtMostTheJobsAllowance) {
   std::vector<ChunkKey> keys;
   for (uint64_t i = 0; i < 12; ++i) keys.push_back(Key(100 + i));
-  auto refs = (*e)->ReserveForStore(keys);
-  ASSERT_TRUE(refs.ok()) << refs.status().ToString();
-  (*e)->CommitStore(keys, true);
-  for (int i = 0; i < 2000 && opens.load() < 4; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // time for more to start, were they allowed
-  EXPECT_LE(opens.load(), 2u * o.io_depth) << "chunks started beyond the job's allowance";
-  open = true;
-  for (int i = 0; i < 20000 && (*e)->Stats().stores_completed < 1; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  for (int i = 0; i < 20000; ++i) {
-    bool all = true;
-    for (const ChunkKey& k : keys) all = all && (*e)->Lookup(k) != ChunkLocation::kAbsent;
-    if (all && (*e)->Stats().disk_entries == keys.size()) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  EXPECT_EQ((*e)->Stats().disk_entries, keys.size());
+  Commit(keys);
+  EXPECT_LE(OpensWhileHeld(), 2u * o_.io_depth) << "chunks started beyond the job's allowance";
+  ReleaseAndExpectStored(1, keys);
 }
 
 // I1, S1: many small commits (vLLM commits each request's chunks every step) are each a job with an allowance of its
 // own; the reactor still starts at most 2 x its depth committed chunks over all of them, so they are checksummed as
 // the disk takes them rather than all at once ahead of it. With the writes held, six commits of two chunks at
 // io_depth 2 open no more than 4 temporaries; each commit's own allowance would have let all 12 start.
-TEST(Limits, ManySmallCommitsStartNoMoreThanTheReactorsAllowanceBetweenThem) {
-  test::TempDir dir;
-  EngineOptions o = Options(dir.path());
-  o.io_depth = 2;
-  o.pool_bytes = 24 * (kHeaderBytes + kBlocks * kBlockBytes);
-  std::atomic<bool> open{false};
-  std::atomic<uint64_t> opens{0};
-  struct OpenAtExit {
-    std::atomic<bool>& open;
-    ~OpenAtExit() { open = true; }
-  };
-  auto inner = io::CreateEngine(io::EngineConfig{io::EngineKind::kAuto, 64, 4});
-  ASSERT_TRUE(inner.ok());
-  auto e = EngineImpl::Create(o, nullptr, std::make_unique<WriteGate>(std::move(inner.value()), &open, &opens));
-  ASSERT_TRUE(e.ok()) << e.status().ToString();
-  OpenAtExit opener{open};
+TEST_F(GatedCommits, ManySmallCommitsStartNoMoreThanTheReactorsAllowanceBetweenThem) {
   std::vector<ChunkKey> all;
   for (uint64_t c = 0; c < 6; ++c) {
     std::vector<ChunkKey> keys{Key(200 + 2 * c), Key(201 + 2 * c)};
-    auto refs = (*e)->ReserveForStore(keys);
-    ASSERT_TRUE(refs.ok()) << refs.status().ToString();
-    (*e)->CommitStore(keys, true);
+    Commit(keys);
     all.insert(all.end(), keys.begin(), keys.end());
   }
-  for (int i = 0; i < 2000 && opens.load() < 4; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // time for more to start, were they allowed
-  EXPECT_LE(opens.load(), 2u * o.io_depth) << "committed chunks started beyond the reactor's allowance";
-  open = true;
-  for (int i = 0; i < 20000; ++i) {
-    bool done = (*e)->Stats().stores_completed >= 6 && (*e)->Stats().disk_entries == all.size();
-    if (done) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  EXPECT_EQ((*e)->Stats().stores_completed, 6u);
-  EXPECT_EQ((*e)->Stats().disk_entries, all.size());
-  for (const ChunkKey& k : all) EXPECT_NE((*e)->Lookup(k), ChunkLocation::kAbsent);
+  EXPECT_LE(OpensWhileHeld(), 2u * o_.io_depth) << "committed chunks started beyond the reactor's allowance";
+  ReleaseAndExpectStored(6, all);
 }
 
 }  // namespace
