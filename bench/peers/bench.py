@@ -203,11 +203,12 @@ class KvtierSlotPeer:
     to `window` reads in flight (REQUEST_CHUNKS, as far as half the pool holds: vLLM's scheduler looks up, and so
     promotes, every chunk of a request's prefix at once); a ready chunk is pinned (prepare_load), its bytes are
     where the worker would copy them from, and it is unpinned (complete_load). Waiting is polling with short
-    sleeps, as vLLM's scheduler asks again every step. Peak RSS counts the pool twice: the engine's mapping and the one attached here, as a worker's."""
+    sleeps, as vLLM's scheduler asks again every step. Peak RSS counts the pool twice: the engine's mapping and the
+    one attached here, as a worker's."""
 
     BATCH = 16  # chunks per reserve/commit: one store per scheduler step of a request
     REQUEST_CHUNKS = 160  # a 40k-token request's prefix in 256-token chunks
-    poll_s = 0.0002
+    POLL_S = 0.0002  # the wait between two polls of the engine
 
     def __init__(self, root, model, n, opts):
         import numpy as np
@@ -242,7 +243,7 @@ class KvtierSlotPeer:
             batch = keys[i : i + self.batch]
             refs = self.engine.reserve_for_store(batch)
             if refs is None:  # the pool is full of chunks still being written
-                time.sleep(self.poll_s)
+                time.sleep(self.POLL_S)
                 continue
             if any(r is None for r in refs):
                 raise RuntimeError("kvtier-slot store: a fresh key needed no write")
@@ -250,7 +251,7 @@ class KvtierSlotPeer:
             commits += 1
             i += len(batch)
         while self._stores_completed() - base < commits:
-            time.sleep(self.poll_s)
+            time.sleep(self.POLL_S)
         lost = self.engine.stats()["stores_dropped"] - dropped
         if lost:
             raise RuntimeError(f"kvtier-slot store: {lost} chunks dropped")
@@ -279,7 +280,7 @@ class KvtierSlotPeer:
             k = inflight[0]
             state = self.engine.residency(k)
             if state == "pending":
-                time.sleep(self.poll_s)
+                time.sleep(self.POLL_S)
                 continue
             if state != "ready":
                 raise RuntimeError(f"kvtier-slot load: chunk {done} is {state}")

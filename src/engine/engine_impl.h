@@ -220,7 +220,7 @@ class EngineImpl final : public Engine {
                   uint32_t piece_blocks = 0, bool with_header = false);
   // Loads: the next piece of c's blocks to the disk (false: none left); a landed piece is verified at once while
   // more of the chunk is still to come (the last one in LoadReadsDone, after the next chunk's reads are queued).
-  bool SubmitNextPiece(Chunk& c);
+  void SubmitNextPiece(Chunk& c);  // the chunk's next piece; call only while PiecesToAsk(c)
   void PieceLanded(Chunk& c, const OpCtx& ctx);
   Status VerifyPiece(Chunk& c, uint32_t first, uint32_t n);
   void FailVerification(Chunk& c, const Status& verdict);

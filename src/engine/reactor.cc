@@ -23,7 +23,7 @@ namespace kvtier {
 
 namespace {
 constexpr int64_t kReapWaitNs = 20 * 1000 * 1000;  // bounds how late a deadline (posix) is noticed
-constexpr uint32_t kPiecesAtDisk = 2;  // a reactor's piece budget: reads at the disk per data place (depth)
+constexpr uint32_t kReadsPerDataPlace = 2;  // a reactor's piece budget: reads at the disk per place (its depth)
 }
 
 void EngineImpl::InsertByAdmission(std::deque<Chunk*>& q, Chunk* c) {
@@ -130,7 +130,7 @@ void EngineImpl::FillPieces(Reactor& r) {
   // Oldest first: the chunk that entered its data phase first gets every piece it still needs before the next one
   // gets any, so chunks finish one after another at the device's pace and a job's last chunks keep the whole budget
   // (docs/architecture.md, "Reads in pieces").
-  const uint32_t budget = kPiecesAtDisk * r.depth;
+  const uint32_t budget = kReadsPerDataPlace * r.depth;
   while (r.reads_at_disk < budget && !r.piece_queue.empty()) {
     Chunk* c = r.piece_queue.front();
     if (c->state != ChunkState::kTransferring || !PiecesToAsk(*c)) {
@@ -615,15 +615,13 @@ void EngineImpl::VerifyReadChunks(Reactor& r) {
   }
 }
 
-bool EngineImpl::SubmitNextPiece(Chunk& c) {
-  if (c.next_piece >= c.num_blocks) return false;
+void EngineImpl::SubmitNextPiece(Chunk& c) {
   const uint32_t n = std::min(c.piece_blocks, c.num_blocks - c.next_piece);
   uint8_t* base = pool_->SlotData(c.share->slot);
   SubmitRead(c, base + kHeaderBytes + uint64_t(c.next_piece) * block_stride_, uint64_t(n) * block_stride_,
              BlockRangeOffset(block_stride_, c.first_block + c.next_piece), c.next_piece, n, false);
   c.next_piece += n;
   c.pieces_at_disk++;
-  return true;
 }
 
 void EngineImpl::PieceLanded(Chunk& c, const OpCtx& ctx) {
