@@ -121,6 +121,9 @@ class Engine {
   // Where a chunk stands in the DRAM tier, without touching its recency or any counter (the preload planner polls
   // its reads with it). kReady: resident and readable; kPending: being read or filled; kMiss: not resident.
   virtual PromoteState Residency(const ChunkKey& key) = 0;
+  // Whether the disk index holds key as published. No counters, no recency, no file system access (a stream asks
+  // it to tell "no slot free now" from "gone" after a promotion found no room).
+  virtual bool Stored(const ChunkKey& key) = 0;
   // Pins resident chunks for a transfer (a pinned slot is never evicted or reused). kNotFound names the first key
   // that is not resident and ready; nothing is pinned then.
   virtual Result<std::vector<SlotRef>> PinResident(std::span<const ChunkKey> keys) = 0;

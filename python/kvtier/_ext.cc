@@ -26,6 +26,7 @@
 #include <mutex>
 #include <optional>
 #include <shared_mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -40,6 +41,7 @@
 #include "kvtier/status.h"
 #include "layout/chunk_format.h"
 #include "policy/preload_planner.h"
+#include "policy/stream_pump.h"
 #include "staging/staging_pool.h"
 #include "transfer/device_copier.h"
 
@@ -412,8 +414,17 @@ class PyEngine {
 
   void Close() {
     std::unique_lock lock(mu_);
+    {
+      std::lock_guard<std::mutex> p(pump_mu_);
+      pump_.reset();
+    }
     planner_.reset();
     engine_.reset();  // waits for in-flight I/O, joins the reactor
+  }
+
+  bool stored(const nb::bytes& key) {
+    ChunkKey k = KeyFromBytes(key);
+    return Call([&](Engine& e) { return e.Stored(k); });
   }
 
   std::string lookup(const nb::bytes& key) {
@@ -430,6 +441,68 @@ class PyEngine {
     ChunkKey k = KeyFromBytes(key);
     PromoteResult p = Call([&](Engine& e) { return e.Promote(k, speculative); });
     return {PromoteStateName(p.state), p.ref.slot, p.ref.generation};
+  }
+
+  // --- Streamed transfers (policy/stream_pump.h): the vLLM path's loads and stores -----------------------------
+  // The pump is made at the first stream, over a second mapping of the engine's own pool (its stream board).
+  policy::StreamPump& PumpOf(Engine& e) {
+    std::lock_guard<std::mutex> lock(pump_mu_);
+    if (!pump_) {
+      auto pool = staging::StagingPool::Attach(e.pool_name());
+      if (!pool.ok()) throw std::runtime_error("kvtier: cannot map the pool's stream board: " + pool.status().message());
+      policy::StreamOptions o;
+      o.max_window = std::max<uint32_t>(1, 2 * e.options().io_depth);
+      pump_ = std::make_unique<policy::StreamPump>(&e, std::move(pool.value()), o);
+    }
+    return *pump_;
+  }
+  using StreamTuple = std::tuple<uint64_t, uint32_t, uint32_t, uint32_t>;
+  std::optional<StreamTuple> stream_open(const std::vector<nb::bytes>& keys, uint32_t consumers, bool load) {
+    std::vector<ChunkKey> ks = KeysFromList(keys);
+    Result<policy::StreamSpan> r = Call([&](Engine& e) {
+      policy::StreamPump& p = PumpOf(e);
+      return load ? p.OpenLoad(ks, consumers) : p.OpenStore(ks, consumers);
+    });
+    if (!r.ok()) {
+      if (r.status().code() == StatusCode::kResourceExhausted) return std::nullopt;
+      ThrowStatus(r.status());
+    }
+    return StreamTuple{r->id, r->first_entry, r->count, r->tag};
+  }
+  std::optional<StreamTuple> stream_open_load(const std::vector<nb::bytes>& keys, uint32_t consumers) {
+    return stream_open(keys, consumers, true);
+  }
+  std::optional<StreamTuple> stream_open_store(const std::vector<nb::bytes>& keys, uint32_t consumers) {
+    return stream_open(keys, consumers, false);
+  }
+  void stream_close(uint64_t id) {
+    Call([&](Engine& e) { PumpOf(e).Close(id); });
+  }
+  std::optional<nb::dict> stream_progress(uint64_t id) {
+    auto r = Call([&](Engine& e) { return PumpOf(e).Progress(id); });
+    if (!r.ok()) return std::nullopt;
+    nb::dict d;
+    d["published"] = r->published;
+    d["failed"] = r->failed;
+    d["skipped"] = r->skipped;
+    d["done"] = r->done;
+    d["finished"] = r->finished;
+    return d;
+  }
+  nb::dict stream_stats() {
+    policy::StreamStats st = Call([&](Engine& e) { return PumpOf(e).stats(); });
+    nb::dict d;
+    d["loads_opened"] = st.loads_opened;
+    d["stores_opened"] = st.stores_opened;
+    d["chunks_loaded"] = st.chunks_loaded;
+    d["chunks_failed"] = st.chunks_failed;
+    d["chunks_stored"] = st.chunks_stored;
+    d["chunks_skipped"] = st.chunks_skipped;
+    d["slot_waits"] = st.slot_waits;
+    d["board_full"] = st.board_full;
+    d["peak_window"] = st.peak_window;
+    d["open"] = st.open;
+    return d;
   }
 
   // --- Preload planner (R1-R3, src/policy): one per engine, configured once -----------------------------------
@@ -601,11 +674,21 @@ class PyEngine {
   std::string pool_name() { return Call([](Engine& e) { return e.pool_name(); }); }
   uint64_t block_stride() { return Call([](Engine& e) { return e.block_stride(); }); }
   uint64_t chunk_payload_bytes() { return Call([](Engine& e) { return e.chunk_payload_bytes(); }); }
+  // Slots one stream (or, with streaming off, one request's verified promotions) holds at most: 2 x io_depth, and
+  // never more than the pool (policy/stream_pump.h).
+  uint32_t stream_window() {
+    return Call([](Engine& e) {
+      const uint64_t slots = e.options().pool_bytes / (kvtier::kHeaderBytes + e.chunk_payload_bytes());
+      return static_cast<uint32_t>(std::max<uint64_t>(1, std::min<uint64_t>(2ull * e.options().io_depth, slots)));
+    });
+  }
 
  private:
   std::shared_mutex mu_;
   std::unique_ptr<Engine> engine_;  // null once closed
   std::unique_ptr<policy::PreloadPlanner> planner_;  // null until preload_configure; reset before engine_
+  std::mutex pump_mu_;
+  std::unique_ptr<policy::StreamPump> pump_;  // null until the first stream; reset before engine_
 };
 
 // --- Pool ----------------------------------------------------------------------------------------------------------
@@ -687,6 +770,51 @@ class PyPool {
     }
     if (closed) throw nb::value_error("kvtier Pool is closed");
     return WaitOutcomeLabel(w);
+  }
+
+  // --- Stream board (staging_pool.h): a consumer's side of streamed transfers ---
+  uint32_t stream_entries() {
+    std::shared_lock lock(mu_);
+    return Get().stream_entries();
+  }
+  void CheckEntries(staging::StagingPool& p, int64_t first, int64_t count) {
+    if (first < 0 || count < 0 || first + count > static_cast<int64_t>(p.stream_entries())) {
+      throw nb::index_error(("entries [" + std::to_string(first) + ", +" + std::to_string(count) +
+                             ") outside a board of " + std::to_string(p.stream_entries()))
+                                .c_str());
+    }
+  }
+  // count entries from first, packed as 4 uint32 each: tag, state (staging::EntryState), slot, generation.
+  nb::bytes observe_entries(int64_t first, int64_t count) {
+    std::shared_lock lock(mu_);
+    staging::StagingPool& p = Get();
+    CheckEntries(p, first, count);
+    std::vector<uint32_t> out(static_cast<size_t>(count) * 4);
+    for (int64_t i = 0; i < count; ++i) {
+      staging::EntryView v = p.ObserveEntry(static_cast<uint32_t>(first + i));
+      out[i * 4] = v.tag;
+      out[i * 4 + 1] = static_cast<uint32_t>(v.state);
+      out[i * 4 + 2] = v.slot;
+      out[i * 4 + 3] = v.generation;
+    }
+    return nb::bytes(reinterpret_cast<const char*>(out.data()), out.size() * sizeof(uint32_t));
+  }
+  bool ack_entry(int64_t entry, uint32_t tag) {
+    std::shared_lock lock(mu_);
+    staging::StagingPool& p = Get();
+    CheckEntries(p, entry, 1);
+    return p.AckEntry(static_cast<uint32_t>(entry), tag);
+  }
+  uint32_t worker_bell() {
+    std::shared_lock lock(mu_);
+    return Get().WorkerBell();
+  }
+  void wait_worker_bell(uint32_t seen, double timeout_s) {
+    if (!(timeout_s >= 0)) throw nb::value_error("timeout_s must be >= 0");
+    const auto timeout = std::chrono::nanoseconds(static_cast<int64_t>(std::min(timeout_s, 60.0) * 1e9));
+    nb::gil_scoped_release unlocked;
+    std::shared_lock lock(mu_);
+    if (pool_) pool_->WaitWorkerBell(seen, timeout);
   }
 
   void close() {
@@ -807,6 +935,12 @@ NB_MODULE(_kvtier, m) {
       .def("residency", &PyEngine::residency, "key"_a)
       .def("pin", &PyEngine::pin, "keys"_a)
       .def("unpin", &PyEngine::unpin, "keys"_a)
+      .def("stream_open_load", &PyEngine::stream_open_load, "keys"_a, "consumers"_a = 1)
+      .def("stream_open_store", &PyEngine::stream_open_store, "keys"_a, "consumers"_a = 1)
+      .def("stream_close", &PyEngine::stream_close, "stream_id"_a)
+      .def("stream_progress", &PyEngine::stream_progress, "stream_id"_a)
+      .def("stream_stats", &PyEngine::stream_stats)
+      .def("stored", [](PyEngine& self, const nb::bytes& key) { return self.stored(key); }, "key"_a)
       .def("reserve_for_store", &PyEngine::reserve_for_store, "keys"_a)
       .def("commit_store", &PyEngine::commit_store, "keys"_a, "success"_a)
       .def("store", &PyEngine::store, "items"_a)
@@ -822,6 +956,7 @@ NB_MODULE(_kvtier, m) {
       .def_prop_ro("pool_name", &PyEngine::pool_name)
       .def_prop_ro("block_stride", &PyEngine::block_stride)
       .def_prop_ro("chunk_payload_bytes", &PyEngine::chunk_payload_bytes)
+      .def_prop_ro("stream_window", &PyEngine::stream_window)
       .def_prop_ro("payload_offset", [](PyEngine&) { return kvtier::kHeaderBytes; });
 
   nb::class_<PyPool>(m, "Pool")
@@ -833,6 +968,11 @@ NB_MODULE(_kvtier, m) {
       .def("slot_address", &PyPool::slot_address, "slot"_a)
       .def("observe", &PyPool::observe, "slot"_a)
       .def("wait_ready", &PyPool::wait_ready, "slot"_a, "generation"_a, "timeout_s"_a)
+      .def_prop_ro("stream_entries", &PyPool::stream_entries)
+      .def("observe_entries", &PyPool::observe_entries, "first"_a, "count"_a)
+      .def("ack_entry", &PyPool::ack_entry, "entry"_a, "tag"_a)
+      .def("worker_bell", &PyPool::worker_bell)
+      .def("wait_worker_bell", &PyPool::wait_worker_bell, "seen"_a, "timeout_s"_a)
       .def("close", &PyPool::close)
       .def("__enter__", [](nb::handle self) { return self; }, nb::rv_policy::reference)
       .def("__exit__", [](PyPool& self, nb::args) { self.close(); });

@@ -265,6 +265,7 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
                                  : std::min(options.io_depth, pool_opts.num_slots / 4);
   pool_opts.name = options.pool_name;
   pool_opts.populate = options.pool_populate;
+  pool_opts.stream_entries = kStreamBoardEntries;
   // Pools of engines that died without closing (SIGKILL) would hold shared memory forever: reclaim them.
   if (auto orphans = StagingPool::RemoveOrphans(); orphans.ok() && orphans.value() > 0) {
     orphan_pools_removed_ = orphans.value();
@@ -710,6 +711,8 @@ void EngineImpl::EvictAboveHighWatermark(Reactor& r) {
 // Slot-resident chunks (DRAM tier)
 
 PromoteState EngineImpl::Residency(const ChunkKey& key) { return resident_->Residency(key); }
+
+bool EngineImpl::Stored(const ChunkKey& key) { return disk_->Contains(key); }
 
 std::optional<uint32_t> EngineImpl::AcquireSlotFor(Reactor& r) {
   if (auto slot = resident_->AcquireSlot(staging::Priority::kDemand)) return slot;

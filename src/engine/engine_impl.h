@@ -59,6 +59,10 @@ using trace::TraceRecorder;
 
 namespace kvtier {
 
+// Entries of the staging pool's stream board (streamed loads and stores, policy/stream_pump.h): one per chunk of
+// every stream open at once; 512 KiB of shared memory.
+inline constexpr uint32_t kStreamBoardEntries = 16384;
+
 class EngineImpl final : public Engine {
  private:
   // Only the class's own factories construct it (std::make_unique with a key nobody else can name).
@@ -100,6 +104,7 @@ class EngineImpl final : public Engine {
   Result<uint64_t> EvictToBudget() override;
   PromoteResult Promote(const ChunkKey& key, bool speculative) override;
   PromoteState Residency(const ChunkKey& key) override;
+  bool Stored(const ChunkKey& key) override;
   Result<std::vector<SlotRef>> PinResident(std::span<const ChunkKey> keys) override;
   void Unpin(std::span<const ChunkKey> keys) override;
   Result<std::vector<std::optional<SlotRef>>> ReserveForStore(std::span<const ChunkKey> keys) override;

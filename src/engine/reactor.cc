@@ -704,7 +704,10 @@ void EngineImpl::LoadReadsDone(Chunk& c) {
   MaybeTouchEntry(c);
   s->ready = true;
   pool_->PublishReady(s->slot, s->slot_gen);
-  if (s->resident) resident_->Loaded(s->key, s->slot, s->slot_gen, true, io::NowNs());
+  if (s->resident) {
+    resident_->Loaded(s->key, s->slot, s->slot_gen, true, io::NowNs());
+    pool_->RingEngine();  // a load stream waits for this read (policy/stream_pump.h)
+  }
   std::vector<Chunk*> members = s->members;  // QueueLoadCopy may finish chunks, which edits members
   for (Chunk* m : members) QueueLoadCopy(*m);
 }
@@ -1274,7 +1277,10 @@ void EngineImpl::MaybeRetireShare(ReadShare* s) {
   if (s->resident_pin) {
     resident_->Unpin(std::span<const ChunkKey>(&s->key, 1));  // a DRAM hit: the slot stays resident
   } else if (s->resident) {
-    if (!s->ready) resident_->Loaded(s->key, s->slot, 0, false, io::NowNs());  // a failed promotion gives its slot back
+    if (!s->ready) {
+      resident_->Loaded(s->key, s->slot, 0, false, io::NowNs());  // a failed promotion gives its slot back
+      pool_->RingEngine();
+    }
   } else {
     FreeSlot(s->slot);
   }

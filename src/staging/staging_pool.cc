@@ -1,6 +1,8 @@
 #include "staging/staging_pool.h"
 
 #include <dirent.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -42,6 +44,9 @@ struct PoolHeader {
   int64_t owner_pid;
   uint32_t demand_reserve;
   uint32_t control_line_bytes;
+  uint64_t board_offset;
+  uint32_t stream_entries;
+  uint32_t board_entry_bytes;
 };
 
 constexpr uint64_t kCacheLine = 64;
@@ -89,10 +94,14 @@ std::string RandomName() {
   return buf;
 }
 
+constexpr uint64_t kBellsBytes = 2 * 64;
+constexpr uint64_t kBoardEntryBytes = 32;
+
 struct Geometry {
   uint64_t alignment;
   uint64_t slot_stride;
   uint64_t control_offset;
+  uint64_t board_offset;
   uint64_t data_offset;
   uint64_t mapped_bytes;
 };
@@ -116,7 +125,8 @@ Result<Geometry> ComputeGeometry(const StagingPoolOptions& o) {
   }
   g.slot_stride = RoundUp(o.slot_bytes, g.alignment);
   g.control_offset = RoundUp(sizeof(PoolHeader), kCacheLine);
-  g.data_offset = RoundUp(g.control_offset + kCacheLine * o.num_slots, g.alignment);
+  g.board_offset = RoundUp(g.control_offset + kCacheLine * o.num_slots, kCacheLine);
+  g.data_offset = RoundUp(g.board_offset + kBellsBytes + kBoardEntryBytes * o.stream_entries, g.alignment);
   // num_slots < 2^32 and slot_stride <= 2^40 + alignment, so the product fits in 64 bits.
   uint64_t data_bytes = uint64_t{o.num_slots} * g.slot_stride;
   if (data_bytes > kMaxPoolBytes) {
@@ -184,6 +194,47 @@ uint64_t PopulateHuge(uint8_t* base, uint64_t bytes) {
 struct alignas(64) StagingPool::SlotControl {
   std::atomic<uint64_t> state;  // generation:32 | state:8
 };
+
+// A futex word per side, each on its own cache line.
+struct StagingPool::Bells {
+  alignas(64) std::atomic<uint32_t> engine;
+  alignas(64) std::atomic<uint32_t> workers;
+};
+
+struct alignas(32) StagingPool::BoardEntry {
+  std::atomic<uint64_t> ref;    // slot:32 | generation:32
+  std::atomic<uint64_t> state;  // tag:32 | EntryState:8
+  std::atomic<uint64_t> acks;   // tag:32 | count:32
+  uint64_t unused;
+};
+
+namespace {
+static_assert(std::atomic<uint32_t>::is_always_lock_free, "bells must be lock-free across processes");
+constexpr uint64_t PackTagged(uint32_t tag, uint32_t low) { return (uint64_t{tag} << 32) | low; }
+
+void FutexWake(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+void FutexWait(const std::atomic<uint32_t>* word, uint32_t seen, std::chrono::nanoseconds timeout) {
+  if (word->load(std::memory_order_acquire) != seen) return;
+  if (timeout.count() <= 0) return;
+  timespec ts{static_cast<time_t>(timeout.count() / 1'000'000'000), static_cast<long>(timeout.count() % 1'000'000'000)};
+  // Spurious wake-ups, EAGAIN (the bell moved) and EINTR all return: callers re-check what they wait for.
+  syscall(SYS_futex, const_cast<uint32_t*>(reinterpret_cast<const uint32_t*>(word)), FUTEX_WAIT, seen, &ts, nullptr,
+          0);
+}
+}  // namespace
+
+std::string_view EntryStateName(EntryState state) {
+  switch (state) {
+    case EntryState::kWaiting: return "waiting";
+    case EntryState::kReady: return "ready";
+    case EntryState::kFailed: return "failed";
+    case EntryState::kSkipped: return "skipped";
+  }
+  return "unknown";
+}
 
 std::string_view SlotStateName(SlotState state) {
   switch (state) {
@@ -273,6 +324,10 @@ Result<std::unique_ptr<StagingPool>> StagingPool::Create(const StagingPoolOption
   for (uint32_t i = 0; i < options.num_slots; ++i) {
     new (&pool->controls_[i]) SlotControl{{PackState(0, SlotState::kFree)}};
   }
+  pool->bells_ = new (bytes + g.board_offset) Bells{};
+  pool->board_ = reinterpret_cast<BoardEntry*>(bytes + g.board_offset + kBellsBytes);
+  pool->stream_entries_ = options.stream_entries;
+  for (uint32_t i = 0; i < options.stream_entries; ++i) new (&pool->board_[i]) BoardEntry{};
   pool->free_list_.reserve(options.num_slots);
   for (uint32_t i = options.num_slots; i > 0; --i) pool->free_list_.push_back(i - 1);  // slot 0 goes out first
   pool->slot_in_use_.assign(options.num_slots, false);
@@ -289,6 +344,9 @@ Result<std::unique_ptr<StagingPool>> StagingPool::Create(const StagingPoolOption
   header->owner_pid = getpid();
   header->demand_reserve = options.demand_reserve;
   header->control_line_bytes = sizeof(SlotControl);
+  header->board_offset = g.board_offset;
+  header->stream_entries = options.stream_entries;
+  header->board_entry_bytes = sizeof(BoardEntry);
   header->magic.store(kPoolMagic, std::memory_order_release);  // last: the pool is now attachable
   return pool;
 }
@@ -340,11 +398,13 @@ Result<std::unique_ptr<StagingPool>> StagingPool::Attach(const std::string& name
   o.slot_bytes = header->slot_bytes;
   o.alignment = header->alignment <= UINT32_MAX ? static_cast<uint32_t>(header->alignment) : 0;
   o.demand_reserve = header->demand_reserve;
+  o.stream_entries = header->stream_entries;
   Result<Geometry> g = ComputeGeometry(o);
   if (!g.ok()) return fail(StatusCode::kCorrupt, "inconsistent header: " + g.status().message());
   if (g->alignment != header->alignment || g->slot_stride != header->slot_stride ||
       g->control_offset != header->control_offset || g->data_offset != header->data_offset ||
-      g->mapped_bytes != header->mapped_bytes || header->control_line_bytes != sizeof(SlotControl)) {
+      g->mapped_bytes != header->mapped_bytes || header->control_line_bytes != sizeof(SlotControl) ||
+      g->board_offset != header->board_offset || header->board_entry_bytes != sizeof(BoardEntry)) {
     return fail(StatusCode::kCorrupt, "inconsistent header: recorded layout does not match its own options");
   }
   if (header->mapped_bytes != size) {
@@ -364,6 +424,9 @@ Result<std::unique_ptr<StagingPool>> StagingPool::Attach(const std::string& name
   auto* bytes = static_cast<uint8_t*>(base);
   pool->controls_ = reinterpret_cast<SlotControl*>(bytes + header->control_offset);
   pool->data_ = bytes + header->data_offset;
+  pool->bells_ = reinterpret_cast<Bells*>(bytes + header->board_offset);
+  pool->board_ = reinterpret_cast<BoardEntry*>(bytes + header->board_offset + kBellsBytes);
+  pool->stream_entries_ = header->stream_entries;
   // Workers never allocate: free_list_ stays empty, so Acquire() returns nullopt on an attached pool.
   pool->slot_in_use_.assign(pool->num_slots_, false);
   return pool;
@@ -396,6 +459,74 @@ StagingPool::~StagingPool() {
 StagingPool::SlotControl& StagingPool::control(uint32_t slot) const {
   assert(slot < num_slots_);
   return controls_[slot];
+}
+
+StagingPool::BoardEntry& StagingPool::board_entry(uint32_t entry) const {
+  if (entry >= stream_entries_) Die("stream board entry out of range", entry);
+  return board_[entry];
+}
+
+// --- Stream board ---
+
+void StagingPool::ResetEntry(uint32_t entry, uint32_t tag) {
+  BoardEntry& e = board_entry(entry);
+  e.acks.store(PackTagged(tag, 0), std::memory_order_relaxed);
+  e.ref.store(0, std::memory_order_relaxed);
+  e.state.store(PackTagged(tag, static_cast<uint8_t>(EntryState::kWaiting)), std::memory_order_release);
+}
+
+void StagingPool::PublishEntry(uint32_t entry, uint32_t tag, uint32_t slot, uint32_t generation) {
+  BoardEntry& e = board_entry(entry);
+  e.ref.store(PackTagged(slot, generation), std::memory_order_relaxed);
+  e.state.store(PackTagged(tag, static_cast<uint8_t>(EntryState::kReady)), std::memory_order_release);
+}
+
+void StagingPool::SetEntry(uint32_t entry, uint32_t tag, EntryState state) {
+  board_entry(entry).state.store(PackTagged(tag, static_cast<uint8_t>(state)), std::memory_order_release);
+}
+
+uint32_t StagingPool::EntryAcks(uint32_t entry, uint32_t tag) const {
+  const uint64_t a = board_entry(entry).acks.load(std::memory_order_acquire);
+  return static_cast<uint32_t>(a >> 32) == tag ? static_cast<uint32_t>(a) : 0;
+}
+
+EntryView StagingPool::ObserveEntry(uint32_t entry) const {
+  const BoardEntry& e = board_entry(entry);
+  const uint64_t st = e.state.load(std::memory_order_acquire);
+  const uint64_t ref = e.ref.load(std::memory_order_relaxed);
+  return EntryView{static_cast<uint32_t>(st >> 32), static_cast<EntryState>(st & 0xff),
+                   static_cast<uint32_t>(ref >> 32), static_cast<uint32_t>(ref)};
+}
+
+bool StagingPool::AckEntry(uint32_t entry, uint32_t tag) {
+  BoardEntry& e = board_entry(entry);
+  uint64_t a = e.acks.load(std::memory_order_relaxed);
+  do {
+    if (static_cast<uint32_t>(a >> 32) != tag) return false;
+  } while (!e.acks.compare_exchange_weak(a, a + 1, std::memory_order_acq_rel, std::memory_order_relaxed));
+  RingEngine();
+  return true;
+}
+
+uint32_t StagingPool::EngineBell() const { return bells_->engine.load(std::memory_order_acquire); }
+uint32_t StagingPool::WorkerBell() const { return bells_->workers.load(std::memory_order_acquire); }
+
+void StagingPool::RingEngine() {
+  bells_->engine.fetch_add(1, std::memory_order_acq_rel);
+  FutexWake(&bells_->engine);
+}
+
+void StagingPool::RingWorkers() {
+  bells_->workers.fetch_add(1, std::memory_order_acq_rel);
+  FutexWake(&bells_->workers);
+}
+
+void StagingPool::WaitEngineBell(uint32_t seen, std::chrono::nanoseconds timeout) const {
+  FutexWait(&bells_->engine, seen, timeout);
+}
+
+void StagingPool::WaitWorkerBell(uint32_t seen, std::chrono::nanoseconds timeout) const {
+  FutexWait(&bells_->workers, seen, timeout);
 }
 
 // --- Allocation ---

@@ -8,6 +8,7 @@
 // Shared memory layout (all offsets from base()):
 //   [0, header_bytes)                  header: magic, version, num_slots, slot_stride, slot_bytes, offsets, owner pid
 //   [control_offset, +64 * num_slots)  one 64-byte cache line per slot: its state word
+//   [board_offset, +128 + 32 * stream_entries)  the stream board: two bells, then stream_entries entries
 //   [data_offset, +stride * num_slots) slot data; data_offset and slot_stride are multiples of the alignment
 //
 // Slot protocol (cross-process, lock-free). Each slot has one 64-bit atomic word in its control line:
@@ -35,6 +36,20 @@
 // copy (docs/vllm-integration.md, "The slot protocol"). Generations only make late consumers harmless (a worker
 // checks the generation before and after its copy); they do not stop a consumer from reading bytes that are being
 // overwritten.
+//
+// Stream board (docs/architecture.md, "Streamed transfers"). A streamed load or store tells its consumers, chunk by
+// chunk, which slot holds (load) or receives (store) chunk i, through one board entry per chunk; the entries of one
+// stream are a contiguous range the engine hands out (StreamPump) and names in the transfer spec with a tag:
+//   entry  = ref (slot:32 | generation:32), state (tag:32 | EntryState:8), acks (tag:32 | count:32)
+//   Engine (the range's owner):  ResetEntry(i, tag)              kWaiting, acks 0, for a new stream
+//                                PublishEntry(i, tag, slot, gen)  ref, then kReady (release)
+//                                SetEntry(i, tag, kFailed/kSkipped)
+//                                EntryAcks(i, tag)                consumers done with the entry so far
+//   Consumer:                    ObserveEntry(i)                  acquire: {tag, state, slot, generation}
+//                                AckEntry(i, tag)                 acks += 1 if the entry still carries tag; rings
+//                                                                 the engine's bell
+// Bells are futex words in the shared mapping (one for the engine, one for consumers): Ring* increments and wakes
+// every waiter of any process; Wait*(seen, timeout) sleeps while the bell still reads `seen`.
 //
 // Threads and ownership: allocation (Acquire/Release and the counters) is for the engine process only and is
 // thread-safe (an internal mutex). Protocol calls are lock-free and thread-safe. The StagingPool object owns its
@@ -65,7 +80,7 @@ inline constexpr uint32_t kMinAlignment = 4096;
 // A pool larger than this is refused: it is certainly a configuration error.
 inline constexpr uint64_t kMaxPoolBytes = uint64_t{1} << 40;  // 1 TiB
 inline constexpr uint64_t kPoolMagic = 0x4c4f4f5052544b56ULL;  // "VKTRPOOL" little-endian
-inline constexpr uint32_t kPoolVersion = 1;
+inline constexpr uint32_t kPoolVersion = 2;  // 2: the stream board
 
 struct StagingPoolOptions {
   uint32_t num_slots = 0;       // > 0
@@ -80,6 +95,7 @@ struct StagingPoolOptions {
   // of up to one per 4 KiB page; on a virtual disk with a segment limit per request (virtio-blk: 254) scattered
   // pages split a 2 MiB transfer into several requests and halve its bandwidth (tools/bench_io.cc, --raw-buffers).
   bool huge_pages = true;
+  uint32_t stream_entries = 0;  // entries of the stream board (0: none)
 };
 
 enum class SlotState : uint8_t { kFree = 0, kFilling = 1, kReady = 2, kFailed = 3 };
@@ -97,6 +113,22 @@ enum class WaitOutcome : uint8_t {
   kTimedOut,    // still filling (or free) when the timeout passed
 };
 std::string_view WaitOutcomeName(WaitOutcome outcome);
+
+// A stream board entry's state (see the header comment).
+enum class EntryState : uint8_t {
+  kWaiting = 0,  // not yet: the engine has not read (load) or granted (store) the chunk's slot
+  kReady = 1,    // ref names the slot: verified bytes to copy out (load), or the slot to fill (store)
+  kFailed = 2,   // the chunk will never be ready (load: a miss mid-stream; store: dropped); nothing to copy
+  kSkipped = 3,  // nothing to do for this chunk (a store another writer already covers)
+};
+std::string_view EntryStateName(EntryState state);
+
+struct EntryView {
+  uint32_t tag = 0;
+  EntryState state = EntryState::kWaiting;
+  uint32_t slot = 0;
+  uint32_t generation = 0;
+};
 
 enum class Priority : uint8_t { kDemand, kSpeculative };
 
@@ -150,6 +182,21 @@ class StagingPool {
   // Spins briefly, then sleeps with a backoff of up to ~50us between polls.
   WaitOutcome WaitReady(uint32_t slot, uint32_t generation, std::chrono::nanoseconds timeout) const;
 
+  // --- Stream board (see the header comment). Entry indices are < stream_entries(). ---
+  uint32_t stream_entries() const { return stream_entries_; }
+  void ResetEntry(uint32_t entry, uint32_t tag);
+  void PublishEntry(uint32_t entry, uint32_t tag, uint32_t slot, uint32_t generation);
+  void SetEntry(uint32_t entry, uint32_t tag, EntryState state);
+  uint32_t EntryAcks(uint32_t entry, uint32_t tag) const;  // 0 when the entry carries another tag
+  EntryView ObserveEntry(uint32_t entry) const;
+  bool AckEntry(uint32_t entry, uint32_t tag);  // false (nothing done) when the entry carries another tag
+  uint32_t EngineBell() const;
+  void RingEngine();
+  void WaitEngineBell(uint32_t seen, std::chrono::nanoseconds timeout) const;
+  uint32_t WorkerBell() const;
+  void RingWorkers();
+  void WaitWorkerBell(uint32_t seen, std::chrono::nanoseconds timeout) const;
+
   // --- Geometry. ---
   uint32_t num_slots() const { return num_slots_; }
   uint64_t slot_bytes() const { return slot_bytes_; }
@@ -166,7 +213,10 @@ class StagingPool {
 
  private:
   struct SlotControl;
+  struct BoardEntry;
+  struct Bells;
   SlotControl& control(uint32_t slot) const;
+  BoardEntry& board_entry(uint32_t entry) const;
 
   std::string name_;
   bool owner_ = false;
@@ -175,6 +225,9 @@ class StagingPool {
   size_t mapped_bytes_ = 0;
   uint64_t huge_bytes_ = 0;
   SlotControl* controls_ = nullptr;
+  Bells* bells_ = nullptr;
+  BoardEntry* board_ = nullptr;
+  uint32_t stream_entries_ = 0;
   uint8_t* data_ = nullptr;
   uint32_t num_slots_ = 0;
   uint64_t slot_bytes_ = 0;

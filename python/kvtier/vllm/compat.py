@@ -126,6 +126,25 @@ def connector_stats():
     return OffloadingConnectorStats()
 
 
+def _enable_streaming(vllm_config: Any, kv_cache_config: Any, mgr: Any) -> None:
+    """Streamed loads (docs/architecture.md "Streamed transfers") need vLLM to recompute the blocks of a chunk that
+    fails mid-stream: the worker reports them as load errors (KVTierConnector.get_block_ids_with_load_errors) and
+    vLLM's scheduler recomputes them under kv_load_failure_policy "recompute" (its default "fail" would end the
+    request with an error). vLLM maps block-level errors to requests only with one KV cache group; with more,
+    kvtier verifies every chunk before its hit instead (docs/vllm-version.md)."""
+    groups = len(getattr(kv_cache_config, "kv_cache_groups", ()) or ())
+    if groups > 1:
+        logger.info("kvtier: %d KV cache groups: loads are verified before their hit (no streamed loads)", groups)
+        return
+    ktc = vllm_config.kv_transfer_config
+    if getattr(ktc, "kv_load_failure_policy", "recompute") != "recompute":
+        logger.info("kvtier: kv_load_failure_policy %r -> 'recompute': a chunk that fails verification mid-load is "
+                    "recomputed, never given to the model", ktc.kv_load_failure_policy)
+        ktc.kv_load_failure_policy = "recompute"
+    mgr.streaming = True
+    logger.info("kvtier: streamed loads and stores on (window of %d slots per request)", mgr._window)
+
+
 class KVTierConnector(OffloadingConnector):
     """vLLM's OffloadingConnector, plus the request's block hashes for the kvtier manager.
 
@@ -152,6 +171,16 @@ class KVTierConnector(OffloadingConnector):
                 mgr.requests_noted = True
                 logger.info("kvtier: KVTierConnector hands each request's block hashes to the manager "
                             "(preload and the break-even gate can see waiting requests)")
+                _enable_streaming(vllm_config, kv_cache_config, mgr)
+        else:
+            from .worker import report_load_errors
+
+            report_load_errors()  # failed chunks of streamed loads reach vLLM (get_block_ids_with_load_errors)
+
+    def get_block_ids_with_load_errors(self) -> set[int]:
+        from .worker import take_load_errors
+
+        return take_load_errors() | set(super().get_block_ids_with_load_errors() or ())
 
     def on_new_request(self, request: Any) -> None:
         if self._kvtier_manager is not None:

@@ -23,7 +23,9 @@ class Copier(Protocol):
     queued. done(ticket): True once the copy finished (also when it failed). wait(ticket): blocks until it
     finished; raises if it failed (so done() then wait() is how a finished job learns its outcome).
     attach(pool) / detach(pool): a staging pool becomes / stops being a copy endpoint (the pool outlives detach).
-    asynchronous: False when copy() returns only after the bytes moved."""
+    asynchronous: False when copy() returns only after the bytes moved. An asynchronous copier may also have
+    fence() -> token (on the submitting thread) and copy(..., after=token) from another thread, which then waits for
+    what the submitting thread's stream had queued at fence() instead of what its own current stream holds."""
 
     asynchronous: bool
 
@@ -97,6 +99,7 @@ class CudaCopier:
             def current_stream() -> int:
                 return int(torch.cuda.current_stream(self.device).cuda_stream)
         self._current_stream = current_stream
+        self._side: Any = None  # the stream a fenced copy waits on (its own stream waits for the fence there)
 
     def attach(self, pool: Any) -> None:
         base, size = int(pool.base_address), int(pool.mapped_bytes)
@@ -112,8 +115,24 @@ class CudaCopier:
         self._c.close()
         self._c = self._ext.CudaCopier(device=self.device)
 
-    def copy(self, direction: str, dst: np.ndarray, src: np.ndarray, sizes: np.ndarray) -> Any:
-        return self._c.copy_batch(direction, dst, src, sizes, stream=self._current_stream())
+    def fence(self) -> Any:
+        """An event recorded on the caller's current stream: a later copy(after=fence), issued from any thread,
+        waits for the work queued there up to now (a streamed job's copies wait for what its submission saw)."""
+        import torch
+
+        ev = torch.cuda.Event()
+        ev.record(torch.cuda.current_stream(self.device))
+        return ev
+
+    def copy(self, direction: str, dst: np.ndarray, src: np.ndarray, sizes: np.ndarray, after: Any = None) -> Any:
+        if after is None:
+            return self._c.copy_batch(direction, dst, src, sizes, stream=self._current_stream())
+        import torch
+
+        if self._side is None:
+            self._side = torch.cuda.Stream(device=self.device)
+        self._side.wait_event(after)
+        return self._c.copy_batch(direction, dst, src, sizes, stream=int(self._side.cuda_stream))
 
     def done(self, ticket: Any) -> bool:
         return bool(self._c.query(ticket))

@@ -38,8 +38,18 @@ class KVTierManager(OffloadingManager):
     def __init__(self, engine: Any, stats_interval_s: float = 10.0, stats_path: str | None = None,
                  preload_max_inflight: int = 0, thresholds: dict[str, int] | None = None,
                  hashes_per_chunk: Iterable[int] = (), tokens_per_chunk: int = 0,
-                 group_ids: Iterable[int] | None = None):
+                 group_ids: Iterable[int] | None = None, world_size: int = 1):
         self.engine = engine
+        # Streamed loads (docs/architecture.md "Streamed transfers"): a disk hit is answered from the index and read
+        # chunk by chunk through a bounded window while the workers copy; a chunk that fails mid-stream is reported
+        # to vLLM as invalid blocks, which only kvtier's connector can do (compat.KVTierConnector sets this). Off:
+        # every chunk is read and verified into the pool before its lookup says HIT (at most a window of them).
+        self.streaming = False
+        self._window = int(getattr(engine, "stream_window", 0) or 32)
+        self._consumers = max(1, int(world_size))  # workers that copy each chunk (every rank its slice)
+        self._streams: dict[str, list[int]] = {}  # req_id -> its open load streams
+        self._store_stream_of: dict[bytes, int] = {}  # key being stored -> its store stream
+        self._store_keys_left: dict[int, set[bytes]] = {}  # store stream -> keys vLLM has not completed yet
         # Preload (R1-R3): the engine's PreloadPlanner (src/policy), fed from note_request/on_new_request; off at 0.
         self._preload = preload_max_inflight > 0
         if self._preload:
@@ -117,6 +127,10 @@ class KVTierManager(OffloadingManager):
             where = "disk"  # lost its slot since: read it again
         if where == "disk":
             self._disk_hits.setdefault(req_context.req_id, set()).add(key)  # read for this request (get_load_source)
+            if self.streaming:
+                return LookupResult.HIT  # read by prepare_load's stream, verified chunk by chunk
+            if self._window_full(req_context.req_id, key):
+                return LookupResult.MISS  # verified mode: what fits in the window is loaded, the rest recomputed
             state, _, _ = self.engine.preload_demand(key) if self._preload else self.engine.promote(key, False)
             if state == "ready":
                 self._promoting.discard(key)
@@ -132,6 +146,14 @@ class KVTierManager(OffloadingManager):
             self._promoting.discard(key)
             return LookupResult.MISS  # failed verification, vanished, or no slot to read into: recompute
         return LookupResult.MISS
+
+    def _window_full(self, req_id: str, key: bytes) -> bool:
+        """Verified mode: a request holds at most a window of slots (pinned, or being read for it), so that one
+        request larger than the pool loads its first chunks instead of evicting its own promotions (S1)."""
+        if key in self._promoting:
+            return False
+        held = len(self._pins.get(req_id, ())) + len(self._disk_hits.get(req_id, ())) - 1
+        return held >= self._window
 
     def _gate_allows(self, key: bytes, req_id: str) -> bool:
         """G1: would this hit load enough tokens from its tier to beat recomputing them? Decided once per
@@ -183,6 +205,8 @@ class KVTierManager(OffloadingManager):
 
     def prepare_load(self, keys: Collection[OffloadKey], req_context: ReqContext) -> LoadStoreSpec:
         req_id = req_context.req_id
+        if self.streaming:
+            return self._prepare_stream_load([bytes(k) for k in keys], req_id)
         pins = self._pins.setdefault(req_id, {})
         slots, gens = [], []
         for k in keys:
@@ -201,6 +225,24 @@ class KVTierManager(OffloadingManager):
         self.load_bytes_needed += len(slots) * self._chunk_payload_bytes
         self._mgr["load_bytes_needed"] = self.load_bytes_needed
         return KVTierLoadStoreSpec(self.pool_name, self.block_stride, self.payload_offset, slots, gens)
+
+    def _prepare_stream_load(self, keys: list[bytes], req_id: str) -> LoadStoreSpec:
+        opened = self.engine.stream_open_load(keys, self._consumers)
+        self._loading[req_id] = self._loading.get(req_id, 0) + 1
+        self.load_bytes_needed += len(keys) * self._chunk_payload_bytes
+        self._mgr["load_bytes_needed"] = self.load_bytes_needed
+        if opened is None:  # the stream board is full: every chunk fails, vLLM recomputes them
+            self._mgr["streams_refused"] += 1
+            logger.warning("kvtier: request %s: no room on the stream board for %d chunks; recomputing them", req_id,
+                           len(keys))
+            stream = (0, 0, len(keys), 0)
+        else:
+            self._streams.setdefault(req_id, []).append(int(opened[0]))
+            stream = tuple(int(x) for x in opened)
+        if self._tl is not None:
+            self._tl("prepare_load", req=req_id, chunks=len(keys), stream=stream[0])
+        return KVTierLoadStoreSpec(self.pool_name, self.block_stride, self.payload_offset, [], [],
+                                   stream=stream[1:])
 
     def complete_load(self, keys: Collection[OffloadKey], req_context: ReqContext):
         req_id = req_context.req_id
@@ -221,6 +263,8 @@ class KVTierManager(OffloadingManager):
         return compat.load_source(bytes(key) in self._disk_hits.get(req_context.req_id, ()))
 
     def _release(self, req_id: str) -> None:
+        for sid in self._streams.pop(req_id, ()):
+            self.engine.stream_close(sid)
         self._disk_hits.pop(req_id, None)
         pins = self._pins.pop(req_id, None)
         if pins:
@@ -240,6 +284,8 @@ class KVTierManager(OffloadingManager):
                 return PrepareStoreOutput(keys_to_store=[], evicted_keys=[],
                                           store_spec=KVTierLoadStoreSpec(self.pool_name, self.block_stride,
                                                                          self.payload_offset, [], []))
+        if self.streaming:
+            return self._prepare_stream_store(klist)
         refs = self.engine.reserve_for_store(klist)
         if refs is None:
             self._mgr["store_pool_full"] += 1
@@ -255,8 +301,47 @@ class KVTierManager(OffloadingManager):
         spec = KVTierLoadStoreSpec(self.pool_name, self.block_stride, self.payload_offset, slots, gens)
         return PrepareStoreOutput(keys_to_store=to_store, store_spec=spec, evicted_keys=[])
 
+    def _prepare_stream_store(self, klist: list[bytes]) -> PrepareStoreOutput | None:
+        """X2 through a bounded window: the chunks not stored, resident or being stored already go in one store
+        stream; its workers fill each chunk's slot as the pump grants it and the reactors write it out, so a store
+        never waits for the pool to hold all of it (S1)."""
+        fresh = [k for k in klist if k not in self._store_stream_of and self.engine.residency(k) == "miss"
+                 and not self.engine.stored(k)]
+        if not fresh:
+            return PrepareStoreOutput(keys_to_store=[], evicted_keys=[],
+                                      store_spec=KVTierLoadStoreSpec(self.pool_name, self.block_stride,
+                                                                     self.payload_offset, [], []))
+        opened = self.engine.stream_open_store(fresh, self._consumers)
+        if opened is None:
+            self._mgr["store_pool_full"] += 1  # the stream board is full: vLLM offers these chunks again later
+            return None
+        sid = int(opened[0])
+        for k in fresh:
+            self._store_stream_of[k] = sid
+        self._store_keys_left[sid] = set(fresh)
+        self._storing.update(fresh)
+        spec = KVTierLoadStoreSpec(self.pool_name, self.block_stride, self.payload_offset, [], [],
+                                   stream=tuple(int(x) for x in opened[1:]))
+        return PrepareStoreOutput(keys_to_store=[OffloadKey(k) for k in fresh], store_spec=spec, evicted_keys=[])
+
+    def _complete_stream_store(self, klist: list[bytes]) -> None:
+        for k in klist:
+            sid = self._store_stream_of.pop(k, None)
+            if sid is None:
+                continue
+            left = self._store_keys_left.get(sid)
+            if left is not None:
+                left.discard(k)
+                if not left:
+                    del self._store_keys_left[sid]
+                    self.engine.stream_close(sid)  # commits what the workers filled
+
     def complete_store(self, keys: Collection[OffloadKey], req_context: ReqContext, success: bool = True):
         klist = [bytes(k) for k in keys]
+        if self.streaming and any(k in self._store_stream_of for k in klist):
+            self._storing.difference_update(klist)
+            self._complete_stream_store(klist)
+            return
         self._storing.difference_update(klist)
         self.engine.commit_store(klist, bool(success))
 
@@ -338,9 +423,13 @@ class KVTierManager(OffloadingManager):
         # workers have run the step that waits for the flushed jobs (one more step covers async scheduling).
         pins = [k for req_id in list(self._pins) for k in self._pins.pop(req_id)]
         self._disk_hits.clear()
-        storing = list(self._storing)
-        if pins or storing:
-            self._quarantine.append([_RESET_QUARANTINE_STEPS, pins, storing])
+        streams = [sid for sids in self._streams.values() for sid in sids] + list(self._store_keys_left)
+        storing = [k for k in self._storing if k not in self._store_stream_of]
+        self._streams.clear()
+        self._store_stream_of.clear()
+        self._store_keys_left.clear()
+        if pins or storing or streams:
+            self._quarantine.append([_RESET_QUARANTINE_STEPS, pins, storing, streams])
         self._loading.clear()
         self._finished.clear()
         self._storing.clear()
@@ -357,6 +446,8 @@ class KVTierManager(OffloadingManager):
                 self.engine.unpin(q[1])
             if q[2]:
                 self.engine.commit_store(q[2], False)
+            for sid in q[3]:
+                self.engine.stream_close(sid)
         self._quarantine = keep
 
     def take_events(self):

@@ -39,6 +39,7 @@ MANAGER_COUNTERS = {
     "store_pool_full": "store attempts refused because the staging pool was full (vLLM retries later)",
     "declined_loads": "hits the break-even gate reported as misses (recomputed instead; docs/break-even.md)",
     "stores_declined": "store requests below the gate's store_min_tokens (not written)",
+    "streams_refused": "loads whose stream found no room on the pool's stream board (their chunks recomputed)",
     "load_bytes_needed": "payload bytes of the chunks handed to loads (bytes the admitted requests needed)",
 }
 

@@ -105,7 +105,8 @@ class KVTierSpec(OffloadingSpec):
                                           preload_max_inflight=self.kv["kvtier_preload_max_inflight"],
                                           thresholds=thresholds, hashes_per_chunk=hpc,
                                           group_ids=compat.group_ids(self.config),
-                                          tokens_per_chunk=self.tokens_per_chunk())
+                                          tokens_per_chunk=self.tokens_per_chunk(),
+                                          world_size=int(self.config.parallel.world_size))
         return self._manager
 
     def get_worker(self, kv_caches: CanonicalKVCaches) -> OffloadingWorker:

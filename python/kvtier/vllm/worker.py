@@ -15,6 +15,45 @@ from .compat import CanonicalKVCaches, GPULoadStoreSpec, LoadStoreSpec, Offloadi
 from .copiers import Copier, make_copier
 from .transfer import KVTierLoadStoreSpec
 
+# Stream board entry states (src/staging/staging_pool.h, EntryState).
+_ENTRY_WAITING, _ENTRY_READY, _ENTRY_FAILED, _ENTRY_SKIPPED = 0, 1, 2, 3
+
+# Blocks of streamed loads that failed mid-stream (a chunk that could not be read or verified: its blocks were never
+# written), for vLLM's get_block_ids_with_load_errors. Only compat.KVTierConnector drains them; a worker reports a
+# failed chunk this way only where it does (report_load_errors), else its job fails as a failed transfer.
+_load_errors_lock = threading.Lock()
+_load_errors: set[int] = set()
+_load_errors_drained = False
+
+
+def report_load_errors() -> None:
+    """Called by compat.KVTierConnector in a worker process: failed chunks' blocks reach vLLM from now on."""
+    global _load_errors_drained
+    _load_errors_drained = True
+
+
+def take_load_errors() -> set[int]:
+    with _load_errors_lock:
+        out = set(_load_errors)
+        _load_errors.clear()
+    return out
+
+
+class _StreamJob:
+    """A streamed transfer (docs/architecture.md "Streamed transfers"): its chunks are copied as the engine makes
+    each one ready on the stream board, and acked so the engine can reuse the slot."""
+
+    def __init__(self, job_id: int, load: bool, pool: Any, stream: tuple[int, int, int], layout: tuple,
+                 fence: Any, t0: float):
+        self.job_id, self.load, self.pool, self.t0, self.fence = job_id, load, pool, t0, fence
+        self.first, self.count, self.tag = stream
+        (self.slot_rel, self.kv, self.sizes, self.page_chunk, self.block_ids, self.block_chunk) = layout
+        self.todo = np.ones(self.count, dtype=bool)  # chunks not copied, failed or skipped yet
+        self.inflight: list[tuple[Any, np.ndarray, int]] = []  # (ticket, chunks, bytes) of asynchronous copies
+        self.failed: list[int] = []
+        self.nbytes = 0
+        self.first_copy_t = 0.0
+
 
 class _Job:
     """A submitted transfer whose copy may still be running."""
@@ -75,6 +114,10 @@ class KVTierWorker(OffloadingWorker):
         self._pool_name: str | None = None
         self._finished: list[TransferResult] = []
         self._pending: dict[int, _Job] = {}  # asynchronous copies not yet seen complete, in submission order
+        self._streams: dict[int, _StreamJob] = {}  # streamed jobs not finished yet (the stream thread's work)
+        self._stream_cv = threading.Condition()
+        self._stream_thread: threading.Thread | None = None
+        self._stream_stop = False
         self._lock = threading.Lock()
         self._tl = metrics.timeline()
         self._attach_lock = threading.RLock()  # _attach: the transfer path and the pre-attach thread
@@ -165,43 +208,51 @@ class KVTierWorker(OffloadingWorker):
         return None
 
     def _addresses(self, spec: KVTierLoadStoreSpec, gpu: GPULoadStoreSpec, slot_addr: np.ndarray):
-        """(slot-side addresses, KV-side addresses, sizes) of every page of the transfer, in vLLM's semantics:
-        group by group, the first chunk of a group skips block_indices[g] % blocks_per_chunk blocks. KV-side
-        addresses are tensor.data_ptr() + block id * row stride: device addresses for CUDA tensors."""
+        """(slot-side addresses, KV-side addresses, sizes) of every page of the transfer (see _layout)."""
+        rel, kv, sizes, page_chunk, _, _ = self._layout(len(slot_addr), gpu, spec.block_stride)
+        return rel + slot_addr[page_chunk], kv, sizes
+
+    def _layout(self, n_chunks: int, gpu: GPULoadStoreSpec, block_stride: int):
+        """Every page of a transfer of n_chunks chunks, in vLLM's semantics: group by group, the first chunk of a
+        group skips block_indices[g] % blocks_per_chunk blocks. Returns (slot-side offsets from the chunk's slot
+        address, KV-side addresses, sizes, the chunk of each page, the GPU block ids, the chunk of each block).
+        KV-side addresses are tensor.data_ptr() + block id * row stride: device addresses for CUDA tensors."""
         block_ids = np.asarray(gpu.block_ids, dtype=np.uint64)
         group_sizes = list(gpu.group_sizes)
         block_indices = list(gpu.block_indices)
         if len(group_sizes) != len(self._groups):
             raise ValueError(f"transfer has {len(group_sizes)} groups, the worker knows {len(self._groups)}")
-        slot_parts, kv_parts, size_parts = [], [], []
+        slot_parts, kv_parts, size_parts, chunk_parts, block_chunk_parts = [], [], [], [], []
         gpu_off = 0
         key_off = 0
-        stride = np.uint64(spec.block_stride)
+        stride = np.uint64(block_stride)
         for (tidx, sizes, offs), n, bidx in zip(self._groups, group_sizes, block_indices):
             n = int(n)
             if n == 0:
                 continue
             skip = int(bidx) % self.bpc
             nkeys = -(-(n + skip) // self.bpc)
-            if key_off + nkeys > len(slot_addr):
-                raise ValueError(f"transfer needs {key_off + nkeys} chunks, the spec has {len(slot_addr)}")
+            if key_off + nkeys > n_chunks:
+                raise ValueError(f"transfer needs {key_off + nkeys} chunks, the spec has {n_chunks}")
             j = np.arange(skip, skip + n, dtype=np.uint64)
-            block_base = slot_addr[key_off + (j // np.uint64(self.bpc)).astype(np.int64)] + \
-                (j % np.uint64(self.bpc)) * stride + np.uint64(self.rank_offset)
+            chunk = key_off + (j // np.uint64(self.bpc)).astype(np.int64)
+            block_base = (j % np.uint64(self.bpc)) * stride + np.uint64(self.rank_offset)
             ids = block_ids[gpu_off:gpu_off + n]
             # (n blocks, E pages): slot side in payload order, KV side one row per tensor.
             slot_parts.append((block_base[:, None] + offs[None, :]).ravel())
             kv_parts.append((self._bases[tidx][None, :] + ids[:, None] * self._row_strides[tidx][None, :]).ravel())
             size_parts.append(np.tile(sizes, n))
+            chunk_parts.append(np.repeat(chunk, len(sizes)))
+            block_chunk_parts.append(chunk)
             gpu_off += n
             key_off += nkeys
-        if gpu_off != len(block_ids) or key_off != len(slot_addr):
-            raise ValueError(f"transfer covers {gpu_off}/{len(block_ids)} blocks and {key_off}/{len(slot_addr)} "
-                             "chunks")
+        if gpu_off != len(block_ids) or key_off != n_chunks:
+            raise ValueError(f"transfer covers {gpu_off}/{len(block_ids)} blocks and {key_off}/{n_chunks} chunks")
         if not slot_parts:
             e = np.zeros(0, dtype=np.uint64)
-            return e, e, e
-        return np.concatenate(slot_parts), np.concatenate(kv_parts), np.concatenate(size_parts)
+            return e, e, e, np.zeros(0, dtype=np.int64), block_ids, np.zeros(0, dtype=np.int64)
+        return (np.concatenate(slot_parts), np.concatenate(kv_parts), np.concatenate(size_parts),
+                np.concatenate(chunk_parts), block_ids, np.concatenate(block_chunk_parts))
 
     # -- transfers -----------------------------------------------------------------------------------------
     #
@@ -228,6 +279,8 @@ class KVTierWorker(OffloadingWorker):
     def _transfer(self, job_id: int, spec: LoadStoreSpec, gpu: GPULoadStoreSpec, load: bool) -> bool:
         t0 = time.perf_counter()
         assert isinstance(spec, KVTierLoadStoreSpec), type(spec)
+        if spec.stream is not None:
+            return self._submit_stream(job_id, spec, gpu, load, t0)
         ok, nbytes = True, 0
         try:
             if len(spec) > 0:
@@ -266,6 +319,181 @@ class KVTierWorker(OffloadingWorker):
             self._finished.append(TransferResult(job_id=job_id, success=ok, transfer_size=int(nbytes),
                                                  transfer_time=time.perf_counter() - t0))
         return True
+
+    # -- streamed transfers (docs/architecture.md "Streamed transfers") ----------------------------------------
+    #
+    # submit_* registers the job and returns; the worker's stream thread copies each chunk as the engine publishes
+    # it on the stream board (load: read and verified into its slot; store: a slot granted to fill), acks it so the
+    # engine can reuse the slot, and reports the job once every chunk is copied, failed or skipped. With the CUDA
+    # copier every copy of the job waits for a fence recorded on the caller's stream at submission (what a
+    # synchronous job's copy queued behind then), not for work queued later.
+    def _submit_stream(self, job_id: int, spec: KVTierLoadStoreSpec, gpu: GPULoadStoreSpec, load: bool,
+                       t0: float) -> bool:
+        first, count, tag = spec.stream
+        try:
+            layout = self._layout(count, gpu, spec.block_stride)
+            pool = self._attach(spec.pool_name) if tag != 0 else None
+            fence_fn = getattr(self._copier, "fence", None)
+            fence = fence_fn() if fence_fn is not None and count > 0 else None
+        except Exception:
+            logger.exception("kvtier worker: %s job %d: cannot start its stream", "load" if load else "store", job_id)
+            with self._lock:
+                self._finished.append(TransferResult(job_id=job_id, success=False, transfer_size=0,
+                                                     transfer_time=time.perf_counter() - t0))
+            return True
+        job = _StreamJob(job_id, load, pool, (first, count, tag), layout, fence, t0)
+        if tag == 0:  # the stream could not open: every chunk failed (the manager logged why)
+            job.failed = list(range(count))
+            job.todo[:] = False
+            self._finish_stream(job)
+            return True
+        if self._tl is not None:
+            self._tl("submit", job=job_id, load=load, bytes=int(job.sizes.sum()), pages=int(len(job.sizes)),
+                     chunks=count, stream=True)
+        with self._stream_cv:
+            self._streams[job_id] = job
+            if self._stream_thread is None:
+                self._stream_thread = threading.Thread(target=self._stream_loop, name="kvtier-streams", daemon=True)
+                self._stream_thread.start()
+            self._stream_cv.notify_all()
+        return True
+
+    def _stream_loop(self) -> None:
+        while True:
+            with self._stream_cv:
+                while not self._streams and not self._stream_stop:
+                    self._stream_cv.wait()
+                if self._stream_stop:  # shutdown: what is still streaming is abandoned (nothing will ack it)
+                    self._streams.clear()
+                    self._stream_cv.notify_all()
+                    return
+                jobs = list(self._streams.values())
+            pool = jobs[0].pool
+            bell = pool.worker_bell()
+            progressed = False
+            for job in jobs:
+                try:
+                    progressed |= self._advance_stream(job)
+                except Exception:
+                    logger.exception("kvtier worker: %s job %d failed", "load" if job.load else "store", job.job_id)
+                    job.failed.extend(int(k) for k in np.nonzero(job.todo)[0])
+                    job.todo[:] = False
+                    job.inflight = []
+                    self._finish_stream(job, broken=True)
+                    progressed = True
+            if not progressed:
+                busy = any(j.inflight for j in jobs)
+                pool.wait_worker_bell(bell, 0.0002 if busy else 0.005)
+
+    def _advance_stream(self, job: _StreamJob) -> bool:
+        progressed = False
+        for ticket, chunks, nbytes in list(job.inflight):
+            if not self._copier.done(ticket):
+                continue
+            job.inflight.remove((ticket, chunks, nbytes))
+            try:
+                self._copier.wait(ticket)
+            except Exception:
+                logger.exception("kvtier worker: %s job %d: a copy failed", "load" if job.load else "store",
+                                 job.job_id)
+                job.failed.extend(int(k) for k in chunks)
+                nbytes = 0
+            self._ack(job, chunks, nbytes)
+            progressed = True
+        if job.todo.any():
+            entries = np.frombuffer(job.pool.observe_entries(job.first, job.count), dtype=np.uint32).reshape(-1, 4)
+            mine = entries[:, 0] == job.tag
+            failed = job.todo & (~mine | (entries[:, 1] == _ENTRY_FAILED))  # another tag: the stream was closed
+            skipped = job.todo & mine & (entries[:, 1] == _ENTRY_SKIPPED)
+            ready = job.todo & mine & (entries[:, 1] == _ENTRY_READY)
+            if failed.any():
+                job.failed.extend(int(k) for k in np.nonzero(failed)[0])
+                job.todo &= ~failed
+                progressed = True
+            if skipped.any():
+                job.todo &= ~skipped
+                progressed = True
+            if ready.any():
+                self._copy_ready(job, np.nonzero(ready)[0], entries)
+                progressed = True
+        if not job.todo.any() and not job.inflight:
+            self._finish_stream(job)
+        return progressed
+
+    def _copy_ready(self, job: _StreamJob, ready: np.ndarray, entries: np.ndarray) -> None:
+        want = "ready" if job.load else "filling"
+        good, addr = [], np.zeros(job.count, dtype=np.uint64)
+        for k in ready.tolist():
+            slot, gen = int(entries[k, 2]), int(entries[k, 3])
+            g, state = job.pool.observe(slot)
+            if g != gen or state != want:
+                # Never copy bytes the engine does not vouch for (load), or into a slot no longer ours (store).
+                logger.error("kvtier worker: %s job %d chunk %d: slot %d is generation %d %s, expected %d %s",
+                             "load" if job.load else "store", job.job_id, k, slot, g, state, gen, want)
+                job.failed.append(k)
+                job.pool.ack_entry(job.first + k, job.tag)
+                continue
+            good.append(k)
+            addr[k] = job.pool.slot_address(slot)
+        job.todo[ready] = False
+        if not good:
+            return
+        chunks = np.asarray(good, dtype=np.int64)
+        pages = np.isin(job.page_chunk, chunks)
+        slot_side = job.slot_rel[pages] + addr[job.page_chunk[pages]]
+        kv_side, sizes = job.kv[pages], job.sizes[pages]
+        if job.first_copy_t == 0.0:
+            job.first_copy_t = time.perf_counter()
+        if self._tl is not None:
+            self._tl("stream_copy", job=job.job_id, load=job.load, chunks=[int(k) for k in good],
+                     bytes=int(sizes.sum()))
+        kwargs = {"after": job.fence} if job.fence is not None else {}
+        if job.load:
+            ticket = self._copier.copy("h2d", kv_side, slot_side, sizes, **kwargs)
+        else:
+            ticket = self._copier.copy("d2h", slot_side, kv_side, sizes, **kwargs)
+        if self._copier.asynchronous:
+            job.inflight.append((ticket, chunks, int(sizes.sum())))
+        else:
+            self._ack(job, chunks, int(ticket))
+
+    def _ack(self, job: _StreamJob, chunks: np.ndarray, nbytes: int) -> None:
+        job.nbytes += int(nbytes)
+        for k in chunks.tolist():
+            job.pool.ack_entry(job.first + int(k), job.tag)
+
+    def _finish_stream(self, job: _StreamJob, broken: bool = False) -> None:
+        with self._stream_cv:
+            if self._streams.pop(job.job_id, None) is None and job.tag != 0:
+                return
+            self._stream_cv.notify_all()
+        ok = not broken
+        if job.failed and job.load:
+            failed = np.isin(job.block_chunk, np.asarray(job.failed, dtype=np.int64))
+            blocks = {int(b) for b in job.block_ids[failed].tolist()}
+            if _load_errors_drained:
+                with _load_errors_lock:
+                    _load_errors.update(blocks)
+                logger.warning("kvtier worker: load job %d: %d of %d chunks could not be loaded; vLLM recomputes "
+                               "their %d blocks", job.job_id, len(set(job.failed)), job.count, len(blocks))
+            else:
+                logger.error("kvtier worker: load job %d: %d chunks could not be loaded, and this connector cannot "
+                             "report failed blocks (use KVTierConnector)", job.job_id, len(set(job.failed)))
+                ok = False
+        if self._tl is not None:
+            self._tl("done", job=job.job_id, load=job.load, ok=ok, ms=(time.perf_counter() - job.t0) * 1e3,
+                     failed=len(job.failed), first_copy_ms=(job.first_copy_t - job.t0) * 1e3 if job.first_copy_t
+                     else None)
+        with self._lock:
+            if ok:
+                self._count(job.load, job.nbytes)
+            self._finished.append(TransferResult(job_id=job.job_id, success=ok, transfer_size=int(job.nbytes),
+                                                 transfer_time=time.perf_counter() - job.t0))
+
+    def _wait_streams(self, job_ids: set[int] | None) -> None:
+        with self._stream_cv:
+            while any(j in self._streams for j in (job_ids if job_ids is not None else list(self._streams))):
+                self._stream_cv.wait(0.1)
 
     def _count(self, load: bool, nbytes: int) -> None:
         if nbytes <= 0:  # nothing copied (an empty spec, a store skipped after reset_cache)
@@ -342,10 +570,16 @@ class KVTierWorker(OffloadingWorker):
             jobs = [self._pending[j] for j in job_ids if j in self._pending]
         for job in jobs:
             self._finish(job)
+        self._wait_streams(set(job_ids))
 
     def shutdown(self) -> None:
         with self._attach_lock:  # no pre-attach after this
             self._closed = True
+        with self._stream_cv:
+            self._stream_stop = True
+            self._stream_cv.notify_all()
+        if self._stream_thread is not None:
+            self._stream_thread.join(timeout=30)
         self._drain()
         self._copier.close()
         if self._pool is not None:
