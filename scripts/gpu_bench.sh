@@ -54,10 +54,12 @@ cmake -S . -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DKVTIER_WITH_CUDA
   >"$OUT/cmake.log" 2>&1 || { tail -40 "$OUT/cmake.log"; exit 1; }
 cmake --build "$build" --target _kvtier _kvtier_cuda kvtier_gpu_bench -j"$(nproc)" >"$OUT/build.log" 2>&1 \
   || { grep -E "error|Error" -A3 "$OUT/build.log" | head -60; exit 1; }
+# The package as the box imports it (scripts/h200/headline.sh puts it on vLLM's PYTHONPATH): every subpackage
+# (kvtier.vllm, kvtier.tools) and the modules just built.
 pkg=/tmp/kvtier-py
-rm -rf "$pkg" && mkdir -p "$pkg/kvtier"
-cp python/kvtier/*.py "$pkg/kvtier/"
-find "$build" -maxdepth 1 -name '_kvtier*.so' -exec cp {} "$pkg/kvtier/" \;
+# shellcheck source=lib/stage_python.sh
+source scripts/lib/stage_python.sh
+kvtier_stage_python "$pkg" "$build" || exit 1
 export PYTHONPATH=$pkg${PYTHONPATH:+:$PYTHONPATH}
 for so in "$pkg"/kvtier/_kvtier*.so; do
   if ! ldd "$so" | grep -q 'libstdc++'; then

@@ -5,16 +5,21 @@ cache. Run on the GPU box by scripts/h200/headline.sh; `summarize` and `plot` ru
     python3 bench/h200/headline.py run --out DIR [--systems a,b] [--sizes 1k,10k,40k,80k] [--deadline-s 400]
     python3 bench/h200/headline.py summarize DIR/headline.json
     python3 bench/h200/headline.py plot DIR/headline.json --png out.png
-    python3 bench/h200/headline.py run --dry-run ...    # print the servers' command lines and exit
+    python3 bench/h200/headline.py run --dry-run ...    # print the plan (servers' command lines, in order) and exit
 
-What runs. One model directory with Llama-3.2-3B's published shape (config.json only, weights are `--load-format
-dummy`) and a word-level tokenizer over a synthetic vocabulary (kvtier.tiny_model), so nothing is downloaded. One
-vLLM OpenAI server per system, all started at once with the same flags except the KV connector (staggered by a few
-seconds; each gets a fixed KV cache, --kv-cache-memory-bytes, so they share the GPU; kvtier.tools.launcher), then
-benchmarked one after the other with the long-document benchmark (kvtier.tools.longdoc: token-id prompts,
-streaming TTFT): per document size a warm-up phase (each document once: this is what fills the caches) and a query
-phase (each document again with the whole document reused and a new question), `--concurrency` requests in
-flight.
+What runs. One model directory with a published model's shape (`--shape`: Llama-3.2-3B by default, Qwen3-4B,
+Qwen2.5-32B, or `tiny` for vLLM's CPU build; config.json only, weights are `--load-format dummy`) and a word-level
+tokenizer over a synthetic vocabulary (kvtier.tiny_model), so nothing is downloaded. One vLLM OpenAI server per
+system with the same flags except the KV connector, each with a fixed KV cache (--kv-cache-memory-bytes;
+kvtier.tools.launcher), benchmarked one after the other with the long-document benchmark (kvtier.tools.longdoc:
+token-id prompts, streaming TTFT): per document size a warm-up phase (each document once: this is what fills the
+caches) and a query phase (each document again with the whole document reused and a new question), `--concurrency`
+requests in flight. After its runs a system's server is stopped and its storage root removed (`--trim`: and the
+file system under `--work` trimmed, so that a zram device or a RAM disk gives the memory back before the next one).
+
+Two plans (`plan()`): by default every server is started at once (staggered by a few seconds) and they share the
+GPU; `--sequential` (the default of a shape that needs most of the GPU, Qwen2.5-32B: 61 GiB of weights) starts each
+system's server only after the previous one stopped and its root was freed, so each runs alone on the GPU.
 
   baseline             no connector. Its warm-up TTFT is the full recompute; its query TTFT is the GPU prefix cache.
   kvtier-dram          kvtier, pool large enough for every document of a size: the query finds the prefix in the
@@ -84,11 +89,31 @@ SHAPES["tiny"] = {
                "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
                "vocab_size": 4096, "max_position_embeddings": 32768, "tie_word_embeddings": False},
 }
+# Qwen2.5-32B's shape (its published config; max_position_embeddings raised from 32768 to cover 80k, which changes
+# no arithmetic; the same as bench/gpu/frontier.py's): 61 GiB of bf16 weights, so its servers run one at a time
+# ("sequential") with a GPU KV cache that holds two 80k-token sequences ("gpu_kv_gib").
+SHAPES["qwen2.5-32b"] = {
+    "name": "qwen2.5-32b",
+    "kv_bytes_per_token": 64 * 2 * 8 * 128 * 2,
+    "sequential": True,
+    "gpu_kv_gib": 42.0,
+    "config": {**SHAPES["llama-3.2-3b"]["config"], "model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"],
+               "hidden_size": 5120, "intermediate_size": 27648, "num_hidden_layers": 64, "num_attention_heads": 40,
+               "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 152064, "max_position_embeddings": 131072,
+               "rope_theta": 1000000.0, "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
+               "attention_dropout": 0.0, "use_sliding_window": False},
+}
 MODEL = SHAPES["llama-3.2-3b"]
 GIB = 1 << 30
 DISK_BPS = 1.5e9  # the box's virtual disk, for settle times only
 SYSTEMS = ("baseline", "kvtier-dram", "native", "lmcache", "kvtier-disk", "kvtier-disk-nopreload")
 DOCS_PER_SIZE = {1024: 8, 10240: 4, 40960: 2, 81920: 2}
+
+
+def kv_bytes_per_token(config: dict, dtype_bytes: int = 2) -> int:
+    """K and V of every layer for one token: 2 x layers x KV heads x head_dim x bytes per element (bf16: 2)."""
+    head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    return 2 * config["num_hidden_layers"] * config["num_key_value_heads"] * head_dim * dtype_bytes
 
 
 def parse_size(text: str) -> int:
@@ -221,9 +246,96 @@ def metrics_text(url: str) -> str:
 # run
 # ------------------------------------------------------------------------------------------------------------------
 
+STEPS = ("start", "ready", "bench", "stop", "free")
+
+
+def plan(systems: list[str], sequential: bool) -> list[tuple[str, str]]:
+    """The run's steps in order, as (step, system). start: the server is launched; ready: wait for its /health (or
+    its exit, or --start-timeout-s from its start); bench: its runs; stop: the server ends, and its background
+    writes with it; free: its storage root is removed (and with --trim the file system trimmed). Concurrent: every
+    server starts, then each is benchmarked while the others idle. Sequential: all of one system's steps before the
+    next one starts, so the GPU holds one server at a time."""
+    if sequential:
+        return [(step, name) for name in systems for step in STEPS]
+    return ([("start", name) for name in systems] + [("ready", name) for name in systems]
+            + [(step, name) for name in systems for step in STEPS[2:]])
+
+
+def resolve_thresholds(value: str) -> str:
+    """`auto`: the thresholds file `kvtier calibrate` made for this shape on the GPU box
+    (bench/results/h200/thresholds-<shape>.json) where there is one, else "" (the gate off); any other value as is."""
+    if value != "auto":
+        return value
+    path = REPO / "bench" / "results" / "h200" / f"thresholds-{MODEL['name']}.json"
+    return str(path) if path.exists() else ""
+
+
+def mount_point(path: Path) -> Path:
+    """The mount point of the file system that holds `path` (or will: that of its nearest existing parent)."""
+    p = Path(os.path.abspath(path))
+    while not p.exists():
+        p = p.parent
+    while not os.path.ismount(p):
+        p = p.parent
+    return p
+
+
+def zram_held(mnt: Path) -> int | None:
+    """Bytes of data the zram device mounted at `mnt` holds (mm_stat's orig_data_size); None if none is mounted
+    there."""
+    try:
+        for line in Path("/proc/mounts").read_text().splitlines():
+            dev, where = line.split()[:2]
+            if where == str(mnt) and dev.startswith("/dev/zram"):
+                return int(Path(f"/sys/block/{dev[len('/dev/'):]}/mm_stat").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def free_root(work: Path, name: str, trim: bool) -> dict:
+    """Removes a system's storage root (tens of GB: every size's documents) and, with `trim`, runs fstrim on the file
+    system under `work`: scripts/h200/headline.sh mounts its zram device and its RAM disk without discard, so the
+    blocks of deleted files stay in the box's memory until they are trimmed (docs/h200-vllm.md, "The fast device:
+    zram"). Returns what it did, for headline.json."""
+    root = work / name
+    shutil.rmtree(root, ignore_errors=True)
+    rec: dict = {"system": name, "removed": str(root)}
+    if trim:
+        mnt = mount_point(work)
+        try:
+            p = subprocess.run(["fstrim", "-v", str(mnt)], capture_output=True, text=True, timeout=300)
+            rec["fstrim"] = (p.stdout.strip() or p.stderr.strip()) + ("" if p.returncode == 0 else
+                                                                      f" (exit {p.returncode})")
+        except (OSError, subprocess.TimeoutExpired) as e:
+            rec["fstrim"] = f"failed: {e}"
+        held = zram_held(mnt)
+        if held is not None:
+            rec["zram_held_bytes"] = held
+    return rec
+
+
+def wait_ready(target: Server, servers: list[Server], timeout_s: float) -> None:
+    """Polls every started server (so that each one's ready_s is when it became ready) until `target` is ready, has
+    exited, or `timeout_s` have passed since its start."""
+    while True:
+        for s in servers:
+            if s.proc is not None and not s.ready and not s.error and s.poll_ready():
+                log(f"{s.name} ready after {s.ready_s:.0f} s")
+        if target.ready or target.error or time.monotonic() >= target.started + timeout_s:
+            break
+        time.sleep(1)
+    if not target.ready and not target.error:
+        target.error = f"not ready after {timeout_s} s: " + tail(target.log_path, 6)
+
+
 def run(a: argparse.Namespace) -> int:
     global MODEL
     MODEL = SHAPES[a.shape]
+    sequential = MODEL.get("sequential", False) if a.sequential is None else a.sequential
+    gpu_kv_gib = MODEL.get("gpu_kv_gib", 10.0) if a.gpu_kv_gib is None else a.gpu_kv_gib
+    a.thresholds = resolve_thresholds(a.thresholds)
+    a.disk_thresholds = resolve_thresholds(a.disk_thresholds)
     out = Path(a.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     logs = Path(a.logs).resolve() if a.logs else out
@@ -236,89 +348,115 @@ def run(a: argparse.Namespace) -> int:
         max_len = a.mt_context + (a.mt_turns - 1) * a.mt_turn_tokens + 1024
     t0 = time.monotonic()
     deadline = t0 + a.deadline_s
-    model_dir = build_model_dir(Path(a.model_dir), max_len)
+    model_dir = Path(a.model_dir)
     py = a.python
     common = ["--served-model-name", "m", "--load-format", "dummy", "--dtype", "bfloat16", "--block-size", "16",
               "--max-model-len", str(max_len), "--max-num-seqs", str(a.max_num_seqs),
-              "--kv-cache-memory-bytes", str(int(a.gpu_kv_gib * GIB)), "--enable-prefix-caching", "--seed", "0"]
+              "--kv-cache-memory-bytes", str(int(gpu_kv_gib * GIB)), "--enable-prefix-caching", "--seed", "0"]
     if a.enforce_eager:
         common.append("--enforce-eager")
     if not a.no_gpu_flags:
         common += ["--gpu-memory-utilization", str(a.gpu_util)]
-    servers: list[Server] = []
+    servers: dict[str, Server] = {}
     knobs: dict[str, dict] = {}
     for i, name in enumerate(systems):
         extra, env, kn = system_config(name, a, work)
         knobs[name] = kn
-        servers.append(Server(name, py, model_dir, a.port + i, common + extra, env, logs / f"server-{name}.log"))
+        servers[name] = Server(name, py, model_dir, a.port + i, common + extra, env, logs / f"server-{name}.log")
+    steps = plan(systems, sequential)
     if a.dry_run:
-        for s in servers:
-            shown = dict.fromkeys([*BASE_ENV, *s.extra_env])  # the launcher's own variables, then this system's
-            print(" ".join(f"{k}={shlex.quote(s.env[k])}" for k in shown), shlex.join(s.argv))
+        print(f"# model {MODEL['name']}: {MODEL['kv_bytes_per_token']} bytes of KV per token; "
+              f"{'sequential' if sequential else 'concurrent'}; GPU KV cache {gpu_kv_gib:g} GiB per server; "
+              f"thresholds {a.thresholds or 'off'}")
+        for step, name in steps:
+            s = servers[name]
+            if step == "start":
+                shown = dict.fromkeys([*BASE_ENV, *s.extra_env])  # the launcher's own variables, then this system's
+                print("start", name, " ".join(f"{k}={shlex.quote(s.env[k])}" for k in shown), shlex.join(s.argv))
+            elif step == "free":
+                trim = f"; fstrim -v {mount_point(work)}" if a.trim else ""
+                print("free", name, f"rm -rf {shlex.quote(str(work / name))}{trim}")
+            else:
+                print(step, name)
         return 0
+    build_model_dir(model_dir, max_len)
 
     result = {"what": "headline: long-document TTFT in vLLM on one GPU (issue 8)", "model": MODEL["name"],
               "kv_bytes_per_token": MODEL["kv_bytes_per_token"], "sizes": sizes, "docs_per_size": {},
-              "concurrency": a.concurrency, "systems": systems, "argv": sys.argv, "started": time.strftime(
-                  "%Y-%m-%dT%H:%M:%S%z"), "versions": versions(py), "servers": {}, "runs": []}
+              "concurrency": a.concurrency, "systems": systems, "sequential": sequential, "gpu_kv_gib": gpu_kv_gib,
+              "argv": sys.argv, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "versions": versions(py),
+              "servers": {}, "runs": [], "freed": []}
     save = lambda: (out / "headline.json").write_text(json.dumps(result, indent=1) + "\n")  # noqa: E731
     save()
+    skipped: set[str] = set()
     try:
-        for s in servers:  # staggered: the GPU memory checks of concurrent starts stay apart
-            s.start()
-            log(f"started {s.name} on :{s.port}")
-            time.sleep(a.stagger_s)
-        while time.monotonic() < t0 + a.start_timeout_s and not all(s.ready or s.error for s in servers):
-            for s in servers:
-                if not s.ready and not s.error and s.poll_ready():
-                    log(f"{s.name} ready after {s.ready_s:.0f} s")
-            time.sleep(1)
-        for s in servers:
-            if not s.ready and not s.error:
-                s.error = f"not ready after {a.start_timeout_s} s: " + tail(s.log_path, 6)
-            result["servers"][s.name] = {"ready": s.ready, "ready_s": s.ready_s, "error": s.error,
-                                         "argv": shlex.join(s.argv)}
-            if s.error:
-                log(f"{s.name}: {s.error}")
-        save()
-        for s in servers:
-            if not s.ready:
+        for step, name in steps:
+            s = servers[name]
+            if name in skipped:
                 continue
-            kn = knobs[s.name]
-            if a.workload == "multiturn":
-                from multiturn import multiturn  # bench/h200/multiturn.py
-                r = multiturn(s, MODEL, kn, a, work / s.name)
-                result["runs"].append(r)
-                save()
-                log(f"{s.name:22s} multiturn: {r.get('summary') or r.get('error')}")
-                s.stop()
-                shutil.rmtree(work / s.name, ignore_errors=True)
-                continue
-            for size in sizes:
-                if time.monotonic() > deadline:
-                    log(f"deadline reached: skipping {s.name} {size}")
-                    result["runs"].append({"system": s.name, "doc_tokens": size, "skipped": "deadline"})
+            if step == "start":
+                if sequential and time.monotonic() > deadline:
+                    log(f"deadline reached: not starting {name}")
+                    result["runs"].append({"system": name, "skipped": "deadline"})
+                    skipped.add(name)
                     continue
-                docs = DOCS_PER_SIZE.get(size, 2) if a.docs <= 0 else a.docs
-                result["docs_per_size"][str(size)] = docs
-                settle = kn["settle_s"]
-                if s.name != "baseline":  # every tier writes the warm-up back to disk: let it finish first
-                    settle = max(settle, docs * size * MODEL["kv_bytes_per_token"] / DISK_BPS)
-                r = bench(s, size, docs, settle, kn, a, logs)
-                result["runs"].append(r)
+                s.start()
+                log(f"started {name} on :{s.port}")
+                if not sequential:  # staggered: the GPU memory checks of concurrent starts stay apart
+                    time.sleep(a.stagger_s)
+            elif step == "ready":
+                wait_ready(s, list(servers.values()), a.start_timeout_s)
+                result["servers"][name] = {"ready": s.ready, "ready_s": s.ready_s, "error": s.error,
+                                           "argv": shlex.join(s.argv)}
+                if s.error:
+                    log(f"{name}: {s.error}")
                 save()
-                log(f"{s.name:22s} {size:6d} tokens: warm-up mean {fmt(r, 'warmup')}  query mean {fmt(r, 'query')}"
-                    f"{'  ERROR ' + r['error'] if r.get('error') else ''}")
-            s.stop()  # ends its background writes
-            # Its storage root can be tens of GB (every size's documents): the box's disk holds one or two of them.
-            shutil.rmtree(work / s.name, ignore_errors=True)
+            elif step == "bench" and s.ready:
+                bench_system(s, knobs[name], sizes, deadline, a, work, logs, result, save)
+            elif step == "stop":
+                s.stop()  # ends its background writes
+            elif step == "free":
+                rec = free_root(work, name, a.trim)
+                result["freed"].append(rec)
+                save()
+                if "fstrim" in rec:
+                    held = rec.get("zram_held_bytes")
+                    log(f"freed {name}: {rec['fstrim']}" + (f"; zram holds {held / GIB:.1f} GiB" if held is not None
+                                                             else ""))
     finally:
-        for s in servers:
+        for s in servers.values():
             s.stop()
         result["wall_s"] = round(time.monotonic() - t0, 1)
         save()
     print(summarize(result))
     return 0
+
+
+def bench_system(s: Server, kn: dict, sizes: list[int], deadline: float, a: argparse.Namespace, work: Path,
+                 logs: Path, result: dict, save) -> None:
+    """One ready server's runs: the multi-turn workload, or every document size (none starts after `deadline`)."""
+    if a.workload == "multiturn":
+        from multiturn import multiturn  # bench/h200/multiturn.py
+        r = multiturn(s, MODEL, kn, a, work / s.name)
+        result["runs"].append(r)
+        save()
+        log(f"{s.name:22s} multiturn: {r.get('summary') or r.get('error')}")
+        return
+    for size in sizes:
+        if time.monotonic() > deadline:
+            log(f"deadline reached: skipping {s.name} {size}")
+            result["runs"].append({"system": s.name, "doc_tokens": size, "skipped": "deadline"})
+            continue
+        docs = DOCS_PER_SIZE.get(size, 2) if a.docs <= 0 else a.docs
+        result["docs_per_size"][str(size)] = docs
+        settle = kn["settle_s"]
+        if s.name != "baseline":  # every tier writes the warm-up back to disk: let it finish first
+            settle = max(settle, docs * size * MODEL["kv_bytes_per_token"] / DISK_BPS)
+        r = bench(s, size, docs, settle, kn, a, logs)
+        result["runs"].append(r)
+        save()
+        log(f"{s.name:22s} {size:6d} tokens: warm-up mean {fmt(r, 'warmup')}  query mean {fmt(r, 'query')}"
+            f"{'  ERROR ' + r['error'] if r.get('error') else ''}")
 
 
 def fmt(r: dict, phase: str) -> str:
@@ -488,26 +626,38 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--python", default=sys.executable, help="the Python that has vLLM")
     r.add_argument("--systems", default=",".join(SYSTEMS))
     r.add_argument("--shape", default="llama-3.2-3b", choices=sorted(SHAPES), help="model shape (tiny: CPU check)")
+    r.add_argument("--sequential", action=argparse.BooleanOptionalAction, default=None,
+                   help="each system's server alone: started after the previous one stopped and its root was freed "
+                        "(default: on for a shape that needs most of the GPU, qwen2.5-32b; off: all at once)")
+    r.add_argument("--trim", action="store_true",
+                   help="fstrim the file system under --work after each system's root is removed (a zram device or "
+                        "RAM disk mounted without discard gives the memory back; needs root)")
     r.add_argument("--no-gpu-flags", action="store_true", help="omit --gpu-memory-utilization (vLLM's CPU build)")
     r.add_argument("--sizes", default="1k,10k,40k,80k")
     r.add_argument("--docs", type=int, default=0, help="documents per size (0: 8/4/2/2 for 1k/10k/40k/80k)")
     r.add_argument("--concurrency", type=int, default=2)
     r.add_argument("--max-num-seqs", type=int, default=4)
-    r.add_argument("--gpu-kv-gib", type=float, default=10.0, help="each server's GPU KV cache")
+    r.add_argument("--gpu-kv-gib", type=float, default=None,
+                   help="each server's GPU KV cache (default 10; qwen2.5-32b: 42, two 80k-token sequences)")
     r.add_argument("--gpu-util", type=float, default=0.14, help="each server's --gpu-memory-utilization")
     r.add_argument("--tiered-gib", type=float, default=20, help="CPU/DRAM tier of kvtier-dram, native and lmcache")
     r.add_argument("--disk-pool-gib", type=float, default=10.0, help="kvtier's staging pool in the disk-only runs")
-    r.add_argument("--thresholds", default="", help="kvtier-dram's break-even thresholds file (default: gate off)")
+    r.add_argument("--thresholds", default="",
+                   help="kvtier-dram's break-even thresholds file (default: gate off; auto: "
+                        "bench/results/h200/thresholds-<shape>.json if there is one)")
     r.add_argument("--disk-thresholds", default="",
                    help="the disk-only runs' thresholds file (default: gate off, so that the disk path and preload "
-                        "are measured even where the gate would decline them)")
+                        "are measured even where the gate would decline them; auto as for --thresholds)")
     r.add_argument("--port", type=int, default=8100)
-    r.add_argument("--stagger-s", type=float, default=6.0)
-    r.add_argument("--start-timeout-s", type=float, default=240.0)
+    r.add_argument("--stagger-s", type=float, default=6.0, help="between concurrent starts")
+    r.add_argument("--start-timeout-s", type=float, default=240.0, help="per server, from its start")
     r.add_argument("--run-timeout-s", type=float, default=120.0)
-    r.add_argument("--deadline-s", type=float, default=400.0, help="no new run starts after this")
+    r.add_argument("--deadline-s", type=float, default=400.0,
+                   help="no new run (and with --sequential no new server) starts after this many seconds")
     r.add_argument("--enforce-eager", action=argparse.BooleanOptionalAction, default=True)
-    r.add_argument("--dry-run", action="store_true")
+    r.add_argument("--dry-run", action="store_true",
+                   help="print the plan (each step and system; a start with the server's environment and command "
+                        "line) and exit")
     r.add_argument("--timeline", action="store_true",
                    help="kvtier servers write the connector's event timeline (KVTIER_TIMELINE_DIR) under --logs")
     r.add_argument("--workload", default="longdoc", choices=("longdoc", "multiturn"),

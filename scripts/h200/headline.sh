@@ -3,15 +3,19 @@
 #   1. vLLM 0.26.0 (CUDA) + LMCache from the carried parts (scripts/h200/install.sh; idempotent),
 #   2. kvtier built with the CUDA copier (scripts/gpu_bench.sh KVTIER_GPU_BUILD_ONLY=1; incremental),
 #   3. an import check of everything a server needs,
-#   4. bench/h200/headline.py run: all systems' servers at once, then each benchmarked in turn; the table last.
+#   4. bench/h200/headline.py run: all systems' servers at once, then each benchmarked in turn (or, with --sequential,
+#      the default of --shape qwen2.5-32b, each system's server alone on the GPU); the table last.
 # $OUT gets log.txt, headline.json and logs.tar.gz (server logs, build logs). Environment: OUT, HEADLINE_ARGS (extra
-# arguments for headline.py run, e.g. "--systems baseline,kvtier-dram --sizes 1k,10k"), HEADLINE_STEPS
+# arguments for headline.py run, e.g. "--systems baseline,kvtier-dram --sizes 1k,10k" or "--shape qwen2.5-32b
+# --sizes 40k"; kvtier-dram's gate uses the shape's thresholds file of bench/results/h200/), HEADLINE_STEPS
 # (default "install,build,check,run"; "install,build,check" prepares the box in an earlier call), HEADLINE_RAMDISK_GIB
 # (N > 0: an ext4 file system on a loop device backed by /dev/shm, N GiB, mounted at /mnt/kvtier-ram, a fast-NVMe
 # stand-in; the run's --work goes there), ZRAM (SIZE like 48G: instead, an ext4 on /dev/zram0 of that size at
 # /mnt/kvtier-zram, the fast-NVMe stand-in of docs/h200-vllm.md, reset when the script ends, on failure too;
-# scripts/h200/zram.sh; the run's --work goes there), HEADLINE_TIMELINE=1 (kvtier servers log the connector's timeline; the
-# per-request breakdown of kvtier-dram's query phases is printed and saved as timeline-kvtier-dram.json).
+# scripts/h200/zram.sh; the run's --work goes there; with either device each system's storage root is removed and
+# the device trimmed before the next system, headline.py --trim), HEADLINE_TIMELINE=1 (kvtier servers log the
+# connector's timeline; the per-request breakdown of kvtier-dram's query phases is printed and saved as
+# timeline-kvtier-dram.json).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 repo=$PWD
@@ -55,8 +59,9 @@ fi
 if want check; then
   step "import check"
   python3 -X faulthandler - <<'EOF' || { echo "import check failed"; exit 1; }
-import importlib, importlib.metadata as m, time
+import importlib, importlib.metadata as m, sys, time
 t = time.time()
+failed = []
 import torch
 print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0))
 for mod in ("vllm", "vllm.entrypoints.openai.api_server", "vllm.v1.kv_offload.tiering.spec",
@@ -67,12 +72,15 @@ for mod in ("vllm", "vllm.entrypoints.openai.api_server", "vllm.v1.kv_offload.ti
         print("ok  ", mod)
     except Exception as e:  # report all, then fail
         print("FAIL", mod, type(e).__name__, str(e)[:300])
+        failed.append(mod)
 for p in ("vllm", "lmcache"):
     try:
         print(p, m.version(p))
     except Exception as e:
         print(p, "not installed")
 print(f"imports took {time.time() - t:.1f} s")
+if failed:
+    sys.exit(f"cannot import {', '.join(failed)}: a server that needs one would die at startup")
 import kvtier._kvtier_cuda as c
 print(c.CudaCopier(0).describe()[:100])
 EOF
@@ -85,7 +93,7 @@ fi
 if [ -n "${ZRAM:-}" ]; then
   step "zram: ${ZRAM} ext4 on /dev/zram0"
   kvtier_zram_up "$ZRAM" /mnt/kvtier-zram || exit 1
-  work_args=(--work /mnt/kvtier-zram/work)
+  work_args=(--work /mnt/kvtier-zram/work --trim)
 fi
 if [ "${HEADLINE_RAMDISK_GIB:-0}" != 0 ]; then
   step "RAM disk: ${HEADLINE_RAMDISK_GIB} GiB ext4 on a loop device over /dev/shm"
@@ -96,7 +104,7 @@ if [ "${HEADLINE_RAMDISK_GIB:-0}" != 0 ]; then
       || { echo "RAM disk: could not make or mount it (see above)"; exit 1; }
   fi
   df -h "$mnt"; cat /sys/block/loop*/queue/logical_block_size 2>/dev/null | head -1
-  work_args=(--work "$mnt/work")
+  work_args=(--work "$mnt/work" --trim)
 fi
 timeline_args=()
 [ "${HEADLINE_TIMELINE:-0}" = 1 ] && timeline_args=(--timeline)
@@ -106,7 +114,7 @@ if want run; then
   # shellcheck disable=SC2086
   # headline.json straight into $OUT (rewritten after every run: a call cut short keeps what was measured)
   python3 bench/h200/headline.py run --out "$OUT" --logs "$logs" --python python3 \
-    --thresholds "$repo/bench/results/h200/thresholds-llama-3.2-3b.json" "${work_args[@]}" "${timeline_args[@]}" \
+    --thresholds auto "${work_args[@]}" "${timeline_args[@]}" \
     ${HEADLINE_ARGS:-}
   rc=$?
   if [ ${#timeline_args[@]} -gt 0 ] && [ -d "$logs/timeline-kvtier-dram" ]; then

@@ -1,8 +1,11 @@
 """scripts/h200/bench_io.sh, bench_io_ab.sh and zram.sh refuse bad settings before they build, mount or measure
-anything (the runs themselves need the GPU box: docs/h200-vllm.md)."""
+anything, and scripts/gpu_bench.sh's staging of the Python package (scripts/lib/stage_python.sh) carries every
+subpackage (the runs themselves need the GPU box: docs/h200-vllm.md)."""
 
+import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -48,3 +51,43 @@ def test_bench_io_ab_refuses_bad_settings(tmp_path):
                            text=True, env=env, timeout=60)
         assert r.returncode == 2 and says in r.stderr, (env, args, r.stderr)
         assert not (tmp_path / "out").exists()
+
+
+def test_gpu_bench_stages_every_subpackage_and_a_plain_python_finds_kvtier_vllm_there(tmp_path):
+    # scripts/gpu_bench.sh stages the package the GPU box imports (/tmp/kvtier-py) with this function; copying
+    # python/kvtier/*.py alone left kvtier.vllm out, and every kvtier server died at startup (issue 25).
+    assert "kvtier_stage_python \"$pkg\" \"$build\"" in (REPO / "scripts/gpu_bench.sh").read_text()
+    pkg = tmp_path / "pkg"
+    (pkg / "kvtier" / "stale").mkdir(parents=True)  # what an earlier tree left there goes
+    r = subprocess.run(["bash", "-c", 'source scripts/lib/stage_python.sh && kvtier_stage_python "$1"', "_",
+                        str(pkg)], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    src = REPO / "python"
+    want = sorted(str(p.relative_to(src)) for p in (src / "kvtier").rglob("*.py") if "__pycache__" not in p.parts)
+    assert sorted(str(p.relative_to(pkg)) for p in pkg.rglob("*") if p.is_file()) == want
+    assert "kvtier/vllm/__init__.py" in want and "kvtier/tools/launcher.py" in want
+
+    # A Python without site-packages (no vLLM, no installed kvtier, no extension): the modules are found under the
+    # staged tree, and importing kvtier.vllm gets as far as its vLLM version check (its extension loads lazily).
+    code = """if True:
+        import importlib, importlib.util, json
+        out = {m: importlib.util.find_spec(m).origin for m in
+               ("kvtier.vllm", "kvtier.tools", "kvtier.tools.launcher", "kvtier.bench_longdoc")}
+        importlib.import_module("kvtier.tools.launcher")
+        importlib.import_module("kvtier.bench_longdoc")
+        try:
+            importlib.import_module("kvtier.vllm")
+            out["import kvtier.vllm"] = "ok"
+        except ModuleNotFoundError as e:
+            out["import kvtier.vllm"] = "missing " + str(e.name)
+        except Exception as e:  # no vLLM in this Python: UnsupportedVLLMVersion from kvtier.vllm.compat
+            out["import kvtier.vllm"] = type(e).__name__
+        print(json.dumps(out))"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    r = subprocess.run([sys.executable, "-S", "-c", code], env={**env, "PYTHONPATH": str(pkg)}, cwd=tmp_path,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    for m in ("kvtier.vllm", "kvtier.tools", "kvtier.tools.launcher", "kvtier.bench_longdoc"):
+        assert out[m].startswith(str(pkg)), (m, out[m])
+    assert out["import kvtier.vllm"] in ("ok", "UnsupportedVLLMVersion"), out

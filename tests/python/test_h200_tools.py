@@ -1,8 +1,10 @@
-"""The headline harness's pure parts: the timeline breakdown (bench/h200/timeline.py) and the multi-turn workload's
-prompt streams and disk counters (bench/h200/multiturn.py). The GPU runs themselves happen on the H200 box."""
+"""The headline harness's pure parts: the timeline breakdown (bench/h200/timeline.py), the multi-turn workload's
+prompt streams and disk counters (bench/h200/multiturn.py), and bench/h200/headline.py's model shapes and plans
+(its dry run). The GPU runs themselves happen on the H200 box."""
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -78,3 +80,90 @@ def test_block_device_counter_of_a_path(tmp_path):
     assert isinstance(n, int) and n >= 0
     assert multiturn.sectors_read(tmp_path / "missing") is None
     assert multiturn.sectors_read(None) is None
+
+
+# bench/h200/headline.py runs as a child: importing it would put the source tree's kvtier on this process's path.
+def headline(*args: str, code: str | None = None) -> subprocess.CompletedProcess:
+    argv = [sys.executable, "-c", code] if code else [sys.executable, str(REPO / "bench/h200/headline.py"), *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=REPO / "bench" / "h200")
+
+
+def test_headline_shapes_state_their_kv_bytes_per_token():
+    code = ("import json, headline\n"
+            "print(json.dumps({k: [s['kv_bytes_per_token'], headline.kv_bytes_per_token(s['config'])]"
+            " for k, s in headline.SHAPES.items()}))")
+    r = headline(code=code)
+    assert r.returncode == 0, r.stderr
+    shapes = json.loads(r.stdout)
+    assert shapes["qwen2.5-32b"][0] == 256 * 1024 == 2 * 64 * 8 * 128 * 2
+    for name, (stated, from_config) in shapes.items():
+        assert stated == from_config, name
+
+
+def plan_of(stdout: str) -> list[tuple[str, str]]:
+    return [tuple(line.split()[:2]) for line in stdout.splitlines() if line and not line.startswith("#")]
+
+
+def test_headline_runs_a_large_model_one_system_at_a_time(tmp_path):
+    systems = ["baseline", "kvtier-dram", "native", "lmcache"]
+    r = headline("run", "--dry-run", "--shape", "qwen2.5-32b", "--systems", ",".join(systems), "--trim",
+                 "--out", str(tmp_path / "out"), "--work", str(tmp_path / "work"), "--model-dir", str(tmp_path / "m"),
+                 "--thresholds", "auto")
+    assert r.returncode == 0, r.stderr
+    head = r.stdout.splitlines()[0]
+    assert "262144 bytes of KV per token" in head and "sequential" in head and "thresholds-qwen2.5-32b.json" in head
+    assert plan_of(r.stdout) == [(step, name) for name in systems for step in ("start", "ready", "bench", "stop",
+                                                                              "free")]
+    starts = [line for line in r.stdout.splitlines() if line.startswith("start ")]
+    assert all("--kv-cache-memory-bytes 45097156608" in line for line in starts)  # 42 GiB: two 80k sequences
+    assert all('"num_hidden_layers"' not in line for line in starts)  # the shape goes in config.json, not argv
+    frees = [line for line in r.stdout.splitlines() if line.startswith("free ")]
+    assert frees[0].startswith(f"free baseline rm -rf {tmp_path / 'work' / 'baseline'}; fstrim -v /")
+    assert not (tmp_path / "m").exists()  # a dry run builds no model directory
+
+
+def test_headline_tiny_shape_starts_every_server_first_unless_sequential(tmp_path):
+    common = ["run", "--dry-run", "--shape", "tiny", "--no-gpu-flags", "--systems", "baseline,kvtier-disk",
+              "--out", str(tmp_path / "out"), "--work", str(tmp_path / "work")]
+    r = headline(*common)
+    assert r.returncode == 0, r.stderr
+    assert "1024 bytes of KV per token; concurrent" in r.stdout.splitlines()[0]
+    assert plan_of(r.stdout) == [("start", "baseline"), ("start", "kvtier-disk"), ("ready", "baseline"),
+                                 ("ready", "kvtier-disk"), ("bench", "baseline"), ("stop", "baseline"),
+                                 ("free", "baseline"), ("bench", "kvtier-disk"), ("stop", "kvtier-disk"),
+                                 ("free", "kvtier-disk")]
+    assert "fstrim" not in r.stdout and "--gpu-memory-utilization" not in r.stdout
+    r = headline(*common, "--sequential")
+    assert plan_of(r.stdout)[:5] == [(s, "baseline") for s in ("start", "ready", "bench", "stop", "free")]
+
+
+def test_free_root_removes_the_root_and_finds_the_mount_to_trim(tmp_path):
+    code = ("import headline, json, pathlib, sys\n"
+            "w = pathlib.Path(sys.argv[1]); (w / 'kvtier-disk' / 'x').mkdir(parents=True)\n"
+            "print(json.dumps([headline.free_root(w, 'kvtier-disk', False), str(headline.mount_point(w / 'no'))]))\n"
+            "print((w / 'kvtier-disk').exists())")
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60,
+                       cwd=REPO / "bench" / "h200")
+    assert r.returncode == 0, r.stderr
+    rec, mnt = json.loads(r.stdout.splitlines()[0])
+    assert rec == {"system": "kvtier-disk", "removed": str(tmp_path / "kvtier-disk")} and "fstrim" not in rec
+    assert os.path.ismount(mnt) and str(tmp_path).startswith(mnt)
+    assert r.stdout.splitlines()[1] == "False"
+
+
+def test_sequential_run_whose_servers_die_at_start_records_them_and_frees_each_root(tmp_path):
+    # The run's own loop, without vLLM: each "server" is /bin/false, which exits at once.
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "kvtier_headline_model.json").write_text('{"model": "tiny-llama"}')  # no tokenizer built
+    r = headline("run", "--shape", "tiny", "--sequential", "--python", "/bin/false", "--no-gpu-flags",
+                 "--systems", "baseline,kvtier-disk", "--sizes", "1k", "--start-timeout-s", "20",
+                 "--out", str(tmp_path / "out"), "--work", str(tmp_path / "work"), "--model-dir", str(model))
+    assert r.returncode == 0, r.stderr
+    result = json.loads((tmp_path / "out" / "headline.json").read_text())
+    assert result["sequential"] is True and result["kv_bytes_per_token"] == 1024
+    assert [n for n, s in result["servers"].items() if "exited with 1 during startup" in s["error"]] == \
+        ["baseline", "kvtier-disk"]
+    assert [f["system"] for f in result["freed"]] == ["baseline", "kvtier-disk"]
+    assert not (tmp_path / "work" / "kvtier-disk").exists() and result["runs"] == []
+    assert r.stdout.index("started baseline") < r.stdout.index("started kvtier-disk")
