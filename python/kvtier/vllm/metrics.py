@@ -63,7 +63,8 @@ def definitions() -> dict[str, OffloadingMetricMetadata]:
 # event to <dir>/timeline-<pid>.jsonl, wall-clock stamped (time.time(): comparable across processes). Events:
 # manager "new", "lookup" (first answer per request and answer kind), "prepare_load", "complete_load", "finished",
 # "step" (every on_schedule_end); worker "submit" (job, direction, bytes, pages; addr_ms: attaching the pool,
-# checking the slots and building the address arrays; issue_ms: issuing the copy) and "done" (job seen complete).
+# checking the slots and building the address arrays; issue_ms: issuing the copy), "stream_copy" (a streamed job's
+# copy of the chunks that became ready together) and "done" (job seen complete; a streamed one with first_copy_ms).
 # bench/h200/timeline.py turns the files into per-request phases.
 # ---------------------------------------------------------------------------------------------------------------
 

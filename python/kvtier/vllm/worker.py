@@ -53,6 +53,7 @@ class _StreamJob:
         self.failed: list[int] = []
         self.nbytes = 0
         self.first_copy_t = 0.0
+        self.payload_offset = 0  # the chunk's header page before its payload in a slot
 
 
 class _Job:
@@ -342,6 +343,7 @@ class KVTierWorker(OffloadingWorker):
                                                      transfer_time=time.perf_counter() - t0))
             return True
         job = _StreamJob(job_id, load, pool, (first, count, tag), layout, fence, t0)
+        job.payload_offset = int(spec.payload_offset)
         if tag == 0:  # the stream could not open: every chunk failed (the manager logged why)
             job.failed = list(range(count))
             job.todo[:] = False
@@ -434,7 +436,7 @@ class KVTierWorker(OffloadingWorker):
                 job.pool.ack_entry(job.first + k, job.tag)
                 continue
             good.append(k)
-            addr[k] = job.pool.slot_address(slot)
+            addr[k] = job.pool.slot_address(slot) + job.payload_offset
         job.todo[ready] = False
         if not good:
             return
