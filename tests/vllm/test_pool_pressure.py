@@ -5,8 +5,9 @@ prefix-cache hits equal the prompts' full chunks), reads each byte it needs once
 the chunk header), never holds more slots than the pool, and its outputs equal the computed ones. On the code before
 streamed loads the query loaded 4 of 16 chunks one at a time and the warm-up stored 16 of 64 (the issue's figures).
 
-The connector timeline (KVTIER_TIMELINE_DIR) shows the overlap: a load's first copy starts before its last chunk is
-ready."""
+Then every other chunk file is corrupted: those chunks fail mid-stream, vLLM recomputes their blocks, and the
+outputs stay identical. The connector timeline (KVTIER_TIMELINE_DIR) shows the overlap: a load's chunks are copied in
+several steps as they become ready, not all at the end."""
 
 import glob
 import json
@@ -98,6 +99,22 @@ def test_a_pool_smaller_than_one_request_stores_and_loads_every_chunk(model_dir,
         assert read / needed <= 1.01, f"read amplification {read / needed:.3f}"
         st = stats_file(root)
         assert 0 < st["pool_peak_slots"] <= POOL_SLOTS, st
+        # K1 mid-stream: a payload byte of every other chunk flipped. Those chunks fail verification in the middle of
+        # their requests' streams; vLLM recomputes exactly their blocks (kv_load_failure_policy recompute, set by
+        # KVTierConnector), nothing wrong reaches the model, and the server keeps serving.
+        files = sorted(glob.glob(str(root / "**" / "*.kvc"), recursive=True))
+        for path in files[::2]:
+            with open(path, "r+b") as f:
+                f.seek(4096 + 1000)
+                byte = f.read(1)
+                f.seek(4096 + 1000)
+                f.write(bytes([byte[0] ^ 0xFF]))
+        for i in range(len(DOCS)):
+            b.reset_prefix_cache()
+            same(b.complete(DOCS[i]), computed[i], f"document {i} with corrupt chunks")
+        m = wait_for(b, lambda m: m.get("vllm:kvtier_corrupt_entries_total", 0) > 0, "corrupt chunks counted")
+        print(f"E2E pressure: corrupt chunks mid-stream: {m['vllm:kvtier_corrupt_entries_total']:.0f} found, "
+              "outputs identical")
     # The overlap: a load job's first copy before its last chunk was ready (its stream's copies are spread).
     events = []
     for path in glob.glob(str(tl / "*")):
