@@ -148,7 +148,7 @@ int RunFsck(int argc, char** argv) {
              {"repair", "", "remove corrupt entries and stale temporaries", ""},
              {"temp-max-age", "SECONDS", "a temporary older than this is stale (a crashed writer's)", "600"},
              {"checksum-secret", "SECRET", "the engines' checksum_secret (file:<path> or the secret): entries must "
-              "be keyed with it; without it keyed entries are reported corrupt", ""},
+              "be keyed with it; a namespace whose MANIFEST records another key (or none) is refused, not checked", ""},
              {"progress", "", "show a progress bar even when stderr is not a terminal", ""}});
   args.Parse(argc, argv);
   if (args.help()) {
@@ -180,6 +180,23 @@ int RunFsck(int argc, char** argv) {
       continue;
     }
     const Namespace& ns = *r.ns;
+    // K3: verifying a namespace's entries with a key other than the one its MANIFEST records would report (and with
+    // --repair remove) every good entry: refuse the namespace instead.
+    if (const std::string& have = ns.checksum_key_record();
+        !have.empty() && have != ChecksumKeyRecord(checksum_key.get())) {
+      const std::string why =
+          have == "none" ? "its entries are written without a checksum secret: run fsck without --checksum-secret"
+          : checksum_key ? "its entries are keyed with another secret (MANIFEST checksum_key=" + have +
+                               ", --checksum-secret gives " + ChecksumKeyRecord(checksum_key.get()) +
+                               "): give the secret its writers use"
+                         : "its entries are keyed (MANIFEST checksum_key=" + have +
+                               "): give --checksum-secret the secret its writers use";
+      std::printf("error: %s: %s; not checked, nothing removed\n", r.dir_name.c_str(), why.c_str());
+      std::fprintf(stderr, "kvtier: error: namespace %s: %s; not checked, nothing removed\n", r.dir_name.c_str(),
+                   why.c_str());
+      rc = 1;
+      continue;
+    }
     const bool shared = ProbeFilesystem(ns.dirfd()).shared;
     std::vector<Found> chunks, temps;
     {

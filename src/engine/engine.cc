@@ -183,6 +183,7 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
   ns_opts.create = true;
   ns_opts.dir_mode = options.dir_mode;
   ns_opts.allow_insecure = options.allow_insecure_root;
+  ns_opts.checksum_key = ChecksumKeyRecord(checksum_key_.get());  // K3: another secret is refused, not trusted
   auto ns = Namespace::Open(options.root, ToNamespaceIdentity(options.identity), ns_opts);
   if (!ns.ok()) return ns.status();
   ns_ = std::make_unique<Namespace>(std::move(ns.value()));

@@ -100,6 +100,8 @@ Result<ChecksumKey> DeriveChecksumKey(std::string_view secret) {
     auto part = HmacSha256(k, "kvtier-k3-block-secret-" + std::to_string(i));
     std::memcpy(out.xxh3_secret.data() + 32 * i, part.data(), 32);
   }
+  const auto id = HmacSha256(k, "kvtier-k3-key-id");
+  std::memcpy(out.key_id.data(), id.data(), out.key_id.size());
   return out;
 }
 

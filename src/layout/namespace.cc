@@ -262,9 +262,28 @@ Status PublishManifest(int ns_fd, const std::string& ns_path, const std::string&
   return s;
 }
 
-// Compares a MANIFEST's text with the identity asked for.
-Status CompareManifest(const std::string& ns_path, const std::string& text, const NamespaceIdentity& want) {
-  auto parsed = ParseManifest(text);
+// K3: the refusal of an opener whose checksum key is not the one the namespace's MANIFEST records.
+Status KeyMismatch(const std::string& ns_path, const std::string& have, const std::string& want) {
+  std::string why;
+  if (have == "none") {
+    why = "its entries are written without a checksum secret, and this process has one (checksum_secret): open it "
+          "without the secret";
+  } else if (want == "none") {
+    why = "its entries are keyed (checksum_key=" + have + " in its MANIFEST), and this process has no checksum secret: "
+          "give checksum_secret the secret its writers use";
+  } else {
+    why = "its entries are keyed with another checksum secret (MANIFEST checksum_key=" + have + ", this process's "
+          "secret gives " + want + "): give checksum_secret the secret its writers use";
+  }
+  return Status(StatusCode::kFailedPrecondition,
+                "namespace " + ns_path + ": " + why + ", or rotate the secret (docs/operations.md, \"Rotating the "
+                "checksum secret\"); refusing to open it (nothing was removed)");
+}
+
+// Compares a MANIFEST's text with the identity and checksum key record asked for.
+Status CompareManifest(const std::string& ns_path, const std::string& text, const NamespaceIdentity& want,
+                       const std::string& want_key, std::string* have_key) {
+  auto parsed = ParseManifest(text, have_key);
   if (!parsed.ok()) return parsed.status().WithContext(ns_path + "/MANIFEST");
   std::vector<Field> have = Fields(parsed.value());
   std::vector<Field> wanted = Fields(want);
@@ -276,10 +295,18 @@ Status CompareManifest(const std::string& ns_path, const std::string& text, cons
                         "' requested (refusing to reuse it)");
     }
   }
-  if (text != CanonicalManifest(want)) {
+  if (text != ManifestText(want, *have_key)) {
     return Status(StatusCode::kCorrupt, ns_path + "/MANIFEST is not in canonical form");
   }
+  if (!have_key->empty() && *have_key != want_key) return KeyMismatch(ns_path, *have_key, want_key);
   return Status::Ok();
+}
+
+// K3: "none" or "k3:" + 32 lowercase hex digits.
+bool IsChecksumKeyRecord(std::string_view v) {
+  if (v == "none") return true;
+  if (v.size() != 35 || v.substr(0, 3) != "k3:") return false;
+  return std::all_of(v.begin() + 3, v.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
 }  // namespace
@@ -347,12 +374,32 @@ std::string CanonicalManifest(const NamespaceIdentity& id) {
   return out;
 }
 
-Result<NamespaceIdentity> ParseManifest(std::string_view text) {
+std::string ChecksumKeyRecord(const ChecksumKey* key) {
+  if (key == nullptr) return "none";
+  std::string out = "k3:";
+  for (uint8_t b : key->key_id) {
+    out.push_back(kHexLower[b >> 4]);
+    out.push_back(kHexLower[b & 0xf]);
+  }
+  return out;
+}
+
+std::string ManifestText(const NamespaceIdentity& id, const std::string& checksum_key_record) {
+  std::string out = CanonicalManifest(id);
+  if (!checksum_key_record.empty()) out += "checksum_key=" + checksum_key_record + "\n";
+  return out;
+}
+
+Result<NamespaceIdentity> ParseManifest(std::string_view text, std::string* checksum_key_record) {
   NamespaceIdentity id;
-  constexpr size_t kNumFields = 10;
+  // The identity's fields, then checksum_key (K3), the one optional field.
+  constexpr size_t kNumFields = 11;
+  constexpr size_t kChecksumKeyField = 10;
   static constexpr const char* kNames[kNumFields] = {"format_version", "model",       "revision", "kv_dtype",
                                                      "tokens_per_chunk", "blocks_per_chunk", "block_bytes",
-                                                     "tp_size",        "pp_size",     "layout_tag"};
+                                                     "tp_size",        "pp_size",     "layout_tag",
+                                                     "checksum_key"};
+  std::string checksum_key;
   bool seen[kNumFields] = {};
   if (!text.empty() && text.back() != '\n') {
     return Status(StatusCode::kCorrupt, "MANIFEST does not end with a newline (truncated?)");
@@ -384,6 +431,12 @@ Result<NamespaceIdentity> ParseManifest(std::string_view text) {
       case 6: KVTIER_RETURN_IF_ERROR(ParseNumber(key, value, &id.block_bytes)); break;
       case 7: KVTIER_RETURN_IF_ERROR(ParseNumber(key, value, &id.tp_size)); break;
       case 8: KVTIER_RETURN_IF_ERROR(ParseNumber(key, value, &id.pp_size)); break;
+      case kChecksumKeyField:
+        if (!IsChecksumKeyRecord(value)) {
+          return ManifestError(key, "'" + Escape(value) + "' is neither 'none' nor 'k3:' and 32 lowercase hex digits");
+        }
+        checksum_key = value;
+        break;
       default: {
         auto s = Unescape(key, value);
         if (!s.ok()) return s.status();
@@ -394,8 +447,9 @@ Result<NamespaceIdentity> ParseManifest(std::string_view text) {
     }
   }
   for (size_t i = 0; i < kNumFields; ++i) {
-    if (!seen[i]) return ManifestError(kNames[i], "is missing");
+    if (!seen[i] && i != kChecksumKeyField) return ManifestError(kNames[i], "is missing");
   }
+  if (checksum_key_record != nullptr) *checksum_key_record = std::move(checksum_key);
   return id;
 }
 
@@ -434,6 +488,7 @@ Namespace::Namespace(Namespace&& other) noexcept
       dir_name_(std::move(other.dir_name_)),
       id_(std::move(other.id_)),
       fingerprint_(other.fingerprint_),
+      checksum_key_(std::move(other.checksum_key_)),
       dir_mode_(other.dir_mode_) {}
 
 Namespace& Namespace::operator=(Namespace&& other) noexcept {
@@ -444,6 +499,7 @@ Namespace& Namespace::operator=(Namespace&& other) noexcept {
     dir_name_ = std::move(other.dir_name_);
     id_ = std::move(other.id_);
     fingerprint_ = other.fingerprint_;
+    checksum_key_ = std::move(other.checksum_key_);
     dir_mode_ = other.dir_mode_;
   }
   return *this;
@@ -456,6 +512,9 @@ Namespace::~Namespace() {
 Result<Namespace> Namespace::Open(const std::string& root, const NamespaceIdentity& id,
                                   const NamespaceOpenOptions& options) {
   KVTIER_RETURN_IF_ERROR(ValidateIdentity(id));
+  if (!IsChecksumKeyRecord(options.checksum_key)) {
+    return Status(StatusCode::kInvalidArgument, "namespace checksum_key '" + options.checksum_key + "' is invalid");
+  }
   if ((options.dir_mode & ~mode_t{07777}) != 0 || (options.dir_mode & 0700) != 0700) {
     return Status(StatusCode::kInvalidArgument, "namespace dir_mode must include owner rwx (0700)");
   }
@@ -492,7 +551,7 @@ Result<Namespace> Namespace::Open(const std::string& root, const NamespaceIdenti
   if (!options.allow_insecure) KVTIER_RETURN_IF_ERROR(CheckNamespaceDirectories(ns.fd_, ns.path_));
   if (options.create) KVTIER_RETURN_IF_ERROR(CheckWritable(ns.fd_, "namespace directory " + ns.path_));
 
-  std::string want = CanonicalManifest(id);
+  std::string want = ManifestText(id, options.checksum_key);
   auto text = ReadManifest(ns.fd_, ns.path_);
   if (!text.ok() && text.status().code() == StatusCode::kNotFound) {
     if (!options.create) {
@@ -508,7 +567,7 @@ Result<Namespace> Namespace::Open(const std::string& root, const NamespaceIdenti
     text = ReadManifest(ns.fd_, ns.path_);  // first writer wins: compare with whatever is there now
   }
   if (!text.ok()) return text.status();
-  KVTIER_RETURN_IF_ERROR(CompareManifest(ns.path_, text.value(), id));
+  KVTIER_RETURN_IF_ERROR(CompareManifest(ns.path_, text.value(), id, options.checksum_key, &ns.checksum_key_));
   return ns;
 }
 
@@ -538,7 +597,7 @@ Result<Namespace> Namespace::OpenExisting(const std::string& root, const std::st
     if (text.status().code() == StatusCode::kNotFound) return Status(StatusCode::kCorrupt, text.status().message());
     return text.status();
   }
-  auto parsed = ParseManifest(text.value());
+  auto parsed = ParseManifest(text.value(), &ns.checksum_key_);
   if (!parsed.ok()) return parsed.status().WithContext(ns.path_ + "/MANIFEST");
   if (parsed->format_version != kFormatVersion) {
     return Status(StatusCode::kFailedPrecondition,
@@ -547,7 +606,7 @@ Result<Namespace> Namespace::OpenExisting(const std::string& root, const std::st
   }
   Status valid = ValidateIdentity(parsed.value());
   if (!valid.ok()) return Status(StatusCode::kCorrupt, ns.path_ + "/MANIFEST: " + valid.message());
-  if (text.value() != CanonicalManifest(parsed.value())) {
+  if (text.value() != ManifestText(parsed.value(), ns.checksum_key_)) {
     return Status(StatusCode::kCorrupt, ns.path_ + "/MANIFEST is not in canonical form");
   }
   if (NamespaceDirName(parsed.value()) != ns_dir_name) {

@@ -284,6 +284,29 @@ TEST_F(CliTest, FsckFindsCorruptEntriesAndStaleTemporariesAndRepairRemovesThem) 
       << r.out;
 }
 
+// K3 (issue 26): fsck given another secret than the one a namespace's MANIFEST records, or none, refuses that
+// namespace instead of reporting (and with --repair removing) every good entry.
+TEST_F(CliTest, FsckWithAnotherSecretOrNoneRefusesAKeyedNamespaceAndRemovesNothing) {
+  EngineOptions o = Options(root_);
+  o.checksum_secret = "0123456789abcdef-secret-A";
+  {
+    auto e = Engine::Open(o);
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    StoreChunks(0, 5, &e.value());
+  }
+  for (const std::string& secret : {std::string(" --checksum-secret another-secret-of-16+bytes"), std::string()}) {
+    CliRun r = Kvtier("fsck --repair --temp-max-age 0 --root " + root_ + secret);
+    EXPECT_EQ(r.rc, 1) << r.out;
+    EXPECT_NE(r.out.find(secret.empty() ? "its entries are keyed" : "keyed with another secret"), std::string::npos)
+        << r.out;
+    EXPECT_NE(r.out.find("nothing removed"), std::string::npos) << r.out;
+    for (uint64_t i = 0; i < 5; ++i) EXPECT_TRUE(fs::exists(EntryPath(i))) << secret;
+  }
+  CliRun r = Kvtier("fsck --root " + root_ + " --checksum-secret " + o.checksum_secret);
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("fsck: 5 entries, 0 corrupt"), std::string::npos) << r.out;
+}
+
 TEST_F(CliTest, FsckReportsForeignFilesAndKeepsThem) {
   StoreChunks(0, 1);
   const std::string foreign = ns_path_ + "/notes.txt";
