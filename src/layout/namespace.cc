@@ -19,6 +19,7 @@ namespace {
 
 constexpr char kManifestName[] = "MANIFEST";
 constexpr size_t kMaxManifestBytes = 64 * 1024;
+static_assert(4 * 3 * kMaxIdentityStringBytes + 1024 < kMaxManifestBytes, "a valid identity's MANIFEST is readable");
 constexpr char kHexUpper[] = "0123456789ABCDEF";
 constexpr char kHexLower[] = "0123456789abcdef";
 
@@ -339,6 +340,16 @@ Status ValidateIdentity(const NamespaceIdentity& id) {
   auto bad = [](const char* field, std::string why) {
     return Status(StatusCode::kInvalidArgument, std::string("namespace identity: ") + field + " " + why);
   };
+  // Issue 26: a bound on each string keeps every MANIFEST under kMaxManifestBytes even when fully escaped (4 x 3 x
+  // 4096 B), so no identity is accepted whose MANIFEST could be written but not read back.
+  for (const auto& [field, value] : {std::pair<const char*, const std::string*>{"model", &id.model},
+                                     {"revision", &id.revision}, {"kv_dtype", &id.kv_dtype},
+                                     {"layout_tag", &id.layout_tag}}) {
+    if (value->size() > kMaxIdentityStringBytes) {
+      return bad(field, "is " + std::to_string(value->size()) + " bytes long; at most " +
+                            std::to_string(kMaxIdentityStringBytes) + " are accepted");
+    }
+  }
   if (id.model.empty()) return bad("model", "is empty");
   if (id.revision.empty()) return bad("revision", "is empty (give the weights revision or a hash)");
   if (id.kv_dtype.empty()) return bad("kv_dtype", "is empty");

@@ -40,7 +40,11 @@ struct NamespaceIdentity {
 
 bool operator==(const NamespaceIdentity& a, const NamespaceIdentity& b);
 
-// kInvalidArgument naming the field when an identity cannot be used: empty model, revision, kv_dtype or layout_tag;
+// The longest model, revision, kv_dtype or layout_tag accepted (bytes, before escaping).
+inline constexpr size_t kMaxIdentityStringBytes = 4096;
+
+// kInvalidArgument naming the field when an identity cannot be used: empty model, revision, kv_dtype or layout_tag,
+// or one longer than kMaxIdentityStringBytes;
 // zero tokens_per_chunk, block_bytes, tp_size or pp_size; blocks_per_chunk outside 1..256; block_bytes above
 // kMaxBlockBytes; tokens_per_chunk not a multiple of blocks_per_chunk; format_version other than kFormatVersion.
 Status ValidateIdentity(const NamespaceIdentity& id);
