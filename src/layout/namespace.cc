@@ -130,8 +130,10 @@ std::vector<Field> Fields(const NamespaceIdentity& id) {
 }
 
 // Status for a failed root check.
-Result<int> OpenRoot(const std::string& root) {
-  if (root.empty()) return Status(StatusCode::kInvalidArgument, "storage root is empty");
+Result<int> OpenRoot(const std::string& given) {
+  if (given.empty()) return Status(StatusCode::kInvalidArgument, "storage root is empty");
+  // "L/" and "L/." would resolve a symlink L before lstat could see it.
+  const std::string root = CanonicalRootPath(given);
   struct stat st;
   if (lstat(root.c_str(), &st) != 0) {
     if (errno == ENOENT) return Status(StatusCode::kNotFound, "storage root " + root + " does not exist");
@@ -203,20 +205,21 @@ Status CheckWritable(int dirfd, const std::string& what) {
   return Status::FromErrno(err, "access " + what);
 }
 
-// Reads MANIFEST; kNotFound when absent.
-Result<std::string> ReadManifest(int ns_fd, const std::string& ns_path) {
-  int fd = openat(ns_fd, kManifestName, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+// Reads MANIFEST (or a temporary of it, `name`); kNotFound when absent.
+Result<std::string> ReadManifest(int ns_fd, const std::string& ns_path, const char* name = kManifestName) {
+  const std::string path = ns_path + "/" + name;
+  int fd = openat(ns_fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
-    if (errno == ENOENT) return Status(StatusCode::kNotFound, ns_path + " has no MANIFEST", ENOENT);
-    if (errno == ELOOP) return Status(StatusCode::kCorrupt, ns_path + "/MANIFEST is a symbolic link");
-    return Status::FromErrno(errno, "open " + ns_path + "/MANIFEST");
+    if (errno == ENOENT) return Status(StatusCode::kNotFound, ns_path + " has no " + name, ENOENT);
+    if (errno == ELOOP) return Status(StatusCode::kCorrupt, path + " is a symbolic link");
+    return Status::FromErrno(errno, "open " + path);
   }
   FdGuard guard(fd);
   struct stat st;
-  if (fstat(fd, &st) != 0) return Status::FromErrno(errno, "stat " + ns_path + "/MANIFEST");
-  if (!S_ISREG(st.st_mode)) return Status(StatusCode::kCorrupt, ns_path + "/MANIFEST is not a regular file");
+  if (fstat(fd, &st) != 0) return Status::FromErrno(errno, "stat " + path);
+  if (!S_ISREG(st.st_mode)) return Status(StatusCode::kCorrupt, path + " is not a regular file");
   if (static_cast<uint64_t>(st.st_size) > kMaxManifestBytes) {
-    return Status(StatusCode::kCorrupt, ns_path + "/MANIFEST is too large");
+    return Status(StatusCode::kCorrupt, path + " is too large");
   }
   std::string text(static_cast<size_t>(st.st_size) + 1, '\0');
   size_t got = 0;
@@ -224,7 +227,7 @@ Result<std::string> ReadManifest(int ns_fd, const std::string& ns_path) {
     ssize_t n = read(fd, text.data() + got, text.size() - got);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return Status::FromErrno(errno, "read " + ns_path + "/MANIFEST");
+      return Status::FromErrno(errno, "read " + path);
     }
     if (n == 0) break;
     got += static_cast<size_t>(n);
@@ -311,6 +314,20 @@ bool IsChecksumKeyRecord(std::string_view v) {
 }
 
 }  // namespace
+
+std::string CanonicalRootPath(std::string_view root) {
+  std::string p(root);
+  for (;;) {
+    if (p.size() > 1 && p.back() == '/') {
+      p.pop_back();
+    } else if (p.size() >= 2 && p.compare(p.size() - 2, 2, "/.") == 0) {
+      p.resize(p.size() - 2);
+      if (p.empty()) p = "/";
+    } else {
+      return p;
+    }
+  }
+}
 
 Status CheckTrustedDirectory(const struct stat& st, const std::string& what, bool group_shared) {
   if ((st.st_mode & S_IWOTH) && !(st.st_mode & S_ISVTX)) {
@@ -535,7 +552,7 @@ Result<Namespace> Namespace::Open(const std::string& root, const NamespaceIdenti
 
   Namespace ns;
   ns.dir_name_ = NamespaceDirName(id);
-  ns.path_ = root + (root.back() == '/' ? "" : "/") + ns.dir_name_;
+  ns.path_ = CanonicalRootPath(root) + (CanonicalRootPath(root) == "/" ? "" : "/") + ns.dir_name_;
   ns.id_ = id;
   ns.fingerprint_ = FingerprintBytes(id);
   ns.dir_mode_ = options.dir_mode & 07777;
@@ -593,7 +610,7 @@ Result<Namespace> Namespace::OpenExisting(const std::string& root, const std::st
 
   Namespace ns;
   ns.dir_name_ = ns_dir_name;
-  ns.path_ = root + (root.back() == '/' ? "" : "/") + ns_dir_name;
+  ns.path_ = CanonicalRootPath(root) + (CanonicalRootPath(root) == "/" ? "" : "/") + ns_dir_name;
   int fd = openat(root_guard.get(), ns_dir_name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) return Status(StatusCode::kNotFound, "namespace " + ns.path_ + " does not exist");
@@ -629,6 +646,70 @@ Result<Namespace> Namespace::OpenExisting(const std::string& root, const std::st
   struct stat st;
   if (fstat(ns.fd_, &st) == 0) ns.dir_mode_ = st.st_mode & 07777;
   return ns;
+}
+
+Result<ManifestRecovery> RecoverManifest(const std::string& root, const std::string& ns_dir_name,
+                                         std::chrono::seconds min_age, bool apply) {
+  if (!IsNamespaceDirName(ns_dir_name)) {
+    return Status(StatusCode::kInvalidArgument,
+                  "'" + ns_dir_name + "' is not a namespace directory name (ns-<16 hex digits>)");
+  }
+  auto root_fd = OpenRoot(root);
+  if (!root_fd.ok()) return root_fd.status();
+  FdGuard root_guard(root_fd.value());
+  const std::string ns_path = CanonicalRootPath(root) + (CanonicalRootPath(root) == "/" ? "" : "/") + ns_dir_name;
+  const int ns_fd = openat(root_guard.get(), ns_dir_name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (ns_fd < 0) return Status::FromErrno(errno, "open namespace directory " + ns_path);
+  FdGuard ns_guard(ns_fd);
+  ManifestRecovery out;
+  struct stat st;
+  if (fstatat(ns_fd, kManifestName, &st, AT_SYMLINK_NOFOLLOW) == 0) return out;  // published: nothing to recover
+  if (errno != ENOENT) return Status::FromErrno(errno, "stat " + ns_path + "/MANIFEST");
+  std::vector<std::string> temps;
+  {
+    const int fd = openat(ns_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR* dir = fd < 0 ? nullptr : fdopendir(fd);
+    if (dir == nullptr) {
+      const int err = errno;
+      if (fd >= 0) close(fd);
+      return Status::FromErrno(err, "read " + ns_path);
+    }
+    while (struct dirent* e = readdir(dir)) {
+      if (std::string_view(e->d_name).rfind(".tmp.MANIFEST.", 0) == 0) temps.emplace_back(e->d_name);
+    }
+    closedir(dir);
+  }
+  std::sort(temps.begin(), temps.end());
+  const auto now = std::chrono::system_clock::now().time_since_epoch();
+  for (const std::string& name : temps) {
+    if (fstatat(ns_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) continue;
+    out.temporaries++;
+    out.temporary_bytes += static_cast<uint64_t>(st.st_size);
+    // Whole: the complete text of an identity that hashes to this directory (what its creator was publishing).
+    bool whole = false;
+    if (auto text = ReadManifest(ns_fd, ns_path, name.c_str()); text.ok()) {
+      std::string key;
+      auto id = ParseManifest(text.value(), &key);
+      whole = id.ok() && ValidateIdentity(id.value()).ok() && text.value() == ManifestText(id.value(), key) &&
+              NamespaceDirName(id.value()) == ns_dir_name;
+    }
+    if (whole && !out.recoverable) {
+      out.recoverable = true;
+      out.from = name;
+      if (apply && (linkat(ns_fd, name.c_str(), ns_fd, kManifestName, 0) == 0 || errno == EEXIST)) {
+        out.recovered = true;
+        fsync(ns_fd);  // best effort, as at creation
+      }
+    }
+    const auto age = now - std::chrono::nanoseconds(int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec);
+    // A young temporary may be a live creator's, which links it next: never take it from under it.
+    if (apply && age >= min_age && (!whole || out.recovered) &&
+        (unlinkat(ns_fd, name.c_str(), 0) == 0 || errno == ENOENT)) {
+      out.removed++;
+      out.removed_bytes += static_cast<uint64_t>(st.st_size);
+    }
+  }
+  return out;
 }
 
 Result<std::vector<std::string>> ListNamespaces(const std::string& root) {

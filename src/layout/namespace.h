@@ -15,6 +15,7 @@
 #include <sys/types.h>
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -91,6 +92,11 @@ struct NamespaceOpenOptions {
 // (docs/operations.md), and that user can write nothing there that the group cannot.
 Status CheckTrustedDirectory(const struct stat& st, const std::string& what, bool group_shared);
 
+// Issue 26: root without its trailing "/" and "/." components ("L/", "L/." and "L/./" are "L"; "/" stays "/"), so
+// that the root checks see a symlink L as one (a trailing "/" makes the kernel resolve it first). Every function
+// here that takes a root applies it.
+std::string CanonicalRootPath(std::string_view root);
+
 class Namespace {
  public:
   // Opens (and with options.create, creates) the namespace of `id` under `root`.
@@ -145,6 +151,24 @@ class Namespace {
   std::string checksum_key_;
   mode_t dir_mode_ = 0750;
 };
+
+// Issue 26 (L5): a namespace directory whose MANIFEST publication was cut (its creator killed between writing
+// .tmp.MANIFEST.* and linking it) holds temporaries and no MANIFEST.
+struct ManifestRecovery {
+  uint64_t temporaries = 0, temporary_bytes = 0;  // .tmp.MANIFEST.* regular files found
+  bool recoverable = false;  // one of them is whole: parses, is canonical and valid, and hashes to the directory
+  std::string from;          // its name
+  bool recovered = false;    // (apply) MANIFEST now exists, linked from it (or published meanwhile by an engine)
+  uint64_t removed = 0, removed_bytes = 0;  // (apply) temporaries removed: at least min_age old, and not a whole one
+                                            // left unlinked
+};
+// For the tools (fsck --repair, gc). Does nothing where MANIFEST exists (its temporaries are SweepTemporaries').
+// Otherwise, with apply: links the first whole temporary (by name) to MANIFEST (EEXIST: an engine published it
+// meanwhile, fine), then removes the temporaries at least min_age old (a younger one may be a live creator's); a
+// torn one is never linked, only removed by age. Without apply: reports only. Errors: as OpenExisting's for the
+// root and the directory.
+Result<ManifestRecovery> RecoverManifest(const std::string& root, const std::string& ns_dir_name,
+                                         std::chrono::seconds min_age, bool apply);
 
 // Names of the namespace directories ("ns-<16 hex>", real directories only) under root, sorted. Errors as for
 // Namespace::Open's root checks.
