@@ -232,8 +232,13 @@ Result<ChunkHeader> DecodeHeader(std::span<const uint8_t> bytes, std::span<const
                    HexOf({p + kOffFingerprint, 16}) + ", expected " + HexOf(expected_fingerprint) + ")");
   }
   size_t key_size = p[kOffKeySize];
-  if (key_size == 0 || key_size > ChunkKey::kMaxBytes || !AllZero(p + kOffKey + key_size, 64 - key_size)) {
-    return Corrupt("chunk header: key size " + std::to_string(key_size) + " is invalid");
+  if (key_size == 0 || key_size > ChunkKey::kMaxBytes) {
+    return Corrupt("chunk header: key size " + std::to_string(key_size) + " is outside 1..64");
+  }
+  if (!AllZero(p + kOffKey + key_size, 64 - key_size)) {
+    return Corrupt("chunk header: key padding (bytes " + std::to_string(kOffKey + key_size) + ".." +
+                   std::to_string(kOffKey + 63) + " after a key of " + std::to_string(key_size) +
+                   " bytes) is not zero");
   }
   ChunkHeader h;
   h.key = ChunkKey::FromBytes({p + kOffKey, key_size}).value();
