@@ -159,7 +159,7 @@ int RunFsck(int argc, char** argv) {
   const std::string root = args.RequiredStr("root");
   const bool repair = args.Has("repair");
   const uint64_t temp_max_age_s = args.Uint("temp-max-age", 600);
-  // Issue 26: with --repair, a namespace whose MANIFEST publication was cut is recovered first.
+  // L5 (docs/file-format.md, "Creation"): with --repair, a namespace whose MANIFEST publication was cut is recovered first.
   auto spaces = OpenRootNamespaces(root, args.Str("namespace"),
                                    RootOpen{args.Has("allow-insecure-root"), repair,
                                             std::chrono::seconds(temp_max_age_s)});

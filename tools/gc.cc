@@ -106,7 +106,7 @@ int RunGc(int argc, char** argv) {
   const bool verbose = args.Has("verbose");
   const bool force_progress = args.Has("progress");
 
-  // Issue 26: a namespace whose MANIFEST publication was cut is recovered (or its temporaries swept) first.
+  // L5 (docs/file-format.md, "Creation"): a namespace whose MANIFEST publication was cut is recovered (or its temporaries swept) first.
   auto spaces = OpenRootNamespaces(
       root, "", RootOpen{args.Has("allow-insecure-root"), !dry, std::chrono::seconds(temp_max_age_s)});
   int rc = 0;

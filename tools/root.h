@@ -21,7 +21,7 @@ struct RootOpen {
   // K2, as the engine: refuse a root that is world-writable without the sticky bit, or owned by another user than
   // this one or root, unless allow_insecure (--allow-insecure-root).
   bool allow_insecure = false;
-  // Issue 26: recover a namespace whose MANIFEST publication was cut (RecoverManifest, temporaries older than
+  // L5 (docs/file-format.md, "Creation"): recover a namespace whose MANIFEST publication was cut (RecoverManifest, temporaries older than
   // temp_max_age removed) before opening it; otherwise such a namespace is only reported.
   bool recover = false;
   std::chrono::seconds temp_max_age{600};

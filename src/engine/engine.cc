@@ -277,7 +277,7 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
     trace_ = std::move(trace.value());
   }
 
-  // Issue 26: everything above fails without writing under the root (options, the key file, the pool, the trace);
+  // V4 (docs/file-format.md, "Creation"): everything above fails without writing under the root (options, the key file, the pool, the trace);
   // the namespace is created (or opened) only now, so a failed open leaves the root as it was.
   NamespaceOpenOptions ns_opts;
   ns_opts.create = true;

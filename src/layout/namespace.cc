@@ -357,7 +357,7 @@ Status ValidateIdentity(const NamespaceIdentity& id) {
   auto bad = [](const char* field, std::string why) {
     return Status(StatusCode::kInvalidArgument, std::string("namespace identity: ") + field + " " + why);
   };
-  // Issue 26: a bound on each string keeps every MANIFEST under kMaxManifestBytes even when fully escaped (4 x 3 x
+  // docs/file-format.md ("MANIFEST"): a bound on each string keeps every MANIFEST under kMaxManifestBytes even when fully escaped (4 x 3 x
   // 4096 B), so no identity is accepted whose MANIFEST could be written but not read back.
   for (const auto& [field, value] : {std::pair<const char*, const std::string*>{"model", &id.model},
                                      {"revision", &id.revision}, {"kv_dtype", &id.kv_dtype},

@@ -92,7 +92,7 @@ struct NamespaceOpenOptions {
 // (docs/operations.md), and that user can write nothing there that the group cannot.
 Status CheckTrustedDirectory(const struct stat& st, const std::string& what, bool group_shared);
 
-// Issue 26: root without its trailing "/" and "/." components ("L/", "L/." and "L/./" are "L"; "/" stays "/"), so
+// K2 (docs/file-format.md): root without its trailing "/" and "/." components ("L/", "L/." and "L/./" are "L"; "/" stays "/"), so
 // that the root checks see a symlink L as one (a trailing "/" makes the kernel resolve it first). Every function
 // here that takes a root applies it.
 std::string CanonicalRootPath(std::string_view root);
@@ -152,7 +152,7 @@ class Namespace {
   mode_t dir_mode_ = 0750;
 };
 
-// Issue 26 (L5): a namespace directory whose MANIFEST publication was cut (its creator killed between writing
+// L5 (docs/file-format.md, "Creation"): a namespace directory whose MANIFEST publication was cut (its creator killed between writing
 // .tmp.MANIFEST.* and linking it) holds temporaries and no MANIFEST.
 struct ManifestRecovery {
   uint64_t temporaries = 0, temporary_bytes = 0;  // .tmp.MANIFEST.* regular files found
