@@ -148,7 +148,8 @@ int RunFsck(int argc, char** argv) {
              {"repair", "", "remove corrupt entries and stale temporaries", ""},
              {"temp-max-age", "SECONDS", "a temporary older than this is stale (a crashed writer's)", "600"},
              {"checksum-secret", "SECRET", "the engines' checksum_secret (file:<path> or the secret): entries must "
-              "be keyed with it; without it keyed entries are reported corrupt", ""},
+              "be keyed with it; a namespace whose MANIFEST records another key (or none) is refused, not checked", ""},
+             {"allow-insecure-root", "", kAllowInsecureRootHelp, ""},
              {"progress", "", "show a progress bar even when stderr is not a terminal", ""}});
   args.Parse(argc, argv);
   if (args.help()) {
@@ -158,7 +159,10 @@ int RunFsck(int argc, char** argv) {
   const std::string root = args.RequiredStr("root");
   const bool repair = args.Has("repair");
   const uint64_t temp_max_age_s = args.Uint("temp-max-age", 600);
-  auto spaces = OpenRootNamespaces(root, args.Str("namespace"));
+  // L5 (docs/file-format.md, "Creation"): with --repair, a namespace whose MANIFEST publication was cut is recovered first.
+  auto spaces = OpenRootNamespaces(root, args.Str("namespace"),
+                                   RootOpen{args.Has("allow-insecure-root"), repair,
+                                            std::chrono::seconds(temp_max_age_s)});
 
   uint64_t entries = 0, corrupt = 0, corrupt_left = 0, temporaries = 0, removed = 0, foreign = 0, young = 0;
   int rc = 0;
@@ -173,6 +177,13 @@ int RunFsck(int argc, char** argv) {
                              std::chrono::system_clock::now().time_since_epoch())
                              .count();
   for (auto& r : spaces) {
+    // The MANIFEST temporaries a recovery removed; those left are scanned below (or, namespace unopened, here).
+    temporaries += r.ns ? r.recovery.removed : r.recovery.temporaries;
+    removed += r.recovery.removed;
+    if (r.recovery.recovered) {
+      std::printf("recovered: %s/MANIFEST from %s (its publication was cut)\n", r.dir_name.c_str(),
+                  r.recovery.from.c_str());
+    }
     if (!r.ns) {
       std::printf("error: %s: %s\n", r.dir_name.c_str(), r.error.c_str());
       std::fprintf(stderr, "kvtier: error: namespace %s: %s\n", r.dir_name.c_str(), r.error.c_str());
@@ -180,6 +191,23 @@ int RunFsck(int argc, char** argv) {
       continue;
     }
     const Namespace& ns = *r.ns;
+    // K3: verifying a namespace's entries with a key other than the one its MANIFEST records would report (and with
+    // --repair remove) every good entry: refuse the namespace instead.
+    if (const std::string& have = ns.checksum_key_record();
+        !have.empty() && have != ChecksumKeyRecord(checksum_key.get())) {
+      const std::string why =
+          have == "none" ? "its entries are written without a checksum secret: run fsck without --checksum-secret"
+          : checksum_key ? "its entries are keyed with another secret (MANIFEST checksum_key=" + have +
+                               ", --checksum-secret gives " + ChecksumKeyRecord(checksum_key.get()) +
+                               "): give the secret its writers use"
+                         : "its entries are keyed (MANIFEST checksum_key=" + have +
+                               "): give --checksum-secret the secret its writers use";
+      std::printf("error: %s: %s; not checked, nothing removed\n", r.dir_name.c_str(), why.c_str());
+      std::fprintf(stderr, "kvtier: error: namespace %s: %s; not checked, nothing removed\n", r.dir_name.c_str(),
+                   why.c_str());
+      rc = 1;
+      continue;
+    }
     const bool shared = ProbeFilesystem(ns.dirfd()).shared;
     std::vector<Found> chunks, temps;
     {

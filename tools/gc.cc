@@ -85,6 +85,7 @@ int RunGc(int argc, char** argv) {
              {"temp-max-age", "SECONDS", "sweep temporaries older than this", "600"},
              {"dry-run", "", "print what would be removed, remove nothing", ""},
              {"no-reconcile", "", "leave the usage records of shared roots as they are", ""},
+             {"allow-insecure-root", "", kAllowInsecureRootHelp, ""},
              {"verbose", "", "print every removed file", ""},
              {"progress", "", "show a progress bar even when stderr is not a terminal", ""}});
   args.Parse(argc, argv);
@@ -105,7 +106,9 @@ int RunGc(int argc, char** argv) {
   const bool verbose = args.Has("verbose");
   const bool force_progress = args.Has("progress");
 
-  auto spaces = OpenRootNamespaces(root);
+  // L5 (docs/file-format.md, "Creation"): a namespace whose MANIFEST publication was cut is recovered (or its temporaries swept) first.
+  auto spaces = OpenRootNamespaces(
+      root, "", RootOpen{args.Has("allow-insecure-root"), !dry, std::chrono::seconds(temp_max_age_s)});
   int rc = 0;
   std::vector<PerNs> per(spaces.size());
   std::vector<Candidate> candidates;
@@ -117,9 +120,17 @@ int RunGc(int argc, char** argv) {
     Progress scan("scanning", 0, force_progress);
     for (uint32_t i = 0; i < spaces.size(); ++i) {
       auto& r = spaces[i];
+      // The MANIFEST temporaries of a cut publication: recovered from, or swept (their bytes count either way).
+      per[i].swept += r.recovery.removed;
+      per[i].swept_bytes += r.recovery.removed_bytes;
+      if (!r.ns) total += r.recovery.temporary_bytes - r.recovery.removed_bytes;  // else the scan counts those left
+      if (r.recovery.recovered) {
+        std::printf("recovered %s/MANIFEST from %s (its publication was cut)\n", r.dir_name.c_str(),
+                    r.recovery.from.c_str());
+      }
       if (!r.ns) {
-        std::fprintf(stderr, "kvtier: error: namespace %s: %s (its bytes are not counted)\n", r.dir_name.c_str(),
-                     r.error.c_str());
+        std::fprintf(stderr, "kvtier: error: namespace %s: %s (its entries' bytes are not counted)\n",
+                     r.dir_name.c_str(), r.error.c_str());
         rc = 1;
         continue;
       }

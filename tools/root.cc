@@ -1,6 +1,7 @@
 #include "root.h"
 
 #include <dirent.h>
+#include <sys/stat.h>
 
 #include <cstring>
 
@@ -8,9 +9,22 @@
 
 namespace kvtier::cli {
 
-std::vector<RootNamespace> OpenRootNamespaces(const std::string& root, const std::string& only) {
+std::vector<RootNamespace> OpenRootNamespaces(const std::string& root, const std::string& only,
+                                              const RootOpen& how) {
   auto names = ListNamespaces(root);
   if (!names.ok()) throw CliError(names.status().message());
+  // K2: the engine's root check (the namespace directories' own checks stay the engine's).
+  if (struct stat st; !how.allow_insecure && stat(CanonicalRootPath(root).c_str(), &st) == 0) {
+    Status trusted = CheckTrustedDirectory(st, "storage root " + root, /*group_shared=*/false);
+    if (!trusted.ok()) {
+      std::string msg = trusted.message();
+      const std::string option = "set allow_insecure_root";
+      if (const size_t at = msg.find(option); at != std::string::npos) {
+        msg.replace(at, option.size(), "pass --allow-insecure-root");
+      }
+      throw CliError(msg);
+    }
+  }
   std::vector<RootNamespace> out;
   if (!only.empty()) {
     if (!IsNamespaceDirName(only)) {
@@ -38,11 +52,23 @@ std::vector<RootNamespace> OpenRootNamespaces(const std::string& root, const std
   for (const std::string& name : *names) {
     RootNamespace r;
     r.dir_name = name;
+    if (how.recover) {
+      auto rec = RecoverManifest(root, name, how.temp_max_age, /*apply=*/true);
+      if (rec.ok()) r.recovery = rec.value();
+    }
     auto ns = Namespace::OpenExisting(root, name);
     if (ns.ok()) {
       r.ns.emplace(std::move(ns.value()));
     } else {
       r.error = ns.status().message();
+      if (auto rec = RecoverManifest(root, name, how.temp_max_age, /*apply=*/false);
+          !how.recover && rec.ok() && rec->temporaries > 0) {
+        r.recovery = rec.value();
+        r.error += rec->recoverable ? "; its publication was cut: " + rec->from +
+                                          " is whole, and --repair (fsck) or gc recovers MANIFEST from it"
+                                    : "; its publication was cut and no temporary is whole: --repair (fsck) or gc "
+                                      "removes them once older than --temp-max-age";
+      }
     }
     out.push_back(std::move(r));
   }

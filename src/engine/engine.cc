@@ -179,39 +179,6 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
   }
   open_resolve_ = io::Openat2Available() ? (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS) : 0;
 
-  NamespaceOpenOptions ns_opts;
-  ns_opts.create = true;
-  ns_opts.dir_mode = options.dir_mode;
-  ns_opts.allow_insecure = options.allow_insecure_root;
-  auto ns = Namespace::Open(options.root, ToNamespaceIdentity(options.identity), ns_opts);
-  if (!ns.ok()) return ns.status();
-  ns_ = std::make_unique<Namespace>(std::move(ns.value()));
-
-  // I2: direct I/O where the filesystem allows it and its alignment fits our 4 KiB layout.
-  io::DirectIoInfo dio = io::ProbeDirectIo(ns_->dirfd());
-  bool direct = false;
-  std::string io_mode_why;
-  if (options.io_mode == IoMode::kBuffered) {
-    io_mode_why = "buffered (by option)";
-  } else if (dio.supported && dio.mem_align <= 4096 && dio.offset_align <= 4096) {
-    direct = true;
-    io_mode_why = "O_DIRECT (" + dio.how + ", mem " + std::to_string(dio.mem_align) + " B, offset " +
-                  std::to_string(dio.offset_align) + " B)";
-  } else if (options.io_mode == IoMode::kDirect) {
-    return Status(StatusCode::kUnsupported,
-                  "io_mode=direct but the filesystem of " + options.root + " refuses O_DIRECT: " + dio.how);
-  } else {
-    io_mode_why = "buffered (O_DIRECT unavailable: " + dio.how + ")";
-  }
-  open_flags_extra_ = direct ? O_DIRECT : 0;
-  const FilesystemKind fs_kind = ProbeFilesystem(ns_->dirfd());  // M1
-  shared_root_ = fs_kind.shared;
-  if (options.anonymous_temporaries) {
-    const int fd = openat(ns_->dirfd(), ".", O_TMPFILE | O_WRONLY | O_CLOEXEC | open_flags_extra_, file_mode_);
-    tmpfile_publish_ = fd >= 0 && access("/proc/self/fd", F_OK) == 0;
-    if (fd >= 0) close(fd);
-  }
-
   // I1: several reactors, one ring and one issuer thread each; a chunk's reactor is PlaceChunk's choice.
   const uint32_t nreactors = forced_reactors ? forced_reactors : ResolveReactors(options, &reactors_why_);
   if (forced_reactors) reactors_why_ = "given I/O engine";
@@ -271,6 +238,9 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
     orphan_pools_removed_ = orphans.value();
   }
   auto pool = StagingPool::Create(pool_opts);
+  if (!pool.ok() && pool.status().code() == StatusCode::kInvalidArgument && !options.pool_name.empty()) {
+    return pool.status().WithContext("option pool_name");  // a name that is not a POSIX shm name
+  }
   if (!pool.ok()) return pool.status();
   pool_ = std::move(pool.value());
   ResidentSet::Options dram_opts;
@@ -305,6 +275,42 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
     auto trace = TraceRecorder::Open(options.trace_path);
     if (!trace.ok()) return trace.status().WithContext("option trace_path");
     trace_ = std::move(trace.value());
+  }
+
+  // V4 (docs/file-format.md, "Creation"): everything above fails without writing under the root (options, the key file, the pool, the trace);
+  // the namespace is created (or opened) only now, so a failed open leaves the root as it was.
+  NamespaceOpenOptions ns_opts;
+  ns_opts.create = true;
+  ns_opts.dir_mode = options.dir_mode;
+  ns_opts.allow_insecure = options.allow_insecure_root;
+  ns_opts.checksum_key = ChecksumKeyRecord(checksum_key_.get());  // K3: another secret is refused, not trusted
+  auto ns = Namespace::Open(options.root, ToNamespaceIdentity(options.identity), ns_opts);
+  if (!ns.ok()) return ns.status();
+  ns_ = std::make_unique<Namespace>(std::move(ns.value()));
+
+  // I2: direct I/O where the filesystem allows it and its alignment fits our 4 KiB layout.
+  io::DirectIoInfo dio = io::ProbeDirectIo(ns_->dirfd());
+  bool direct = false;
+  std::string io_mode_why;
+  if (options.io_mode == IoMode::kBuffered) {
+    io_mode_why = "buffered (by option)";
+  } else if (dio.supported && dio.mem_align <= 4096 && dio.offset_align <= 4096) {
+    direct = true;
+    io_mode_why = "O_DIRECT (" + dio.how + ", mem " + std::to_string(dio.mem_align) + " B, offset " +
+                  std::to_string(dio.offset_align) + " B)";
+  } else if (options.io_mode == IoMode::kDirect) {
+    return Status(StatusCode::kUnsupported,
+                  "io_mode=direct but the filesystem of " + options.root + " refuses O_DIRECT: " + dio.how);
+  } else {
+    io_mode_why = "buffered (O_DIRECT unavailable: " + dio.how + ")";
+  }
+  open_flags_extra_ = direct ? O_DIRECT : 0;
+  const FilesystemKind fs_kind = ProbeFilesystem(ns_->dirfd());  // M1
+  shared_root_ = fs_kind.shared;
+  if (options.anonymous_temporaries) {
+    const int fd = openat(ns_->dirfd(), ".", O_TMPFILE | O_WRONLY | O_CLOEXEC | open_flags_extra_, file_mode_);
+    tmpfile_publish_ = fd >= 0 && access("/proc/self/fd", F_OK) == 0;
+    if (fd >= 0) close(fd);
   }
 
   auto swept = SweepTemporaries(*ns_, std::chrono::seconds(options.temp_max_age_s));

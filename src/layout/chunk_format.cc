@@ -100,6 +100,8 @@ Result<ChecksumKey> DeriveChecksumKey(std::string_view secret) {
     auto part = HmacSha256(k, "kvtier-k3-block-secret-" + std::to_string(i));
     std::memcpy(out.xxh3_secret.data() + 32 * i, part.data(), 32);
   }
+  const auto id = HmacSha256(k, "kvtier-k3-key-id");
+  std::memcpy(out.key_id.data(), id.data(), out.key_id.size());
   return out;
 }
 
@@ -230,8 +232,13 @@ Result<ChunkHeader> DecodeHeader(std::span<const uint8_t> bytes, std::span<const
                    HexOf({p + kOffFingerprint, 16}) + ", expected " + HexOf(expected_fingerprint) + ")");
   }
   size_t key_size = p[kOffKeySize];
-  if (key_size == 0 || key_size > ChunkKey::kMaxBytes || !AllZero(p + kOffKey + key_size, 64 - key_size)) {
-    return Corrupt("chunk header: key size " + std::to_string(key_size) + " is invalid");
+  if (key_size == 0 || key_size > ChunkKey::kMaxBytes) {
+    return Corrupt("chunk header: key size " + std::to_string(key_size) + " is outside 1..64");
+  }
+  if (!AllZero(p + kOffKey + key_size, 64 - key_size)) {
+    return Corrupt("chunk header: key padding (bytes " + std::to_string(kOffKey + key_size) + ".." +
+                   std::to_string(kOffKey + 63) + " after a key of " + std::to_string(key_size) +
+                   " bytes) is not zero");
   }
   ChunkHeader h;
   h.key = ChunkKey::FromBytes({p + kOffKey, key_size}).value();

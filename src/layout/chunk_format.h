@@ -63,6 +63,10 @@ using Fingerprint16 = std::array<uint8_t, 16>;
 struct ChecksumKey {
   std::array<uint8_t, 32> mac_key{};        // HMAC-SHA256(secret, "kvtier-k3-header-mac")
   std::array<uint8_t, 192> xxh3_secret{};   // HMAC-SHA256(secret, "kvtier-k3-block-secret-<i>"), i = 0..5
+  // The first 16 bytes of HMAC-SHA256(secret, "kvtier-k3-key-id"): names the secret in a namespace's MANIFEST
+  // (checksum_key=k3:<hex>, docs/file-format.md) without revealing it, so an engine given another secret is refused
+  // at open instead of taking every entry for corrupt (K3).
+  std::array<uint8_t, 16> key_id{};
 };
 // kInvalidArgument for a secret shorter than 16 bytes.
 Result<ChecksumKey> DeriveChecksumKey(std::string_view secret);

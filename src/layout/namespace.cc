@@ -19,6 +19,7 @@ namespace {
 
 constexpr char kManifestName[] = "MANIFEST";
 constexpr size_t kMaxManifestBytes = 64 * 1024;
+static_assert(4 * 3 * kMaxIdentityStringBytes + 1024 < kMaxManifestBytes, "a valid identity's MANIFEST is readable");
 constexpr char kHexUpper[] = "0123456789ABCDEF";
 constexpr char kHexLower[] = "0123456789abcdef";
 
@@ -129,8 +130,10 @@ std::vector<Field> Fields(const NamespaceIdentity& id) {
 }
 
 // Status for a failed root check.
-Result<int> OpenRoot(const std::string& root) {
-  if (root.empty()) return Status(StatusCode::kInvalidArgument, "storage root is empty");
+Result<int> OpenRoot(const std::string& given) {
+  if (given.empty()) return Status(StatusCode::kInvalidArgument, "storage root is empty");
+  // "L/" and "L/." would resolve a symlink L before lstat could see it.
+  const std::string root = CanonicalRootPath(given);
   struct stat st;
   if (lstat(root.c_str(), &st) != 0) {
     if (errno == ENOENT) return Status(StatusCode::kNotFound, "storage root " + root + " does not exist");
@@ -202,20 +205,21 @@ Status CheckWritable(int dirfd, const std::string& what) {
   return Status::FromErrno(err, "access " + what);
 }
 
-// Reads MANIFEST; kNotFound when absent.
-Result<std::string> ReadManifest(int ns_fd, const std::string& ns_path) {
-  int fd = openat(ns_fd, kManifestName, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+// Reads MANIFEST (or a temporary of it, `name`); kNotFound when absent.
+Result<std::string> ReadManifest(int ns_fd, const std::string& ns_path, const char* name = kManifestName) {
+  const std::string path = ns_path + "/" + name;
+  int fd = openat(ns_fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
-    if (errno == ENOENT) return Status(StatusCode::kNotFound, ns_path + " has no MANIFEST", ENOENT);
-    if (errno == ELOOP) return Status(StatusCode::kCorrupt, ns_path + "/MANIFEST is a symbolic link");
-    return Status::FromErrno(errno, "open " + ns_path + "/MANIFEST");
+    if (errno == ENOENT) return Status(StatusCode::kNotFound, ns_path + " has no " + name, ENOENT);
+    if (errno == ELOOP) return Status(StatusCode::kCorrupt, path + " is a symbolic link");
+    return Status::FromErrno(errno, "open " + path);
   }
   FdGuard guard(fd);
   struct stat st;
-  if (fstat(fd, &st) != 0) return Status::FromErrno(errno, "stat " + ns_path + "/MANIFEST");
-  if (!S_ISREG(st.st_mode)) return Status(StatusCode::kCorrupt, ns_path + "/MANIFEST is not a regular file");
+  if (fstat(fd, &st) != 0) return Status::FromErrno(errno, "stat " + path);
+  if (!S_ISREG(st.st_mode)) return Status(StatusCode::kCorrupt, path + " is not a regular file");
   if (static_cast<uint64_t>(st.st_size) > kMaxManifestBytes) {
-    return Status(StatusCode::kCorrupt, ns_path + "/MANIFEST is too large");
+    return Status(StatusCode::kCorrupt, path + " is too large");
   }
   std::string text(static_cast<size_t>(st.st_size) + 1, '\0');
   size_t got = 0;
@@ -223,7 +227,7 @@ Result<std::string> ReadManifest(int ns_fd, const std::string& ns_path) {
     ssize_t n = read(fd, text.data() + got, text.size() - got);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return Status::FromErrno(errno, "read " + ns_path + "/MANIFEST");
+      return Status::FromErrno(errno, "read " + path);
     }
     if (n == 0) break;
     got += static_cast<size_t>(n);
@@ -262,9 +266,28 @@ Status PublishManifest(int ns_fd, const std::string& ns_path, const std::string&
   return s;
 }
 
-// Compares a MANIFEST's text with the identity asked for.
-Status CompareManifest(const std::string& ns_path, const std::string& text, const NamespaceIdentity& want) {
-  auto parsed = ParseManifest(text);
+// K3: the refusal of an opener whose checksum key is not the one the namespace's MANIFEST records.
+Status KeyMismatch(const std::string& ns_path, const std::string& have, const std::string& want) {
+  std::string why;
+  if (have == "none") {
+    why = "its entries are written without a checksum secret, and this process has one (checksum_secret): open it "
+          "without the secret";
+  } else if (want == "none") {
+    why = "its entries are keyed (checksum_key=" + have + " in its MANIFEST), and this process has no checksum secret: "
+          "give checksum_secret the secret its writers use";
+  } else {
+    why = "its entries are keyed with another checksum secret (MANIFEST checksum_key=" + have + ", this process's "
+          "secret gives " + want + "): give checksum_secret the secret its writers use";
+  }
+  return Status(StatusCode::kFailedPrecondition,
+                "namespace " + ns_path + ": " + why + ", or rotate the secret (docs/operations.md, \"Rotating the "
+                "checksum secret\"); refusing to open it (nothing was removed)");
+}
+
+// Compares a MANIFEST's text with the identity and checksum key record asked for.
+Status CompareManifest(const std::string& ns_path, const std::string& text, const NamespaceIdentity& want,
+                       const std::string& want_key, std::string* have_key) {
+  auto parsed = ParseManifest(text, have_key);
   if (!parsed.ok()) return parsed.status().WithContext(ns_path + "/MANIFEST");
   std::vector<Field> have = Fields(parsed.value());
   std::vector<Field> wanted = Fields(want);
@@ -276,13 +299,35 @@ Status CompareManifest(const std::string& ns_path, const std::string& text, cons
                         "' requested (refusing to reuse it)");
     }
   }
-  if (text != CanonicalManifest(want)) {
+  if (text != ManifestText(want, *have_key)) {
     return Status(StatusCode::kCorrupt, ns_path + "/MANIFEST is not in canonical form");
   }
+  if (!have_key->empty() && *have_key != want_key) return KeyMismatch(ns_path, *have_key, want_key);
   return Status::Ok();
 }
 
+// K3: "none" or "k3:" + 32 lowercase hex digits.
+bool IsChecksumKeyRecord(std::string_view v) {
+  if (v == "none") return true;
+  if (v.size() != 35 || v.substr(0, 3) != "k3:") return false;
+  return std::all_of(v.begin() + 3, v.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
 }  // namespace
+
+std::string CanonicalRootPath(std::string_view root) {
+  std::string p(root);
+  for (;;) {
+    if (p.size() > 1 && p.back() == '/') {
+      p.pop_back();
+    } else if (p.size() >= 2 && p.compare(p.size() - 2, 2, "/.") == 0) {
+      p.resize(p.size() - 2);
+      if (p.empty()) p = "/";
+    } else {
+      return p;
+    }
+  }
+}
 
 Status CheckTrustedDirectory(const struct stat& st, const std::string& what, bool group_shared) {
   if ((st.st_mode & S_IWOTH) && !(st.st_mode & S_ISVTX)) {
@@ -312,6 +357,16 @@ Status ValidateIdentity(const NamespaceIdentity& id) {
   auto bad = [](const char* field, std::string why) {
     return Status(StatusCode::kInvalidArgument, std::string("namespace identity: ") + field + " " + why);
   };
+  // docs/file-format.md ("MANIFEST"): a bound on each string keeps every MANIFEST under kMaxManifestBytes even when fully escaped (4 x 3 x
+  // 4096 B), so no identity is accepted whose MANIFEST could be written but not read back.
+  for (const auto& [field, value] : {std::pair<const char*, const std::string*>{"model", &id.model},
+                                     {"revision", &id.revision}, {"kv_dtype", &id.kv_dtype},
+                                     {"layout_tag", &id.layout_tag}}) {
+    if (value->size() > kMaxIdentityStringBytes) {
+      return bad(field, "is " + std::to_string(value->size()) + " bytes long; at most " +
+                            std::to_string(kMaxIdentityStringBytes) + " are accepted");
+    }
+  }
   if (id.model.empty()) return bad("model", "is empty");
   if (id.revision.empty()) return bad("revision", "is empty (give the weights revision or a hash)");
   if (id.kv_dtype.empty()) return bad("kv_dtype", "is empty");
@@ -347,12 +402,32 @@ std::string CanonicalManifest(const NamespaceIdentity& id) {
   return out;
 }
 
-Result<NamespaceIdentity> ParseManifest(std::string_view text) {
+std::string ChecksumKeyRecord(const ChecksumKey* key) {
+  if (key == nullptr) return "none";
+  std::string out = "k3:";
+  for (uint8_t b : key->key_id) {
+    out.push_back(kHexLower[b >> 4]);
+    out.push_back(kHexLower[b & 0xf]);
+  }
+  return out;
+}
+
+std::string ManifestText(const NamespaceIdentity& id, const std::string& checksum_key_record) {
+  std::string out = CanonicalManifest(id);
+  if (!checksum_key_record.empty()) out += "checksum_key=" + checksum_key_record + "\n";
+  return out;
+}
+
+Result<NamespaceIdentity> ParseManifest(std::string_view text, std::string* checksum_key_record) {
   NamespaceIdentity id;
-  constexpr size_t kNumFields = 10;
+  // The identity's fields, then checksum_key (K3), the one optional field.
+  constexpr size_t kNumFields = 11;
+  constexpr size_t kChecksumKeyField = 10;
   static constexpr const char* kNames[kNumFields] = {"format_version", "model",       "revision", "kv_dtype",
                                                      "tokens_per_chunk", "blocks_per_chunk", "block_bytes",
-                                                     "tp_size",        "pp_size",     "layout_tag"};
+                                                     "tp_size",        "pp_size",     "layout_tag",
+                                                     "checksum_key"};
+  std::string checksum_key;
   bool seen[kNumFields] = {};
   if (!text.empty() && text.back() != '\n') {
     return Status(StatusCode::kCorrupt, "MANIFEST does not end with a newline (truncated?)");
@@ -384,6 +459,12 @@ Result<NamespaceIdentity> ParseManifest(std::string_view text) {
       case 6: KVTIER_RETURN_IF_ERROR(ParseNumber(key, value, &id.block_bytes)); break;
       case 7: KVTIER_RETURN_IF_ERROR(ParseNumber(key, value, &id.tp_size)); break;
       case 8: KVTIER_RETURN_IF_ERROR(ParseNumber(key, value, &id.pp_size)); break;
+      case kChecksumKeyField:
+        if (!IsChecksumKeyRecord(value)) {
+          return ManifestError(key, "'" + Escape(value) + "' is neither 'none' nor 'k3:' and 32 lowercase hex digits");
+        }
+        checksum_key = value;
+        break;
       default: {
         auto s = Unescape(key, value);
         if (!s.ok()) return s.status();
@@ -394,8 +475,9 @@ Result<NamespaceIdentity> ParseManifest(std::string_view text) {
     }
   }
   for (size_t i = 0; i < kNumFields; ++i) {
-    if (!seen[i]) return ManifestError(kNames[i], "is missing");
+    if (!seen[i] && i != kChecksumKeyField) return ManifestError(kNames[i], "is missing");
   }
+  if (checksum_key_record != nullptr) *checksum_key_record = std::move(checksum_key);
   return id;
 }
 
@@ -434,6 +516,7 @@ Namespace::Namespace(Namespace&& other) noexcept
       dir_name_(std::move(other.dir_name_)),
       id_(std::move(other.id_)),
       fingerprint_(other.fingerprint_),
+      checksum_key_(std::move(other.checksum_key_)),
       dir_mode_(other.dir_mode_) {}
 
 Namespace& Namespace::operator=(Namespace&& other) noexcept {
@@ -444,6 +527,7 @@ Namespace& Namespace::operator=(Namespace&& other) noexcept {
     dir_name_ = std::move(other.dir_name_);
     id_ = std::move(other.id_);
     fingerprint_ = other.fingerprint_;
+    checksum_key_ = std::move(other.checksum_key_);
     dir_mode_ = other.dir_mode_;
   }
   return *this;
@@ -456,6 +540,9 @@ Namespace::~Namespace() {
 Result<Namespace> Namespace::Open(const std::string& root, const NamespaceIdentity& id,
                                   const NamespaceOpenOptions& options) {
   KVTIER_RETURN_IF_ERROR(ValidateIdentity(id));
+  if (!IsChecksumKeyRecord(options.checksum_key)) {
+    return Status(StatusCode::kInvalidArgument, "namespace checksum_key '" + options.checksum_key + "' is invalid");
+  }
   if ((options.dir_mode & ~mode_t{07777}) != 0 || (options.dir_mode & 0700) != 0700) {
     return Status(StatusCode::kInvalidArgument, "namespace dir_mode must include owner rwx (0700)");
   }
@@ -465,7 +552,7 @@ Result<Namespace> Namespace::Open(const std::string& root, const NamespaceIdenti
 
   Namespace ns;
   ns.dir_name_ = NamespaceDirName(id);
-  ns.path_ = root + (root.back() == '/' ? "" : "/") + ns.dir_name_;
+  ns.path_ = CanonicalRootPath(root) + (CanonicalRootPath(root) == "/" ? "" : "/") + ns.dir_name_;
   ns.id_ = id;
   ns.fingerprint_ = FingerprintBytes(id);
   ns.dir_mode_ = options.dir_mode & 07777;
@@ -492,7 +579,7 @@ Result<Namespace> Namespace::Open(const std::string& root, const NamespaceIdenti
   if (!options.allow_insecure) KVTIER_RETURN_IF_ERROR(CheckNamespaceDirectories(ns.fd_, ns.path_));
   if (options.create) KVTIER_RETURN_IF_ERROR(CheckWritable(ns.fd_, "namespace directory " + ns.path_));
 
-  std::string want = CanonicalManifest(id);
+  std::string want = ManifestText(id, options.checksum_key);
   auto text = ReadManifest(ns.fd_, ns.path_);
   if (!text.ok() && text.status().code() == StatusCode::kNotFound) {
     if (!options.create) {
@@ -508,7 +595,7 @@ Result<Namespace> Namespace::Open(const std::string& root, const NamespaceIdenti
     text = ReadManifest(ns.fd_, ns.path_);  // first writer wins: compare with whatever is there now
   }
   if (!text.ok()) return text.status();
-  KVTIER_RETURN_IF_ERROR(CompareManifest(ns.path_, text.value(), id));
+  KVTIER_RETURN_IF_ERROR(CompareManifest(ns.path_, text.value(), id, options.checksum_key, &ns.checksum_key_));
   return ns;
 }
 
@@ -523,7 +610,7 @@ Result<Namespace> Namespace::OpenExisting(const std::string& root, const std::st
 
   Namespace ns;
   ns.dir_name_ = ns_dir_name;
-  ns.path_ = root + (root.back() == '/' ? "" : "/") + ns_dir_name;
+  ns.path_ = CanonicalRootPath(root) + (CanonicalRootPath(root) == "/" ? "" : "/") + ns_dir_name;
   int fd = openat(root_guard.get(), ns_dir_name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) return Status(StatusCode::kNotFound, "namespace " + ns.path_ + " does not exist");
@@ -538,7 +625,7 @@ Result<Namespace> Namespace::OpenExisting(const std::string& root, const std::st
     if (text.status().code() == StatusCode::kNotFound) return Status(StatusCode::kCorrupt, text.status().message());
     return text.status();
   }
-  auto parsed = ParseManifest(text.value());
+  auto parsed = ParseManifest(text.value(), &ns.checksum_key_);
   if (!parsed.ok()) return parsed.status().WithContext(ns.path_ + "/MANIFEST");
   if (parsed->format_version != kFormatVersion) {
     return Status(StatusCode::kFailedPrecondition,
@@ -547,7 +634,7 @@ Result<Namespace> Namespace::OpenExisting(const std::string& root, const std::st
   }
   Status valid = ValidateIdentity(parsed.value());
   if (!valid.ok()) return Status(StatusCode::kCorrupt, ns.path_ + "/MANIFEST: " + valid.message());
-  if (text.value() != CanonicalManifest(parsed.value())) {
+  if (text.value() != ManifestText(parsed.value(), ns.checksum_key_)) {
     return Status(StatusCode::kCorrupt, ns.path_ + "/MANIFEST is not in canonical form");
   }
   if (NamespaceDirName(parsed.value()) != ns_dir_name) {
@@ -559,6 +646,70 @@ Result<Namespace> Namespace::OpenExisting(const std::string& root, const std::st
   struct stat st;
   if (fstat(ns.fd_, &st) == 0) ns.dir_mode_ = st.st_mode & 07777;
   return ns;
+}
+
+Result<ManifestRecovery> RecoverManifest(const std::string& root, const std::string& ns_dir_name,
+                                         std::chrono::seconds min_age, bool apply) {
+  if (!IsNamespaceDirName(ns_dir_name)) {
+    return Status(StatusCode::kInvalidArgument,
+                  "'" + ns_dir_name + "' is not a namespace directory name (ns-<16 hex digits>)");
+  }
+  auto root_fd = OpenRoot(root);
+  if (!root_fd.ok()) return root_fd.status();
+  FdGuard root_guard(root_fd.value());
+  const std::string ns_path = CanonicalRootPath(root) + (CanonicalRootPath(root) == "/" ? "" : "/") + ns_dir_name;
+  const int ns_fd = openat(root_guard.get(), ns_dir_name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (ns_fd < 0) return Status::FromErrno(errno, "open namespace directory " + ns_path);
+  FdGuard ns_guard(ns_fd);
+  ManifestRecovery out;
+  struct stat st;
+  if (fstatat(ns_fd, kManifestName, &st, AT_SYMLINK_NOFOLLOW) == 0) return out;  // published: nothing to recover
+  if (errno != ENOENT) return Status::FromErrno(errno, "stat " + ns_path + "/MANIFEST");
+  std::vector<std::string> temps;
+  {
+    const int fd = openat(ns_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR* dir = fd < 0 ? nullptr : fdopendir(fd);
+    if (dir == nullptr) {
+      const int err = errno;
+      if (fd >= 0) close(fd);
+      return Status::FromErrno(err, "read " + ns_path);
+    }
+    while (struct dirent* e = readdir(dir)) {
+      if (std::string_view(e->d_name).rfind(".tmp.MANIFEST.", 0) == 0) temps.emplace_back(e->d_name);
+    }
+    closedir(dir);
+  }
+  std::sort(temps.begin(), temps.end());
+  const auto now = std::chrono::system_clock::now().time_since_epoch();
+  for (const std::string& name : temps) {
+    if (fstatat(ns_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) continue;
+    out.temporaries++;
+    out.temporary_bytes += static_cast<uint64_t>(st.st_size);
+    // Whole: the complete text of an identity that hashes to this directory (what its creator was publishing).
+    bool whole = false;
+    if (auto text = ReadManifest(ns_fd, ns_path, name.c_str()); text.ok()) {
+      std::string key;
+      auto id = ParseManifest(text.value(), &key);
+      whole = id.ok() && ValidateIdentity(id.value()).ok() && text.value() == ManifestText(id.value(), key) &&
+              NamespaceDirName(id.value()) == ns_dir_name;
+    }
+    if (whole && !out.recoverable) {
+      out.recoverable = true;
+      out.from = name;
+      if (apply && (linkat(ns_fd, name.c_str(), ns_fd, kManifestName, 0) == 0 || errno == EEXIST)) {
+        out.recovered = true;
+        fsync(ns_fd);  // best effort, as at creation
+      }
+    }
+    const auto age = now - std::chrono::nanoseconds(int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec);
+    // A young temporary may be a live creator's, which links it next: never take it from under it.
+    if (apply && age >= min_age && (!whole || out.recovered) &&
+        (unlinkat(ns_fd, name.c_str(), 0) == 0 || errno == ENOENT)) {
+      out.removed++;
+      out.removed_bytes += static_cast<uint64_t>(st.st_size);
+    }
+  }
+  return out;
 }
 
 Result<std::vector<std::string>> ListNamespaces(const std::string& root) {

@@ -1,5 +1,9 @@
 #include "layout/chunk_format.h"
 
+#include <xxhash.h>
+
+#include <cstring>
+
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -99,6 +103,20 @@ TEST(ChunkFormat, BadMagicVersionAndShortHeaderHaveSpecificMessages) {
   auto s = DecodeHeader(std::span<const uint8_t>(c.encoded.data(), 100), kFp, c.header.key).status();
   EXPECT_EQ(s.code(), StatusCode::kCorrupt);
   EXPECT_NE(s.message().find("truncated"), std::string::npos);
+}
+
+// Issue 26: a key whose padding is not zero (under a valid header checksum) is named as such, not as a bad size.
+TEST(ChunkFormat, NonZeroKeyPaddingIsReportedAsSuch) {
+  Chunk c = MakeChunk(2, 100);  // a 10-byte key
+  std::vector<uint8_t> bad = c.encoded;
+  bad[kOffKey + 40] = 0x5a;
+  const uint64_t sum = XXH3_64bits(bad.data(), kOffHeaderChecksum);
+  std::memcpy(bad.data() + kOffHeaderChecksum, &sum, 8);  // little-endian host
+  auto h = DecodeHeader(bad, kFp, c.header.key);
+  ASSERT_FALSE(h.ok());
+  EXPECT_EQ(h.status().code(), StatusCode::kCorrupt);
+  EXPECT_NE(h.status().message().find("key padding"), std::string::npos) << h.status().message();
+  EXPECT_NE(h.status().message().find("is not zero"), std::string::npos) << h.status().message();
 }
 
 TEST(ChunkFormat, ForeignFingerprintIsDetected) {

@@ -82,6 +82,63 @@ TEST(Manifest, ParseIsStrict) {
   expect_corrupt(good.substr(0, good.size() - 1), "newline");
 }
 
+// K3 (issue 26): the MANIFEST's last line names the checksum key of its entries; the fingerprint hashes the identity
+// lines only, so the namespace directory does not depend on the key.
+TEST(Manifest, TheChecksumKeyRecordIsAnOptionalLastLineOutsideTheFingerprint) {
+  const NamespaceIdentity id = TestIdentity();
+  auto key = DeriveChecksumKey("0123456789abcdef-secret-A");
+  ASSERT_TRUE(key.ok());
+  const std::string record = ChecksumKeyRecord(&key.value());
+  EXPECT_EQ(record.size(), 35u);
+  EXPECT_EQ(record.substr(0, 3), "k3:");
+  EXPECT_EQ(ChecksumKeyRecord(nullptr), "none");
+  for (const std::string& r : {record, std::string("none"), std::string()}) {
+    const std::string text = ManifestText(id, r);
+    std::string parsed_record = "unset";
+    auto parsed = ParseManifest(text, &parsed_record);
+    ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+    EXPECT_TRUE(parsed.value() == id);
+    EXPECT_EQ(parsed_record, r);
+  }
+  EXPECT_EQ(ManifestText(id, record), CanonicalManifest(id) + "checksum_key=" + record + "\n");
+  const std::string good = CanonicalManifest(id);
+  for (const char* bad : {"k3:", "k3:0123", "K3:0123456789abcdef0123456789abcdef", "k3:0123456789ABCDEF0123456789abcdef",
+                          "yes", ""}) {
+    auto r = ParseManifest(good + "checksum_key=" + bad + "\n");
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_TRUE(Contains(r.status(), "checksum_key")) << r.status().message();
+  }
+  EXPECT_FALSE(ParseManifest(ManifestText(id, "none") + "checksum_key=none\n").ok());  // duplicate
+}
+
+TEST(Manifest, ANamespaceRecordsItsOpenersKeyAndRefusesAnotherWithoutWritingAnything) {
+  TempDir dir;
+  const NamespaceIdentity id = TestIdentity();
+  auto a = DeriveChecksumKey("0123456789abcdef-secret-A");
+  auto b = DeriveChecksumKey("0123456789abcdef-secret-B");
+  ASSERT_TRUE(a.ok() && b.ok());
+  NamespaceOpenOptions with_a;
+  with_a.checksum_key = ChecksumKeyRecord(&a.value());
+  auto ns = Namespace::Open(dir.path(), id, with_a);
+  ASSERT_TRUE(ns.ok()) << ns.status().ToString();
+  EXPECT_EQ(ns->checksum_key_record(), with_a.checksum_key);
+  const std::string manifest = ReadFile(ns->path() + "/MANIFEST");
+  EXPECT_EQ(manifest, ManifestText(id, with_a.checksum_key));
+  NamespaceOpenOptions with_b;
+  with_b.checksum_key = ChecksumKeyRecord(&b.value());
+  auto other = Namespace::Open(dir.path(), id, with_b);
+  ASSERT_FALSE(other.ok());
+  EXPECT_EQ(other.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(Contains(other.status(), "another checksum secret")) << other.status().message();
+  auto none = Namespace::Open(dir.path(), id);
+  ASSERT_FALSE(none.ok());
+  EXPECT_TRUE(Contains(none.status(), "no checksum secret")) << none.status().message();
+  EXPECT_EQ(ReadFile(ns->path() + "/MANIFEST"), manifest);
+  auto existing = Namespace::OpenExisting(dir.path(), NamespaceDirName(id));
+  ASSERT_TRUE(existing.ok()) << existing.status().ToString();
+  EXPECT_EQ(existing->checksum_key_record(), with_a.checksum_key);
+}
+
 class NamespaceTest : public ::testing::Test {
  protected:
   TempDir dir_;
@@ -99,7 +156,7 @@ TEST_F(NamespaceTest, OpenCreatesDirectoryAndManifestAndReopenSucceeds) {
     EXPECT_TRUE(ns->identity() == id);
     EXPECT_EQ(ns->fingerprint(), FingerprintBytes(id));
     EXPECT_EQ(ns->file_mode(), 0660u);
-    EXPECT_EQ(ReadFile(ns->path() + "/MANIFEST"), CanonicalManifest(id));
+    EXPECT_EQ(ReadFile(ns->path() + "/MANIFEST"), ManifestText(id, "none"));
     struct stat st;
     ASSERT_EQ(stat(ns->path().c_str(), &st), 0);
     EXPECT_EQ(st.st_mode & 07777, 0770u);
@@ -262,7 +319,7 @@ TEST_F(NamespaceTest, ConcurrentProcessesOpeningANewNamespaceAllSucceedWithOneMa
   }
   EXPECT_EQ(failures, 0);
   std::string ns_path = dir_.path() + "/" + NamespaceDirName(id);
-  EXPECT_EQ(ReadFile(ns_path + "/MANIFEST"), CanonicalManifest(id));
+  EXPECT_EQ(ReadFile(ns_path + "/MANIFEST"), ManifestText(id, "none"));
   // No temporaries are left behind.
   auto ns = Namespace::OpenExisting(dir_.path(), NamespaceDirName(id));
   ASSERT_TRUE(ns.ok());

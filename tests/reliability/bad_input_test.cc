@@ -1,16 +1,41 @@
 // Bad input (SPEC V4): every engine option with invalid values, and CLI misuse. Each is refused with a clear
 // message naming the option or flag. (The Python option dict and the vLLM kvtier_* keys have the same table in
 // tests/vllm/test_bad_config.py.)
+#include <sys/stat.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
 
 #include "reliability/reliability_util.h"
 #include "support/temp_dir.h"
 
 namespace kvtier::rel {
 namespace {
+
+// Everything under dir, as text: each path with its type, mode, size and bytes (a failed open must change none).
+std::string Snapshot(const std::string& dir) {
+  std::vector<std::string> lines;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
+    struct stat st;
+    if (lstat(e.path().c_str(), &st) != 0) continue;
+    std::string line = e.path().string().substr(dir.size()) + " mode " + std::to_string(st.st_mode) + " size " +
+                       std::to_string(st.st_size);
+    if (S_ISREG(st.st_mode)) {
+      std::ifstream in(e.path(), std::ios::binary);
+      line += " " + std::string(std::istreambuf_iterator<char>(in), {});
+    }
+    lines.push_back(std::move(line));
+  }
+  std::sort(lines.begin(), lines.end());
+  std::string out;
+  for (const std::string& l : lines) out += l + "\n";
+  return out;
+}
 
 struct BadOption {
   const char* names;  // what the message must mention
@@ -37,6 +62,10 @@ TEST(BadInput, EveryEngineOptionWithAnInvalidValueIsRefusedNamingIt) {
       {"tp_size", [](EngineOptions& o) { o.identity.tp_size = 0; }},
       {"pp_size", [](EngineOptions& o) { o.identity.pp_size = 0; }},
       {"layout_tag", [](EngineOptions& o) { o.identity.layout_tag = ""; }},
+      // Issue 26: an identity whose MANIFEST could be written but not read back (over 64 KiB).
+      {"model", [](EngineOptions& o) { o.identity.model = std::string(70000, 'm'); }},
+      {"layout_tag", [](EngineOptions& o) { o.identity.layout_tag = std::string(4097, '%'); }},
+      {"pool_name", [](EngineOptions& o) { o.pool_name = "a/b"; }},
       {"io_depth", [](EngineOptions& o) { o.io_depth = 0; }},
       {"io_depth", [](EngineOptions& o) { o.io_depth = 100000; }},
       {"posix_threads", [](EngineOptions& o) { o.posix_threads = 0; }},
@@ -53,20 +82,32 @@ TEST(BadInput, EveryEngineOptionWithAnInvalidValueIsRefusedNamingIt) {
       {"dir_mode", [](EngineOptions& o) { o.dir_mode = 0777; }},   // world-writable
       {"pool_bytes", [](EngineOptions& o) { o.pool_bytes = 0; }},
       {"pool_bytes", [](EngineOptions& o) { o.pool_bytes = 4096; }},
+      {"shared memory", [](EngineOptions& o) { o.pool_bytes = 1ull << 63; }},  // more than /dev/shm has
       {"checksum_secret", [](EngineOptions& o) { o.checksum_secret = "too-short"; }},
       {"checksum_secret", [](EngineOptions& o) { o.checksum_secret = "file:"; }},
       {"checksum_secret", [](EngineOptions& o) { o.checksum_secret = "file:/nonexistent/key"; }},
       {"trace_path", [](EngineOptions& o) { o.trace_path = "/nonexistent/dir/trace.json"; }},
   };
-  for (const BadOption& b : table) {
-    EngineOptions o = Options(dir.path());
-    b.set(o);
-    auto e = Engine::Open(o);
-    ASSERT_FALSE(e.ok()) << "accepted a bad value for " << b.names;
-    EXPECT_NE(e.status().message().find(b.names), std::string::npos)
-        << "the message does not name " << b.names << ": " << e.status().ToString();
+  // Issue 26: each is refused before anything is written, in an empty root and in one that holds a namespace.
+  for (bool populated : {false, true}) {
+    if (populated) {
+      auto e = Engine::Open(Options(dir.path()));
+      ASSERT_TRUE(e.ok()) << e.status().ToString();
+      ASSERT_TRUE(StoreOne(*e.value(), 1).ok());
+    }
+    for (const BadOption& b : table) {
+      EngineOptions o = Options(dir.path());
+      b.set(o);
+      const std::string before = Snapshot(dir.path());
+      auto e = Engine::Open(o);
+      ASSERT_FALSE(e.ok()) << "accepted a bad value for " << b.names;
+      EXPECT_NE(e.status().message().find(b.names), std::string::npos)
+          << "the message does not name " << b.names << ": " << e.status().ToString();
+      EXPECT_EQ(Snapshot(dir.path()), before) << "a failed open (" << e.status().ToString() << ") changed the root";
+    }
   }
-  std::printf("bad input: %zu invalid engine option values, each refused naming the option\n", table.size());
+  std::printf("bad input: %zu invalid engine option values, each refused naming the option, the root unchanged\n",
+              table.size());
 }
 
 #ifdef KVTIER_CLI_PATH

@@ -1,6 +1,7 @@
 // Security (SPEC K2, K3): refused roots, group-shared modes, keyed checksums against a writer without the key.
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -167,7 +168,107 @@ TEST_P(GroupShared, DirectoriesAndFilesGetTheConfiguredModeWhateverTheUmask) {
 INSTANTIATE_TEST_SUITE_P(Temporaries, GroupShared, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "Anonymous" : "Named"; });
 
-TEST(KeyedChecksums, EntriesWrittenWithoutTheKeyOrWithAnotherAreMissesAndWithItLoadByteForByte) {
+// A MANIFEST as kvtier wrote it before recording the checksum key (no checksum_key line): every engine opens it.
+void DropKeyRecord(const EngineOptions& o) {
+  const std::string path = NsPath(o) + "/MANIFEST";
+  std::string text;
+  {
+    std::ifstream in(path);
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const size_t line = text.find("checksum_key=");
+  ASSERT_NE(line, std::string::npos) << text;
+  ASSERT_EQ(unlink(path.c_str()), 0);
+  std::ofstream(path) << text.substr(0, line);
+}
+
+uint64_t CountEntries(const std::string& root) {
+  uint64_t n = 0;
+  for (const auto& e : fs::recursive_directory_iterator(root)) n += e.path().extension() == ".kvc";
+  return n;
+}
+
+// K3 (issue 26): a root written with a secret records it in the MANIFEST (a keyed fingerprint), so an engine given
+// another secret, or none, is refused at open with a message that says so, and removes nothing. Before, such an
+// engine took every entry for corrupt and removed each one it loaded: on a shared root one misconfigured instance
+// emptied the cache of every host.
+TEST(KeyedChecksums, AnotherProcessWithAnotherSecretOrNoneIsRefusedAtOpenAndRemovesNoEntry) {
+  test::TempDir dir;
+  EngineOptions with_a = Options(dir.path());
+  with_a.checksum_secret = "0123456789abcdef-secret-A";
+  constexpr uint64_t kEntries = 40;
+  int ready[2], done[2];
+  ASSERT_EQ(pipe(ready), 0);
+  ASSERT_EQ(pipe(done), 0);
+  const pid_t writer = fork();
+  ASSERT_GE(writer, 0);
+  if (writer == 0) {  // the root's writer, a process of its own, open throughout
+    auto w = Engine::Open(with_a);
+    bool ok = w.ok();
+    for (uint64_t i = 0; ok && i < kEntries; ++i) ok = StoreOne(*w.value(), i).ok();
+    char c = ok ? 'y' : 'n';
+    (void)!write(ready[1], &c, 1);
+    (void)!read(done[0], &c, 1);
+    _exit(ok ? 0 : 1);
+  }
+  char c = 0;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  ASSERT_EQ(c, 'y') << "the writer could not store its entries";
+  ASSERT_EQ(CountEntries(dir.path()), kEntries);
+
+  EngineOptions with_b = with_a;
+  with_b.checksum_secret = "another-secret-of-16+bytes";
+  auto b = Engine::Open(with_b);
+  ASSERT_FALSE(b.ok()) << "an engine with another secret opened the namespace";
+  EXPECT_EQ(b.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(b.status().message().find("another checksum secret"), std::string::npos) << b.status().ToString();
+  EXPECT_NE(b.status().message().find("nothing was removed"), std::string::npos) << b.status().ToString();
+  EngineOptions plain = with_a;
+  plain.checksum_secret.clear();
+  auto p = Engine::Open(plain);
+  ASSERT_FALSE(p.ok()) << "an engine without the secret opened a keyed namespace";
+  EXPECT_NE(p.status().message().find("no checksum secret"), std::string::npos) << p.status().ToString();
+  EXPECT_EQ(CountEntries(dir.path()), kEntries) << "entries were removed";
+
+  c = 'x';
+  ASSERT_EQ(write(done[1], &c, 1), 1);
+  int status = 0;
+  ASSERT_EQ(waitpid(writer, &status, 0), writer);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  for (int fd : {ready[0], ready[1], done[0], done[1]}) close(fd);
+
+  // The right secret still loads every entry byte for byte.
+  auto a = Engine::Open(with_a);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  std::vector<uint8_t> got;
+  for (uint64_t i = 0; i < kEntries; ++i) {
+    ASSERT_TRUE(LoadOne(*a.value(), Key(i), &got).ok()) << i;
+    EXPECT_EQ(got, ContentFor(i));
+  }
+  EXPECT_EQ(a.value()->Stats().corrupt_entries, 0u);
+}
+
+// And the other way round: a root written without a secret refuses an engine that has one.
+TEST(KeyedChecksums, AnEngineWithASecretIsRefusedByANamespaceWrittenWithoutOne) {
+  test::TempDir dir;
+  EngineOptions plain = Options(dir.path());
+  {
+    auto w = Engine::Open(plain);
+    ASSERT_TRUE(w.ok());
+    for (uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(StoreOne(*w.value(), i).ok());
+  }
+  EngineOptions keyed = plain;
+  keyed.checksum_secret = "0123456789abcdef-secret-A";
+  auto e = Engine::Open(keyed);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(e.status().message().find("without a checksum secret"), std::string::npos) << e.status().ToString();
+  EXPECT_EQ(CountEntries(dir.path()), 4u);
+}
+
+// A namespace whose MANIFEST predates the key record opens under any key; there the entries' checksum kind and MAC
+// still decide, and a mismatch is a miss that never returns wrong bytes.
+TEST(KeyedChecksums, WithoutAKeyRecordEntriesWrittenWithoutTheKeyOrWithAnotherAreMissesAndWithItLoadByteForByte) {
   test::TempDir dir;
   const std::string key_a = "0123456789abcdef-secret-A";
   EngineOptions plain = Options(dir.path());
@@ -189,6 +290,9 @@ TEST(KeyedChecksums, EntriesWrittenWithoutTheKeyOrWithAnotherAreMissesAndWithItL
     ASSERT_TRUE(w.ok()) << w.status().ToString();
     EXPECT_NE(w.value()->Describe().find("keyed checksums"), std::string::npos);
     for (uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(StoreOne(*w.value(), i).ok());
+  }
+  DropKeyRecord(with_a);
+  {
     auto p = Engine::Open(plain);
     ASSERT_TRUE(p.ok());
     for (uint64_t i = 100; i < 104; ++i) ASSERT_TRUE(StoreOne(*p.value(), i).ok());  // unkeyed entries

@@ -284,6 +284,123 @@ TEST_F(CliTest, FsckFindsCorruptEntriesAndStaleTemporariesAndRepairRemovesThem) 
       << r.out;
 }
 
+// K3 (issue 26): fsck given another secret than the one a namespace's MANIFEST records, or none, refuses that
+// namespace instead of reporting (and with --repair removing) every good entry.
+TEST_F(CliTest, FsckWithAnotherSecretOrNoneRefusesAKeyedNamespaceAndRemovesNothing) {
+  EngineOptions o = Options(root_);
+  o.checksum_secret = "0123456789abcdef-secret-A";
+  {
+    auto e = Engine::Open(o);
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    StoreChunks(0, 5, &e.value());
+  }
+  for (const std::string& secret : {std::string(" --checksum-secret another-secret-of-16+bytes"), std::string()}) {
+    CliRun r = Kvtier("fsck --repair --temp-max-age 0 --root " + root_ + secret);
+    EXPECT_EQ(r.rc, 1) << r.out;
+    EXPECT_NE(r.out.find(secret.empty() ? "its entries are keyed" : "keyed with another secret"), std::string::npos)
+        << r.out;
+    EXPECT_NE(r.out.find("nothing removed"), std::string::npos) << r.out;
+    for (uint64_t i = 0; i < 5; ++i) EXPECT_TRUE(fs::exists(EntryPath(i))) << secret;
+  }
+  CliRun r = Kvtier("fsck --root " + root_ + " --checksum-secret " + o.checksum_secret);
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("fsck: 5 entries, 0 corrupt"), std::string::npos) << r.out;
+}
+
+// Issue 26: a creator killed while publishing MANIFEST leaves only .tmp.MANIFEST.*: fsck --repair recovers MANIFEST
+// from a whole temporary and then checks every entry; a torn temporary is swept by age, never linked.
+TEST_F(CliTest, FsckRepairRecoversACutManifestPublicationFromAWholeTemporaryAndChecksEveryEntry) {
+  StoreChunks(0, 6);
+  const std::string manifest = Slurp(ns_path_ + "/MANIFEST");
+  ASSERT_EQ(rename((ns_path_ + "/MANIFEST").c_str(), (ns_path_ + "/.tmp.MANIFEST.7.0.0123456789abcdef").c_str()), 0);
+  std::ofstream(ns_path_ + "/.tmp.MANIFEST.8.0.0123456789abcdef") << manifest.substr(0, 20);  // torn
+  CliRun r = Kvtier("fsck --root " + root_);
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("is whole, and --repair (fsck) or gc recovers MANIFEST"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(ns_path_ + "/MANIFEST"));
+
+  r = Kvtier("fsck --repair --temp-max-age 0 --root " + root_);
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("recovered: " + NamespaceDirName(NsIdentity()) + "/MANIFEST from .tmp.MANIFEST.7."),
+            std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("fsck: 6 entries, 0 corrupt, 2 temporaries (2 removed)"), std::string::npos) << r.out;
+  EXPECT_EQ(Slurp(ns_path_ + "/MANIFEST"), manifest);
+  for (const auto& e : fs::directory_iterator(ns_path_)) {
+    EXPECT_NE(e.path().filename().string().rfind(".tmp.MANIFEST.", 0), 0u) << e.path();
+  }
+}
+
+// Issue 26: gc recovers the same way, counts the namespace's bytes, and sweeps a torn temporary by age only.
+TEST_F(CliTest, GcRecoversACutManifestPublicationCountsItsBytesAndSweepsATornOneByAge) {
+  StoreChunks(0, 4);
+  const std::string manifest = Slurp(ns_path_ + "/MANIFEST");
+  ASSERT_EQ(rename((ns_path_ + "/MANIFEST").c_str(), (ns_path_ + "/.tmp.MANIFEST.7.0.0123456789abcdef").c_str()), 0);
+  // Another namespace directory whose creator died mid-write: a torn temporary and nothing else.
+  const std::string torn_ns = root_ + "/ns-00000000000000ab";
+  ASSERT_EQ(mkdir(torn_ns.c_str(), 0750), 0);
+  std::ofstream(torn_ns + "/.tmp.MANIFEST.9.0.0123456789abcdef") << std::string(1 << 20, 'x');
+  CliRun r = Kvtier("gc --budget 1GiB --temp-max-age 3600 --root " + root_);
+  EXPECT_NE(r.out.find("recovered " + NamespaceDirName(NsIdentity()) + "/MANIFEST"), std::string::npos) << r.out;
+  EXPECT_EQ(Slurp(ns_path_ + "/MANIFEST"), manifest);
+  EXPECT_TRUE(fs::exists(torn_ns + "/.tmp.MANIFEST.9.0.0123456789abcdef")) << "a young temporary was removed";
+  // 4 entries (144KiB), the recovered namespace's young temporary and the torn one's 1 MiB are all counted.
+  EXPECT_NE(r.out.find("gc: 1.1MiB before"), std::string::npos) << r.out;
+  EXPECT_EQ(r.rc, 1) << r.out;  // the torn namespace cannot be opened yet: reported
+  r = Kvtier("gc --budget 1GiB --temp-max-age 0 --root " + root_);
+  EXPECT_FALSE(fs::exists(torn_ns + "/.tmp.MANIFEST.9.0.0123456789abcdef")) << r.out;
+  EXPECT_FALSE(fs::exists(ns_path_ + "/.tmp.MANIFEST.7.0.0123456789abcdef")) << r.out;
+  for (uint64_t i = 0; i < 4; ++i) EXPECT_TRUE(fs::exists(EntryPath(i)));
+}
+
+// Issue 26: "L/" and "L/." name the symlink L itself, which every command refuses, as the engine does.
+TEST_F(CliTest, ARootGivenThroughASymlinkWithATrailingSlashOrDotIsRefused) {
+  StoreChunks(0, 2);
+  const std::string link = dir_.path() + "/L";
+  ASSERT_EQ(symlink(root_.c_str(), link.c_str()), 0);
+  for (const std::string& given : {link, link + "/", link + "/.", link + "/./"}) {
+    for (const std::string& cmd : {"stats", "fsck --repair", "gc --budget 1"}) {
+      CliRun r = Kvtier(cmd + " --root " + given);
+      EXPECT_EQ(r.rc, 1) << cmd << " " << given << ": " << r.out;
+      EXPECT_NE(r.out.find("symbolic link"), std::string::npos) << cmd << " " << given << ": " << r.out;
+    }
+    EngineOptions o = Options(given);
+    auto e = Engine::Open(o);
+    EXPECT_FALSE(e.ok()) << given;
+  }
+  for (uint64_t i = 0; i < 2; ++i) EXPECT_TRUE(fs::exists(EntryPath(i)));
+  EXPECT_EQ(Kvtier("stats --root " + root_ + "/.").rc, 0);  // the same, named without a symlink
+}
+
+// Issue 26 (K2): the CLI refuses what the engine refuses, unless --allow-insecure-root.
+TEST_F(CliTest, AWorldWritableRootWithoutTheStickyBitIsRefusedUnlessAllowed) {
+  StoreChunks(0, 3);
+  ASSERT_EQ(chmod(root_.c_str(), 0777), 0);
+  for (const std::string& cmd : {"stats", "fsck --repair", "gc --budget 1"}) {
+    CliRun r = Kvtier(cmd + " --root " + root_);
+    EXPECT_EQ(r.rc, 1) << cmd << ": " << r.out;
+    EXPECT_NE(r.out.find("world-writable"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("--allow-insecure-root"), std::string::npos) << r.out;
+  }
+  for (uint64_t i = 0; i < 3; ++i) EXPECT_TRUE(fs::exists(EntryPath(i)));
+  EXPECT_EQ(Kvtier("fsck --allow-insecure-root --root " + root_).rc, 0);
+  EXPECT_EQ(Kvtier("stats --allow-insecure-root --root " + root_).rc, 0);
+  ASSERT_EQ(chmod(root_.c_str(), 01777), 0);  // sticky, like /tmp: accepted
+  EXPECT_EQ(Kvtier("fsck --root " + root_).rc, 0);
+}
+
+// Issue 26: stats prints a namespace's error once.
+TEST_F(CliTest, StatsPrintsANamespacesErrorOnce) {
+  StoreChunks(0, 1);
+  ASSERT_EQ(unlink((ns_path_ + "/MANIFEST").c_str()), 0);
+  CliRun r = Kvtier("stats --root " + root_);
+  EXPECT_EQ(r.rc, 1) << r.out;
+  size_t n = 0;
+  for (size_t at = r.out.find("has no MANIFEST"); at != std::string::npos; at = r.out.find("has no MANIFEST", at + 1)) {
+    ++n;
+  }
+  EXPECT_EQ(n, 1u) << r.out;
+}
+
 TEST_F(CliTest, FsckReportsForeignFilesAndKeepsThem) {
   StoreChunks(0, 1);
   const std::string foreign = ns_path_ + "/notes.txt";
