@@ -361,15 +361,23 @@ TEST_F(EngineTest, DiskBudgetEvictsLeastRecentlyUsedDownToTheLowWatermark) {
 }
 
 // Fan-out directories ("ab" and "ab/cd") under root that hold nothing.
+// The fan-out directories under root that are empty. The engine removes directories while this walks (its rmdirs
+// run on the reactor), so a walk that finds a directory gone starts again.
 std::vector<std::string> EmptyFanoutDirs(const std::string& root) {
-  std::vector<std::string> empty;
-  for (auto& p : std::filesystem::recursive_directory_iterator(root)) {
-    const std::string name = p.path().filename();
-    if (p.is_directory() && name.size() == 2 && name != "ns" && std::filesystem::is_empty(p.path())) {
-      empty.push_back(p.path());
+  for (int attempt = 0;; ++attempt) {
+    std::vector<std::string> empty;
+    std::error_code ec;
+    for (auto it = std::filesystem::recursive_directory_iterator(root, ec);
+         !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+      const std::string name = it->path().filename();
+      std::error_code ec2;
+      if (it->is_directory(ec2) && name.size() == 2 && name != "ns" && std::filesystem::is_empty(it->path(), ec2) &&
+          !ec2) {
+        empty.push_back(it->path());
+      }
     }
+    if (!ec || attempt == 100) return empty;
   }
-  return empty;
 }
 
 size_t CountEntries(const std::string& root) {
