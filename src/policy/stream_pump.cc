@@ -105,6 +105,7 @@ uint32_t StreamPump::WindowLocked() const {
 }
 
 void StreamPump::PublishLoadLocked(Stream& s, uint32_t i, SlotRef ref) {
+  if (s.chunks[i].step == ChunkStep::kPromoting) reading_--;
   s.chunks[i].step = ChunkStep::kPublished;
   pool_->PublishEntry(s.span.first_entry + i, s.span.tag, ref.slot, ref.generation);
   s.progress.published++;
@@ -113,6 +114,7 @@ void StreamPump::PublishLoadLocked(Stream& s, uint32_t i, SlotRef ref) {
 
 void StreamPump::FailLocked(Stream& s, uint32_t i, EntryState state) {
   Chunk& c = s.chunks[i];
+  if (c.step == ChunkStep::kPromoting) reading_--;
   if (c.step == ChunkStep::kPromoting || c.step == ChunkStep::kPublished) s.held--;
   c.step = ChunkStep::kDone;
   pool_->SetEntry(s.span.first_entry + i, s.span.tag, state);
@@ -188,7 +190,10 @@ bool StreamPump::AdvanceLoadLocked(Stream& s) {
   }
   // Start the next chunks while the window has room.
   const uint32_t window = WindowLocked();
-  while (s.next < s.span.count && s.held < window) {
+  // Reads over all streams stay below the window, so the oldest stream always has room for its next read when one
+  // of its reads ends, even while its consumers copy the last ones (the header's "The disk").
+  const uint32_t read_budget = std::max<uint32_t>(1, options_.max_window - options_.max_window / 4);
+  while (s.next < s.span.count && s.held < window && reading_ < read_budget) {
     const uint32_t i = s.next;
     Chunk& c = s.chunks[i];
     const PromoteResult r = engine_->Promote(c.key, false);
@@ -205,6 +210,7 @@ bool StreamPump::AdvanceLoadLocked(Stream& s) {
     s.next++;
     s.held++;
     c.step = ChunkStep::kPromoting;
+    reading_++;
     SlotRef ref;
     if (r.state == PromoteState::kReady && PinOne(engine_, c.key, &ref)) {
       PublishLoadLocked(s, i, ref);
@@ -265,6 +271,10 @@ void StreamPump::ReleaseLocked(Stream& s) {
       c.step = ChunkStep::kDone;
     }
     // kPromoting: the read finishes into an ordinary resident entry (protected a moment, then evictable).
+    if (c.step == ChunkStep::kPromoting) {
+      reading_--;
+      c.step = ChunkStep::kDone;
+    }
   }
   // Entries keep the tag until reused: a late consumer sees the stream's last word, never another stream's.
 }

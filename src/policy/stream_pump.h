@@ -14,6 +14,10 @@
 // The window: a stream holds at most min(max_window, pool slots / streams open) slots at once (at least one), so
 // memory is bounded by the pool whatever the request's size, and streams open at once share the pool evenly. A
 // stream that finds no slot waits (slot_waits) and is served first when one frees: streams advance in open order.
+// The disk: at most 3/4 of max_window reads are pending over all streams, taken in open order, so the oldest
+// request's chunks go to the disk first and it finishes first (admission order) instead of every request finishing
+// together at the end; a later stream's reads fill what the older ones leave of the budget (while an older stream
+// waits for its consumers to copy a full window).
 //
 // Threads: every method is thread-safe (one internal mutex). A background thread advances the streams, woken by the
 // pool's engine bell (consumers' acks; the engine rings it when a promotion's read ends) or every kIdlePoll while
@@ -132,6 +136,7 @@ class StreamPump {
   uint32_t next_tag_ = 1;
   StreamStats stats_;
   bool pending_reads_ = false;
+  uint32_t reading_ = 0;  // load chunks promoting over all streams (<= max_window: the disk's order, see above)
 
   std::atomic<bool> stop_{false};
   std::thread thread_;
