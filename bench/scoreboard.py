@@ -11,7 +11,8 @@ Rows (docs/performance.md, "The scoreboard", says what each field means):
   engine_io      one per machine, device, copier path, chunk size, depth and direction, from `kvtier bench io --json`
                  files: the engine against the device's ceiling (raw best) in the same run
   peers_storage  one per chunk size and operation, from `bench/peers/run.sh` (bench/results/peers/results.json)
-  vllm_ttft      one per cell of the vLLM head-to-head on the GPU box (no committed result has these rows yet)
+  vllm_ttft      one per system and phase of a `bench/h200/headline.py run` file (headline.json): TTFT in a real vLLM on
+                 the GPU box
 A field a source file does not have is null, and the row's "note" says why.
 
 To add a measurement: commit its result files under bench/results/, name them in SOURCES (with the command that
@@ -73,7 +74,23 @@ SOURCES = {
         {"machine": "cpu", "date": "2026-12-03", "command": "bench/peers/run.sh",
          "file": "bench/results/peers/results.json"},
     ],
-    "vllm_ttft": [],
+    # vllm_ttft: `bench/h200/headline.py run` files (headline.json; scripts/h200/headline.sh writes them), one source
+    # each, with what the file does not say: the tier (and its size, pool_gib or tier_gib), whether it is smaller
+    # than one request (pressure), the device under the root, gate and preload.
+    "vllm_ttft": [
+        *[{"machine": "h200", "date": "2026-12-03", "device": "zram", "tier": "disk only", "pool_gib": pool,
+           "pressure": pool * 2**30 < 10.7e9, "gate": "off", "preload": "on",
+           "command": "ZRAM=56G HEADLINE_ARGS='--shape qwen2.5-32b --sizes 40k --docs 4 --concurrency 4 "
+                      f"--max-num-seqs 2 --systems kvtier-disk --disk-pool-gib {pool}' scripts/h200/headline.sh "
+                      f"at {commit}",
+           "file": f"bench/results/h200/streamed-2026-12-03/kvtier-disk-pool{pool}-{commit}/headline.json"}
+          for commit in ("d1af0a8", "71e4c8f") for pool in (32, 8)],
+        *[{"machine": "h200", "date": "2026-12-03", "device": "-", "tier": "none", "gate": "-", "preload": "-",
+           "command": "HEADLINE_ARGS='--shape qwen2.5-32b --sizes 40k --docs 4 --concurrency 4 --max-num-seqs 2 "
+                      f"--systems baseline' scripts/h200/headline.sh at {commit}",
+           "file": f"bench/results/h200/streamed-2026-12-03/baseline-{commit}/headline.json"}
+          for commit in ("d1af0a8", "71e4c8f")],
+    ],
 }
 
 NOTE_NO_RAW_BEST = ("measured before bench io had its multi-threaded raw baseline: raw_best_gbps, raw_best_threads "
@@ -218,13 +235,37 @@ def peers_rows(source, load=None):
     return rows
 
 
+def vllm_rows(source, load=None):
+    """The rows of one headline.json: each run's query phase (the baseline's warm-up phase is the recompute row, its
+    query phase vLLM's own GPU prefix cache)."""
+    load = load or (lambda p: json.loads((REPO / p).read_text()))
+    doc = load(source["file"])
+    rows = []
+    for run in doc["runs"]:
+        phases = [("recompute", "warmup"), ("gpu-prefix", "query")] if run["system"] == "baseline" else \
+            [(run["system"], "query")]
+        for system, phase in phases:
+            t = (run.get(phase) or {}).get("ttft")
+            row = {"machine": source["machine"], "model": doc["model"], "tier": source["tier"],
+                   "pool_gib": source.get("pool_gib"), "tier_gib": source.get("tier_gib"),
+                   "pressure": source.get("pressure", False), "device": source["device"],
+                   "tokens": run["doc_tokens"], "concurrency": doc["concurrency"], "requests": run["docs"],
+                   "system": system, "gate": source["gate"], "preload": source["preload"],
+                   "mean_ms": _r(t["mean"] * 1e3, 0) if t else None, "p50_ms": _r(t["p50"] * 1e3, 0) if t else None,
+                   "p95_ms": _r(t["p95"] * 1e3, 0) if t else None,
+                   "completed": bool(t) and t["n"] == run["docs"], "date": source["date"],
+                   "command": source["command"], "result": source["file"]}
+            rows.append(row)
+    return rows
+
+
 def build(sources=SOURCES, load=None):
     return {
         "what": "kvtier's scoreboard, written by bench/scoreboard.py from the result files it names; "
                 "docs/performance.md's summary tables are generated from it",
         "engine_io": [row for s in sources["engine_io"] for row in engine_io_rows(s, load)],
         "peers_storage": [row for s in sources["peers_storage"] for row in peers_rows(s, load)],
-        "vllm_ttft": [],
+        "vllm_ttft": [row for s in sources["vllm_ttft"] for row in vllm_rows(s, load)],
         "notes": {"vllm_ttft": VLLM_TTFT_NOTE} if not sources["vllm_ttft"] else {},
     }
 
@@ -274,12 +315,16 @@ def table_peers(board):
 def table_vllm_ttft(board):
     if not board["vllm_ttft"]:
         return "No rows yet: " + board["notes"]["vllm_ttft"].split(": ", 1)[1] + "."
-    out = ["| model | tier | device | tokens | concurrency | requests | system | gate | preload | mean ms | p50 ms "
-           "| p95 ms | completed |", "|---|---|---|---:|---:|---:|---|---|---|---:|---:|---:|---|"]
+    out = ["| model | tier | pool GiB | pressure | device | tokens | concurrency | requests | system | gate | preload "
+           "| mean ms | p50 ms | p95 ms | completed | result |",
+           "|---|---|---:|---|---|---:|---:|---:|---|---|---|---:|---:|---:|---|---|"]
     for r in board["vllm_ttft"]:
-        out.append(f"| {r['model']} | {r['tier']} | {r['device']} | {r['tokens']} | {r['concurrency']} "
+        pool = r.get("pool_gib") or r.get("tier_gib")
+        out.append(f"| {r['model']} | {r['tier']} | {pool if pool is not None else '-'} "
+                   f"| {'yes' if r.get('pressure') else 'no'} | {r['device']} | {r['tokens']} | {r['concurrency']} "
                    f"| {r['requests']} | {r['system']} | {r['gate']} | {r['preload']} | {_f(r['mean_ms'], 0)} "
-                   f"| {_f(r['p50_ms'], 0)} | {_f(r['p95_ms'], 0)} | {r['completed']} |")
+                   f"| {_f(r['p50_ms'], 0)} | {_f(r['p95_ms'], 0)} | {r['completed']} "
+                   f"| {r['result'].split('/')[-2]} |")
     return "\n".join(out)
 
 
