@@ -190,3 +190,30 @@ def test_a_chunk_gone_mid_stream_is_never_copied_and_its_blocks_are_reported(tmp
     manager.complete_load(keys, ctx)
     manager.shutdown()
     worker.shutdown()
+
+
+def test_a_flushed_store_that_gets_no_slot_gives_up_its_chunks_instead_of_stalling(tmp_path, monkeypatch):
+    """vLLM waits (jobs_to_flush) for a store whose GPU blocks it reuses; if another store's reservations, whose job
+    vLLM submits only after this wait, hold the whole pool, the waiting store gives up its chunks (not stored: a later
+    miss) within the flush bound instead of stalling vLLM's step forever."""
+    monkeypatch.setattr(worker_mod, "_FLUSH_WAIT_S", 0.5)
+    src_layers, src_kv = make_kv(1)
+    spec = _spec(tmp_path, "flush")
+    manager = spec.get_manager()
+    manager.streaming = True
+    worker = kv.KVTierWorker(src_kv, BPC, 0, LAYERS * PAGE)
+    hog = manager.prepare_store(keys_for(3, salt=b"hog"), ReqContext(req_id="hog"))  # 3 slots granted, never filled
+    assert hog is not None and len(hog.keys_to_store) == 3
+    keys = keys_for(2, salt=b"flushed")
+    out = manager.prepare_store(keys, ReqContext(req_id="f"))
+    blocks = [1, 2, 3, 4]
+    assert worker.submit_store(7, GPULoadStoreSpec(blocks, group_sizes=[4], block_indices=[0]), out.store_spec)
+    t0 = time.monotonic()
+    worker.wait({7})
+    assert time.monotonic() - t0 < 5
+    (res,) = _wait_finished(worker)
+    assert res.success and res.transfer_size == 0  # nothing copied, nothing stored
+    manager.complete_store(keys, ReqContext(req_id="f"))
+    assert not any(manager.engine.stored(k) for k in keys)
+    manager.shutdown()
+    worker.shutdown()

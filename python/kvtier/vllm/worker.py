@@ -17,6 +17,10 @@ from .transfer import KVTierLoadStoreSpec
 
 # Stream board entry states (src/staging/staging_pool.h, EntryState).
 _ENTRY_WAITING, _ENTRY_READY, _ENTRY_FAILED, _ENTRY_SKIPPED = 0, 1, 2, 3
+# A streamed job with no progress for this long is reported in the log (where its chunks stand), again each period.
+_STREAM_STALL_S = 10.0
+# How long wait() (vLLM's flush of stores whose GPU blocks it reuses) lets a streamed store wait for slots.
+_FLUSH_WAIT_S = 10.0
 
 # Blocks of streamed loads that failed mid-stream (a chunk that could not be read or verified: its blocks were never
 # written), for vLLM's get_block_ids_with_load_errors. Only compat.KVTierConnector drains them; a worker reports a
@@ -54,6 +58,11 @@ class _StreamJob:
         self.nbytes = 0
         self.first_copy_t = 0.0
         self.payload_offset = 0  # the chunk's header page before its payload in a slot
+        self.progress_t = t0  # when the stream thread last moved it on (stall reports)
+        # The stream thread advances the job under lock; wait() abandons a store under it (abandoned: no copy starts
+        # after that, so none reads GPU blocks vLLM reuses once wait() returns).
+        self.lock = threading.Lock()
+        self.abandoned = False
 
 
 class _Job:
@@ -370,12 +379,23 @@ class KVTierWorker(OffloadingWorker):
                     self._stream_cv.notify_all()
                     return
                 jobs = list(self._streams.values())
-            pool = jobs[0].pool
-            bell = pool.worker_bell()
+            try:
+                pool = jobs[0].pool
+                bell = pool.worker_bell()
+            except Exception:  # the pool went away under the jobs (a pool switch): they fail
+                logger.exception("kvtier worker: the stream board is gone")
+                pool, bell = None, 0
             progressed = False
+            now = time.perf_counter()
             for job in jobs:
                 try:
-                    progressed |= self._advance_stream(job)
+                    if pool is None:
+                        raise RuntimeError("no stream board")
+                    if self._advance_stream(job):
+                        progressed = True
+                        job.progress_t = now
+                    elif now - job.progress_t > _STREAM_STALL_S:
+                        self._report_stall(job, now)
                 except Exception:
                     logger.exception("kvtier worker: %s job %d failed", "load" if job.load else "store", job.job_id)
                     job.failed.extend(int(k) for k in np.nonzero(job.todo)[0])
@@ -383,11 +403,34 @@ class KVTierWorker(OffloadingWorker):
                     job.inflight = []
                     self._finish_stream(job, broken=True)
                     progressed = True
-            if not progressed:
+            if not progressed and pool is not None:
                 busy = any(j.inflight for j in jobs)
-                pool.wait_worker_bell(bell, 0.0002 if busy else 0.005)
+                try:
+                    pool.wait_worker_bell(bell, 0.0002 if busy else 0.005)
+                except Exception:
+                    time.sleep(0.005)
+
+    def _report_stall(self, job: _StreamJob, now: float) -> None:
+        """A streamed job that made no progress for _STREAM_STALL_S: says where each of its chunks stands (the
+        engine's side of the board), once per stall period; the job keeps waiting."""
+        job.progress_t = now
+        try:
+            entries = np.frombuffer(job.pool.observe_entries(job.first, job.count), dtype=np.uint32).reshape(-1, 4)
+            states = {name: int(((entries[:, 0] == job.tag) & (entries[:, 1] == v) & job.todo).sum())
+                      for name, v in (("waiting", _ENTRY_WAITING), ("ready", _ENTRY_READY))}
+            states["other tag"] = int(((entries[:, 0] != job.tag) & job.todo).sum())
+        except Exception as e:
+            states = {"unreadable": str(e)}
+        logger.warning("kvtier worker: %s job %d (stream entries %d+%d, tag %d) made no progress for %.0f s: %d "
+                       "chunks left %s, %d copies in flight", "load" if job.load else "store", job.job_id,
+                       job.first, job.count, job.tag, _STREAM_STALL_S, int(job.todo.sum()), states,
+                       len(job.inflight))
 
     def _advance_stream(self, job: _StreamJob) -> bool:
+        with job.lock:
+            return False if job.abandoned else self._advance_stream_locked(job)
+
+    def _advance_stream_locked(self, job: _StreamJob) -> bool:
         progressed = False
         for ticket, chunks, nbytes in list(job.inflight):
             if not self._copier.done(ticket):
@@ -464,9 +507,10 @@ class KVTierWorker(OffloadingWorker):
         for k in chunks.tolist():
             job.pool.ack_entry(job.first + int(k), job.tag)
 
-    def _finish_stream(self, job: _StreamJob, broken: bool = False) -> None:
+    def _finish_stream(self, job: _StreamJob, broken: bool = False, taken: bool = False) -> None:
+        """Reports a streamed job once: by whoever takes it out of _streams (taken: the caller already did)."""
         with self._stream_cv:
-            if self._streams.pop(job.job_id, None) is None and job.tag != 0:
+            if not taken and self._streams.pop(job.job_id, None) is None and job.tag != 0:
                 return
             self._stream_cv.notify_all()
         ok = not broken
@@ -493,9 +537,42 @@ class KVTierWorker(OffloadingWorker):
                                                  transfer_time=time.perf_counter() - job.t0))
 
     def _wait_streams(self, job_ids: set[int] | None) -> None:
+        """Blocks until the listed streamed jobs finished. vLLM waits so for stores whose GPU blocks it is about to
+        reuse (jobs_to_flush). A store still waiting for slots after _FLUSH_WAIT_S gives up its remaining chunks (the
+        engine drops them when the stream closes: a later miss, never wrong bytes) rather than stall vLLM's step:
+        the pool may be held by stores whose jobs vLLM submits only after this wait."""
+        deadline = time.monotonic() + _FLUSH_WAIT_S
+        abandoned: list[_StreamJob] = []
         with self._stream_cv:
-            while any(j in self._streams for j in (job_ids if job_ids is not None else list(self._streams))):
+            while True:
+                left = [self._streams[j] for j in (job_ids if job_ids is not None else list(self._streams))
+                        if j in self._streams]
+                if not left:
+                    break
+                if time.monotonic() >= deadline:
+                    stores = [j for j in left if not j.load]
+                    for job in stores:
+                        del self._streams[job.job_id]
+                        abandoned.append(job)
+                    if len(stores) == len(left):
+                        break
+                    deadline = float("inf")  # loads: wait on (the stall report says where they stand)
                 self._stream_cv.wait(0.1)
+        for job in abandoned:
+            # No copy starts after this; copies in flight finish before the job is reported.
+            with job.lock:
+                job.abandoned = True
+                inflight, job.inflight = job.inflight, []
+            for ticket, chunks, nbytes in inflight:
+                try:
+                    self._copier.wait(ticket)
+                    self._ack(job, chunks, nbytes)
+                except Exception:
+                    logger.exception("kvtier worker: store job %d: a copy failed", job.job_id)
+            logger.warning("kvtier worker: store job %d: %d of %d chunks got no slot within %.0f s of vLLM's flush; "
+                           "they are not stored", job.job_id, int(job.todo.sum()), job.count, _FLUSH_WAIT_S)
+            job.todo[:] = False
+            self._finish_stream(job, taken=True)
 
     def _count(self, load: bool, nbytes: int) -> None:
         if nbytes <= 0:  # nothing copied (an empty spec, a store skipped after reset_cache)
