@@ -105,7 +105,7 @@ TEST(ChunkFormat, BadMagicVersionAndShortHeaderHaveSpecificMessages) {
   EXPECT_NE(s.message().find("truncated"), std::string::npos);
 }
 
-// Issue 26: a key whose padding is not zero (under a valid header checksum) is named as such, not as a bad size.
+// a key whose padding is not zero (under a valid header checksum) is named as such, not as a bad size.
 TEST(ChunkFormat, NonZeroKeyPaddingIsReportedAsSuch) {
   Chunk c = MakeChunk(2, 100);  // a 10-byte key
   std::vector<uint8_t> bad = c.encoded;

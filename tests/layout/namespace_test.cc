@@ -82,7 +82,7 @@ TEST(Manifest, ParseIsStrict) {
   expect_corrupt(good.substr(0, good.size() - 1), "newline");
 }
 
-// K3 (issue 26): the MANIFEST's last line names the checksum key of its entries; the fingerprint hashes the identity
+// K3: the MANIFEST's last line names the checksum key of its entries; the fingerprint hashes the identity
 // lines only, so the namespace directory does not depend on the key.
 TEST(Manifest, TheChecksumKeyRecordIsAnOptionalLastLineOutsideTheFingerprint) {
   const NamespaceIdentity id = TestIdentity();

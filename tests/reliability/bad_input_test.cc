@@ -62,7 +62,7 @@ TEST(BadInput, EveryEngineOptionWithAnInvalidValueIsRefusedNamingIt) {
       {"tp_size", [](EngineOptions& o) { o.identity.tp_size = 0; }},
       {"pp_size", [](EngineOptions& o) { o.identity.pp_size = 0; }},
       {"layout_tag", [](EngineOptions& o) { o.identity.layout_tag = ""; }},
-      // Issue 26: an identity whose MANIFEST could be written but not read back (over 64 KiB).
+      // an identity whose MANIFEST could be written but not read back (over 64 KiB).
       {"model", [](EngineOptions& o) { o.identity.model = std::string(70000, 'm'); }},
       {"layout_tag", [](EngineOptions& o) { o.identity.layout_tag = std::string(4097, '%'); }},
       {"pool_name", [](EngineOptions& o) { o.pool_name = "a/b"; }},
@@ -88,7 +88,7 @@ TEST(BadInput, EveryEngineOptionWithAnInvalidValueIsRefusedNamingIt) {
       {"checksum_secret", [](EngineOptions& o) { o.checksum_secret = "file:/nonexistent/key"; }},
       {"trace_path", [](EngineOptions& o) { o.trace_path = "/nonexistent/dir/trace.json"; }},
   };
-  // Issue 26: each is refused before anything is written, in an empty root and in one that holds a namespace.
+  // each is refused before anything is written, in an empty root and in one that holds a namespace.
   for (bool populated : {false, true}) {
     if (populated) {
       auto e = Engine::Open(Options(dir.path()));

@@ -188,7 +188,7 @@ uint64_t CountEntries(const std::string& root) {
   return n;
 }
 
-// K3 (issue 26): a root written with a secret records it in the MANIFEST (a keyed fingerprint), so an engine given
+// K3: a root written with a secret records it in the MANIFEST (a keyed fingerprint), so an engine given
 // another secret, or none, is refused at open with a message that says so, and removes nothing. Before, such an
 // engine took every entry for corrupt and removed each one it loaded: on a shared root one misconfigured instance
 // emptied the cache of every host.

@@ -284,7 +284,7 @@ TEST_F(CliTest, FsckFindsCorruptEntriesAndStaleTemporariesAndRepairRemovesThem) 
       << r.out;
 }
 
-// K3 (issue 26): fsck given another secret than the one a namespace's MANIFEST records, or none, refuses that
+// K3: fsck given another secret than the one a namespace's MANIFEST records, or none, refuses that
 // namespace instead of reporting (and with --repair removing) every good entry.
 TEST_F(CliTest, FsckWithAnotherSecretOrNoneRefusesAKeyedNamespaceAndRemovesNothing) {
   EngineOptions o = Options(root_);
@@ -307,7 +307,7 @@ TEST_F(CliTest, FsckWithAnotherSecretOrNoneRefusesAKeyedNamespaceAndRemovesNothi
   EXPECT_NE(r.out.find("fsck: 5 entries, 0 corrupt"), std::string::npos) << r.out;
 }
 
-// Issue 26: a creator killed while publishing MANIFEST leaves only .tmp.MANIFEST.*: fsck --repair recovers MANIFEST
+// a creator killed while publishing MANIFEST leaves only .tmp.MANIFEST.*: fsck --repair recovers MANIFEST
 // from a whole temporary and then checks every entry; a torn temporary is swept by age, never linked.
 TEST_F(CliTest, FsckRepairRecoversACutManifestPublicationFromAWholeTemporaryAndChecksEveryEntry) {
   StoreChunks(0, 6);
@@ -330,7 +330,7 @@ TEST_F(CliTest, FsckRepairRecoversACutManifestPublicationFromAWholeTemporaryAndC
   }
 }
 
-// Issue 26: gc recovers the same way, counts the namespace's bytes, and sweeps a torn temporary by age only.
+// gc recovers the same way, counts the namespace's bytes, and sweeps a torn temporary by age only.
 TEST_F(CliTest, GcRecoversACutManifestPublicationCountsItsBytesAndSweepsATornOneByAge) {
   StoreChunks(0, 4);
   const std::string manifest = Slurp(ns_path_ + "/MANIFEST");
@@ -352,13 +352,13 @@ TEST_F(CliTest, GcRecoversACutManifestPublicationCountsItsBytesAndSweepsATornOne
   for (uint64_t i = 0; i < 4; ++i) EXPECT_TRUE(fs::exists(EntryPath(i)));
 }
 
-// Issue 26: "L/" and "L/." name the symlink L itself, which every command refuses, as the engine does.
+// "L/" and "L/." name the symlink L itself, which every command refuses, as the engine does.
 TEST_F(CliTest, ARootGivenThroughASymlinkWithATrailingSlashOrDotIsRefused) {
   StoreChunks(0, 2);
   const std::string link = dir_.path() + "/L";
   ASSERT_EQ(symlink(root_.c_str(), link.c_str()), 0);
   for (const std::string& given : {link, link + "/", link + "/.", link + "/./"}) {
-    for (const std::string& cmd : {"stats", "fsck --repair", "gc --budget 1"}) {
+    for (const std::string cmd : {"stats", "fsck --repair", "gc --budget 1"}) {
       CliRun r = Kvtier(cmd + " --root " + given);
       EXPECT_EQ(r.rc, 1) << cmd << " " << given << ": " << r.out;
       EXPECT_NE(r.out.find("symbolic link"), std::string::npos) << cmd << " " << given << ": " << r.out;
@@ -371,11 +371,11 @@ TEST_F(CliTest, ARootGivenThroughASymlinkWithATrailingSlashOrDotIsRefused) {
   EXPECT_EQ(Kvtier("stats --root " + root_ + "/.").rc, 0);  // the same, named without a symlink
 }
 
-// Issue 26 (K2): the CLI refuses what the engine refuses, unless --allow-insecure-root.
+// K2: the CLI refuses what the engine refuses, unless --allow-insecure-root.
 TEST_F(CliTest, AWorldWritableRootWithoutTheStickyBitIsRefusedUnlessAllowed) {
   StoreChunks(0, 3);
   ASSERT_EQ(chmod(root_.c_str(), 0777), 0);
-  for (const std::string& cmd : {"stats", "fsck --repair", "gc --budget 1"}) {
+  for (const std::string cmd : {"stats", "fsck --repair", "gc --budget 1"}) {
     CliRun r = Kvtier(cmd + " --root " + root_);
     EXPECT_EQ(r.rc, 1) << cmd << ": " << r.out;
     EXPECT_NE(r.out.find("world-writable"), std::string::npos) << r.out;
@@ -388,7 +388,7 @@ TEST_F(CliTest, AWorldWritableRootWithoutTheStickyBitIsRefusedUnlessAllowed) {
   EXPECT_EQ(Kvtier("fsck --root " + root_).rc, 0);
 }
 
-// Issue 26: stats prints a namespace's error once.
+// stats prints a namespace's error once.
 TEST_F(CliTest, StatsPrintsANamespacesErrorOnce) {
   StoreChunks(0, 1);
   ASSERT_EQ(unlink((ns_path_ + "/MANIFEST").c_str()), 0);
