@@ -104,6 +104,7 @@ Result<std::unique_ptr<SharedUsage>> SharedUsage::Open(const Namespace& ns, uint
     auto u = std::make_unique<SharedUsage>(Passkey{});
     u->map_ = map;
     u->fd_ = fd;
+    u->name_ = name;
     u->counter_ = static_cast<std::atomic<int64_t>*>(map);
     u->first_holder_ = first;
     if (first) {
@@ -125,7 +126,21 @@ Result<std::unique_ptr<SharedUsage>> SharedUsage::Open(const Namespace& ns, uint
 
 SharedUsage::~SharedUsage() {
   if (map_ != nullptr) munmap(map_, 4096);
-  if (fd_ >= 0) close(fd_);  // drops the shared lock
+  if (fd_ < 0) return;
+  // The last holder removes the counter, so none outlives its engines (and its root: docs/operations.md, "Disk
+  // budget"). An unheld counter is disposable anyway (the next first holder rebuilds it from a scan), and this is
+  // the sweep's protocol: the exclusive lock proves nobody else holds it (a conversion that fails because another
+  // holder, or an opener, has the shared lock leaves the object alone), and the name is unlinked only while it
+  // still refers to the object locked. An opener that shm_open'ed it meanwhile finds the name gone or another
+  // object after its lock and starts again. A killed engine skips this; SweepStale removes its counter once the
+  // namespace is gone.
+  struct stat mine {}, named {};
+  if (flock(fd_, LOCK_EX | LOCK_NB) == 0 && !name_.empty() && fstat(fd_, &mine) == 0 &&
+      stat(("/dev/shm" + name_).c_str(), &named) == 0 && mine.st_ino == named.st_ino &&
+      mine.st_dev == named.st_dev) {
+    shm_unlink(name_.c_str());
+  }
+  close(fd_);  // drops the lock
 }
 
 uint64_t SharedUsage::Load() const {

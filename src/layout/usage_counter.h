@@ -13,9 +13,10 @@
 // The first holder (an exclusive lock succeeds: nobody else has it) sets the counter to its own scan's total and
 // records the namespace's path in the object; later holders take the counter as it is, so a new engine never
 // erases the reservations of running ones. A counter nobody holds is disposable (the next first holder rebuilds it
-// from a scan), and Open sweeps those whose namespace is gone; it unlinks one only while holding its exclusive
-// lock, and an opener re-checks after locking that the name still refers to the object it locked, so no two live
-// engines ever count in different objects. (Directory inodes are reused: a new namespace may get the name of a
+// from a scan): the last holder removes it when it closes (its exclusive lock succeeds), so a counter does not
+// outlive its engines or its root, and Open sweeps those a killed engine left whose namespace is gone. Either
+// unlinks one only while holding its exclusive lock, and an opener re-checks after locking that the name still
+// refers to the object it locked, so no two live engines ever count in different objects. (Directory inodes are reused: a new namespace may get the name of a
 // deleted one's counter, which is harmless because the first holder resets it and rewrites the path.)
 //
 // Limits: shared only by processes of one host (and one /dev/shm: containers with private /dev/shm each count
@@ -44,7 +45,8 @@ class SharedUsage {
 
  public:
   explicit SharedUsage(Passkey) {}
-  // Opens (creating with the namespace's file mode) the namespace's counter, maps it and holds it until destroyed.
+  // Opens (creating with the namespace's file mode) the namespace's counter, maps it and holds it until destroyed;
+  // the destructor of the last holder removes the counter.
   // When no other process or engine holds it, it is set to bytes_if_first (the caller's scan of the namespace).
   static Result<std::unique_ptr<SharedUsage>> Open(const Namespace& ns, uint64_t bytes_if_first);
   // "/kvtier-usage-<dev hex>-<ino hex>" of the namespace directory ("" if it cannot be stat'ed).
@@ -61,6 +63,7 @@ class SharedUsage {
 
  private:
   int fd_ = -1;  // held open with a shared flock for the counter's lifetime
+  std::string name_;  // ShmName() at Open: the destructor of the last holder unlinks it
   bool first_holder_ = false;
   std::atomic<int64_t>* counter_ = nullptr;  // in the shared mapping
   void* map_ = nullptr;

@@ -73,7 +73,13 @@ TEST(SharedUsage, ASweepRemovesUnheldCountersOfDeletedNamespacesOnly) {
   {
     Namespace gone = OpenNs(gone_root.path());
     gone_name = SharedUsage::ShmName(gone);
-    ASSERT_TRUE(SharedUsage::Open(gone, 1).ok());  // opened and released: nobody holds it now
+    // An engine killed while it held the counter: its destructor never runs, the kernel drops its lock.
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) _exit(SharedUsage::Open(gone, 1).ok() ? 0 : 1);
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   }
   ASSERT_TRUE(ShmExists(gone_name));
   RecordPath(gone_name, gone_root.path() + "/no-such-namespace");
@@ -85,6 +91,40 @@ TEST(SharedUsage, ASweepRemovesUnheldCountersOfDeletedNamespacesOnly) {
   const std::string live_name = SharedUsage::ShmName(live);
   u.value().reset();
   shm_unlink(live_name.c_str());
+}
+
+// The last engine to close removes the counter (an unheld counter is disposable), so none outlives its root;
+// while another engine holds it, closing leaves it in place.
+TEST(SharedUsage, TheLastHolderRemovesTheCounterWhenItCloses) {
+  TempDir root;
+  std::string name;
+  {
+    Namespace ns = OpenNs(root.path());
+    name = SharedUsage::ShmName(ns);
+    auto a = SharedUsage::Open(ns, 10);
+    auto b = SharedUsage::Open(ns, 10);
+    ASSERT_TRUE(a.ok() && b.ok());
+    a.value()->Add(5);
+    a.value().reset();
+    ASSERT_TRUE(ShmExists(name)) << "removed while another engine holds it";
+    EXPECT_EQ(b.value()->Load(), 15u);
+    auto c = SharedUsage::Open(ns, 0);  // joins the same object
+    ASSERT_TRUE(c.ok());
+    EXPECT_FALSE(c.value()->first_holder());
+    EXPECT_EQ(c.value()->Load(), 15u);
+    b.value().reset();
+    ASSERT_TRUE(ShmExists(name));
+    c.value().reset();
+    EXPECT_FALSE(ShmExists(name)) << "the last holder left its counter";
+  }
+  // The root is removed after its engines closed: nothing of it is left in /dev/shm.
+  {
+    TempDir other;
+    Namespace ns = OpenNs(other.path());
+    name = SharedUsage::ShmName(ns);
+    ASSERT_TRUE(SharedUsage::Open(ns, 1).ok());
+  }
+  EXPECT_FALSE(ShmExists(name));
 }
 
 // The CI failure this guards against: directory inodes are reused, so a new namespace can be named like the
