@@ -75,7 +75,7 @@ if [ "${KVTIER_TEST_QUICK:-0}" != 1 ] || [ "${CI:-}" = true ]; then
   export KVTIER_TEST_READ_PIECE_BYTES=1
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 run_preset asan
   # tests/tsan.supp: descriptors io_uring opens and closes in the kernel, which ThreadSanitizer cannot follow.
-  TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/tsan.supp" run_preset tsan
+  TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:history_size=7:suppressions=$PWD/tests/tsan.supp" run_preset tsan
   unset KVTIER_TEST_READ_PIECE_BYTES
 fi
 # The optimized build warns where the debug builds do not (GCC 12 at -O3: -Wrestrict, -Wstringop-*), so CI compiles
