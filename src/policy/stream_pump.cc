@@ -8,7 +8,7 @@ using staging::EntryState;
 
 StreamPump::StreamPump(Engine* engine, std::unique_ptr<staging::StagingPool> pool, StreamOptions options)
     : engine_(engine), pool_(std::move(pool)), options_(options) {
-  thread_ = std::thread([this] { Run(); });
+  if (options_.background) thread_ = std::thread([this] { Run(); });
 }
 
 StreamPump::~StreamPump() {
@@ -56,9 +56,9 @@ Result<StreamSpan> StreamPump::Open(std::span<const ChunkKey> keys, uint32_t con
   const StreamSpan span = s.span;
   Stream& placed = streams_.emplace(span.id, std::move(s)).first->second;
   if (load) {
-    pending_reads_ |= AdvanceLoadLocked(placed);
+    pending_reads_ |= StartLoadsLocked(placed);
   } else {
-    AdvanceStoreLocked(placed);
+    StartStoresLocked(placed);
   }
   stats_.open = static_cast<uint32_t>(streams_.size());
   pool_->RingEngine();  // the thread takes it from here
@@ -154,10 +154,10 @@ static bool PinOne(Engine* engine, const ChunkKey& key, SlotRef* ref) {
   return true;
 }
 
-bool StreamPump::AdvanceLoadLocked(Stream& s) {
+bool StreamPump::SettleLoadLocked(Stream& s) {
   bool pending = false;
   // Settle what is in the window: reads that ended, chunks every consumer acked.
-  for (uint32_t i = 0; i < s.next; ++i) {
+  for (uint32_t i = s.first_open; i < s.next; ++i) {
     Chunk& c = s.chunks[i];
     if (c.step == ChunkStep::kPromoting) {
       const PromoteState r = engine_->Residency(c.key);
@@ -188,7 +188,12 @@ bool StreamPump::AdvanceLoadLocked(Stream& s) {
       if (pool_->EntryAcks(s.span.first_entry + i, s.span.tag) >= s.consumers) FinishLocked(s, i);
     }
   }
-  // Start the next chunks while the window has room.
+  AdvanceFirstOpen(s);
+  return pending;
+}
+
+bool StreamPump::StartLoadsLocked(Stream& s) {
+  bool pending = false;
   const uint32_t window = WindowLocked();
   // Reads over all streams stay below the window, so the oldest stream always has room for its next read when one
   // of its reads ends, even while its consumers copy the last ones (the header's "The disk").
@@ -219,16 +224,21 @@ bool StreamPump::AdvanceLoadLocked(Stream& s) {
     }
   }
   stats_.peak_window = std::max(stats_.peak_window, s.held);
+  AdvanceFirstOpen(s);
   return pending;
 }
 
-void StreamPump::AdvanceStoreLocked(Stream& s) {
-  for (uint32_t i = 0; i < s.next; ++i) {
+void StreamPump::SettleStoreLocked(Stream& s) {
+  for (uint32_t i = s.first_open; i < s.next; ++i) {
     Chunk& c = s.chunks[i];
     if (c.step == ChunkStep::kPublished && pool_->EntryAcks(s.span.first_entry + i, s.span.tag) >= s.consumers) {
       FinishLocked(s, i);
     }
   }
+  AdvanceFirstOpen(s);
+}
+
+void StreamPump::StartStoresLocked(Stream& s) {
   const uint32_t window = WindowLocked();
   while (s.next < s.span.count && s.held < window) {
     const uint32_t i = s.next;
@@ -251,6 +261,11 @@ void StreamPump::AdvanceStoreLocked(Stream& s) {
     pool_->RingWorkers();
   }
   stats_.peak_window = std::max(stats_.peak_window, s.held);
+  AdvanceFirstOpen(s);
+}
+
+void StreamPump::AdvanceFirstOpen(Stream& s) {
+  while (s.first_open < s.next && s.chunks[s.first_open].step == ChunkStep::kDone) s.first_open++;
 }
 
 void StreamPump::ReleaseLocked(Stream& s) {
@@ -284,9 +299,16 @@ void StreamPump::Pump() {
   bool pending = false;
   for (auto& [id, s] : streams_) {
     if (s.load) {
-      pending |= AdvanceLoadLocked(s);
+      pending |= SettleLoadLocked(s);
     } else {
-      AdvanceStoreLocked(s);
+      SettleStoreLocked(s);
+    }
+  }
+  for (auto& [id, s] : streams_) {
+    if (s.load) {
+      pending |= StartLoadsLocked(s);
+    } else {
+      StartStoresLocked(s);
     }
   }
   pending_reads_ = pending;

@@ -17,7 +17,8 @@
 // The disk: at most 3/4 of max_window reads are pending over all streams, taken in open order, so the oldest
 // request's chunks go to the disk first and it finishes first (admission order) instead of every request finishing
 // together at the end; a later stream's reads fill what the older ones leave of the budget (while an older stream
-// waits for its consumers to copy a full window).
+// waits for its consumers to copy a full window). Each pass settles every stream before starting any, so a read
+// that ends in a younger stream frees budget for the oldest one, not for the younger stream again.
 //
 // Threads: every method is thread-safe (one internal mutex). A background thread advances the streams, woken by the
 // pool's engine bell (consumers' acks; the engine rings it when a promotion's read ends) or every kIdlePoll while
@@ -42,6 +43,7 @@ namespace kvtier::policy {
 struct StreamOptions {
   uint32_t max_window = 32;  // slots one stream holds at most (the engine's per-job bound, 2 x io_depth)
   uint32_t max_retries = 3;  // a load chunk evicted between its read and its pin is read again at most this often
+  bool background = true;    // a thread advances the streams; false: only the owner's Pump() calls do
 };
 
 // A stream's range of board entries: chunk i is entry first_entry + i, carrying tag.
@@ -92,7 +94,8 @@ class StreamPump {
   Result<StreamProgress> Progress(uint64_t id);
   StreamStats stats();
 
-  // Advances every stream once (the background thread does this; tests may call it too).
+  // Advances every stream once: settles each (reads that ended, acks), then starts chunks in open order. The
+  // background thread does this; without it (StreamOptions::background false) the owner does.
   void Pump();
 
   static constexpr std::chrono::microseconds kIdlePoll{500};  // re-check pending reads at least this often
@@ -110,14 +113,20 @@ class StreamPump {
     uint32_t consumers = 1;
     std::vector<Chunk> chunks;
     uint32_t next = 0;   // first chunk not started yet
+    uint32_t first_open = 0;  // chunks before it are done: the settle pass starts here
     uint32_t held = 0;   // chunks holding a slot: promoting, or published and not yet acked by every consumer
     StreamProgress progress;
   };
 
   Result<StreamSpan> Open(std::span<const ChunkKey> keys, uint32_t consumers, bool load);
   uint32_t WindowLocked() const;
-  bool AdvanceLoadLocked(Stream& s);   // true while a read is pending
-  void AdvanceStoreLocked(Stream& s);
+  // A pass over the streams settles every one (reads that ended, acks), then starts chunks in open order, so a read
+  // budget freed by any stream goes to the oldest stream that can use it.
+  bool SettleLoadLocked(Stream& s);  // true while a read is pending
+  void SettleStoreLocked(Stream& s);
+  bool StartLoadsLocked(Stream& s);  // true when it left a read pending
+  void StartStoresLocked(Stream& s);
+  void AdvanceFirstOpen(Stream& s);
   void PublishLoadLocked(Stream& s, uint32_t i, SlotRef ref);
   void FailLocked(Stream& s, uint32_t i, staging::EntryState state);
   void FinishLocked(Stream& s, uint32_t i);

@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "layout/chunk_format.h"
+#include "policy/preload_planner.h"
 #include "support/temp_dir.h"
 
 namespace kvtier::policy {
@@ -36,7 +37,7 @@ uint8_t Pattern(uint64_t chunk) { return static_cast<uint8_t>(0x20 + chunk); }
 
 class StreamPumpTest : public ::testing::Test {
  protected:
-  void Open(uint32_t slots) {
+  void Open(uint32_t slots, bool background = true) {
     EngineOptions o;
     o.root = dir_.path();
     o.identity.model = "stream-test";
@@ -57,7 +58,7 @@ class StreamPumpTest : public ::testing::Test {
     view_ = std::move(view.value());  // what a worker process maps
     auto mine = staging::StagingPool::Attach(engine_->pool_name());
     ASSERT_TRUE(mine.ok());
-    pump_ = std::make_unique<StreamPump>(engine_.get(), std::move(mine.value()), StreamOptions{8, 3});
+    pump_ = std::make_unique<StreamPump>(engine_.get(), std::move(mine.value()), StreamOptions{8, 3, background});
   }
   void TearDown() override {
     pump_.reset();
@@ -143,6 +144,27 @@ class StreamPumpTest : public ::testing::Test {
       if (left > 0) view_->WaitWorkerBell(bell, std::chrono::milliseconds(5));
     }
     return c;
+  }
+
+  // Waits until no read of keys is pending in the engine (each is resident, or was never started).
+  void WaitReadsEnded(const std::vector<ChunkKey>& keys) {
+    for (int i = 0; i < 10000; ++i) {
+      bool pending = false;
+      for (const ChunkKey& k : keys) pending |= engine_->Residency(k) == PromoteState::kPending;
+      if (!pending) return;
+      usleep(1000);
+    }
+    FAIL() << "reads did not end";
+  }
+
+  // Acks every ready entry of span (a consumer that copies at once); returns how many it acked.
+  uint32_t AckReady(const StreamSpan& span) {
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < span.count; ++i) {
+      const staging::EntryView v = view_->ObserveEntry(span.first_entry + i);
+      if (v.tag == span.tag && v.state == EntryState::kReady && view_->AckEntry(span.first_entry + i, span.tag)) n++;
+    }
+    return n;
   }
 
   void WaitFinished(uint64_t id) {
@@ -257,6 +279,76 @@ TEST_F(StreamPumpTest, StreamsOpenAtOnceShareThePoolAndAllFinish) {
   }
   EXPECT_LE(engine_->Stats().pool_peak_slots, 6u);
   EXPECT_LE(pump_->stats().peak_window, 6u);
+}
+
+// The disk goes to the oldest stream: a read budget freed in a pass goes to the first stream (in open order) that has
+// room, even when the reads that freed it were a younger stream's. Driven pass by pass (no background thread), with
+// a window of 8 and a budget of 6 reads.
+TEST_F(StreamPumpTest, ReadsFreedByAYoungerStreamGoToTheOldestStreamWithRoom) {
+  Open(/*slots=*/64, /*background=*/false);
+  StoreOnDisk(32);
+  auto a = pump_->OpenLoad(Keys(0, 16), 1);
+  auto b = pump_->OpenLoad(Keys(16, 16), 1);
+  ASSERT_TRUE(a.ok() && b.ok());
+  // A took the whole budget (chunks 0-5); B none.
+  WaitReadsEnded(Keys(0, 6));
+  pump_->Pump();  // A publishes 0-5, fills its window with 6-7; B gets the rest of the budget: 16-19
+  ASSERT_EQ(pump_->Progress(a->id)->published, 6u);
+  EXPECT_EQ(engine_->Residency(Key(20)), PromoteState::kMiss) << "B started beyond the budget";
+  WaitReadsEnded(Keys(0, 32));
+  EXPECT_EQ(AckReady(*a), 6u);  // A's consumer copies 0-5: A has room for 6 more reads
+  pump_->Pump();
+  // Every read ended before this pass: A (the oldest, with room) takes the whole budget, 8-13; B starts nothing
+  // although its own reads (16-19) ended in the same pass.
+  for (uint64_t k = 8; k < 14; ++k) EXPECT_NE(engine_->Residency(Key(k)), PromoteState::kMiss) << "chunk " << k;
+  for (uint64_t k = 20; k < 24; ++k) EXPECT_EQ(engine_->Residency(Key(k)), PromoteState::kMiss) << "chunk " << k;
+  // Both still finish, every chunk once.
+  for (int pass = 0; pass < 2000; ++pass) {
+    AckReady(*a);
+    AckReady(*b);
+    pump_->Pump();
+    if (pump_->Progress(a->id)->finished && pump_->Progress(b->id)->finished) break;
+    usleep(500);
+  }
+  EXPECT_TRUE(pump_->Progress(a->id)->finished);
+  EXPECT_TRUE(pump_->Progress(b->id)->finished);
+  EXPECT_EQ(pump_->stats().chunks_loaded, 32u);
+  pump_->Close(a->id);
+  pump_->Close(b->id);
+}
+
+// Preload rides on the stream (docs/architecture.md "Streamed transfers", S2/R2): a waiting request's first chunks,
+// read ahead by the planner within its bound, are what its stream publishes first once it is admitted; none is read
+// twice, and the stream reads only the rest.
+TEST_F(StreamPumpTest, AnAdmittedRequestsStreamTakesItsPreloadedChunksWithoutReadingThemAgain) {
+  Open(/*slots=*/16);
+  StoreOnDisk(8);
+  const uint64_t read_before = engine_->Stats().bytes_read;
+  PreloadPlanner planner(engine_.get(), PlannerOptions{2, 0});
+  planner.Enqueue("waiting", Keys(0, 8));
+  // Until every read it started ended and it either read everything or found no more room for preloads.
+  for (int i = 0; i < 5000; ++i) {
+    planner.Pump();
+    if (planner.inflight() == 0 && (planner.queued() == 0 || planner.stats().refused_no_room > 0)) break;
+    usleep(1000);
+  }
+  uint32_t preloaded = 0;
+  while (preloaded < 8 && engine_->Residency(Key(preloaded)) == PromoteState::kReady) preloaded++;
+  ASSERT_GE(preloaded, 1u) << "the planner read nothing ahead";
+  ASSERT_LE(engine_->Stats().preload_started, 7u) << "unused preloads stay within half the non-reserved slots";
+  const uint64_t chunk_file_bytes = (engine_->Stats().bytes_read - read_before) / engine_->Stats().preload_started;
+  planner.Forget("waiting");  // admitted: its stream takes over
+  auto span = pump_->OpenLoad(Keys(0, 8), 1);
+  ASSERT_TRUE(span.ok());
+  const Consumed got = Consume(*span, 0, true);
+  EXPECT_EQ(got.copied, 8u);
+  EXPECT_EQ(got.wrong_bytes, 0u);
+  WaitFinished(span->id);
+  pump_->Close(span->id);
+  const auto st = engine_->Stats();
+  EXPECT_EQ(st.bytes_read - read_before, 8 * chunk_file_bytes) << "a chunk was read twice";
+  EXPECT_GE(st.preload_used, preloaded);
+  EXPECT_EQ(st.preload_wasted, 0u);
 }
 
 TEST_F(StreamPumpTest, AStoreLargerThanThePoolWritesThroughItAndEveryChunkLoadsBack) {

@@ -52,6 +52,9 @@ class _StreamJob:
         self.job_id, self.load, self.pool, self.t0, self.fence = job_id, load, pool, t0, fence
         self.first, self.count, self.tag = stream
         (self.slot_rel, self.kv, self.sizes, self.page_chunk, self.block_ids, self.block_chunk) = layout
+        # _layout lists pages chunk after chunk (page_chunk never decreases): chunk k's pages are
+        # [page_start[k], page_start[k + 1]), so a copy gathers its pages in O(its pages), not O(the job's pages).
+        self.page_start = np.searchsorted(self.page_chunk, np.arange(self.count + 1), side="left")
         self.todo = np.ones(self.count, dtype=bool)  # chunks not copied, failed or skipped yet
         self.inflight: list[tuple[Any, np.ndarray, int]] = []  # (ticket, chunks, bytes) of asynchronous copies
         self.failed: list[int] = []
@@ -82,7 +85,7 @@ class KVTierWorker(OffloadingWorker):
 
     def __init__(self, kv_caches: CanonicalKVCaches, blocks_per_chunk: int, rank: int, rank_block_bytes: int,
                  copy_threads: int = 1, attach_timeout_s: float = 60.0, copier: Copier | None = None,
-                 pool_suffix: str | None = None, world_size: int = 1):
+                 pool_suffix: str | None = None, world_size: int = 1, cuda_copy_mode: str = "auto"):
         self._ext = extension.load()
         self.bpc = int(blocks_per_chunk)
         self.rank, self.world_size = int(rank), int(world_size)
@@ -96,7 +99,8 @@ class KVTierWorker(OffloadingWorker):
         self.copy_threads = int(copy_threads)
         self.attach_timeout_s = float(attach_timeout_s)
         tensors = [t.tensor for t in kv_caches.tensors]
-        self._copier: Copier = copier if copier is not None else make_copier(tensors, self._ext, copy_threads)
+        self._copier: Copier = copier if copier is not None else make_copier(tensors, self._ext, copy_threads,
+                                                                              cuda_copy_mode)
         self._tensors = tensors  # keep them alive
         self._bases = np.array([t.data_ptr() for t in tensors], dtype=np.uint64)
         self._row_strides = np.array([t.stride(0) * t.element_size() for t in tensors], dtype=np.uint64)
@@ -342,6 +346,8 @@ class KVTierWorker(OffloadingWorker):
         first, count, tag = spec.stream
         try:
             layout = self._layout(count, gpu, spec.block_stride)
+            if np.any(np.diff(layout[3]) < 0):  # _StreamJob.page_start relies on it
+                raise ValueError("the transfer's pages are not in chunk order")
             pool = self._attach(spec.pool_name) if tag != 0 else None
             fence_fn = getattr(self._copier, "fence", None)
             fence = fence_fn() if fence_fn is not None and count > 0 else None
@@ -484,9 +490,10 @@ class KVTierWorker(OffloadingWorker):
         if not good:
             return
         chunks = np.asarray(good, dtype=np.int64)
-        pages = np.isin(job.page_chunk, chunks)
-        slot_side = job.slot_rel[pages] + addr[job.page_chunk[pages]]
-        kv_side, sizes = job.kv[pages], job.sizes[pages]
+        spans = [(int(job.page_start[k]), int(job.page_start[k + 1])) for k in good]
+        slot_side = np.concatenate([job.slot_rel[a:b] + addr[k] for k, (a, b) in zip(good, spans)])
+        kv_side = np.concatenate([job.kv[a:b] for a, b in spans])
+        sizes = np.concatenate([job.sizes[a:b] for a, b in spans])
         if job.first_copy_t == 0.0:
             job.first_copy_t = time.perf_counter()
         if self._tl is not None:
