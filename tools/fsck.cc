@@ -49,7 +49,9 @@ int64_t ReadFully(int fd, uint8_t* buf, uint64_t len, uint64_t offset) {
   return static_cast<int64_t>(done);
 }
 
-enum class Verdict { kOk, kCorrupt, kVanished };
+// kOtherSecret (K3): a whole entry keyed for another checksum secret (or none), in a namespace whose MANIFEST does
+// not record its key: not verifiable with this key, never reported corrupt or removed.
+enum class Verdict { kOk, kCorrupt, kVanished, kOtherSecret };
 
 struct EntryCheck {
   Verdict verdict = Verdict::kOk;
@@ -77,17 +79,18 @@ class Verifier {
     }
     out.dev = st.st_dev;
     out.ino = st.st_ino;
-    Status s = CheckOpen(ns, fd, key, static_cast<uint64_t>(st.st_size));
+    bool other_secret = false;
+    Status s = CheckOpen(ns, fd, key, static_cast<uint64_t>(st.st_size), &other_secret);
     close(fd);
     if (!s.ok()) {
-      out.verdict = Verdict::kCorrupt;
+      out.verdict = other_secret ? Verdict::kOtherSecret : Verdict::kCorrupt;
       out.reason = s.message();
     }
     return out;
   }
 
  private:
-  Status CheckOpen(const Namespace& ns, int fd, const ChunkKey& key, uint64_t file_bytes) {
+  Status CheckOpen(const Namespace& ns, int fd, const ChunkKey& key, uint64_t file_bytes, bool* other_secret) {
     Grow(kHeaderBytes);
     int64_t n = ReadFully(fd, buf_.get(), kHeaderBytes, 0);
     if (n < 0) return Status::FromErrno(static_cast<int>(-n), "read header");
@@ -95,9 +98,14 @@ class Verifier {
       return Status(StatusCode::kCorrupt, "file of " + std::to_string(file_bytes) + " B is shorter than a header");
     }
     const ChunkGeometry geometry = ns.geometry();
-    auto header =
-        DecodeHeader(std::span<const uint8_t>(buf_.get(), kHeaderBytes), ns.fingerprint(), key, &geometry, key_);
-    if (!header.ok()) return header.status();
+    const std::span<const uint8_t> bytes(buf_.get(), kHeaderBytes);
+    auto header = DecodeHeader(bytes, ns.fingerprint(), key, &geometry, key_);
+    if (!header.ok()) {
+      // K3: where the MANIFEST does not record the key, a header refused only for its keying is another secret's.
+      *other_secret = ns.checksum_key_record().empty() &&
+                      KeyedForAnotherReader(bytes, ns.fingerprint(), key, &geometry, key_);
+      return header.status();
+    }
     KVTIER_RETURN_IF_ERROR(CheckFileSize(*header, file_bytes));
     const uint64_t stride = header->block_stride;
     const uint32_t per_group = static_cast<uint32_t>(std::max<uint64_t>(1, kReadGroupBytes / stride));
@@ -165,6 +173,7 @@ int RunFsck(int argc, char** argv) {
                                             std::chrono::seconds(temp_max_age_s)});
 
   uint64_t entries = 0, corrupt = 0, corrupt_left = 0, temporaries = 0, removed = 0, foreign = 0, young = 0;
+  uint64_t other_secret = 0;
   int rc = 0;
   std::unique_ptr<ChecksumKey> checksum_key;
   if (args.Has("checksum-secret")) {
@@ -237,6 +246,12 @@ int RunFsck(int argc, char** argv) {
       if (c.verdict == Verdict::kVanished) continue;  // removed concurrently (eviction, gc): not an entry any more
       entries++;
       if (c.verdict == Verdict::kOk) continue;
+      if (c.verdict == Verdict::kOtherSecret) {
+        other_secret++;
+        std::printf("other secret: %s/%s: %s (kept: the MANIFEST does not record its checksum key)\n",
+                    r.dir_name.c_str(), f.rel.c_str(), c.reason.c_str());
+        continue;
+      }
       if (shared && now_ns - f.mtime_ns < static_cast<int64_t>(temp_max_age_s) * 1000000000) {
         // M1: on a filesystem several hosts mount, a young bad entry may be another host's whose data this client
         // cannot see yet: reported and kept, removed once older than --temp-max-age.
@@ -286,6 +301,13 @@ int RunFsck(int argc, char** argv) {
     std::printf("repair: removed %llu corrupt entr%s and %llu stale temporar%s\n",
                 static_cast<unsigned long long>(corrupt - corrupt_left), corrupt - corrupt_left == 1 ? "y" : "ies",
                 static_cast<unsigned long long>(removed), removed == 1 ? "y" : "ies");
+  }
+  if (other_secret > 0) {
+    // K3: not verified, so not certified either: exit 1 (docs/cli.md).
+    std::printf("other secret: %llu entr%s keyed for another checksum secret (or none) than --checksum-secret gives, "
+                "kept: their namespace's MANIFEST does not record its key\n",
+                static_cast<unsigned long long>(other_secret), other_secret == 1 ? "y" : "ies");
+    rc = 1;
   }
   if (young > 0) {
     std::printf("young: %llu bad entr%s kept (shared filesystem; removed once older than --temp-max-age)\n",

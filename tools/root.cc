@@ -8,6 +8,18 @@
 #include "cli_util.h"
 
 namespace kvtier::cli {
+namespace {
+
+// CheckTrustedDirectory's advice, for the CLI: the engine's option is the CLI's flag.
+std::string WithFlag(std::string msg) {
+  const std::string option = "set allow_insecure_root";
+  if (const size_t at = msg.find(option); at != std::string::npos) {
+    msg.replace(at, option.size(), "pass --allow-insecure-root");
+  }
+  return msg;
+}
+
+}  // namespace
 
 std::vector<RootNamespace> OpenRootNamespaces(const std::string& root, const std::string& only,
                                               const RootOpen& how) {
@@ -16,14 +28,7 @@ std::vector<RootNamespace> OpenRootNamespaces(const std::string& root, const std
   // K2: the engine's root check (the namespace directories' own checks stay the engine's).
   if (struct stat st; !how.allow_insecure && stat(CanonicalRootPath(root).c_str(), &st) == 0) {
     Status trusted = CheckTrustedDirectory(st, "storage root " + root, /*group_shared=*/false);
-    if (!trusted.ok()) {
-      std::string msg = trusted.message();
-      const std::string option = "set allow_insecure_root";
-      if (const size_t at = msg.find(option); at != std::string::npos) {
-        msg.replace(at, option.size(), "pass --allow-insecure-root");
-      }
-      throw CliError(msg);
-    }
+    if (!trusted.ok()) throw CliError(WithFlag(trusted.message()));
   }
   std::vector<RootNamespace> out;
   if (!only.empty()) {
@@ -52,6 +57,13 @@ std::vector<RootNamespace> OpenRootNamespaces(const std::string& root, const std
   for (const std::string& name : *names) {
     RootNamespace r;
     r.dir_name = name;
+    // K2: the namespace's directories as the engine checks them (all of them: the tools act on the whole tree),
+    // before anything is recovered, read or removed there.
+    if (Status trusted = how.allow_insecure ? Status::Ok() : CheckNamespaceTree(root, name); !trusted.ok()) {
+      r.error = WithFlag(trusted.message());
+      out.push_back(std::move(r));
+      continue;
+    }
     if (how.recover) {
       auto rec = RecoverManifest(root, name, how.temp_max_age, /*apply=*/true);
       if (rec.ok()) r.recovery = rec.value();

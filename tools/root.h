@@ -19,7 +19,9 @@ struct RootNamespace {
 
 struct RootOpen {
   // K2, as the engine: refuse a root that is world-writable without the sticky bit, or owned by another user than
-  // this one or root, unless allow_insecure (--allow-insecure-root).
+  // this one or root, unless allow_insecure (--allow-insecure-root); and a namespace whose directories (namespace,
+  // usage/, both fan-out levels) the engine would refuse (CheckNamespaceTree): that namespace is returned with
+  // `error` set, untouched.
   bool allow_insecure = false;
   // L5 (docs/file-format.md, "Creation"): recover a namespace whose MANIFEST publication was cut (RecoverManifest, temporaries older than
   // temp_max_age removed) before opening it; otherwise such a namespace is only reported.

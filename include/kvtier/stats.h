@@ -78,6 +78,9 @@ struct StatsSnapshot {
   uint64_t evictions = 0;
   uint64_t evicted_bytes = 0;
   uint64_t corrupt_entries = 0;
+  // K3: loads that met an entry keyed for another checksum secret (or for none) in a namespace whose MANIFEST does
+  // not record its key (written by an older kvtier): each a miss, the entry left in place (docs/file-format.md).
+  uint64_t other_secret_misses = 0;
   uint64_t io_errors = 0;
   uint64_t timeouts = 0;
   uint64_t enospc_events = 0;

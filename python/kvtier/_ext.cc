@@ -343,6 +343,7 @@ nb::dict StatsToDict(const StatsSnapshot& s) {
   KVTIER_FIELD(evictions)
   KVTIER_FIELD(evicted_bytes)
   KVTIER_FIELD(corrupt_entries)
+  KVTIER_FIELD(other_secret_misses)
   KVTIER_FIELD(io_errors)
   KVTIER_FIELD(timeouts)
   KVTIER_FIELD(enospc_events)

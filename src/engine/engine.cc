@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cinttypes>
 #include <cstring>
+#include <optional>
 #include <sstream>
 
 #include "engine/engine_impl.h"
@@ -54,6 +55,32 @@ Status CheckRootOwnership(const EngineOptions& o) {
   if (stat(o.root.c_str(), &st) != 0) return Status::Ok();  // Namespace::Open reports a missing root
   if (o.allow_insecure_root) return Status::Ok();
   return CheckTrustedDirectory(st, "storage root " + o.root, /*group_shared=*/false);
+}
+
+// I2: O_DIRECT works there with an alignment our 4 KiB layout meets.
+bool DirectIoUsable(const io::DirectIoInfo& dio) {
+  return dio.supported && dio.mem_align <= 4096 && dio.offset_align <= 4096;
+}
+
+Status DirectIoRefused(const EngineOptions& o, const io::DirectIoInfo& dio) {
+  return Status(StatusCode::kUnsupported, "io_mode=direct but the filesystem of " + o.root +
+                                              " refuses O_DIRECT: " + dio.how + "; set io_mode=auto or buffered");
+}
+
+// I2, V4: the O_DIRECT probe of the directory the namespace is in, or will be created in (the root), made before
+// anything is written under the root: the probe file is an O_TMPFILE or a name unlinked at once. None where the root
+// or the directory cannot be opened or holds no probe file (not a directory, a symlink, not writable):
+// Namespace::Open reports those, and the engine probes the namespace directory once it has it.
+std::optional<io::DirectIoInfo> ProbeDirectIoBeforeOpen(const EngineOptions& o) {
+  const int flags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+  const int root_fd = open(CanonicalRootPath(o.root).c_str(), flags);
+  if (root_fd < 0) return std::nullopt;
+  const int ns_fd = openat(root_fd, NamespaceDirName(ToNamespaceIdentity(o.identity)).c_str(), flags);
+  io::DirectIoInfo dio = io::ProbeDirectIo(ns_fd >= 0 ? ns_fd : root_fd);
+  if (ns_fd >= 0) close(ns_fd);
+  close(root_fd);
+  if (!dio.probed) return std::nullopt;
+  return dio;
 }
 
 }  // namespace
@@ -178,6 +205,10 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
     checksum_key_ = std::make_unique<ChecksumKey>(key.value());
   }
   open_resolve_ = io::Openat2Available() ? (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS) : 0;
+  // I2, V4: O_DIRECT is probed before anything is written under the root, so that io_mode=direct on a filesystem
+  // that refuses it fails with the root as it was (no namespace directory, no MANIFEST).
+  std::optional<io::DirectIoInfo> dio = ProbeDirectIoBeforeOpen(options);
+  if (dio && options.io_mode == IoMode::kDirect && !DirectIoUsable(*dio)) return DirectIoRefused(options, *dio);
 
   // I1: several reactors, one ring and one issuer thread each; a chunk's reactor is PlaceChunk's choice.
   const uint32_t nreactors = forced_reactors ? forced_reactors : ResolveReactors(options, &reactors_why_);
@@ -288,21 +319,21 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
   if (!ns.ok()) return ns.status();
   ns_ = std::make_unique<Namespace>(std::move(ns.value()));
 
-  // I2: direct I/O where the filesystem allows it and its alignment fits our 4 KiB layout.
-  io::DirectIoInfo dio = io::ProbeDirectIo(ns_->dirfd());
+  // I2: direct I/O where the filesystem allows it and its alignment fits our 4 KiB layout. Probed above where the
+  // root (or the namespace directory) could be; here only when that probe could make no file.
+  if (!dio) dio = io::ProbeDirectIo(ns_->dirfd());
   bool direct = false;
   std::string io_mode_why;
   if (options.io_mode == IoMode::kBuffered) {
     io_mode_why = "buffered (by option)";
-  } else if (dio.supported && dio.mem_align <= 4096 && dio.offset_align <= 4096) {
+  } else if (DirectIoUsable(*dio)) {
     direct = true;
-    io_mode_why = "O_DIRECT (" + dio.how + ", mem " + std::to_string(dio.mem_align) + " B, offset " +
-                  std::to_string(dio.offset_align) + " B)";
+    io_mode_why = "O_DIRECT (" + dio->how + ", mem " + std::to_string(dio->mem_align) + " B, offset " +
+                  std::to_string(dio->offset_align) + " B)";
   } else if (options.io_mode == IoMode::kDirect) {
-    return Status(StatusCode::kUnsupported,
-                  "io_mode=direct but the filesystem of " + options.root + " refuses O_DIRECT: " + dio.how);
+    return DirectIoRefused(options, *dio);
   } else {
-    io_mode_why = "buffered (O_DIRECT unavailable: " + dio.how + ")";
+    io_mode_why = "buffered (O_DIRECT unavailable: " + dio->how + ")";
   }
   open_flags_extra_ = direct ? O_DIRECT : 0;
   const FilesystemKind fs_kind = ProbeFilesystem(ns_->dirfd());  // M1

@@ -228,7 +228,13 @@ class EngineImpl final : public Engine {
   void SubmitNextPiece(Chunk& c);  // the chunk's next piece; call only while PiecesToAsk(c)
   void PieceLanded(Chunk& c, const OpCtx& ctx);
   Status VerifyPiece(Chunk& c, uint32_t first, uint32_t n);
+  // A load that failed verification: removed as corrupt (K1), or left in place as a miss when young on a shared root
+  // (M1) or keyed for another secret in a namespace whose MANIFEST does not record its key (K3, OtherSecret).
   void FailVerification(Chunk& c, const Status& verdict);
+  // K3 (docs/file-format.md, "A MANIFEST without checksum_key"): c's header, not decoded, was refused only for its
+  // keying (KeyedForAnotherReader) in a namespace whose MANIFEST records no checksum_key: written by an engine with
+  // another secret (or none), which this one cannot tell from the right one there.
+  bool OtherSecret(const Chunk& c) const;
   void SubmitWrite(Chunk& c, uint8_t* buf, uint64_t len, uint64_t offset);
   void SubmitClose(Reactor& r, int fd);
   void LoadReadsDone(Chunk& c);

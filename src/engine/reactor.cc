@@ -659,7 +659,23 @@ Status EngineImpl::VerifyPiece(Chunk& c, uint32_t first, uint32_t n) {
   return v;
 }
 
+bool EngineImpl::OtherSecret(const Chunk& c) const {
+  if (c.header || !ns_->checksum_key_record().empty()) return false;
+  const ChunkGeometry geometry = ns_->geometry();
+  return KeyedForAnotherReader(std::span<const uint8_t>(pool_->SlotData(c.share->slot), kHeaderBytes),
+                               ns_->fingerprint(), c.req.key, &geometry, checksum_key_.get());
+}
+
 void EngineImpl::FailVerification(Chunk& c, const Status& verdict) {
+  if (OtherSecret(c)) {
+    // K3: never removed (it may be the good entry of every other engine on the root); a miss for this one.
+    stats_.other_secret_misses.Add(1);
+    ForgetEntry(c.req.key);
+    FailChunk(c, Status(StatusCode::kFailedPrecondition,
+                        verdict.message() + " (this namespace's MANIFEST does not record its checksum key: the entry "
+                                            "is kept, a miss for this engine)").WithContext(c.rel_path));
+    return;
+  }
   if (YoungOnSharedRoot(c)) {
     ForgetEntry(c.req.key);  // M1: see YoungOnSharedRoot
   } else {

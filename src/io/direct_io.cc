@@ -110,7 +110,13 @@ DirectIoInfo ProbeDirectIo(int dirfd) {
     info.how = std::string("cannot create a probe file: ") + std::strerror(-fd);
     return info;
   }
+  info.probed = true;
   const std::string fs = FsName(fd);
+  if (const char* env = getenv("KVTIER_TEST_REFUSE_O_DIRECT"); env && *env && std::strcmp(env, "0") != 0) {
+    info.how = "O_DIRECT refused (KVTIER_TEST_REFUSE_O_DIRECT) on " + fs;
+    close(fd);
+    return info;
+  }
 
   KernelStatx stx{};
   bool statx_known = false;

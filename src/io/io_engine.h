@@ -125,7 +125,10 @@ struct DirectIoInfo {
   uint32_t mem_align = 0;     // required buffer alignment in bytes
   uint32_t offset_align = 0;  // required file offset and length alignment in bytes
   std::string how;            // "statx", "probe", or why unsupported ("EINVAL on tmpfs", ...)
+  bool probed = false;        // a probe file could be made (false: `how` says why not, and nothing was learnt)
 };
+// The probe file is an O_TMPFILE (or a unique name unlinked at once): nothing is left in dirfd. Tests:
+// KVTIER_TEST_REFUSE_O_DIRECT=1 makes every probe report O_DIRECT refused, as on a filesystem without it.
 DirectIoInfo ProbeDirectIo(int dirfd);
 
 }  // namespace kvtier::io

@@ -184,9 +184,13 @@ Status EncodeHeader(const ChunkHeader& h, std::span<uint8_t> out, const Checksum
   return Status::Ok();
 }
 
-Result<ChunkHeader> DecodeHeader(std::span<const uint8_t> bytes, std::span<const uint8_t, 16> expected_fingerprint,
-                                 const ChunkKey& expected_key, const ChunkGeometry* expected,
-                                 const ChecksumKey* checksum_key) {
+namespace {
+
+// DecodeHeader; without check_keying, the header's keying is not checked against the reader's key (the kind against
+// whether there is a key, and the MAC), everything else is.
+Result<ChunkHeader> Decode(std::span<const uint8_t> bytes, std::span<const uint8_t, 16> expected_fingerprint,
+                           const ChunkKey& expected_key, const ChunkGeometry* expected,
+                           const ChecksumKey* checksum_key, bool check_keying) {
   if (bytes.size() != kHeaderBytes) {
     return Corrupt("chunk header has " + std::to_string(bytes.size()) + " bytes, expected " +
                    std::to_string(kHeaderBytes) + " (truncated file?)");
@@ -209,11 +213,11 @@ Result<ChunkHeader> DecodeHeader(std::span<const uint8_t> bytes, std::span<const
   }
   const uint32_t kind = GetU32(p + kOffChecksumKind);
   // K3: the kind is checked before anything else a forger controls; with a key, the MAC decides.
-  if (checksum_key != nullptr && kind != kChecksumKeyed) {
+  if (check_keying && checksum_key != nullptr && kind != kChecksumKeyed) {
     return Corrupt("chunk header: checksum_kind " + std::to_string(kind) +
                    " is not keyed, and this reader requires keyed checksums (written without the secret)");
   }
-  if (checksum_key == nullptr && kind == kChecksumKeyed) {
+  if (check_keying && checksum_key == nullptr && kind == kChecksumKeyed) {
     return Corrupt("chunk header: keyed checksums (kind 2) but this reader has no checksum secret");
   }
   const size_t reserved_begin = kind == kChecksumKeyed ? kOffHeaderMac + kHeaderMacBytes : kOffReservedBegin;
@@ -221,7 +225,7 @@ Result<ChunkHeader> DecodeHeader(std::span<const uint8_t> bytes, std::span<const
       !AllZero(p + reserved_begin, kOffHeaderChecksum - reserved_begin)) {
     return Corrupt("chunk header: reserved bytes are not zero");
   }
-  if (kind == kChecksumKeyed) {
+  if (check_keying && kind == kChecksumKeyed) {
     auto mac = HmacSha256(checksum_key->mac_key, "", p, kOffHeaderMac);
     if (CRYPTO_memcmp(mac.data(), p + kOffHeaderMac, kHeaderMacBytes) != 0) {
       return Corrupt("chunk header: header MAC mismatch (written with another checksum secret, or forged)");
@@ -272,6 +276,21 @@ Result<ChunkHeader> DecodeHeader(std::span<const uint8_t> bytes, std::span<const
   }
   h.header_checksum = stored_sum;
   return h;
+}
+
+}  // namespace
+
+Result<ChunkHeader> DecodeHeader(std::span<const uint8_t> bytes, std::span<const uint8_t, 16> expected_fingerprint,
+                                 const ChunkKey& expected_key, const ChunkGeometry* expected,
+                                 const ChecksumKey* checksum_key) {
+  return Decode(bytes, expected_fingerprint, expected_key, expected, checksum_key, /*check_keying=*/true);
+}
+
+bool KeyedForAnotherReader(std::span<const uint8_t> bytes, std::span<const uint8_t, 16> expected_fingerprint,
+                           const ChunkKey& expected_key, const ChunkGeometry* expected,
+                           const ChecksumKey* checksum_key) {
+  return !Decode(bytes, expected_fingerprint, expected_key, expected, checksum_key, true).ok() &&
+         Decode(bytes, expected_fingerprint, expected_key, expected, checksum_key, false).ok();
 }
 
 Status VerifyBlocks(const ChunkHeader& header, uint32_t first_block, uint32_t n, const uint8_t* data,

@@ -134,6 +134,15 @@ Result<ChunkHeader> DecodeHeader(std::span<const uint8_t> bytes, std::span<const
                                  const ChunkKey& expected_key, const ChunkGeometry* expected = nullptr,
                                  const ChecksumKey* checksum_key = nullptr);
 
+// K3 (docs/file-format.md, "A MANIFEST without checksum_key"): true when DecodeHeader refuses `bytes` only because
+// of the reader's key: the header is whole and every other check passes, but it is keyed (kind 2) and the reader has
+// no key or one under which its MAC does not verify, or it is unkeyed (kind 1) and the reader has a key. In a
+// namespace whose MANIFEST does not record its key, such an entry was written under another secret (or none): a
+// reader takes it for a miss and leaves it in place, never for a corrupt entry to remove.
+bool KeyedForAnotherReader(std::span<const uint8_t> bytes, std::span<const uint8_t, 16> expected_fingerprint,
+                           const ChunkKey& expected_key, const ChunkGeometry* expected = nullptr,
+                           const ChecksumKey* checksum_key = nullptr);
+
 // Verifies blocks [first_block, first_block + n) against the header's checksums. `data` holds n * block_stride
 // bytes as read from BlockRangeOffset(first_block). kCorrupt names the first failing block; kInvalidArgument if the
 // range is outside [0, num_blocks).

@@ -163,36 +163,57 @@ bool InOurGroups(gid_t gid) {
   return n > 0 && std::find(groups, groups + n, gid) != groups + n;
 }
 
-// K2: the namespace directory (fd), its usage/ directory and its first-level fan-out directories.
-Status CheckNamespaceDirectories(int ns_fd, const std::string& ns_path) {
-  struct stat st;
-  if (fstat(ns_fd, &st) != 0) return Status::FromErrno(errno, "stat " + ns_path);
-  KVTIER_RETURN_IF_ERROR(CheckTrustedDirectory(st, "namespace directory " + ns_path, true));
-  const int fd = openat(ns_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return Status::FromErrno(errno, "open " + ns_path);
+bool IsFanoutName(std::string_view name) {
+  return name.size() == 2 && std::all_of(name.begin(), name.end(), [](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+         });
+}
+
+// K2: the directories directly under dir_fd (path) that kvtier made: fan-out directories ("ab"), and with usage
+// also "usage". With deeper (the first level of a namespace), each fan-out directory's own fan-out directories too.
+Status CheckSubdirectories(int dir_fd, const std::string& path, bool usage, bool deeper) {
+  const int fd = openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Status::FromErrno(errno, "open " + path);
   DIR* dir = fdopendir(fd);
   if (dir == nullptr) {
     const int err = errno;
     close(fd);
-    return Status::FromErrno(err, "read " + ns_path);
+    return Status::FromErrno(err, "read " + path);
   }
   Status verdict;
   errno = 0;
   while (struct dirent* e = readdir(dir)) {
     const std::string_view name = e->d_name;
-    const bool fanout = name.size() == 2 && std::all_of(name.begin(), name.end(), [](char c) {
-                          return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-                        });
-    if (!fanout && name != "usage") continue;
+    const bool fanout = IsFanoutName(name);
+    if (!fanout && !(usage && name == "usage")) continue;
     if (e->d_type != DT_DIR && e->d_type != DT_UNKNOWN) continue;
+    struct stat st;
     if (fstatat(dirfd(dir), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode)) continue;
-    verdict = CheckTrustedDirectory(st, (fanout ? "fan-out directory " : "usage directory ") + ns_path + "/" +
-                                            std::string(name), true);
+    const std::string sub = path + "/" + std::string(name);
+    verdict = CheckTrustedDirectory(st, (fanout ? "fan-out directory " : "usage directory ") + sub, true);
+    if (verdict.ok() && fanout && deeper) {
+      const int sub_fd = openat(dirfd(dir), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (sub_fd >= 0) {
+        verdict = CheckSubdirectories(sub_fd, sub, /*usage=*/false, /*deeper=*/false);
+        close(sub_fd);
+      } else if (errno != ENOENT) {  // ENOENT: emptied and removed meanwhile (eviction, gc)
+        verdict = Status::FromErrno(errno, "open " + sub);
+      }
+    }
     if (!verdict.ok()) break;
     errno = 0;
   }
   closedir(dir);
   return verdict;
+}
+
+// K2: the namespace directory (fd), its usage/ directory and its first-level fan-out directories; with second_level
+// every second-level fan-out directory too.
+Status CheckNamespaceDirectories(int ns_fd, const std::string& ns_path, bool second_level = false) {
+  struct stat st;
+  if (fstat(ns_fd, &st) != 0) return Status::FromErrno(errno, "stat " + ns_path);
+  KVTIER_RETURN_IF_ERROR(CheckTrustedDirectory(st, "namespace directory " + ns_path, true));
+  return CheckSubdirectories(ns_fd, ns_path, /*usage=*/true, second_level);
 }
 
 Status CheckWritable(int dirfd, const std::string& what) {
@@ -599,7 +620,9 @@ Result<Namespace> Namespace::Open(const std::string& root, const NamespaceIdenti
   return ns;
 }
 
-Result<Namespace> Namespace::OpenExisting(const std::string& root, const std::string& ns_dir_name) {
+// The directory ns_dir_name of root, opened without following a symlink; *path gets its path. kInvalidArgument: not
+// a namespace directory name; kNotFound: absent; kFailedPrecondition: not a directory, or a symlink.
+static Result<int> OpenNamespaceDir(const std::string& root, const std::string& ns_dir_name, std::string* path) {
   if (!IsNamespaceDirName(ns_dir_name)) {
     return Status(StatusCode::kInvalidArgument,
                   "'" + ns_dir_name + "' is not a namespace directory name (ns-<16 hex digits>)");
@@ -607,19 +630,23 @@ Result<Namespace> Namespace::OpenExisting(const std::string& root, const std::st
   auto root_fd = OpenRoot(root);
   if (!root_fd.ok()) return root_fd.status();
   FdGuard root_guard(root_fd.value());
+  const std::string canonical = CanonicalRootPath(root);
+  *path = canonical + (canonical == "/" ? "" : "/") + ns_dir_name;
+  const int fd = openat(root_guard.get(), ns_dir_name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd >= 0) return fd;
+  if (errno == ENOENT) return Status(StatusCode::kNotFound, "namespace " + *path + " does not exist");
+  if (errno == ENOTDIR || errno == ELOOP) {
+    return Status(StatusCode::kFailedPrecondition, *path + " is not a directory (or is a symlink)", errno);
+  }
+  return Status::FromErrno(errno, "open namespace directory " + *path);
+}
 
+Result<Namespace> Namespace::OpenExisting(const std::string& root, const std::string& ns_dir_name) {
   Namespace ns;
   ns.dir_name_ = ns_dir_name;
-  ns.path_ = CanonicalRootPath(root) + (CanonicalRootPath(root) == "/" ? "" : "/") + ns_dir_name;
-  int fd = openat(root_guard.get(), ns_dir_name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) return Status(StatusCode::kNotFound, "namespace " + ns.path_ + " does not exist");
-    if (errno == ENOTDIR || errno == ELOOP) {
-      return Status(StatusCode::kFailedPrecondition, ns.path_ + " is not a directory (or is a symlink)", errno);
-    }
-    return Status::FromErrno(errno, "open namespace directory " + ns.path_);
-  }
-  ns.fd_ = fd;
+  auto fd = OpenNamespaceDir(root, ns_dir_name, &ns.path_);
+  if (!fd.ok()) return fd.status();
+  ns.fd_ = fd.value();
   auto text = ReadManifest(ns.fd_, ns.path_);
   if (!text.ok()) {
     if (text.status().code() == StatusCode::kNotFound) return Status(StatusCode::kCorrupt, text.status().message());
@@ -650,16 +677,10 @@ Result<Namespace> Namespace::OpenExisting(const std::string& root, const std::st
 
 Result<ManifestRecovery> RecoverManifest(const std::string& root, const std::string& ns_dir_name,
                                          std::chrono::seconds min_age, bool apply) {
-  if (!IsNamespaceDirName(ns_dir_name)) {
-    return Status(StatusCode::kInvalidArgument,
-                  "'" + ns_dir_name + "' is not a namespace directory name (ns-<16 hex digits>)");
-  }
-  auto root_fd = OpenRoot(root);
-  if (!root_fd.ok()) return root_fd.status();
-  FdGuard root_guard(root_fd.value());
-  const std::string ns_path = CanonicalRootPath(root) + (CanonicalRootPath(root) == "/" ? "" : "/") + ns_dir_name;
-  const int ns_fd = openat(root_guard.get(), ns_dir_name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (ns_fd < 0) return Status::FromErrno(errno, "open namespace directory " + ns_path);
+  std::string ns_path;
+  auto opened = OpenNamespaceDir(root, ns_dir_name, &ns_path);
+  if (!opened.ok()) return opened.status();
+  const int ns_fd = opened.value();
   FdGuard ns_guard(ns_fd);
   ManifestRecovery out;
   struct stat st;
@@ -710,6 +731,14 @@ Result<ManifestRecovery> RecoverManifest(const std::string& root, const std::str
     }
   }
   return out;
+}
+
+Status CheckNamespaceTree(const std::string& root, const std::string& ns_dir_name) {
+  std::string ns_path;
+  auto opened = OpenNamespaceDir(root, ns_dir_name, &ns_path);
+  if (!opened.ok()) return opened.status();
+  FdGuard ns_guard(opened.value());
+  return CheckNamespaceDirectories(ns_guard.get(), ns_path, /*second_level=*/true);
 }
 
 Result<std::vector<std::string>> ListNamespaces(const std::string& root) {

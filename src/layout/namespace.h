@@ -170,6 +170,12 @@ struct ManifestRecovery {
 Result<ManifestRecovery> RecoverManifest(const std::string& root, const std::string& ns_dir_name,
                                          std::chrono::seconds min_age, bool apply);
 
+// K2 for the tools (stats, fsck, gc), which act on a whole namespace: the checks Namespace::Open makes of its
+// directories (the namespace directory, usage/ and the first-level fan-out directories), and every second-level
+// fan-out directory too (the engine checks one when a store first meets it). kFailedPrecondition naming the first
+// directory refused (CheckTrustedDirectory's message); errors as OpenExisting's for the root and the directory.
+Status CheckNamespaceTree(const std::string& root, const std::string& ns_dir_name);
+
 // Names of the namespace directories ("ns-<16 hex>", real directories only) under root, sorted. Errors as for
 // Namespace::Open's root checks.
 Result<std::vector<std::string>> ListNamespaces(const std::string& root);

@@ -39,6 +39,8 @@ namespace kvtier {
   X(evictions, Counter, "Entries evicted from disk")                                                      \
   X(evicted_bytes, Counter, "Bytes evicted from disk")                                                    \
   X(corrupt_entries, Counter, "Entries that failed verification")                                        \
+  X(other_secret_misses, Counter,                                                                          \
+    "Loads missed on an entry keyed for another checksum secret, kept (a MANIFEST without checksum_key)")  \
   X(io_errors, Counter, "I/O operations that failed")                                                     \
   X(timeouts, Counter, "Operations that passed their deadline")                                           \
   X(enospc_events, Counter, "Writes refused for lack of space")                                           \

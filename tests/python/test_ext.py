@@ -370,7 +370,8 @@ def test_stats_has_every_field_and_counts_work(engine):
                  "loads_started", "loads_completed", "loads_failed", "chunks_loaded", "stores_started",
                  "stores_completed", "stores_dropped", "stores_deduplicated", "bytes_read", "bytes_written",
                  "bytes_needed", "preload_started", "preload_used", "preload_wasted", "evictions", "evicted_bytes",
-                 "corrupt_entries", "io_errors", "timeouts", "enospc_events", "temporaries_swept",
+                 "corrupt_entries", "other_secret_misses", "io_errors", "timeouts", "enospc_events",
+                 "temporaries_swept",
                  "disk_bytes_used", "disk_entries", "pool_slots_in_use", "pool_peak_slots", "dram_entries",
                  "read_amplification"]:
         assert name in s, name

@@ -1,11 +1,13 @@
 // Bad input (SPEC V4): every engine option with invalid values, and CLI misuse. Each is refused with a clear
 // message naming the option or flag. (The Python option dict and the vLLM kvtier_* keys have the same table in
 // tests/vllm/test_bad_config.py.)
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -108,6 +110,57 @@ TEST(BadInput, EveryEngineOptionWithAnInvalidValueIsRefusedNamingIt) {
   }
   std::printf("bad input: %zu invalid engine option values, each refused naming the option, the root unchanged\n",
               table.size());
+}
+
+// V4, I2: io_mode=direct where the filesystem refuses O_DIRECT fails before anything is written: no namespace
+// directory, no MANIFEST, an existing namespace as it was. Run where every probe reports O_DIRECT refused
+// (KVTIER_TEST_REFUSE_O_DIRECT, so the test runs on any filesystem and as any user), and on a real filesystem without
+// O_DIRECT below.
+void ExpectDirectRefusedLeavesRootUnchanged(const std::string& root) {
+  for (bool populated : {false, true}) {
+    if (populated) {
+      EngineOptions o = Options(root);
+      o.io_mode = IoMode::kBuffered;
+      auto e = Engine::Open(o);
+      ASSERT_TRUE(e.ok()) << e.status().ToString();
+      ASSERT_TRUE(StoreOne(*e.value(), 1).ok());
+    }
+    EngineOptions o = Options(root);
+    o.io_mode = IoMode::kDirect;
+    const std::string before = Snapshot(root);
+    auto e = Engine::Open(o);
+    ASSERT_FALSE(e.ok()) << "io_mode=direct opened where O_DIRECT is refused";
+    EXPECT_EQ(e.status().code(), StatusCode::kUnsupported) << e.status().ToString();
+    EXPECT_NE(e.status().message().find("io_mode=direct"), std::string::npos) << e.status().ToString();
+    EXPECT_EQ(Snapshot(root), before) << "a refused io_mode=direct changed the root (populated " << populated << ")";
+    if (!populated) {
+      EXPECT_FALSE(std::filesystem::exists(NsPath(o))) << "the namespace was created";
+    }
+  }
+  // io_mode=auto falls back to buffered there, and opens.
+  EngineOptions o = Options(root);
+  auto e = Engine::Open(o);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_NE(e.value()->Describe().find("O_DIRECT unavailable"), std::string::npos) << e.value()->Describe();
+}
+
+TEST(BadInput, IoModeDirectRefusedLeavesTheRootUnchanged) {
+  test::TempDir dir;
+  setenv("KVTIER_TEST_REFUSE_O_DIRECT", "1", 1);
+  ExpectDirectRefusedLeavesRootUnchanged(dir.path());
+  unsetenv("KVTIER_TEST_REFUSE_O_DIRECT");
+}
+
+// The same on ramfs, which refuses O_DIRECT: needs the right to mount (skipped otherwise).
+TEST(BadInput, IoModeDirectRefusedOnRamfsLeavesTheRootUnchanged) {
+  test::TempDir dir;
+  const std::string root = dir.path() + "/ramfs";
+  ASSERT_EQ(mkdir(root.c_str(), 0750), 0);
+  if (mount("kvtier-test", root.c_str(), "ramfs", 0, "mode=0750") != 0) {
+    GTEST_SKIP() << "cannot mount ramfs here: " << std::strerror(errno);
+  }
+  ExpectDirectRefusedLeavesRootUnchanged(root);
+  EXPECT_EQ(umount2(root.c_str(), MNT_DETACH), 0) << std::strerror(errno);
 }
 
 #ifdef KVTIER_CLI_PATH

@@ -188,6 +188,46 @@ uint64_t CountEntries(const std::string& root) {
   return n;
 }
 
+// The root's writer, a process of its own: opens an engine with `o`, stores entries [0, n) and holds the engine
+// open until Release() (so other processes meet a live writer on a shared root).
+class HeldWriter {
+ public:
+  HeldWriter(const EngineOptions& o, uint64_t n) {
+    if (pipe(ready_) != 0 || pipe(done_) != 0) return;
+    pid_ = fork();
+    if (pid_ == 0) {
+      auto w = Engine::Open(o);
+      bool ok = w.ok();
+      for (uint64_t i = 0; ok && i < n; ++i) ok = StoreOne(*w.value(), i).ok();
+      char c = ok ? 'y' : 'n';
+      (void)!write(ready_[1], &c, 1);
+      (void)!read(done_[0], &c, 1);
+      _exit(ok ? 0 : 1);
+    }
+    char c = 0;
+    stored_ = pid_ > 0 && read(ready_[0], &c, 1) == 1 && c == 'y';
+  }
+  ~HeldWriter() { Release(); }
+  bool stored() const { return stored_; }
+  // Lets the writer close its engine and exit; true when it exited 0. Once.
+  bool Release() {
+    if (pid_ <= 0) return false;
+    char c = 'x';
+    (void)!write(done_[1], &c, 1);
+    int status = 0;
+    const bool ok = waitpid(pid_, &status, 0) == pid_ && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    pid_ = -1;
+    for (int fd : {ready_[0], ready_[1], done_[0], done_[1]}) close(fd);
+    return ok;
+  }
+
+ private:
+  int ready_[2] = {-1, -1};
+  int done_[2] = {-1, -1};
+  pid_t pid_ = -1;
+  bool stored_ = false;
+};
+
 // K3: a root written with a secret records it in the MANIFEST (a keyed fingerprint), so an engine given
 // another secret, or none, is refused at open with a message that says so, and removes nothing. Before, such an
 // engine took every entry for corrupt and removed each one it loaded: on a shared root one misconfigured instance
@@ -197,23 +237,8 @@ TEST(KeyedChecksums, AnotherProcessWithAnotherSecretOrNoneIsRefusedAtOpenAndRemo
   EngineOptions with_a = Options(dir.path());
   with_a.checksum_secret = "0123456789abcdef-secret-A";
   constexpr uint64_t kEntries = 40;
-  int ready[2], done[2];
-  ASSERT_EQ(pipe(ready), 0);
-  ASSERT_EQ(pipe(done), 0);
-  const pid_t writer = fork();
-  ASSERT_GE(writer, 0);
-  if (writer == 0) {  // the root's writer, a process of its own, open throughout
-    auto w = Engine::Open(with_a);
-    bool ok = w.ok();
-    for (uint64_t i = 0; ok && i < kEntries; ++i) ok = StoreOne(*w.value(), i).ok();
-    char c = ok ? 'y' : 'n';
-    (void)!write(ready[1], &c, 1);
-    (void)!read(done[0], &c, 1);
-    _exit(ok ? 0 : 1);
-  }
-  char c = 0;
-  ASSERT_EQ(read(ready[0], &c, 1), 1);
-  ASSERT_EQ(c, 'y') << "the writer could not store its entries";
+  HeldWriter writer(with_a, kEntries);
+  ASSERT_TRUE(writer.stored()) << "the writer could not store its entries";
   ASSERT_EQ(CountEntries(dir.path()), kEntries);
 
   EngineOptions with_b = with_a;
@@ -230,12 +255,7 @@ TEST(KeyedChecksums, AnotherProcessWithAnotherSecretOrNoneIsRefusedAtOpenAndRemo
   EXPECT_NE(p.status().message().find("no checksum secret"), std::string::npos) << p.status().ToString();
   EXPECT_EQ(CountEntries(dir.path()), kEntries) << "entries were removed";
 
-  c = 'x';
-  ASSERT_EQ(write(done[1], &c, 1), 1);
-  int status = 0;
-  ASSERT_EQ(waitpid(writer, &status, 0), writer);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  for (int fd : {ready[0], ready[1], done[0], done[1]}) close(fd);
+  EXPECT_TRUE(writer.Release()) << "the writer failed";
 
   // The right secret still loads every entry byte for byte.
   auto a = Engine::Open(with_a);
@@ -266,8 +286,58 @@ TEST(KeyedChecksums, AnEngineWithASecretIsRefusedByANamespaceWrittenWithoutOne) 
   EXPECT_EQ(CountEntries(dir.path()), 4u);
 }
 
+// K3 (docs/file-format.md, "A MANIFEST without checksum_key"): a namespace whose MANIFEST predates the key record
+// opens under any key, so there an engine cannot tell a wrong secret from the right one: an entry keyed for another
+// secret (or none) is a miss it counts and leaves in place, never a corrupt entry to remove. Two processes share
+// the root: the writer holds it open with 40 entries while engines with another secret and with none load every
+// one of them; 0 are removed, and the writer's secret then loads all 40 byte for byte.
+TEST(KeyedChecksums, WithoutAKeyRecordAnotherSecretOrNoneMissesEveryEntryAndRemovesNone) {
+  test::TempDir dir;
+  EngineOptions with_a = Options(dir.path());
+  with_a.checksum_secret = "0123456789abcdef-secret-A";
+  constexpr uint64_t kEntries = 40;
+  HeldWriter writer(with_a, kEntries);
+  ASSERT_TRUE(writer.stored()) << "the writer could not store its entries";
+  DropKeyRecord(with_a);  // as an older kvtier wrote it
+  ASSERT_EQ(CountEntries(dir.path()), kEntries);
+
+  EngineOptions with_b = with_a;
+  with_b.checksum_secret = "another-secret-of-16+bytes";
+  EngineOptions plain = with_a;
+  plain.checksum_secret.clear();
+  for (const EngineOptions* o : {&with_b, &plain}) {
+    auto e = Engine::Open(*o);
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    std::vector<uint8_t> got;
+    for (uint64_t i = 0; i < kEntries; ++i) {
+      Status s = LoadOne(*e.value(), Key(i), &got);
+      EXPECT_FALSE(s.ok()) << i;
+      EXPECT_NE(s.message().find("entry is kept"), std::string::npos) << s.ToString();
+      EXPECT_TRUE(AllSentinel(got)) << i;
+    }
+    EXPECT_EQ(e.value()->Stats().other_secret_misses, kEntries);
+    EXPECT_EQ(e.value()->Stats().corrupt_entries, 0u);
+    EXPECT_EQ(CountEntries(dir.path()), kEntries) << "entries were removed (secret '" << o->checksum_secret << "')";
+  }
+
+  EXPECT_TRUE(writer.Release()) << "the writer failed";
+
+  auto a = Engine::Open(with_a);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  std::vector<uint8_t> got;
+  for (uint64_t i = 0; i < kEntries; ++i) {
+    ASSERT_TRUE(LoadOne(*a.value(), Key(i), &got).ok()) << i;
+    EXPECT_EQ(got, ContentFor(i));
+  }
+  EXPECT_EQ(a.value()->Stats().corrupt_entries, 0u);
+  EXPECT_EQ(a.value()->Stats().other_secret_misses, 0u);
+  std::printf("legacy root, another secret and none: %llu of %llu entries missed and kept each, 0 removed\n",
+              (unsigned long long)kEntries, (unsigned long long)kEntries);
+}
+
 // A namespace whose MANIFEST predates the key record opens under any key; there the entries' checksum kind and MAC
-// still decide, and a mismatch is a miss that never returns wrong bytes.
+// still decide: an entry keyed otherwise is a miss that never returns wrong bytes and is kept, while one whose
+// header verifies but whose blocks do not is corrupt and removed.
 TEST(KeyedChecksums, WithoutAKeyRecordEntriesWrittenWithoutTheKeyOrWithAnotherAreMissesAndWithItLoadByteForByte) {
   test::TempDir dir;
   const std::string key_a = "0123456789abcdef-secret-A";
@@ -303,26 +373,35 @@ TEST(KeyedChecksums, WithoutAKeyRecordEntriesWrittenWithoutTheKeyOrWithAnotherAr
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     ASSERT_TRUE(LoadOne(*r.value(), Key(0), &got).ok());
     EXPECT_EQ(got, ContentFor(0));
-    // An unkeyed entry (a writer without the secret) is rejected as corrupt, counted and removed.
+    // An unkeyed entry (a writer without the secret) is not trusted: a counted miss, and kept.
     Status s = LoadOne(*r.value(), Key(100), &got);
-    EXPECT_EQ(s.code(), StatusCode::kCorrupt) << s.ToString();
+    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
+    EXPECT_NE(s.message().find("not keyed"), std::string::npos) << s.ToString();
     EXPECT_TRUE(AllSentinel(got));
-    EXPECT_EQ(r.value()->Stats().corrupt_entries, 1u);
+    EXPECT_EQ(r.value()->Stats().other_secret_misses, 1u);
+    EXPECT_EQ(r.value()->Stats().corrupt_entries, 0u);
+    EXPECT_TRUE(fs::exists(ChunkFile(plain, Key(100))));
   }
   {
     auto r = Engine::Open(with_b);  // another secret
     ASSERT_TRUE(r.ok());
     Status s = LoadOne(*r.value(), Key(1), &got);
-    EXPECT_EQ(s.code(), StatusCode::kCorrupt) << s.ToString();
+    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
     EXPECT_NE(s.message().find("MAC"), std::string::npos) << s.ToString();
     EXPECT_TRUE(AllSentinel(got));
+    EXPECT_TRUE(fs::exists(ChunkFile(with_a, Key(1))));
   }
   {
     auto r = Engine::Open(plain);  // no secret: keyed entries are not verifiable, so not trusted either
     ASSERT_TRUE(r.ok());
     Status s = LoadOne(*r.value(), Key(2), &got);
-    EXPECT_EQ(s.code(), StatusCode::kCorrupt) << s.ToString();
+    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
     EXPECT_TRUE(AllSentinel(got));
+    EXPECT_TRUE(fs::exists(ChunkFile(with_a, Key(2))));
+    // And the unkeyed entry loads for it.
+    ASSERT_TRUE(LoadOne(*r.value(), Key(100), &got).ok());
+    EXPECT_EQ(got, ContentFor(100));
+    EXPECT_EQ(r.value()->Stats().corrupt_entries, 0u);
   }
   {
     // A forger without the key who copies a valid keyed header onto other payload bytes is caught by the blocks.
@@ -337,6 +416,8 @@ TEST(KeyedChecksums, WithoutAKeyRecordEntriesWrittenWithoutTheKeyOrWithAnotherAr
     Status s = LoadOne(*r.value(), Key(3), &got);
     EXPECT_EQ(s.code(), StatusCode::kCorrupt) << s.ToString();
     EXPECT_TRUE(AllSentinel(got));
+    EXPECT_EQ(r.value()->Stats().corrupt_entries, 1u);
+    EXPECT_FALSE(fs::exists(victim)) << "a keyed entry with damaged blocks was kept";
   }
 }
 

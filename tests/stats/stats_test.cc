@@ -212,8 +212,8 @@ TEST(StatsSnapshot, JsonIsValidAndHasEveryField) {
                            "pool_slots_in_use", "pool_peak_slots", "disk_entries", "enospc_events"}) {
     EXPECT_TRUE(v->Has(name)) << name;
   }
-  // 31 counters and gauges, read_amplification, 4 histograms.
-  EXPECT_EQ(v->object.size(), 31u + 1u + 4u);
+  // 32 counters and gauges, read_amplification, 4 histograms.
+  EXPECT_EQ(v->object.size(), 32u + 1u + 4u);
   const JsonValue& load = (*v)["load_latency_us"];
   EXPECT_EQ(load["count"].number, 4);
   EXPECT_EQ(load["sum_us"].number, 3530);
@@ -246,7 +246,7 @@ TEST(StatsSnapshot, TextIsAnAlignedTable) {
     EXPECT_EQ(line.size(), width) << "misaligned: '" << line << "'";
     ++value_rows;
   }
-  EXPECT_EQ(value_rows, 32);
+  EXPECT_EQ(value_rows, 33);
   EXPECT_NE(text.find("lookups"), std::string::npos);
   EXPECT_NE(text.find("read_amplification"), std::string::npos);
   EXPECT_NE(text.find("load_latency_us"), std::string::npos);
@@ -290,8 +290,8 @@ TEST(StatsSnapshot, PrometheusTextFormat) {
     std::strtod(value.c_str(), &end);
     EXPECT_EQ(*end, '\0') << line;
   }
-  // 31 fields + read amplification + 4 histograms x (30 buckets + sum + count).
-  EXPECT_EQ(samples, 31 + 1 + 4 * 32);
+  // 32 fields + read amplification + 4 histograms x (30 buckets + sum + count).
+  EXPECT_EQ(samples, 32 + 1 + 4 * 32);
 }
 
 TEST(StatsSnapshot, PrometheusPrefixIsSanitized) {

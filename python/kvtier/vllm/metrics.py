@@ -23,6 +23,7 @@ COUNTERS = {
     "stores_dropped": "kvtier stores dropped (pool full, ENOSPC, failed)",
     "stores_deduplicated": "kvtier stores skipped because the chunk was already cached",
     "corrupt_entries": "kvtier entries that failed verification (treated as misses and removed)",
+    "other_secret_misses": "kvtier loads that met an entry keyed for another checksum secret (a miss, kept)",
     "evictions": "kvtier entries evicted from disk for the budget",
     "io_errors": "kvtier I/O errors",
     "timeouts": "kvtier operations past their deadline",
