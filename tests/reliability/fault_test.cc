@@ -156,21 +156,11 @@ TEST_P(FaultSuite, EveryPathEveryErrorKeepsTheEngineServingWithNoWrongBytes) {
       FaultTally tally;
       // Several reactors (auto: at least 2; KVTIER_TEST_REACTORS=1 runs the suite with one), each with its own
       // fault-injecting engine under the same rules (I1: the faults hit chunks on every reactor).
-      io::EngineConfig cfg;
-      cfg.kind = GetParam() == IoBackend::kUring ? io::EngineKind::kUring : io::EngineKind::kPosix;
-      cfg.depth = o.io_depth * 4 + 8;
-      bool made = true;
-      auto opened = EngineImpl::Create(o, nullptr, [&](uint32_t) -> std::unique_ptr<io::IoEngine> {
-        auto inner = io::CreateEngine(cfg);
-        if (!inner.ok()) {
-          made = false;
-          return nullptr;
-        }
-        auto fault = std::make_unique<FaultInjectingEngine>(std::move(inner.value()));
+      auto opened = OpenWithWrappedIo(o, GetParam(), [&](std::unique_ptr<io::IoEngine> inner) {
+        auto fault = std::make_unique<FaultInjectingEngine>(std::move(inner));
         for (const FaultRule& r : c.rules) fault->AddRule(r);
         return std::make_unique<CountingEngine>(std::move(fault), &tally);
       });
-      ASSERT_TRUE(made);
       ASSERT_TRUE(opened.ok()) << opened.status().ToString();
       reactors_seen = std::max(reactors_seen, static_cast<EngineImpl&>(*opened.value()).reactors());
       Engine& e = *opened.value();

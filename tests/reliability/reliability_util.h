@@ -13,6 +13,8 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/engine_impl.h"
+#include "io/io_engine.h"
 #include "kvtier/engine.h"
 #include "layout/chunk_path.h"
 #include "layout/namespace.h"
@@ -123,6 +125,20 @@ inline std::string ChunkFile(const EngineOptions& o, const ChunkKey& key) { retu
 inline bool Exists(const std::string& path) {
   struct stat st;
   return lstat(path.c_str(), &st) == 0;
+}
+
+// An engine over real I/O engines of `backend` (kUring or kPosix), one per reactor, each wrapped by
+// wrap(std::unique_ptr<io::IoEngine>) -> std::unique_ptr<io::IoEngine> (fault injection, delays, counting).
+template <typename Wrap>
+Result<std::unique_ptr<Engine>> OpenWithWrappedIo(const EngineOptions& o, IoBackend backend, Wrap wrap) {
+  io::EngineConfig cfg;
+  cfg.kind = backend == IoBackend::kUring ? io::EngineKind::kUring : io::EngineKind::kPosix;
+  cfg.depth = o.io_depth * 4 + 8;
+  return EngineImpl::Create(o, nullptr, [cfg, &wrap](uint32_t) -> std::unique_ptr<io::IoEngine> {
+    auto inner = io::CreateEngine(cfg);
+    if (!inner.ok()) return nullptr;  // Create fails: "I/O engine factory gave no engine"
+    return wrap(std::move(inner.value()));
+  });
 }
 
 }  // namespace kvtier::rel
