@@ -18,6 +18,10 @@
 // and its staging slot (the host copier's memcpy), checksums every block (XXH3), writes a temporary then link()s
 // it and unlinks the temporary name, and verifies every block on load. Those costs are what the ratio measures.
 //
+// --path stream: the engine's side goes the way vLLM's does instead (StreamPump: one store stream, then one load
+// stream, over the N keys; consumer threads, as many as the job path's copier lanes, on a second mapping of the
+// pool fill or copy out each ready slot with memcpy and ack it), so the two paths can be compared on one machine.
+//
 // Files are the same size on both sides (a 4 KiB header plus the chunk payload), and both report GB/s of file
 // bytes (10^9 B/s) over the wall time of the phase. Runs alternate (raw, engine, engine, raw, ...) over
 // --repeat repetitions (even by default: on the virtual disks we test on, the second phase of a pair is often
@@ -64,7 +68,15 @@
 #include "layout/chunk_path.h"
 #include "layout/namespace.h"
 #include "layout/xxh3_dispatch.h"
+#include "policy/stream_pump.h"
 #include "staging/staging_pool.h"
+
+// GCC 12 at -O3 reports -Wrestrict on `"literal" + std::string` concatenations once they are inlined deep enough
+// (GCC bug 105329, a false positive in libstdc++'s basic_string::_M_replace); this file builds many labels that way,
+// and which call sites trip it changes with unrelated edits. The release build is -Werror (scripts/test.sh step 3).
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ == 12
+#pragma GCC diagnostic ignored "-Wrestrict"
+#endif
 
 namespace kvtier::cli {
 namespace {
@@ -760,7 +772,7 @@ class EngineBench {
  public:
   EngineBench(const std::string& root, uint64_t chunk_bytes, uint32_t depth, IoBackend backend, IoMode mode,
               uint64_t salt, bool host_copier, uint32_t reactors = 0,
-              uint64_t read_piece_bytes = EngineOptions{}.read_piece_bytes)
+              uint64_t read_piece_bytes = EngineOptions{}.read_piece_bytes, bool stream = false)
       : root_(root), depth_(depth), salt_(salt) {
     if (mkdir(root_.c_str(), 0750) != 0 && errno != EEXIST) {
       throw CliError("cannot create " + root_ + ": " + std::strerror(errno));
@@ -803,6 +815,23 @@ class EngineBench {
       KVTIER_BENIGN_RACE(host_.back().get(), chunk_bytes, "bench io: load destinations shared by chunks in flight");
     }
     if (!host_copier) FillPoolIncompressible();
+    if (stream) {
+      // --path stream: vLLM's path. A StreamPump over the engine's slot API (its own mapping of the pool, as the
+      // scheduler's), and consumers on a second mapping (a worker's): as many copy threads as the job path's copier
+      // lanes (one per reactor), so both paths copy with the same parallelism.
+      auto mine = staging::StagingPool::Attach(engine_->pool_name());
+      auto view = staging::StagingPool::Attach(engine_->pool_name());
+      if (!mine.ok() || !view.ok()) {
+        throw CliError("--path stream: cannot attach to the engine's pool: " +
+                       (mine.ok() ? view.status() : mine.status()).ToString());
+      }
+      view_ = std::move(view).value();
+      policy::StreamOptions so;
+      so.max_window = 2 * depth;  // the engine's per-job bound, as the vLLM manager sets it
+      pump_ = std::make_unique<policy::StreamPump>(engine_.get(), std::move(mine).value(), so);
+      consumers_ = host_copier ? std::max<uint32_t>(1, engine_->reactors()) : 1;
+      stream_copies_ = host_copier;
+    }
   }
 
   double Write(uint64_t n, uint32_t rep) { return Run(n, rep, JobKind::kStore); }
@@ -819,6 +848,8 @@ class EngineBench {
     for (uint64_t i = 0; i < n; ++i) unlink(FilePath(rep, i).c_str());
   }
   void RemoveAll() {
+    pump_.reset();
+    view_.reset();
     engine_.reset();
     std::error_code ec;
     std::filesystem::remove_all(root_, ec);
@@ -841,20 +872,20 @@ class EngineBench {
     return static_cast<double>(pieces) * static_cast<double>(slot_bytes_) / static_cast<double>(st.st_size);
   }
   StatsSnapshot Stats() const { return engine_->Stats(); }
-  // --copier none stores whatever the slots hold: fill the whole pool once, before any timed phase, with random
-  // words, so that the data written is incompressible there too (a zram device compresses zero pages to nothing,
-  // which would let the engine's writes skip work the raw writer pays).
+  // --path stream: the pump's counters over the last store or load stream ("" on the job path).
+  const std::string& StreamNote(bool store) const { return store ? store_note_ : load_note_; }
+  // --copier none stores whatever the slots hold: fill every slot once, before any timed phase, with random words,
+  // so that the data written is incompressible there too (a zram device compresses zero pages to nothing, which
+  // would let the engine's writes skip work the raw writer pays). Only the slots' bytes: the pool's header, control
+  // lines and stream board stay as the engine wrote them (--path stream attaches to them).
   void FillPoolIncompressible() {
-    const int fd = shm_open(engine_->pool_name().c_str(), O_RDWR | O_CLOEXEC, 0);
-    if (fd < 0) throw CliError("cannot open the engine's pool " + engine_->pool_name() + ": " + std::strerror(errno));
-    struct stat st;
-    void* p = fstat(fd, &st) == 0 ? mmap(nullptr, st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
-    close(fd);
-    if (p == MAP_FAILED) throw CliError("cannot map the engine's pool: " + std::string(std::strerror(errno)));
+    auto pool = staging::StagingPool::Attach(engine_->pool_name());
+    if (!pool.ok()) throw CliError("cannot attach to the engine's pool: " + pool.status().ToString());
     std::mt19937_64 rng(salt_ ^ 0x706f6f6cull);
-    auto* words = static_cast<uint64_t*>(p);
-    for (uint64_t i = 0; i < static_cast<uint64_t>(st.st_size) / 8; ++i) words[i] = rng();
-    munmap(p, st.st_size);
+    for (uint32_t slot = 0; slot < (*pool)->num_slots(); ++slot) {
+      auto* words = reinterpret_cast<uint64_t*>((*pool)->SlotData(slot));
+      for (uint64_t i = 0; i < (*pool)->slot_bytes() / 8; ++i) words[i] = rng();
+    }
   }
   // --raw-buffers pool: the first `n` slots of the engine's pool through a second mapping (StagingPool::Attach),
   // i.e. the very memory the engine's own transfers use. Valid while this object lives. The raw side overwrites
@@ -885,6 +916,7 @@ class EngineBench {
   }
 
   double Run(uint64_t n, uint32_t rep, JobKind kind) {
+    if (pump_) return RunStream(n, rep, kind == JobKind::kStore);
     std::vector<ChunkTransfer> chunks;
     chunks.reserve(n);
     const uint64_t stride = engine_->block_stride();
@@ -916,6 +948,130 @@ class EngineBench {
     return secs;
   }
 
+  // Untimed, before a stream load: chunks a stream store leaves resident (write-through DRAM tier) would be loaded
+  // from memory, where the job path's load reads every chunk from disk. Reserving every slot for keys never stored
+  // evicts them (the tier's victims give way); giving the reservations back leaves the pool empty.
+  // A slot whose write just ended may not give way yet: again until none of keys is resident (at most 10 s).
+  void EmptyDramTier(const std::vector<ChunkKey>& keys) {
+    for (int attempt = 0; attempt < 10000; ++attempt) {
+      std::vector<ChunkKey> held;
+      for (uint32_t i = 0; i < view_->num_slots(); ++i) {
+        const ChunkKey k = Key(0xffffffffu, i);
+        auto r = engine_->ReserveForStore(std::span<const ChunkKey>(&k, 1));
+        if (!r.ok() || !(*r)[0]) break;
+        held.push_back(k);
+      }
+      engine_->CommitStore(held, false);
+      bool resident = false;
+      for (const ChunkKey& k : keys) resident |= engine_->Residency(k) != PromoteState::kMiss;
+      if (!resident) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+
+  // --path stream: one stream over the n keys (OpenStore / OpenLoad, one consumer), its entries dealt to
+  // consumers_ threads (entry i to thread i % consumers_). Each thread waits on the workers' bell, copies every
+  // ready slot of its share between the slot and host buffer i % depth (block by block, as the host copier's
+  // segments: memcpy), and acks it. A load ends when every chunk is copied out (vLLM's job is then reported); a
+  // store when every chunk is written and published (Stored), as a store job's Wait.
+  double RunStream(uint64_t n, uint32_t rep, bool store) {
+    std::vector<ChunkKey> keys;
+    keys.reserve(n);
+    for (uint64_t i = 0; i < n; ++i) keys.push_back(Key(rep, i));
+    const uint64_t stride = engine_->block_stride();
+    if (!store) EmptyDramTier(keys);
+    const StatsSnapshot before = engine_->Stats();
+    const policy::StreamStats pump_before = pump_->stats();
+    const auto t0 = Clock::now();
+    auto span = store ? pump_->OpenStore(keys, 1) : pump_->OpenLoad(keys, 1);
+    if (!span.ok()) throw CliError("engine: stream: open: " + span.status().message());
+    std::atomic<uint32_t> failed{0};
+    std::atomic<bool> late{false};
+    const auto deadline = t0 + std::chrono::hours(1);
+    auto consume = [&](uint32_t t) {
+      std::vector<uint32_t> mine;
+      for (uint32_t i = t; i < span->count; i += consumers_) mine.push_back(i);
+      size_t first = 0;  // mine[..first) are settled
+      std::vector<bool> settled(mine.size(), false);
+      while (first < mine.size()) {
+        const uint32_t bell = view_->WorkerBell();
+        for (size_t k = first; k < mine.size(); ++k) {
+          if (settled[k]) continue;
+          const uint32_t i = mine[k];
+          const staging::EntryView v = view_->ObserveEntry(span->first_entry + i);
+          if (v.tag != span->tag || v.state == staging::EntryState::kWaiting) continue;
+          settled[k] = true;
+          if (v.state == staging::EntryState::kReady) {
+            if (stream_copies_) {
+              uint8_t* payload = view_->SlotData(v.slot) + kHeaderBytes;
+              uint8_t* host = host_[i % host_.size()].get();
+              for (uint32_t b = 0; b < bpc_; ++b) {
+                if (store) {
+                  std::memcpy(payload + b * stride, host + b * block_bytes_, block_bytes_);
+                } else {
+                  std::memcpy(host + b * block_bytes_, payload + b * stride, block_bytes_);
+                }
+              }
+            }
+            view_->AckEntry(span->first_entry + i, span->tag);
+          } else {
+            failed++;
+          }
+        }
+        while (first < mine.size() && settled[first]) first++;
+        if (first < mine.size()) {
+          if (Clock::now() > deadline) {
+            late = true;
+            return;
+          }
+          view_->WaitWorkerBell(bell, std::chrono::milliseconds(5));
+        }
+      }
+    };
+    std::vector<std::thread> threads;
+    for (uint32_t t = 1; t < consumers_; ++t) threads.emplace_back(consume, t);
+    consume(0);
+    for (std::thread& th : threads) th.join();
+    if (store) {
+      // Written and published: the store job's Wait returns at that point too.
+      for (uint64_t i = 0; i < n && !late; ++i) {
+        while (!engine_->Stored(keys[i])) {
+          if (Clock::now() > deadline) {
+            late = true;
+            break;
+          }
+          std::this_thread::sleep_for(std::chrono::microseconds(50));
+        }
+      }
+    }
+    const double secs = Seconds(t0, Clock::now());
+    // The pump settles the last acks on its own thread (unpin, commit); Close after they are settled.
+    for (int i = 0; i < 100000; ++i) {
+      auto p = pump_->Progress(span->id);
+      if (!p.ok() || p->finished) break;
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    pump_->Close(span->id);
+    const policy::StreamStats pump_after = pump_->stats();
+    (store ? store_note_ : load_note_) =
+        "stream: " + std::to_string(pump_after.slot_waits - pump_before.slot_waits) + " slot waits, peak window " +
+        std::to_string(pump_after.peak_window) + ", " + std::to_string(consumers_) + " consumer threads";
+    if (late) throw CliError(std::string("engine: stream ") + (store ? "store" : "load") + " did not finish in 1 h");
+    if (failed > 0) {
+      throw CliError(std::string("engine: stream ") + (store ? "store" : "load") + ": " +
+                     std::to_string(failed.load()) + " of " + std::to_string(n) + " chunks failed or were skipped");
+    }
+    // Every chunk must have crossed the disk, as in the job path: a load served from chunks still resident after
+    // their store (write-through) would measure memory, not the disk.
+    const StatsSnapshot after = engine_->Stats();
+    const uint64_t moved = store ? after.bytes_written - before.bytes_written : after.bytes_read - before.bytes_read;
+    if (moved < n * slot_bytes_) {
+      throw CliError(std::string("engine: stream ") + (store ? "store wrote " : "load read ") + FormatSize(moved) +
+                     " of " + FormatSize(n * slot_bytes_) + " (chunks served from the DRAM tier)");
+    }
+    return secs;
+  }
+
   std::string root_;
   uint32_t depth_;
   uint64_t salt_;
@@ -927,6 +1083,12 @@ class EngineBench {
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<staging::StagingPool> attached_;  // --raw-buffers pool
   std::vector<Buffer> host_;
+  // --path stream
+  std::unique_ptr<staging::StagingPool> view_;  // the consumers' mapping (a vLLM worker's)
+  uint32_t consumers_ = 1;
+  std::string store_note_, load_note_;  // the last stream of each kind (--verbose)
+  bool stream_copies_ = true;
+  std::unique_ptr<policy::StreamPump> pump_;  // declared last: stopped before the engine goes
 };
 
 struct Row {
@@ -1173,6 +1335,10 @@ int RunBenchIo(int argc, char** argv) {
               "engine's memcpy copier (its job API as tests and a CPU caller use it), none = nobody (the engine's disk "
               "path alone: verified reads into slots, checksummed stores from slots, as when the CUDA copier or "
               "vLLM's workers move the bytes)", "host"},
+             {"path", "job|stream", "how the engine's transfers go: job = its SubmitStore/SubmitLoad job API "
+              "(the host copier copies between host buffers and slots), stream = vLLM's path (StreamPump streams "
+              "over the keys, consumer threads on a second mapping of the pool, as many as the job path's copier "
+              "lanes, fill or copy out each ready slot and ack it; with --copier none they only ack)", "job"},
              {"reactors", "N", "engine reactor threads (EngineOptions::reactors; 0 = auto, sized from the cores); the "
               "count used is printed with the engine's description", "0"},
              {"read-piece", "SIZE", "EngineOptions::read_piece_bytes: a load reads its chunk in pieces of about this "
@@ -1216,6 +1382,8 @@ int RunBenchIo(int argc, char** argv) {
   if (args.Has("trace-marks") && marks_path.empty()) throw UsageError("--trace-marks: needs a path");
   const std::string raw_memory = args.Choice("raw-buffers", "huge", {"huge", "heap", "shm", "pool"});
   const bool host_copier = args.Choice("copier", "host", {"host", "none"}) == "host";
+  const std::string path_s = args.Choice("path", "job", {"job", "stream"});
+  const bool stream = path_s == "stream";
   const RawCeilingOptions ceiling = ParseRawCeiling(args);
   const uint64_t reactors = args.Uint("reactors", 0);
   const uint64_t read_piece = args.Size("read-piece", EngineOptions{}.read_piece_bytes);
@@ -1305,7 +1473,7 @@ int RunBenchIo(int argc, char** argv) {
         const double gb = static_cast<double>(row.files * file_bytes) / 1e9;
         EngineBench eng(base + "/engine", chunk, depth, backend, direct ? IoMode::kDirect : IoMode::kBuffered,
                         salt ^ (chunk * 1315423911u) ^ depth, host_copier, static_cast<uint32_t>(reactors),
-                        read_piece);
+                        read_piece, stream);
         RawBench raw(base + "/raw", file_bytes, depth, direct, raw_memory,
                      raw_memory == "pool" ? eng.PoolSlots(depth) : std::vector<uint8_t*>{}, touch);
         row.pool = eng.pool_bytes();
@@ -1484,6 +1652,10 @@ int RunBenchIo(int argc, char** argv) {
                         "  %s qd %u rep %u engine write %.3f GB/s (%s)\n  %s qd %u rep %u engine read  %.3f GB/s (%s)\n",
                         size, depth, rep, gb / raw_w, raw_wc.c_str(), size, depth, rep, gb / raw_r, raw_rc.c_str(),
                         size, depth, rep, gb / eng_w, eng_wc.c_str(), size, depth, rep, gb / eng_r, eng_rc.c_str());
+            if (stream) {
+              std::printf("  %s qd %u rep %u engine write %s\n  %s qd %u rep %u engine read  %s\n", size, depth, rep,
+                          eng.StreamNote(true).c_str(), size, depth, rep, eng.StreamNote(false).c_str());
+            }
           }
           std::fflush(stdout);
           progress.Set(++steps);
@@ -1688,6 +1860,11 @@ int RunBenchIo(int argc, char** argv) {
     std::printf("GB/s: medians over rotations; ratios: medians over rotations, within one rotation\n");
   }
   std::printf("engine: %s\n", engine_described.c_str());
+  if (stream) {
+    std::printf("--path stream: the engine's transfers went through StreamPump (vLLM's path: OpenStore/OpenLoad, "
+                "consumer threads %s each ready slot and ack it)\n",
+                host_copier ? "filling or copying out (memcpy, one thread per copier lane)" : "only acking");
+  }
   const std::string xxh3(detail::Xxh3Variant());
   if (host_copier) {
     std::printf("the engine also copies every chunk between host memory and its staging slot and checksums it "
@@ -1711,6 +1888,7 @@ int RunBenchIo(int argc, char** argv) {
                   ", \"mode\": " + JsonString(mode_s) +
                   ", \"backend\": " + JsonString(backend_s) + ", \"raw_buffers\": " + JsonString(raw_memory) +
                   ", \"copier\": " + JsonString(host_copier ? "host" : "none") +
+                  ", \"path\": " + JsonString(path_s) +
                   ", \"raw_threads\": [" + raw_threads_json + "], \"raw_split_bytes\": [" + raw_split_json +
                   "], \"raw_queue\": " + JsonString(ceiling.per_thread_queue ? "per-thread" : "total") +
                   ", \"reactors_option\": " + std::to_string(reactors) +

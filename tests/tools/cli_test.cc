@@ -388,6 +388,90 @@ TEST_F(CliTest, AWorldWritableRootWithoutTheStickyBitIsRefusedUnlessAllowed) {
   EXPECT_EQ(Kvtier("fsck --root " + root_).rc, 0);
 }
 
+// K2: the CLI checks a namespace's directories as the engine does (the namespace directory, usage/, both fan-out
+// levels): one the engine would refuse is reported by stats, fsck and gc, exit 1, and nothing in it is recovered,
+// removed or counted, unless --allow-insecure-root.
+TEST_F(CliTest, ANamespaceDirectoryTheEngineRefusesIsRefusedByEveryCommandUnlessAllowed) {
+  StoreChunks(0, 6);
+  const std::string rel = ChunkRelPath(Key(0));
+  const std::string first = ns_path_ + "/" + rel.substr(0, 2);
+  const std::string second = ns_path_ + "/" + rel.substr(0, 5);
+  ASSERT_EQ(mkdir((ns_path_ + "/usage").c_str(), 0750), 0);
+  // A crashed writer's old temporary beside entry 0: a repair would remove it.
+  const std::string tmp = ns_path_ + "/" + TempRelPath(Key(0));
+  std::ofstream(tmp) << "partial";
+  const struct timespec old[2] = {{time(nullptr) - 7200, 0}, {time(nullptr) - 7200, 0}};
+  ASSERT_EQ(utimensat(AT_FDCWD, tmp.c_str(), old, 0), 0);
+  for (const std::string& dir : {ns_path_, ns_path_ + "/usage", first, second}) {
+    ASSERT_EQ(chmod(dir.c_str(), 0777), 0) << dir;
+    if (dir != second) {  // the engine refuses these at open (a second-level one when a store meets it)
+      auto e = Engine::Open(Options(root_));
+      EXPECT_FALSE(e.ok()) << dir;
+    }
+    for (const std::string cmd : {"stats", "fsck --repair --temp-max-age 0", "gc --budget 1 --temp-max-age 0"}) {
+      CliRun r = Kvtier(cmd + " --root " + root_);
+      EXPECT_EQ(r.rc, 1) << cmd << " with " << dir << " world-writable: " << r.out;
+      EXPECT_NE(r.out.find(dir + " is world-writable"), std::string::npos) << cmd << ": " << r.out;
+      EXPECT_NE(r.out.find("--allow-insecure-root"), std::string::npos) << cmd << ": " << r.out;
+    }
+    for (uint64_t i = 0; i < 6; ++i) EXPECT_TRUE(fs::exists(EntryPath(i))) << dir;
+    EXPECT_TRUE(fs::exists(tmp)) << dir;
+    ASSERT_EQ(chmod(dir.c_str(), 0750), 0);
+  }
+  // Owned by a stranger (uid and gid not ours): refused too; possible only as root.
+  if (geteuid() == 0 && chown(second.c_str(), 4242, 4242) == 0) {
+    CliRun r = Kvtier("fsck --repair --temp-max-age 0 --root " + root_);
+    EXPECT_EQ(r.rc, 1) << r.out;
+    EXPECT_NE(r.out.find(second + " is owned by uid 4242"), std::string::npos) << r.out;
+    EXPECT_TRUE(fs::exists(tmp));
+    ASSERT_EQ(chown(second.c_str(), 0, 0), 0);
+  }
+  ASSERT_EQ(chmod(second.c_str(), 0777), 0);
+  CliRun r = Kvtier("fsck --repair --temp-max-age 0 --allow-insecure-root --root " + root_);
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("fsck: 6 entries, 0 corrupt, 1 temporaries (1 removed)"), std::string::npos) << r.out;
+  EXPECT_EQ(Kvtier("stats --allow-insecure-root --root " + root_).rc, 0);
+  ASSERT_EQ(chmod(second.c_str(), 01777), 0);  // sticky, like /tmp: accepted
+  EXPECT_EQ(Kvtier("fsck --root " + root_).rc, 0);
+}
+
+// K3 (docs/file-format.md, "A MANIFEST without checksum_key"): in a namespace whose MANIFEST does not record its
+// key, fsck --repair with another secret, or none, cannot tell good entries from bad: it reports them as keyed for
+// another secret and removes none (exit 1: not verified); with the right secret it checks them, and removes one
+// whose blocks are damaged.
+TEST_F(CliTest, FsckRepairWithAnotherSecretOnANamespaceWithoutAKeyRecordRemovesNothing) {
+  EngineOptions o = Options(root_);
+  o.checksum_secret = "0123456789abcdef-secret-A";
+  {
+    auto e = Engine::Open(o);
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    StoreChunks(0, 5, &e.value());
+  }
+  const std::string manifest = Slurp(ns_path_ + "/MANIFEST");
+  const size_t line = manifest.find("checksum_key=");
+  ASSERT_NE(line, std::string::npos) << manifest;
+  ASSERT_EQ(unlink((ns_path_ + "/MANIFEST").c_str()), 0);
+  std::ofstream(ns_path_ + "/MANIFEST") << manifest.substr(0, line);  // as an older kvtier wrote it
+  {
+    const int fd = open(EntryPath(4).c_str(), O_RDWR);  // a damaged block in entry 4
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(pwrite(fd, "x", 1, kHeaderBytes + 7), 1);
+    close(fd);
+  }
+  for (const std::string& secret : {std::string(" --checksum-secret another-secret-of-16+bytes"), std::string()}) {
+    CliRun r = Kvtier("fsck --repair --temp-max-age 0 --root " + root_ + secret);
+    EXPECT_EQ(r.rc, 1) << r.out;
+    EXPECT_NE(r.out.find("other secret: 5 entries keyed for another checksum secret"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("fsck: 5 entries, 0 corrupt"), std::string::npos) << r.out;
+    for (uint64_t i = 0; i < 5; ++i) EXPECT_TRUE(fs::exists(EntryPath(i))) << secret;
+  }
+  CliRun r = Kvtier("fsck --repair --root " + root_ + " --checksum-secret " + o.checksum_secret);
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("fsck: 5 entries, 1 corrupt"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(EntryPath(4)));
+  for (uint64_t i = 0; i < 4; ++i) EXPECT_TRUE(fs::exists(EntryPath(i)));
+}
+
 // stats prints a namespace's error once.
 TEST_F(CliTest, StatsPrintsANamespacesErrorOnce) {
   StoreChunks(0, 1);
@@ -535,6 +619,39 @@ TEST_F(CliTest, BenchIoWithoutACopierMeasuresTheDiskPathAndNamesIt) {
   const std::string doc = Slurp(json);
   EXPECT_NE(doc.find("\"copier\": \"none\""), std::string::npos) << doc;
   ExpectBenchIoRefuses("--copier gpu", "--copier");
+}
+
+// --path stream: the engine's side goes through StreamPump (vLLM's path: streams, consumer threads copying slots and
+// acking); the same figures come out, the JSON and the footer name the path, and an unknown path is refused.
+TEST_F(CliTest, BenchIoStreamPathMeasuresThePumpAndNamesIt) {
+  const std::string json = dir_.path() + "/io-stream.json";
+  CliRun r = BenchIo("--total 16MiB --chunk-sizes 2MiB --depths 4 --repeat 2 --raw-threads 1 --raw-split none "
+                     "--path stream --json " + json);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("engine GB/s"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("ratio to best"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" write "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" read "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--path stream: the engine's transfers went through StreamPump"), std::string::npos) << r.out;
+  const std::string doc = Slurp(json);
+  EXPECT_NE(doc.find("\"path\": \"stream\""), std::string::npos) << doc;
+  EXPECT_NE(doc.find("\"median_engine_read_gbps\""), std::string::npos) << doc;
+  EXPECT_NE(doc.find("\"write_ratio\""), std::string::npos) << doc;
+  ExpectNoBenchLeftovers();
+  // The default is the job path, named in the JSON too.
+  r = BenchIo("--total 8MiB --chunk-sizes 2MiB --depths 4 --repeat 2 --raw-threads 1 --raw-split none --json " + json);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.out.find("--path stream"), std::string::npos) << r.out;
+  EXPECT_NE(Slurp(json).find("\"path\": \"job\""), std::string::npos);
+  // Without a copier the consumers only ack.
+  r = BenchIo("--total 8MiB --chunk-sizes 2MiB --depths 4 --repeat 2 --raw-threads 1 --raw-split none --path stream "
+              "--copier none");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("only acking"), std::string::npos) << r.out;
+  CliRun bad = Kvtier("bench io --dir " + dir_.path() + " --path vllm");
+  EXPECT_NE(bad.rc, 0);
+  EXPECT_NE(bad.out.find("--path: 'vllm' is not one of job|stream"), std::string::npos) << bad.out;
+  ExpectNoBenchLeftovers();
 }
 
 // --raw-verify: every raw variant once more hashing what it moves (the floor of a program doing the engine's per-byte

@@ -305,7 +305,7 @@ class FakeCudaExt(types.SimpleNamespace):
         class CudaCopier:
             def __init__(self, device=0, mode="auto", kernel_threads=256, kernel_blocks_per_sm=4):
                 self.device, self.registered, self.next = device, [], 0
-                log.append(("init", device))
+                log.append(("init", device, mode))
 
             def is_registered(self, address, bytes):
                 return any(a <= address and address + bytes <= a + n for a, n in self.registered)
@@ -341,6 +341,14 @@ class FakeCudaExt(types.SimpleNamespace):
         self.NO_STREAM_DEPENDENCY = 2**64 - 1
 
 
+def test_the_cuda_copy_mode_reaches_the_copier(fake, tmp_path, monkeypatch):
+    ext = FakeCudaExt()
+    monkeypatch.setattr(kv.extension, "load_cuda", lambda: ext)
+    _, _, src_kv = _cuda_kv(1)
+    worker = kv.KVTierWorker(src_kv, 1, 0, LAYERS * PAGE, cuda_copy_mode="batch_api")
+    assert worker._copier.mode == "batch_api" and ext.log[0] == ("init", 1, "batch_api")
+
+
 def test_cuda_tensors_use_the_cuda_copier(fake, tmp_path, monkeypatch):
     ext = FakeCudaExt()
     monkeypatch.setattr(kv.extension, "load_cuda", lambda: ext)
@@ -348,7 +356,7 @@ def test_cuda_tensors_use_the_cuda_copier(fake, tmp_path, monkeypatch):
     spec, manager, keys = _setup(tmp_path, bpc=1, n_keys=2)
     src_layers, host_src, src_kv = _cuda_kv(1)
     worker = kv.KVTierWorker(src_kv, 1, 0, LAYERS * PAGE)
-    assert isinstance(worker._copier, kv.CudaCopier) and ext.log[0] == ("init", 1)
+    assert isinstance(worker._copier, kv.CudaCopier) and ext.log[0] == ("init", 1, "auto")
 
     ctx = ReqContext(req_id="s")
     out = manager.prepare_store(keys, ctx)

@@ -65,6 +65,9 @@ ADAPTER_KEYS: dict[str, _Key] = {
     "kvtier_revision": _Key("str", "", "weights revision (or any hash) in the cache identity (default: for a local "
                             "model directory a hash of its config.json and weight file names and sizes)"),
     "kvtier_copy_threads": _Key("int", 1, "host copy threads per worker copy", lo=1, hi=64),
+    "kvtier_cuda_copy_mode": _Key("str", "auto", "how the CUDA worker copies (docs/gpu.md): 'kernel' (a copy kernel "
+                                  "on the SMs, PCIe speed), 'batch_api' (the copy engines, no SMs, about 0.55 of "
+                                  "it); 'auto' = kernel", choices=("auto", "kernel", "batch_api")),
     "kvtier_attach_timeout_s": _Key("float", 60.0, "how long a worker waits for the scheduler's pool to appear",
                                     lo=0.1, hi=3600.0),
     "kvtier_preload_max_inflight": _Key("int", 1, "speculative chunk reads in flight for waiting requests (R1, R2); "

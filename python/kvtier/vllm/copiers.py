@@ -89,10 +89,10 @@ class CudaCopier:
 
     asynchronous = True
 
-    def __init__(self, device: int, ext: Any = None, current_stream: Any = None):
+    def __init__(self, device: int, ext: Any = None, current_stream: Any = None, mode: str = "auto"):
         self._ext = ext if ext is not None else extension.load_cuda()
-        self.device = int(device)
-        self._c = self._ext.CudaCopier(device=self.device)
+        self.device, self.mode = int(device), mode
+        self._c = self._ext.CudaCopier(device=self.device, mode=self.mode)
         if current_stream is None:
             import torch
 
@@ -113,7 +113,7 @@ class CudaCopier:
         # CudaCopier unregisters only on destruction: start a fresh one, so the old mapping is unregistered before
         # the caller unmaps it. The caller has waited for every ticket (tickets do not survive this).
         self._c.close()
-        self._c = self._ext.CudaCopier(device=self.device)
+        self._c = self._ext.CudaCopier(device=self.device, mode=self.mode)
 
     def fence(self) -> Any:
         """An event recorded on the caller's current stream: a later copy(after=fence), issued from any thread,
@@ -147,9 +147,9 @@ class CudaCopier:
         return f"CUDA copier: {self._c.describe()}"
 
 
-def make_copier(tensors: list[Any], ext: Any, copy_threads: int) -> Copier:
+def make_copier(tensors: list[Any], ext: Any, copy_threads: int, cuda_mode: str = "auto") -> Copier:
     """The copier for this rank's KV tensors: all on the host -> HostCopier; all on one CUDA device ->
-    CudaCopier for that device; anything else is refused."""
+    CudaCopier for that device (cuda_mode: kvtier_cuda_copy_mode); anything else is refused."""
     types = {t.device.type for t in tensors}
     if types <= {"cpu"}:
         return HostCopier(ext, copy_threads)
@@ -161,6 +161,6 @@ def make_copier(tensors: list[Any], ext: Any, copy_threads: int) -> Copier:
         if index is None:
             import torch
             index = torch.cuda.current_device()
-        return CudaCopier(int(index))
+        return CudaCopier(int(index), mode=cuda_mode)
     raise NotImplementedError("kvtier: KV tensors must all be on the host (vLLM's CPU platform) or all on one "
                               f"CUDA device; got {sorted({str(t.device) for t in tensors})}")

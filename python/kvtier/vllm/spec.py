@@ -115,5 +115,6 @@ class KVTierSpec(OffloadingSpec):
                                         self.rank_block_bytes(), self.kv["kvtier_copy_threads"],
                                         self.kv["kvtier_attach_timeout_s"],
                                         pool_suffix=self.pool_name().rsplit("-", 1)[1],
-                                        world_size=int(self.config.parallel.world_size))
+                                        world_size=int(self.config.parallel.world_size),
+                                        cuda_copy_mode=self.kv["kvtier_cuda_copy_mode"])
         return self._worker
