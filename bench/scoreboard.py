@@ -34,6 +34,17 @@ DOC = REPO / "docs" / "performance.md"
 # all of them; ratios are medians of the per-repetition ratios). "device" is read from the files' block_device
 # where they record it; "device" here is for files that predate that field. scripts/h200/bench_io.sh writes one
 # file per device and copier (DEVICE-COPIER[-runR].json): one source each.
+def _streamed_disk(pool, folder, commit, extra):
+    """A kvtier-disk cell of bench/results/h200/streamed-2026-12-03 (issue 25's setting)."""
+    return {"machine": "h200", "date": "2026-12-03", "device": "zram",
+            "tier": "disk only" + (" (batch_api copies)" if "batch_api" in extra else ""), "pool_gib": pool,
+            "pressure": pool * 2**30 < 10.7e9, "gate": "off", "preload": "on",
+            "command": "ZRAM=56G HEADLINE_ARGS='--shape qwen2.5-32b --sizes 40k --docs 4 --concurrency 4 "
+                       f"--max-num-seqs 2 --systems kvtier-disk --disk-pool-gib {pool}{extra}' "
+                       f"scripts/h200/headline.sh at {commit}",
+            "file": f"bench/results/h200/streamed-2026-12-03/{folder}/headline.json"}
+
+
 SOURCES = {
     "engine_io": [
         *[{"machine": "h200", "date": "2026-12-02",
@@ -78,18 +89,22 @@ SOURCES = {
     # each, with what the file does not say: the tier (and its size, pool_gib or tier_gib), whether it is smaller
     # than one request (pressure), the device under the root, gate and preload.
     "vllm_ttft": [
-        *[{"machine": "h200", "date": "2026-12-03", "device": "zram", "tier": "disk only", "pool_gib": pool,
-           "pressure": pool * 2**30 < 10.7e9, "gate": "off", "preload": "on",
-           "command": "ZRAM=56G HEADLINE_ARGS='--shape qwen2.5-32b --sizes 40k --docs 4 --concurrency 4 "
-                      f"--max-num-seqs 2 --systems kvtier-disk --disk-pool-gib {pool}' scripts/h200/headline.sh "
-                      f"at {commit}",
-           "file": f"bench/results/h200/streamed-2026-12-03/kvtier-disk-pool{pool}-{commit}/headline.json"}
-          for commit in ("d1af0a8", "71e4c8f") for pool in (32, 8)],
+        *[_streamed_disk(pool, folder, commit, extra)
+          for pool, folder, commit, extra in (
+              (32, "kvtier-disk-pool32-d1af0a8", "d1af0a8", ""), (8, "kvtier-disk-pool8-d1af0a8", "d1af0a8", ""),
+              (32, "kvtier-disk-pool32-71e4c8f", "71e4c8f", ""), (8, "kvtier-disk-pool8-71e4c8f", "71e4c8f", ""),
+              (32, "kvtier-disk-pool32-2874512", "2874512", ""), (8, "kvtier-disk-pool8-2874512", "2874512", ""),
+              (32, "kvtier-disk-pool32-2874512-run2", "2874512", ""),
+              (32, "kvtier-disk-pool32-d78abb9", "d78abb9", " --query-rounds 2"),
+              (32, "kvtier-disk-pool32-d78abb9-run2", "d78abb9", " --query-rounds 2"),
+              (8, "kvtier-disk-pool8-d78abb9", "d78abb9", " --query-rounds 2"),
+              (32, "kvtier-disk-pool32-batchapi-d78abb9", "d78abb9",
+               " --query-rounds 2 --kvtier-extra '{\"kvtier_cuda_copy_mode\":\"batch_api\"}'"))],
         *[{"machine": "h200", "date": "2026-12-03", "device": "-", "tier": "none", "gate": "-", "preload": "-",
            "command": "HEADLINE_ARGS='--shape qwen2.5-32b --sizes 40k --docs 4 --concurrency 4 --max-num-seqs 2 "
                       f"--systems baseline' scripts/h200/headline.sh at {commit}",
            "file": f"bench/results/h200/streamed-2026-12-03/baseline-{commit}/headline.json"}
-          for commit in ("d1af0a8", "71e4c8f")],
+          for commit in ("d1af0a8", "71e4c8f", "2874512")],
     ],
 }
 
@@ -246,14 +261,15 @@ def vllm_rows(source, load=None):
             [(run["system"], "query")]
         for system, phase in phases:
             t = (run.get(phase) or {}).get("ttft")
+            requests = run["docs"] * (run.get(phase) or {}).get("rounds", 1)  # headline.py --query-rounds
             row = {"machine": source["machine"], "model": doc["model"], "tier": source["tier"],
                    "pool_gib": source.get("pool_gib"), "tier_gib": source.get("tier_gib"),
                    "pressure": source.get("pressure", False), "device": source["device"],
-                   "tokens": run["doc_tokens"], "concurrency": doc["concurrency"], "requests": run["docs"],
+                   "tokens": run["doc_tokens"], "concurrency": doc["concurrency"], "requests": requests,
                    "system": system, "gate": source["gate"], "preload": source["preload"],
                    "mean_ms": _r(t["mean"] * 1e3, 0) if t else None, "p50_ms": _r(t["p50"] * 1e3, 0) if t else None,
                    "p95_ms": _r(t["p95"] * 1e3, 0) if t else None,
-                   "completed": bool(t) and t["n"] == run["docs"], "date": source["date"],
+                   "completed": bool(t) and t["n"] == requests, "date": source["date"],
                    "command": source["command"], "result": source["file"]}
             rows.append(row)
     return rows

@@ -172,6 +172,7 @@ def system_config(name: str, a: argparse.Namespace, work: Path) -> tuple[list[st
             extra["kvtier_thresholds_path"] = gate
         if a.timeline:  # the connector's per-request event log (python/kvtier/vllm/metrics.py, "Timeline")
             env["KVTIER_TIMELINE_DIR"] = str(Path(a.logs or a.out).resolve() / f"timeline-{name}")
+        extra.update(json.loads(a.kvtier_extra) if a.kvtier_extra else {})
         cfg = kvtier_transfer_config(root, **extra)
         return ["--kv-transfer-config", json.dumps(cfg)], env, knobs
     if name == "native":
@@ -332,6 +333,14 @@ def wait_ready(target: Server, servers: list[Server], timeout_s: float) -> None:
 def run(a: argparse.Namespace) -> int:
     global MODEL
     MODEL = SHAPES[a.shape]
+    if a.query_rounds < 1:
+        raise SystemExit(f"--query-rounds must be at least 1, not {a.query_rounds}")
+    try:
+        extra = json.loads(a.kvtier_extra) if a.kvtier_extra else {}
+    except ValueError as e:
+        raise SystemExit(f"--kvtier-extra is not JSON: {e}")
+    if not isinstance(extra, dict):
+        raise SystemExit("--kvtier-extra must be a JSON object")
     sequential = MODEL.get("sequential", False) if a.sequential is None else a.sequential
     gpu_kv_gib = MODEL.get("gpu_kv_gib", 10.0) if a.gpu_kv_gib is None else a.gpu_kv_gib
     a.thresholds = resolve_thresholds(a.thresholds)
@@ -471,9 +480,10 @@ def bench(s: Server, size: int, docs: int, settle: float, kn: dict, a: argparse.
             "--num-docs", str(docs), "--concurrency", str(a.concurrency), "--max-tokens", "2", "--vocab-size",
             str(MODEL["config"]["vocab_size"]), "--seed", str(size), "--quiet", "--label", s.name, "--metrics-flush-s", "1.2"]
     env = {**os.environ, "PYTHONPATH": str(REPO / "python") + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    for phase in ("warmup", "query"):
+    rounds: list[dict] = []
+    for phase in ["warmup"] + ["query"] * a.query_rounds:
         if phase == "query":
-            time.sleep(settle)
+            time.sleep(settle if not rounds else 1.0)
             if kn["drop_caches"] or s.name in ("native", "lmcache"):
                 rec["page_cache_dropped"] = drop_caches()
         js = out / f"run-{s.name}-{size}-{phase}.json"
@@ -497,7 +507,26 @@ def bench(s: Server, size: int, docs: int, settle: float, kn: dict, a: argparse.
         rec[phase] = {"ttft": ph.get("ttft"), "wall_s": ph.get("wall_s"), "metrics": ph.get("metrics"),
                       "ttft_s": [q.get("ttft_s") for q in ph.get("requests", [])]}
         js.unlink()
+        if phase == "query" and a.query_rounds > 1:
+            rounds.append({**rec["query"], "wall_clock": list(rec["query_wall_clock"])})
+            rec["query_wall_clock"] = [rounds[0]["wall_clock"][0], rounds[-1]["wall_clock"][1]]
+    if len(rounds) > 1:
+        rec["query"] = merge_rounds(rounds)
+        rec["query_rounds"] = rounds
     return rec
+
+
+def merge_rounds(rounds: list[dict]) -> dict:
+    """The query phase over every round: TTFT over all requests, wall time and counters (per-phase deltas) summed."""
+    from kvtier.tools.longdoc.prompts import summarize_ttft
+    ttfts = [t for r in rounds for t in r["ttft_s"] if t is not None]
+    metrics: dict = {}
+    for r in rounds:
+        for k, v in (r.get("metrics") or {}).items():
+            if isinstance(v, (int, float)):
+                metrics[k] = metrics.get(k, 0) + v
+    return {"ttft": summarize_ttft(ttfts), "wall_s": round(sum(r.get("wall_s") or 0 for r in rounds), 3),
+            "metrics": metrics, "ttft_s": ttfts, "rounds": len(rounds)}
 
 
 def versions(py: str) -> dict:
@@ -641,6 +670,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="each server's GPU KV cache (default 10; qwen2.5-32b: 42, two 80k-token sequences)")
     r.add_argument("--gpu-util", type=float, default=0.14, help="each server's --gpu-memory-utilization")
     r.add_argument("--tiered-gib", type=float, default=20, help="CPU/DRAM tier of kvtier-dram, native and lmcache")
+    r.add_argument("--query-rounds", type=int, default=1,
+                   help="query phases per size, each after the page cache drop and prefix-cache reset; the cell's "
+                        "TTFT is over every round's requests (query_rounds in the JSON has each round)")
+    r.add_argument("--kvtier-extra", default="",
+                   help="JSON object merged into every kvtier system's kv_connector_extra_config")
     r.add_argument("--disk-pool-gib", type=float, default=10.0, help="kvtier's staging pool in the disk-only runs")
     r.add_argument("--thresholds", default="",
                    help="kvtier-dram's break-even thresholds file (default: gate off; auto: "

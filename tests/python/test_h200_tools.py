@@ -137,6 +137,32 @@ def test_headline_tiny_shape_starts_every_server_first_unless_sequential(tmp_pat
     assert plan_of(r.stdout)[:5] == [(s, "baseline") for s in ("start", "ready", "bench", "stop", "free")]
 
 
+def test_headline_passes_kvtier_extra_config_and_refuses_bad_rounds(tmp_path):
+    common = ["run", "--dry-run", "--shape", "tiny", "--no-gpu-flags", "--systems", "baseline,kvtier-disk",
+              "--out", str(tmp_path / "out"), "--work", str(tmp_path / "work")]
+    r = headline(*common, "--kvtier-extra", '{"kvtier_cuda_copy_mode": "batch_api"}', "--query-rounds", "3")
+    assert r.returncode == 0, r.stderr
+    starts = {line.split()[1]: line for line in r.stdout.splitlines() if line.startswith("start ")}
+    assert '\\"kvtier_cuda_copy_mode\\": \\"batch_api\\"' in starts["kvtier-disk"] or \
+        '"kvtier_cuda_copy_mode": "batch_api"' in starts["kvtier-disk"]
+    assert "kvtier_cuda_copy_mode" not in starts["baseline"]
+    for bad, why in ((["--query-rounds", "0"], "--query-rounds must be at least 1"),
+                     (["--kvtier-extra", "{nope"], "--kvtier-extra is not JSON"),
+                     (["--kvtier-extra", "[1]"], "--kvtier-extra must be a JSON object")):
+        r = headline(*common, *bad)
+        assert r.returncode != 0 and why in r.stderr, (bad, r.stderr)
+
+
+def test_query_rounds_merge_into_one_cell():
+    sys.path.insert(0, str(REPO / "python"))
+    import headline
+    rounds = [{"ttft_s": [1.0, 2.0], "wall_s": 2.5, "metrics": {"vllm:kvtier_bytes_read_total": 10.0}},
+              {"ttft_s": [3.0, None, 4.0], "wall_s": 4.5, "metrics": {"vllm:kvtier_bytes_read_total": 5.0}}]
+    q = headline.merge_rounds(rounds)
+    assert q["ttft"]["n"] == 4 and q["ttft"]["mean"] == 2.5 and q["ttft"]["max"] == 4.0
+    assert q["wall_s"] == 7.0 and q["metrics"] == {"vllm:kvtier_bytes_read_total": 15.0} and q["rounds"] == 2
+
+
 def test_free_root_removes_the_root_and_finds_the_mount_to_trim(tmp_path):
     code = ("import headline, json, pathlib, sys\n"
             "w = pathlib.Path(sys.argv[1]); (w / 'kvtier-disk' / 'x').mkdir(parents=True)\n"
