@@ -18,9 +18,9 @@
 // and its staging slot (the host copier's memcpy), checksums every block (XXH3), writes a temporary then link()s
 // it and unlinks the temporary name, and verifies every block on load. Those costs are what the ratio measures.
 //
-// --path stream: the engine's side goes the way vLLM's does instead (StreamPump: one store stream, then one load
-// stream, over the N keys; consumer threads, as many as the job path's copier lanes, on a second mapping of the
-// pool fill or copy out each ready slot with memcpy and ack it), so the two paths can be compared on one machine.
+// --path stream (the default): the engine's side goes the way vLLM's does (JobClient: one store stream, then one
+// load stream, over the N keys, through StreamPump; the client's copier lanes, as many as the job path's, fill or copy
+// out each ready slot and ack it). --path job: the engine's own SubmitStore/SubmitLoad, for comparison.
 //
 // Files are the same size on both sides (a 4 KiB header plus the chunk payload), and both report GB/s of file
 // bytes (10^9 B/s) over the wall time of the phase. Runs alternate (raw, engine, engine, raw, ...) over
@@ -68,7 +68,7 @@
 #include "layout/chunk_path.h"
 #include "layout/namespace.h"
 #include "layout/xxh3_dispatch.h"
-#include "policy/stream_pump.h"
+#include "policy/job_client.h"
 #include "staging/staging_pool.h"
 
 // GCC 12 at -O3 reports -Wrestrict on `"literal" + std::string` concatenations once they are inlined deep enough
@@ -816,21 +816,17 @@ class EngineBench {
     }
     if (!host_copier) FillPoolIncompressible();
     if (stream) {
-      // --path stream: vLLM's path. A StreamPump over the engine's slot API (its own mapping of the pool, as the
-      // scheduler's), and consumers on a second mapping (a worker's): as many copy threads as the job path's copier
-      // lanes (one per reactor), so both paths copy with the same parallelism.
-      auto mine = staging::StagingPool::Attach(engine_->pool_name());
-      auto view = staging::StagingPool::Attach(engine_->pool_name());
-      if (!mine.ok() || !view.ok()) {
-        throw CliError("--path stream: cannot attach to the engine's pool: " +
-                       (mine.ok() ? view.status() : mine.status()).ToString());
-      }
-      view_ = std::move(view).value();
-      policy::StreamOptions so;
-      so.max_window = 2 * depth;  // the engine's per-job bound, as the vLLM manager sets it
-      pump_ = std::make_unique<policy::StreamPump>(engine_.get(), std::move(mine).value(), so);
-      consumers_ = host_copier ? std::max<uint32_t>(1, engine_->reactors()) : 1;
-      stream_copies_ = host_copier;
+      // --path stream: vLLM's path, through JobClient (docs/architecture.md, "One data path"): each job one stream
+      // of a StreamPump over the engine's slot API, its copies on as many copier lanes as the job path has (one per
+      // reactor), so both paths copy with the same parallelism.
+      policy::JobClientOptions co;
+      co.max_window = 2 * depth;  // the engine's per-job bound, as the vLLM manager sets it
+      co.copy_lanes = host_copier ? std::max<uint32_t>(1, engine_->reactors()) : 1;
+      auto client = policy::JobClient::Create(engine_.get(), host_copier ? nullptr : std::make_unique<NullCopier>(),
+                                              co);
+      if (!client.ok()) throw CliError("--path stream: " + client.status().ToString());
+      client_ = std::move(client).value();
+      lanes_ = co.copy_lanes;
     }
   }
 
@@ -848,8 +844,7 @@ class EngineBench {
     for (uint64_t i = 0; i < n; ++i) unlink(FilePath(rep, i).c_str());
   }
   void RemoveAll() {
-    pump_.reset();
-    view_.reset();
+    client_.reset();
     engine_.reset();
     std::error_code ec;
     std::filesystem::remove_all(root_, ec);
@@ -916,7 +911,7 @@ class EngineBench {
   }
 
   double Run(uint64_t n, uint32_t rep, JobKind kind) {
-    if (pump_) return RunStream(n, rep, kind == JobKind::kStore);
+    const bool store = kind == JobKind::kStore;
     std::vector<ChunkTransfer> chunks;
     chunks.reserve(n);
     const uint64_t stride = engine_->block_stride();
@@ -930,10 +925,16 @@ class EngineBench {
       }
       chunks.push_back(std::move(t));
     }
+    std::vector<ChunkKey> keys;
+    for (const ChunkTransfer& t : chunks) keys.push_back(t.key);
+    if (client_ && !store) EmptyDramTier(keys);
+    const StatsSnapshot before = engine_->Stats();
+    const policy::StreamStats pump_before = client_ ? client_->stream_stats() : policy::StreamStats{};
     const auto t0 = Clock::now();
-    auto id = kind == JobKind::kStore ? engine_->SubmitStore(std::move(chunks)) : engine_->SubmitLoad(std::move(chunks));
+    Result<JobId> id = client_ ? (store ? client_->SubmitStore(std::move(chunks)) : client_->SubmitLoad(std::move(chunks)))
+                               : (store ? engine_->SubmitStore(std::move(chunks)) : engine_->SubmitLoad(std::move(chunks)));
     if (!id.ok()) throw CliError("engine: submit: " + id.status().message());
-    auto r = engine_->Wait(*id, 3600 * 1000);
+    auto r = client_ ? client_->Wait(*id, 3600 * 1000) : engine_->Wait(*id, 3600 * 1000);
     const double secs = Seconds(t0, Clock::now());
     if (!r.ok()) throw CliError("engine: wait: " + r.status().message());
     if (!r->all_ok()) {
@@ -943,6 +944,20 @@ class EngineBench {
                          std::to_string(r->chunks.size() - r->chunks_ok) + " chunks failed, first: " +
                          c.status.ToString());
         }
+      }
+    }
+    if (client_) {
+      const policy::StreamStats pump_after = client_->stream_stats();
+      (store ? store_note_ : load_note_) =
+          "stream: " + std::to_string(pump_after.slot_waits - pump_before.slot_waits) + " slot waits, peak window " +
+          std::to_string(pump_after.peak_window) + ", " + std::to_string(lanes_) + " copier lanes";
+      // Every chunk must have crossed the disk, as in the job path: a load served from chunks still resident after
+      // their store (write-through) would measure memory, not the disk.
+      const StatsSnapshot after = engine_->Stats();
+      const uint64_t moved = store ? after.bytes_written - before.bytes_written : after.bytes_read - before.bytes_read;
+      if (moved < n * slot_bytes_) {
+        throw CliError(std::string("engine: stream ") + (store ? "store wrote " : "load read ") + FormatSize(moved) +
+                       " of " + FormatSize(n * slot_bytes_) + " (chunks served from the DRAM tier)");
       }
     }
     return secs;
@@ -955,7 +970,7 @@ class EngineBench {
   void EmptyDramTier(const std::vector<ChunkKey>& keys) {
     for (int attempt = 0; attempt < 10000; ++attempt) {
       std::vector<ChunkKey> held;
-      for (uint32_t i = 0; i < view_->num_slots(); ++i) {
+      for (uint64_t i = 0; i < pool_bytes_ / slot_bytes_; ++i) {
         const ChunkKey k = Key(0xffffffffu, i);
         auto r = engine_->ReserveForStore(std::span<const ChunkKey>(&k, 1));
         if (!r.ok() || !(*r)[0]) break;
@@ -967,109 +982,6 @@ class EngineBench {
       if (!resident) return;
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
-  }
-
-  // --path stream: one stream over the n keys (OpenStore / OpenLoad, one consumer), its entries dealt to
-  // consumers_ threads (entry i to thread i % consumers_). Each thread waits on the workers' bell, copies every
-  // ready slot of its share between the slot and host buffer i % depth (block by block, as the host copier's
-  // segments: memcpy), and acks it. A load ends when every chunk is copied out (vLLM's job is then reported); a
-  // store when every chunk is written and published (Stored), as a store job's Wait.
-  double RunStream(uint64_t n, uint32_t rep, bool store) {
-    std::vector<ChunkKey> keys;
-    keys.reserve(n);
-    for (uint64_t i = 0; i < n; ++i) keys.push_back(Key(rep, i));
-    const uint64_t stride = engine_->block_stride();
-    if (!store) EmptyDramTier(keys);
-    const StatsSnapshot before = engine_->Stats();
-    const policy::StreamStats pump_before = pump_->stats();
-    const auto t0 = Clock::now();
-    auto span = store ? pump_->OpenStore(keys, 1) : pump_->OpenLoad(keys, 1);
-    if (!span.ok()) throw CliError("engine: stream: open: " + span.status().message());
-    std::atomic<uint32_t> failed{0};
-    std::atomic<bool> late{false};
-    const auto deadline = t0 + std::chrono::hours(1);
-    auto consume = [&](uint32_t t) {
-      std::vector<uint32_t> mine;
-      for (uint32_t i = t; i < span->count; i += consumers_) mine.push_back(i);
-      size_t first = 0;  // mine[..first) are settled
-      std::vector<bool> settled(mine.size(), false);
-      while (first < mine.size()) {
-        const uint32_t bell = view_->WorkerBell();
-        for (size_t k = first; k < mine.size(); ++k) {
-          if (settled[k]) continue;
-          const uint32_t i = mine[k];
-          const staging::EntryView v = view_->ObserveEntry(span->first_entry + i);
-          if (v.tag != span->tag || v.state == staging::EntryState::kWaiting) continue;
-          settled[k] = true;
-          if (v.state == staging::EntryState::kReady) {
-            if (stream_copies_) {
-              uint8_t* payload = view_->SlotData(v.slot) + kHeaderBytes;
-              uint8_t* host = host_[i % host_.size()].get();
-              for (uint32_t b = 0; b < bpc_; ++b) {
-                if (store) {
-                  std::memcpy(payload + b * stride, host + b * block_bytes_, block_bytes_);
-                } else {
-                  std::memcpy(host + b * block_bytes_, payload + b * stride, block_bytes_);
-                }
-              }
-            }
-            view_->AckEntry(span->first_entry + i, span->tag);
-          } else {
-            failed++;
-          }
-        }
-        while (first < mine.size() && settled[first]) first++;
-        if (first < mine.size()) {
-          if (Clock::now() > deadline) {
-            late = true;
-            return;
-          }
-          view_->WaitWorkerBell(bell, std::chrono::milliseconds(5));
-        }
-      }
-    };
-    std::vector<std::thread> threads;
-    for (uint32_t t = 1; t < consumers_; ++t) threads.emplace_back(consume, t);
-    consume(0);
-    for (std::thread& th : threads) th.join();
-    if (store) {
-      // Written and published: the store job's Wait returns at that point too.
-      for (uint64_t i = 0; i < n && !late; ++i) {
-        while (!engine_->Stored(keys[i])) {
-          if (Clock::now() > deadline) {
-            late = true;
-            break;
-          }
-          std::this_thread::sleep_for(std::chrono::microseconds(50));
-        }
-      }
-    }
-    const double secs = Seconds(t0, Clock::now());
-    // The pump settles the last acks on its own thread (unpin, commit); Close after they are settled.
-    for (int i = 0; i < 100000; ++i) {
-      auto p = pump_->Progress(span->id);
-      if (!p.ok() || p->finished) break;
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
-    }
-    pump_->Close(span->id);
-    const policy::StreamStats pump_after = pump_->stats();
-    (store ? store_note_ : load_note_) =
-        "stream: " + std::to_string(pump_after.slot_waits - pump_before.slot_waits) + " slot waits, peak window " +
-        std::to_string(pump_after.peak_window) + ", " + std::to_string(consumers_) + " consumer threads";
-    if (late) throw CliError(std::string("engine: stream ") + (store ? "store" : "load") + " did not finish in 1 h");
-    if (failed > 0) {
-      throw CliError(std::string("engine: stream ") + (store ? "store" : "load") + ": " +
-                     std::to_string(failed.load()) + " of " + std::to_string(n) + " chunks failed or were skipped");
-    }
-    // Every chunk must have crossed the disk, as in the job path: a load served from chunks still resident after
-    // their store (write-through) would measure memory, not the disk.
-    const StatsSnapshot after = engine_->Stats();
-    const uint64_t moved = store ? after.bytes_written - before.bytes_written : after.bytes_read - before.bytes_read;
-    if (moved < n * slot_bytes_) {
-      throw CliError(std::string("engine: stream ") + (store ? "store wrote " : "load read ") + FormatSize(moved) +
-                     " of " + FormatSize(n * slot_bytes_) + " (chunks served from the DRAM tier)");
-    }
-    return secs;
   }
 
   std::string root_;
@@ -1084,11 +996,9 @@ class EngineBench {
   std::unique_ptr<staging::StagingPool> attached_;  // --raw-buffers pool
   std::vector<Buffer> host_;
   // --path stream
-  std::unique_ptr<staging::StagingPool> view_;  // the consumers' mapping (a vLLM worker's)
-  uint32_t consumers_ = 1;
+  uint32_t lanes_ = 1;
   std::string store_note_, load_note_;  // the last stream of each kind (--verbose)
-  bool stream_copies_ = true;
-  std::unique_ptr<policy::StreamPump> pump_;  // declared last: stopped before the engine goes
+  std::unique_ptr<policy::JobClient> client_;  // declared last: stopped before the engine goes
 };
 
 struct Row {
@@ -1335,10 +1245,10 @@ int RunBenchIo(int argc, char** argv) {
               "engine's memcpy copier (its job API as tests and a CPU caller use it), none = nobody (the engine's disk "
               "path alone: verified reads into slots, checksummed stores from slots, as when the CUDA copier or "
               "vLLM's workers move the bytes)", "host"},
-             {"path", "job|stream", "how the engine's transfers go: job = its SubmitStore/SubmitLoad job API "
-              "(the host copier copies between host buffers and slots), stream = vLLM's path (StreamPump streams "
-              "over the keys, consumer threads on a second mapping of the pool, as many as the job path's copier "
-              "lanes, fill or copy out each ready slot and ack it; with --copier none they only ack)", "job"},
+             {"path", "stream|job", "how the engine's transfers go: stream = vLLM's path (JobClient: a StreamPump "
+              "stream over the keys; copier lanes, as many as the job path's, fill or copy out each ready slot and "
+              "ack it; with --copier none they only ack), job = the engine's own SubmitStore/SubmitLoad (its reactors' "
+              "copier lanes copy between host buffers and slots)", "stream"},
              {"reactors", "N", "engine reactor threads (EngineOptions::reactors; 0 = auto, sized from the cores); the "
               "count used is printed with the engine's description", "0"},
              {"read-piece", "SIZE", "EngineOptions::read_piece_bytes: a load reads its chunk in pieces of about this "
@@ -1382,7 +1292,7 @@ int RunBenchIo(int argc, char** argv) {
   if (args.Has("trace-marks") && marks_path.empty()) throw UsageError("--trace-marks: needs a path");
   const std::string raw_memory = args.Choice("raw-buffers", "huge", {"huge", "heap", "shm", "pool"});
   const bool host_copier = args.Choice("copier", "host", {"host", "none"}) == "host";
-  const std::string path_s = args.Choice("path", "job", {"job", "stream"});
+  const std::string path_s = args.Choice("path", "stream", {"stream", "job"});
   const bool stream = path_s == "stream";
   const RawCeilingOptions ceiling = ParseRawCeiling(args);
   const uint64_t reactors = args.Uint("reactors", 0);
@@ -1861,9 +1771,11 @@ int RunBenchIo(int argc, char** argv) {
   }
   std::printf("engine: %s\n", engine_described.c_str());
   if (stream) {
-    std::printf("--path stream: the engine's transfers went through StreamPump (vLLM's path: OpenStore/OpenLoad, "
-                "consumer threads %s each ready slot and ack it)\n",
-                host_copier ? "filling or copying out (memcpy, one thread per copier lane)" : "only acking");
+    std::printf("--path stream: the engine's transfers went through JobClient over StreamPump (vLLM's path: "
+                "OpenStore/OpenLoad, copier lanes %s each ready slot and ack it)\n",
+                host_copier ? "filling or copying out (the host copier, one thread per lane)" : "only acking");
+  } else {
+    std::printf("--path job: the engine's own SubmitStore/SubmitLoad (its reactors' copier lanes)\n");
   }
   const std::string xxh3(detail::Xxh3Variant());
   if (host_copier) {

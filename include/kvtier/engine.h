@@ -124,6 +124,9 @@ class Engine {
   // Whether the disk index holds key as published. No counters, no recency, no file system access (a stream asks
   // it to tell "no slot free now" from "gone" after a promotion found no room).
   virtual bool Stored(const ChunkKey& key) = 0;
+  // Whether a store of key is in flight (committed or submitted, not yet written and published, nor dropped). Once
+  // it is not, Stored says whether it was written (a client of the slot path reports its stores so).
+  virtual bool Storing(const ChunkKey& key) = 0;
   // Pins resident chunks for a transfer (a pinned slot is never evicted or reused). kNotFound names the first key
   // that is not resident and ready; nothing is pinned then.
   virtual Result<std::vector<SlotRef>> PinResident(std::span<const ChunkKey> keys) = 0;

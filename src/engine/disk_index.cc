@@ -87,6 +87,11 @@ bool DiskIndex::ContainsOrPending(const ChunkKey& key) const {
   return index_.count(key) > 0 || pending_stores_.count(key) > 0;
 }
 
+bool DiskIndex::Pending(const ChunkKey& key) const {
+  MutexLock lock(mu_);
+  return pending_stores_.count(key) > 0;
+}
+
 bool DiskIndex::Pin(const ChunkKey& key) {
   MutexLock lock(mu_);
   auto e = index_.find(key);

@@ -62,6 +62,8 @@ class DiskIndex {
   bool Contains(const ChunkKey& key) const EXCLUDES(mu_);
   // Indexed, or a store of it in flight (store reservations deduplicate against both).
   bool ContainsOrPending(const ChunkKey& key) const EXCLUDES(mu_);
+  // A store of it is in flight (AddPendingStore not yet ended).
+  bool Pending(const ChunkKey& key) const EXCLUDES(mu_);
 
   // Loads in flight pin their entry against eviction. False: not indexed (nothing pinned).
   bool Pin(const ChunkKey& key) EXCLUDES(mu_);

@@ -751,6 +751,8 @@ PromoteState EngineImpl::Residency(const ChunkKey& key) { return resident_->Resi
 
 bool EngineImpl::Stored(const ChunkKey& key) { return disk_->Contains(key); }
 
+bool EngineImpl::Storing(const ChunkKey& key) { return disk_->Pending(key); }
+
 std::optional<uint32_t> EngineImpl::AcquireSlotFor(Reactor& r) {
   if (auto slot = resident_->AcquireSlot(staging::Priority::kDemand)) return slot;
   if (reactors_.size() == 1) return std::nullopt;  // the only reactor frees slots itself and retries each iteration

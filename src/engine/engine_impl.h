@@ -105,6 +105,7 @@ class EngineImpl final : public Engine {
   PromoteResult Promote(const ChunkKey& key, bool speculative) override;
   PromoteState Residency(const ChunkKey& key) override;
   bool Stored(const ChunkKey& key) override;
+  bool Storing(const ChunkKey& key) override;
   Result<std::vector<SlotRef>> PinResident(std::span<const ChunkKey> keys) override;
   void Unpin(std::span<const ChunkKey> keys) override;
   Result<std::vector<std::optional<SlotRef>>> ReserveForStore(std::span<const ChunkKey> keys) override;

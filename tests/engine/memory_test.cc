@@ -58,13 +58,18 @@ TEST(MemoryBound, LoadingTenTimesThePoolKeepsPeakRssAtThePoolSize) {
   };
   std::vector<ChunkTransfer> stores;
   for (int i = 0; i < kChunks; ++i) stores.push_back({key(i), 0, 0, segments(src)});
-  auto st = e.Wait(e.SubmitStore(std::move(stores)).value(), 120000);
-  ASSERT_TRUE(st.ok() && st->all_ok());
+  auto sid = e.SubmitStore(std::move(stores));
+  ASSERT_TRUE(sid.ok()) << sid.status().ToString();
+  auto st = e.Wait(sid.value(), 120000);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  ASSERT_TRUE(st->all_ok());
 
   const uint64_t before = PeakRssBytes();
   std::vector<ChunkTransfer> loads;
   for (int i = 0; i < kChunks; ++i) loads.push_back({key(i), 0, 0, segments(dst)});
-  auto ld = e.Wait(e.SubmitLoad(std::move(loads)).value(), 120000);
+  auto lid = e.SubmitLoad(std::move(loads));
+  ASSERT_TRUE(lid.ok()) << lid.status().ToString();
+  auto ld = e.Wait(lid.value(), 120000);
   ASSERT_TRUE(ld.ok());
   ASSERT_TRUE(ld->all_ok());
   EXPECT_EQ(dst, src);
