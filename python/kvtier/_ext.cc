@@ -41,6 +41,7 @@
 #include "kvtier/status.h"
 #include "layout/chunk_format.h"
 #include "policy/preload_planner.h"
+#include "policy/job_client.h"
 #include "policy/stream_pump.h"
 #include "staging/staging_pool.h"
 #include "transfer/device_copier.h"
@@ -417,6 +418,7 @@ class PyEngine {
     std::unique_lock lock(mu_);
     {
       std::lock_guard<std::mutex> p(pump_mu_);
+      jobs_.reset();  // finishes the jobs submitted (an engine dropped without close still drains its stores)
       pump_.reset();
     }
     planner_.reset();
@@ -448,6 +450,9 @@ class PyEngine {
   // The pump is made at the first stream, over a second mapping of the engine's own pool (its stream board).
   policy::StreamPump& PumpOf(Engine& e) {
     std::lock_guard<std::mutex> lock(pump_mu_);
+    return PumpLocked(e);
+  }
+  policy::StreamPump& PumpLocked(Engine& e) {
     if (!pump_) {
       auto pool = staging::StagingPool::Attach(e.pool_name());
       if (!pool.ok()) throw std::runtime_error("kvtier: cannot map the pool's stream board: " + pool.status().message());
@@ -456,6 +461,17 @@ class PyEngine {
       pump_ = std::make_unique<policy::StreamPump>(&e, std::move(pool.value()), o);
     }
     return *pump_;
+  }
+  // Jobs (store, load, wait) go through a JobClient over the same pump (docs/architecture.md, "One data path"): the
+  // path vLLM's workers use, with the host copier.
+  policy::JobClient& JobsOf(Engine& e) {
+    std::lock_guard<std::mutex> lock(pump_mu_);
+    if (!jobs_) {
+      auto c = policy::JobClient::Create(&e, nullptr, {}, &PumpLocked(e));
+      if (!c.ok()) throw std::runtime_error("kvtier: cannot start the job client: " + c.status().message());
+      jobs_ = std::move(c.value());
+    }
+    return *jobs_;
   }
   using StreamTuple = std::tuple<uint64_t, uint32_t, uint32_t, uint32_t>;
   std::optional<StreamTuple> stream_open(const std::vector<nb::bytes>& keys, uint32_t consumers, bool load) {
@@ -613,7 +629,7 @@ class PyEngine {
       for (uint32_t b = 0; b < bpc; ++b) t.segments.push_back({b * stride, address + b * block_bytes, block_bytes});
       chunks.push_back(std::move(t));
     }
-    auto r = Call([&](Engine& e) { return e.SubmitStore(std::move(chunks)); });
+    auto r = Call([&](Engine& e) { return JobsOf(e).SubmitStore(std::move(chunks)); });
     if (!r.ok()) ThrowStatus(r.status());
     return r.value();
   }
@@ -627,20 +643,20 @@ class PyEngine {
       t.key = KeyFromBytes(key);
       t.first_block = first_block;
       t.num_blocks = num_blocks;
-      // Out-of-range requests get no segments here; SubmitLoad rejects their block range with a clear message.
+      // Out-of-range requests get no segments here; SubmitLoad refuses their block range with a clear message.
       const uint32_t n = num_blocks ? num_blocks : (first_block < bpc ? bpc - first_block : 0);
       if (first_block < bpc && n <= bpc - first_block) {
         for (uint32_t b = 0; b < n; ++b) t.segments.push_back({b * stride, address + b * block_bytes, block_bytes});
       }
       chunks.push_back(std::move(t));
     }
-    auto r = Call([&](Engine& e) { return e.SubmitLoad(std::move(chunks)); });
+    auto r = Call([&](Engine& e) { return JobsOf(e).SubmitLoad(std::move(chunks)); });
     if (!r.ok()) ThrowStatus(r.status());
     return r.value();
   }
 
   nb::dict wait(uint64_t job_id, int64_t timeout_ms) {
-    auto r = Call([&](Engine& e) { return e.Wait(job_id, timeout_ms); });
+    auto r = Call([&](Engine& e) { return JobsOf(e).Wait(job_id, timeout_ms); });
     if (!r.ok()) ThrowStatus(r.status());
     return JobResultToDict(r.value());
   }
@@ -690,6 +706,7 @@ class PyEngine {
   std::unique_ptr<policy::PreloadPlanner> planner_;  // null until preload_configure; reset before engine_
   std::mutex pump_mu_;
   std::unique_ptr<policy::StreamPump> pump_;  // null until the first stream; reset before engine_
+  std::unique_ptr<policy::JobClient> jobs_;   // null until the first job; over pump_, reset before it
 };
 
 // --- Pool ----------------------------------------------------------------------------------------------------------

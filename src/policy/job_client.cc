@@ -19,10 +19,8 @@ constexpr uint32_t kMaxPartChunks = 4096;
 }  // namespace
 
 Result<std::unique_ptr<JobClient>> JobClient::Create(Engine* engine, std::unique_ptr<DeviceCopier> copier,
-                                                     JobClientOptions options) {
+                                                     JobClientOptions options, StreamPump* pump) {
   if (engine == nullptr) return Status(StatusCode::kInvalidArgument, "JobClient needs an engine");
-  auto mine = staging::StagingPool::Attach(engine->pool_name());
-  if (!mine.ok()) return mine.status().WithContext("JobClient: the engine's pool");
   auto view = staging::StagingPool::Attach(engine->pool_name());
   if (!view.ok()) return view.status().WithContext("JobClient: the engine's pool");
   if ((*view)->stream_entries() == 0) {
@@ -30,7 +28,13 @@ Result<std::unique_ptr<JobClient>> JobClient::Create(Engine* engine, std::unique
   }
   StreamOptions so;
   so.max_window = options.max_window ? options.max_window : 2 * engine->options().io_depth;
-  auto pump = std::make_unique<StreamPump>(engine, std::move(mine).value(), so);
+  std::unique_ptr<StreamPump> own;
+  if (pump == nullptr) {
+    auto mine = staging::StagingPool::Attach(engine->pool_name());
+    if (!mine.ok()) return mine.status().WithContext("JobClient: the engine's pool");
+    own = std::make_unique<StreamPump>(engine, std::move(mine).value(), so);
+    pump = own.get();
+  }
   std::vector<std::unique_ptr<DeviceCopier>> lanes;
   lanes.push_back(copier ? std::move(copier) : CreateHostCopier());
   for (uint32_t i = 1; i < options.copy_lanes; ++i) {
@@ -38,15 +42,16 @@ Result<std::unique_ptr<JobClient>> JobClient::Create(Engine* engine, std::unique
     if (!lane) break;  // this kind makes no lanes: one copier for everything
     lanes.push_back(std::move(lane));
   }
-  return std::unique_ptr<JobClient>(new JobClient(engine, std::move(view).value(), std::move(pump), std::move(lanes),
-                                                  2 * so.max_window + 64));
+  return std::unique_ptr<JobClient>(new JobClient(engine, std::move(view).value(), std::move(own), pump,
+                                                  std::move(lanes), 2 * so.max_window + 64));
 }
 
-JobClient::JobClient(Engine* engine, std::unique_ptr<staging::StagingPool> view, std::unique_ptr<StreamPump> pump,
-                     std::vector<std::unique_ptr<DeviceCopier>> lanes, uint32_t scan_window)
+JobClient::JobClient(Engine* engine, std::unique_ptr<staging::StagingPool> view, std::unique_ptr<StreamPump> own_pump,
+                     StreamPump* pump, std::vector<std::unique_ptr<DeviceCopier>> lanes, uint32_t scan_window)
     : engine_(engine),
       view_(std::move(view)),
-      pump_(std::move(pump)),
+      own_pump_(std::move(own_pump)),
+      pump_(pump),
       lanes_(std::move(lanes)),
       scan_window_(scan_window),
       blocks_per_chunk_(engine->options().identity.blocks_per_chunk),
@@ -58,7 +63,11 @@ JobClient::JobClient(Engine* engine, std::unique_ptr<staging::StagingPool> view,
 
 JobClient::~JobClient() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    // Every job submitted finishes first, as the engine's own jobs do at its close: its reads and writes end within
+    // the engine's op deadline, and its slots within the window are given back as they do.
+    std::unique_lock<std::mutex> lock(mu_);
+    closing_ = true;
+    done_cv_.wait(lock, [&] { return jobs_.empty(); });
     stop_ = true;
   }
   view_->RingWorkers();
@@ -75,6 +84,7 @@ JobClient::~JobClient() {
   for (auto& [id, job] : jobs_) {
     if (job->open) pump_->Close(job->span.id);
   }
+  own_pump_.reset();  // stops its thread before the view goes
 }
 
 std::string_view JobClient::copier_name() const { return lanes_.front()->name(); }
@@ -127,7 +137,7 @@ Result<JobId> JobClient::Submit(JobKind kind, std::vector<ChunkTransfer> chunks)
   job->result.chunks.resize(job->chunks.size());
   for (size_t i = 0; i < job->chunks.size(); ++i) job->result.chunks[i].key = job->chunks[i].key;
   std::lock_guard<std::mutex> lock(mu_);
-  if (stop_) return Status(StatusCode::kFailedPrecondition, "the job client is shutting down");
+  if (closing_) return Status(StatusCode::kFailedPrecondition, "the job client is shutting down");
   const JobId id = next_id_++;
   job->id = id;
   job->result.id = id;

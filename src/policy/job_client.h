@@ -48,10 +48,13 @@ struct JobClientOptions {
 
 class JobClient {
  public:
-  // copier: null = the host copier. The engine must outlive the client.
+  // copier: null = the host copier. pump: the StreamPump over the engine's pool the client's streams go through, when
+  // the process has one already (a pool's stream board has one owner: two pumps would hand out the same entries);
+  // null = a pump of the client's own (max_window applies to it only). The engine, and a given pump, must outlive
+  // the client.
   static Result<std::unique_ptr<JobClient>> Create(Engine* engine, std::unique_ptr<DeviceCopier> copier = nullptr,
-                                                   JobClientOptions options = {});
-  ~JobClient();  // waits for the copies in flight, then closes every stream: unfinished jobs are dropped
+                                                   JobClientOptions options = {}, StreamPump* pump = nullptr);
+  ~JobClient();  // finishes every job submitted (bounded by the engine's op deadlines), then stops
   JobClient(const JobClient&) = delete;
   JobClient& operator=(const JobClient&) = delete;
 
@@ -85,8 +88,8 @@ class JobClient {
     uint32_t done = 0;     // chunks with an outcome
   };
 
-  JobClient(Engine* engine, std::unique_ptr<staging::StagingPool> view, std::unique_ptr<StreamPump> pump,
-            std::vector<std::unique_ptr<DeviceCopier>> lanes, uint32_t scan_window);
+  JobClient(Engine* engine, std::unique_ptr<staging::StagingPool> view, std::unique_ptr<StreamPump> own_pump,
+            StreamPump* pump, std::vector<std::unique_ptr<DeviceCopier>> lanes, uint32_t scan_window);
   Status Validate(JobKind kind, const ChunkTransfer& t) const;
   Result<JobId> Submit(JobKind kind, std::vector<ChunkTransfer> chunks);
   void Run();
@@ -102,7 +105,8 @@ class JobClient {
 
   Engine* const engine_;
   const std::unique_ptr<staging::StagingPool> view_;  // the consumer's mapping of the pool (a vLLM worker's)
-  const std::unique_ptr<StreamPump> pump_;
+  std::unique_ptr<StreamPump> own_pump_;  // null when the client was given one
+  StreamPump* const pump_;
   std::vector<std::unique_ptr<DeviceCopier>> lanes_;  // Submit/Poll on the copy thread only
   const uint32_t scan_window_;  // board entries past `settled` worth observing (the pump's window bounds them)
   const uint32_t blocks_per_chunk_;
@@ -117,7 +121,8 @@ class JobClient {
   std::unordered_map<uint64_t, std::pair<JobId, uint32_t>> copies_;  // copy id -> (job, chunk)
   uint64_t next_copy_ = 1;
   size_t next_lane_ = 0;
-  bool stop_ = false;
+  bool closing_ = false;  // the destructor runs: no more jobs
+  bool stop_ = false;     // the copy thread ends
   std::thread thread_;
 };
 

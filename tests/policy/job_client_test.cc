@@ -303,5 +303,44 @@ TEST_F(JobClientTest, SeveralCopyLanesCopyTheSameBytes) {
   for (size_t i = 0; i < src.size(); ++i) EXPECT_EQ(dst[i].bytes, src[i].bytes) << i;
 }
 
+TEST_F(JobClientTest, AClientGivenTheProcesssPumpStreamsBesideItsOtherStreams) {
+  ASSERT_NO_FATAL_FAILURE(Open(8));
+  std::vector<HostChunk> src(6);
+  for (size_t i = 0; i < src.size(); ++i) src[i].Fill(70 + i);
+  ASSERT_TRUE(Store(src).all_ok());
+  client_.reset();
+  // The process's pump (as the vLLM manager's): one board, one owner. A stream of its own stays open meanwhile.
+  auto mine = staging::StagingPool::Attach(engine_->pool_name());
+  ASSERT_TRUE(mine.ok());
+  StreamPump pump(engine_.get(), std::move(mine).value(), StreamOptions{4, 3, true});
+  const std::vector<ChunkKey> other{Key(100), Key(101)};
+  auto held = pump.OpenLoad(other, 1);
+  ASSERT_TRUE(held.ok());
+  auto c = JobClient::Create(engine_.get(), nullptr, {}, &pump);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  client_ = std::move(c.value());
+  std::vector<HostChunk> dst(6);
+  JobResult r = Run(client_->SubmitLoad(WholeLoads(dst)));
+  ASSERT_TRUE(r.all_ok());
+  for (size_t i = 0; i < src.size(); ++i) EXPECT_EQ(dst[i].bytes, src[i].bytes) << i;
+  const StreamStats stats = pump.stats();
+  EXPECT_EQ(stats.loads_opened, 2u);  // the held stream and the client's job
+  pump.Close(held->id);
+  client_.reset();  // before the pump it was given
+}
+
+TEST_F(JobClientTest, AClientClosedWithJobsInFlightFinishesThemFirst) {
+  ASSERT_NO_FATAL_FAILURE(Open(4));
+  std::vector<HostChunk> src(20);
+  for (size_t i = 0; i < src.size(); ++i) src[i].Fill(300 + i);
+  std::vector<ChunkTransfer> t;
+  for (size_t i = 0; i < src.size(); ++i) {
+    t.push_back(ChunkTransfer{Key(i), 0, 0, src[i].Segments(engine_->block_stride())});
+  }
+  ASSERT_TRUE(client_->SubmitStore(std::move(t)).ok());
+  client_.reset();
+  for (size_t i = 0; i < src.size(); ++i) EXPECT_TRUE(engine_->Stored(Key(i))) << i;
+}
+
 }  // namespace
 }  // namespace kvtier::policy

@@ -193,19 +193,22 @@ def test_bad_requests_raise(engine):
         engine.wait(123456, 10)
 
 
-def test_lookup_states_and_prefix(engine):
-    assert engine.lookup(key(0)) == "absent"
-    store(engine, {0: chunk_bytes(0), 1: chunk_bytes(1)})
-    assert engine.lookup(key(0)) == "disk"
-    assert engine.lookup_prefix([key(0), key(1), key(2), key(0)]) == 2
-    assert engine.lookup_prefix([]) == 0
-    promote_ready(engine, key(0))
-    assert engine.lookup(key(0)) == "dram"
-    reserved = engine.reserve_for_store([key(5)])
-    assert reserved is not None and reserved[0] is not None
-    assert engine.lookup(key(5)) == "pending"
-    engine.commit_store([key(5)], False)
-    assert engine.lookup(key(5)) == "absent"
+def test_lookup_states_and_prefix(root):
+    with kvtier.Engine(options(root)) as first:
+        assert first.lookup(key(0)) == "absent"
+        store(first, {0: chunk_bytes(0), 1: chunk_bytes(1)})
+        assert first.lookup(key(0)) == "dram"  # a store through the slot path stays resident (write-through, T1)
+    with kvtier.Engine(options(root)) as engine:
+        assert engine.lookup(key(0)) == "disk"
+        assert engine.lookup_prefix([key(0), key(1), key(2), key(0)]) == 2
+        assert engine.lookup_prefix([]) == 0
+        promote_ready(engine, key(0))
+        assert engine.lookup(key(0)) == "dram"
+        reserved = engine.reserve_for_store([key(5)])
+        assert reserved is not None and reserved[0] is not None
+        assert engine.lookup(key(5)) == "pending"
+        engine.commit_store([key(5)], False)
+        assert engine.lookup(key(5)) == "absent"
 
 
 # --- Slot-resident path, seen from worker processes --------------------------------------------------------------------
@@ -267,10 +270,12 @@ def test_worker_filled_slots_are_published_and_served_after_a_restart(root):
         np.testing.assert_array_equal(dst[1], chunk_bytes(11))
 
 
-def test_pin_of_a_chunk_that_is_not_resident_is_a_key_error(engine):
-    store(engine, {0: chunk_bytes(0)})
-    with pytest.raises(KeyError):
-        engine.pin([key(0)])
+def test_pin_of_a_chunk_that_is_not_resident_is_a_key_error(root):
+    with kvtier.Engine(options(root)) as e:
+        store(e, {0: chunk_bytes(0)})
+    with kvtier.Engine(options(root)) as e:  # on disk, not resident
+        with pytest.raises(KeyError):
+            e.pin([key(0)])
 
 
 def test_a_reservation_larger_than_the_pool_returns_none(root):
