@@ -161,6 +161,9 @@ std::vector<JobResult> JobClient::PollCompleted() {
 
 Result<JobResult> JobClient::Wait(JobId id, int64_t timeout_ms) {
   std::unique_lock<std::mutex> lock(mu_);
+  if (!done_.count(id) && !jobs_.count(id)) {
+    return Status(StatusCode::kNotFound, "unknown job " + std::to_string(id) + " (or already reported)");
+  }
   const bool got = done_cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return done_.count(id) > 0; });
   if (!got) {
     if (jobs_.count(id)) return Status(StatusCode::kTimedOut, "job " + std::to_string(id) + " still running");
@@ -274,7 +277,7 @@ void JobClient::ObserveLocked(Job& job, std::vector<std::vector<CopyTask>>* batc
     (*batches)[next_lane_].push_back(std::move(task));
     next_lane_ = (next_lane_ + 1) % lanes_.size();
   }
-  while (job.settled < job.span.count && job.steps[job.part_first + job.settled] >= Step::kCopied) job.settled++;
+  while (job.settled < job.span.count && job.steps[job.part_first + job.settled] >= Step::kCommitted) job.settled++;
 }
 
 void JobClient::CopyEndedLocked(Job& job, uint32_t i, const Status& status) {

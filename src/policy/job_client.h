@@ -71,7 +71,9 @@ class JobClient {
   std::string_view copier_name() const;
 
  private:
-  enum class Step : uint8_t { kWaiting, kCopying, kCopied, kCommitted, kDone };
+  // A chunk's way through the client: its entry not settled yet; its copy in flight; (stores) acked for the pump
+  // to commit, its write not yet ended; an outcome. The order matters: kCommitted and kDone are settled.
+  enum class Step : uint8_t { kWaiting, kCopying, kCommitted, kDone };
   struct Job {
     JobId id = 0;
     JobKind kind = JobKind::kLoad;
