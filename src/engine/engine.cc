@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "engine/engine_impl.h"
+#include "engine/transfer_check.h"
 #include "layout/chunk_path.h"
 #include "layout/scan.h"
 #include "layout/shared_fs.h"
@@ -483,8 +484,8 @@ size_t EngineImpl::LookupPrefix(std::span<const ChunkKey> keys) {
 // ---------------------------------------------------------------------------------------------------------------
 // Job submission (caller threads)
 
-Status EngineImpl::ValidateTransfer(JobKind kind, const ChunkTransfer& t) const {
-  const uint32_t bpc = options_.identity.blocks_per_chunk;
+Status ValidateTransfer(JobKind kind, const ChunkTransfer& t, uint32_t blocks_per_chunk, uint64_t block_stride) {
+  const uint32_t bpc = blocks_per_chunk;
   if (t.key.size() == 0) return Status(StatusCode::kInvalidArgument, "empty chunk key");
   if (kind == JobKind::kStore && (t.first_block != 0 || (t.num_blocks != 0 && t.num_blocks != bpc))) {
     return Status(StatusCode::kInvalidArgument, "stores write whole chunks (X3): first_block must be 0");
@@ -495,7 +496,7 @@ Status EngineImpl::ValidateTransfer(JobKind kind, const ChunkTransfer& t) const 
                                                     std::to_string(n) + ") outside a chunk of " +
                                                     std::to_string(bpc) + " blocks");
   }
-  const uint64_t span = static_cast<uint64_t>(n) * block_stride_;
+  const uint64_t span = static_cast<uint64_t>(n) * block_stride;
   for (const CopySegment& s : t.segments) {
     if (s.bytes == 0 || s.slot_offset + s.bytes > span || s.address == 0) {
       return Status(StatusCode::kInvalidArgument,
@@ -504,6 +505,10 @@ Status EngineImpl::ValidateTransfer(JobKind kind, const ChunkTransfer& t) const 
     }
   }
   return Status::Ok();
+}
+
+Status EngineImpl::ValidateTransfer(JobKind kind, const ChunkTransfer& t) const {
+  return kvtier::ValidateTransfer(kind, t, options_.identity.blocks_per_chunk, block_stride_);
 }
 
 Result<JobId> EngineImpl::SubmitLoad(std::vector<ChunkTransfer> chunks) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "engine/transfer_check.h"
 #include "io/io_engine.h"
 #include "layout/chunk_format.h"
 
@@ -89,29 +90,6 @@ JobClient::~JobClient() {
 
 std::string_view JobClient::copier_name() const { return lanes_.front()->name(); }
 
-Status JobClient::Validate(JobKind kind, const ChunkTransfer& t) const {
-  const uint32_t bpc = blocks_per_chunk_;
-  if (t.key.size() == 0) return Status(StatusCode::kInvalidArgument, "empty chunk key");
-  if (kind == JobKind::kStore && (t.first_block != 0 || (t.num_blocks != 0 && t.num_blocks != bpc))) {
-    return Status(StatusCode::kInvalidArgument, "stores write whole chunks (X3): first_block must be 0");
-  }
-  const uint32_t n = t.num_blocks ? t.num_blocks : bpc - std::min(t.first_block, bpc);
-  if (t.first_block >= bpc || n == 0 || t.first_block + n > bpc) {
-    return Status(StatusCode::kInvalidArgument, "block range [" + std::to_string(t.first_block) + ", +" +
-                                                    std::to_string(n) + ") outside a chunk of " +
-                                                    std::to_string(bpc) + " blocks");
-  }
-  const uint64_t span = static_cast<uint64_t>(n) * block_stride_;
-  for (const CopySegment& s : t.segments) {
-    if (s.bytes == 0 || s.slot_offset + s.bytes > span || s.address == 0) {
-      return Status(StatusCode::kInvalidArgument,
-                    "copy segment (offset " + std::to_string(s.slot_offset) + ", " + std::to_string(s.bytes) +
-                        " B) outside the " + std::to_string(span) + " B transferred, or null address");
-    }
-  }
-  return Status::Ok();
-}
-
 Result<JobId> JobClient::SubmitLoad(std::vector<ChunkTransfer> chunks) {
   return Submit(JobKind::kLoad, std::move(chunks));
 }
@@ -125,7 +103,7 @@ Result<JobId> JobClient::Submit(JobKind kind, std::vector<ChunkTransfer> chunks)
   job->kind = kind;
   job->start_ns = io::NowNs();
   for (size_t i = 0; i < chunks.size(); ++i) {
-    Status s = Validate(kind, chunks[i]);
+    Status s = ValidateTransfer(kind, chunks[i], blocks_per_chunk_, block_stride_);
     if (!s.ok()) return s.WithContext("chunk " + std::to_string(i));
     ChunkTransfer& t = chunks[i];
     if (t.num_blocks == 0) t.num_blocks = blocks_per_chunk_ - t.first_block;

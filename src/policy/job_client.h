@@ -92,7 +92,6 @@ class JobClient {
 
   JobClient(Engine* engine, std::unique_ptr<staging::StagingPool> view, std::unique_ptr<StreamPump> own_pump,
             StreamPump* pump, std::vector<std::unique_ptr<DeviceCopier>> lanes, uint32_t scan_window);
-  Status Validate(JobKind kind, const ChunkTransfer& t) const;
   Result<JobId> Submit(JobKind kind, std::vector<ChunkTransfer> chunks);
   void Run();
   // One pass: opens parts, observes the board, submits copies, acks copies that ended, finishes jobs. True while
