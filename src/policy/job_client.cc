@@ -43,12 +43,13 @@ Result<std::unique_ptr<JobClient>> JobClient::Create(Engine* engine, std::unique
     if (!lane) break;  // this kind makes no lanes: one copier for everything
     lanes.push_back(std::move(lane));
   }
-  return std::unique_ptr<JobClient>(new JobClient(engine, std::move(view).value(), std::move(own), pump,
-                                                  std::move(lanes), 2 * so.max_window + 64));
+  return std::make_unique<JobClient>(Passkey{}, engine, std::move(view).value(), std::move(own), pump,
+                                     std::move(lanes), 2 * so.max_window + 64);
 }
 
-JobClient::JobClient(Engine* engine, std::unique_ptr<staging::StagingPool> view, std::unique_ptr<StreamPump> own_pump,
-                     StreamPump* pump, std::vector<std::unique_ptr<DeviceCopier>> lanes, uint32_t scan_window)
+JobClient::JobClient(Passkey, Engine* engine, std::unique_ptr<staging::StagingPool> view,
+                     std::unique_ptr<StreamPump> own_pump, StreamPump* pump,
+                     std::vector<std::unique_ptr<DeviceCopier>> lanes, uint32_t scan_window)
     : engine_(engine),
       view_(std::move(view)),
       own_pump_(std::move(own_pump)),

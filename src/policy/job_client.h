@@ -47,6 +47,11 @@ struct JobClientOptions {
 };
 
 class JobClient {
+ private:
+  struct Passkey {
+    explicit Passkey() = default;
+  };
+
  public:
   // copier: null = the host copier. pump: the StreamPump over the engine's pool the client's streams go through, when
   // the process has one already (a pool's stream board has one owner: two pumps would hand out the same entries);
@@ -54,6 +59,9 @@ class JobClient {
   // the client.
   static Result<std::unique_ptr<JobClient>> Create(Engine* engine, std::unique_ptr<DeviceCopier> copier = nullptr,
                                                    JobClientOptions options = {}, StreamPump* pump = nullptr);
+  // Only Create constructs it (std::make_unique with a key nobody else can name).
+  JobClient(Passkey, Engine* engine, std::unique_ptr<staging::StagingPool> view, std::unique_ptr<StreamPump> own_pump,
+            StreamPump* pump, std::vector<std::unique_ptr<DeviceCopier>> lanes, uint32_t scan_window);
   ~JobClient();  // finishes every job submitted (bounded by the engine's op deadlines), then stops
   JobClient(const JobClient&) = delete;
   JobClient& operator=(const JobClient&) = delete;
@@ -90,8 +98,7 @@ class JobClient {
     uint32_t done = 0;     // chunks with an outcome
   };
 
-  JobClient(Engine* engine, std::unique_ptr<staging::StagingPool> view, std::unique_ptr<StreamPump> own_pump,
-            StreamPump* pump, std::vector<std::unique_ptr<DeviceCopier>> lanes, uint32_t scan_window);
+
   Result<JobId> Submit(JobKind kind, std::vector<ChunkTransfer> chunks);
   void Run();
   // One pass: opens parts, observes the board, submits copies, acks copies that ended, finishes jobs. True while
