@@ -931,8 +931,12 @@ class EngineBench {
     const StatsSnapshot before = engine_->Stats();
     const policy::StreamStats pump_before = client_ ? client_->stream_stats() : policy::StreamStats{};
     const auto t0 = Clock::now();
-    Result<JobId> id = client_ ? (store ? client_->SubmitStore(std::move(chunks)) : client_->SubmitLoad(std::move(chunks)))
-                               : (store ? engine_->SubmitStore(std::move(chunks)) : engine_->SubmitLoad(std::move(chunks)));
+    Result<JobId> id = Status(StatusCode::kInternal, "no job");
+    if (client_) {
+      id = store ? client_->SubmitStore(std::move(chunks)) : client_->SubmitLoad(std::move(chunks));
+    } else {
+      id = store ? engine_->SubmitStore(std::move(chunks)) : engine_->SubmitLoad(std::move(chunks));
+    }
     if (!id.ok()) throw CliError("engine: submit: " + id.status().message());
     auto r = client_ ? client_->Wait(*id, 3600 * 1000) : engine_->Wait(*id, 3600 * 1000);
     const double secs = Seconds(t0, Clock::now());
@@ -940,7 +944,7 @@ class EngineBench {
     if (!r->all_ok()) {
       for (const ChunkOutcome& c : r->chunks) {
         if (!c.status.ok()) {
-          throw CliError(std::string("engine: ") + (kind == JobKind::kStore ? "store" : "load") + " of " +
+          throw CliError(std::string("engine: ") + (store ? "store" : "load") + " of " +
                          std::to_string(r->chunks.size() - r->chunks_ok) + " chunks failed, first: " +
                          c.status.ToString());
         }
@@ -1242,9 +1246,9 @@ int RunBenchIo(int argc, char** argv) {
               "entries, which penalizes the engine's two-level fan-out against the raw side's single directory)", ""},
              {"drop-caches", "", "drop the page cache before reads also with --mode direct (default with buffered)", ""},
              {"copier", "host|none", "what moves the bytes between host buffers and staging slots: host = the "
-              "engine's memcpy copier (its job API as tests and a CPU caller use it), none = nobody (the engine's disk "
-              "path alone: verified reads into slots, checksummed stores from slots, as when the CUDA copier or "
-              "vLLM's workers move the bytes)", "host"},
+              "host copier (memcpy, as vLLM's CPU workers and the Python package's jobs copy), none = nobody "
+              "(the engine's disk path alone: verified reads into slots, checksummed stores from slots, as when the "
+              "CUDA copier or vLLM's workers move the bytes)", "host"},
              {"path", "stream|job", "how the engine's transfers go: stream = vLLM's path (JobClient: a StreamPump "
               "stream over the keys; copier lanes, as many as the job path's, fill or copy out each ready slot and "
               "ack it; with --copier none they only ack), job = the engine's own SubmitStore/SubmitLoad (its reactors' "

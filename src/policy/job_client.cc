@@ -287,7 +287,7 @@ bool JobClient::SettleWritesLocked(Job& job) {
       OutcomeLocked(job, static_cast<uint32_t>(i), Status::Ok(), engine_->chunk_payload_bytes());
     } else {
       OutcomeLocked(job, static_cast<uint32_t>(i),
-                    Status(StatusCode::kIoError, "not written (the write failed or was dropped: the engine's stats count it)"), 0);
+                    Status(StatusCode::kIoError, "not written (the write failed or was dropped: stores_dropped)"), 0);
     }
   }
   return !writing;
