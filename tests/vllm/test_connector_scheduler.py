@@ -44,21 +44,48 @@ def _kv_cache_config():
                          kv_cache_groups=[KVCacheGroupSpec(layer_names=LAYERS, kv_cache_spec=spec)])
 
 
-@pytest.fixture
-def connector(tmp_path):
-    ec = {"spec_name": "KVTierSpec", "spec_module_path": "kvtier.vllm", "kvtier_root": str(tmp_path),
+@pytest.fixture(scope="module")
+def model_config():
+    return ModelConfig(model=tiny_model_dir(), dtype="float32")  # the slow part of a VllmConfig: built once
+
+
+def _connector(model_config, root, **extra):
+    ec = {"spec_name": "KVTierSpec", "spec_module_path": "kvtier.vllm", "kvtier_root": str(root),
           "block_size": CHUNK, "kvtier_pool_bytes": "64MiB", "kvtier_stats_interval_s": 0,
-          "kvtier_preload_max_inflight": 4}
-    vc = VllmConfig(model_config=ModelConfig(model=tiny_model_dir(), dtype="float32"),
-                    device_config=DeviceConfig(device="cpu"),
+          "kvtier_preload_max_inflight": 4, **extra}
+    vc = VllmConfig(model_config=model_config, device_config=DeviceConfig(device="cpu"),
                     cache_config=CacheConfig(block_size=BLOCK, enable_prefix_caching=True),
                     kv_transfer_config=KVTransferConfig(kv_connector="KVTierConnector",
                                                         kv_connector_module_path="kvtier.vllm", kv_role="kv_both",
                                                         kv_connector_extra_config=ec))
     init_none_hash(sha256)
-    conn = kv.KVTierConnector(vc, KVConnectorRole.SCHEDULER, _kv_cache_config())
+    return kv.KVTierConnector(vc, KVConnectorRole.SCHEDULER, _kv_cache_config()), vc
+
+
+@pytest.fixture
+def connector(model_config, tmp_path):
+    conn, vc = _connector(model_config, tmp_path)
+    # one KV-cache group: streamed loads, and vLLM recomputes a chunk that fails mid-stream
+    assert conn.connector_scheduler.manager.streaming
+    assert vc.kv_transfer_config.kv_load_failure_policy == "recompute"
     yield conn
     conn.connector_scheduler.manager.shutdown()
+
+
+def test_sync_loads_keep_loads_verified(model_config, tmp_path):
+    """vLLM 0.33+ loads inside the step when sync_load_budget_bytes > 0: a chunk failing mid-stream could not be
+    recomputed then, so kvtier verifies every chunk before its hit (compat._enable_streaming). Before 0.33 the key is
+    not vLLM's, and kvtier refuses it as unknown."""
+    if not kv.compat.SYNC_LOADS:
+        with pytest.raises(ValueError, match="sync_load_budget_bytes"):
+            _connector(model_config, tmp_path, sync_load_budget_bytes=1 << 20)
+        return
+    conn, _ = _connector(model_config, tmp_path, sync_load_budget_bytes=1 << 20)
+    try:
+        mgr = conn.connector_scheduler.manager
+        assert mgr.requests_noted and not mgr.streaming
+    finally:
+        conn.connector_scheduler.manager.shutdown()
 
 
 def _request(req_id, n_tokens):
