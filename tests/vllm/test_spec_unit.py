@@ -154,11 +154,14 @@ def test_hashseed_warning(monkeypatch):
 
 def test_unsupported_vllm_version_is_refused():
     """The version check (detected once at import) names the supported range for anything outside it."""
-    for ver, rel in (("0.25.1", (0, 25, 1)), ("0.33.0", (0, 33, 0)), ("dev", None)):
-        with pytest.raises(kv.compat.UnsupportedVLLMVersion, match=r"supports vLLM 0\.26\.0 to 0\.32\.x.*" + ver):
+    for ver, rel in (("0.25.1", (0, 25, 1)), ("0.35.0", (0, 35, 0)), ("1.0.0", (1, 0, 0)), ("dev", None)):
+        with pytest.raises(kv.compat.UnsupportedVLLMVersion, match=r"supports vLLM 0\.26\.0 to 0\.34\.x.*" + ver):
             kv.compat.check_version(ver, rel)
     kv.compat.check_version("0.26.0", (0, 26, 0))
     kv.compat.check_version("0.32.1+cpu", (0, 32, 1))
+    kv.compat.check_version("0.33.0", (0, 33, 0))
+    kv.compat.check_version("0.34.0", (0, 34, 0))
+    kv.compat.check_version("0.34.2", (0, 34, 2))
     assert kv.compat.SUPPORTED[0] <= kv.compat.VLLM_RELEASE < kv.compat.SUPPORTED[1]
 
 
@@ -186,6 +189,39 @@ def _store(manager, worker, keys, gpu_blocks, req="store-req"):
     (res,) = worker.get_finished()
     assert res.success and res.transfer_size == len(gpu_blocks) * LAYERS * PAGE
     manager.complete_store(keys, ctx)
+
+
+@pytest.mark.skipif(not kv.compat.DEVICE_POINTERS, reason="this vLLM passes GPULoadStoreSpec, not DevicePointers "
+                    "(0.34+)")
+def test_device_pointers_become_block_ids_and_foreign_ones_are_refused(fake, tmp_path):
+    """vLLM 0.34+ hands the worker DevicePointers (resolve_device_pointers): compat.block_spec recovers exactly the
+    block ids and groups vLLM resolved, and refuses addresses that are not blocks of the worker's own tensors."""
+    from vllm.v1.kv_offload.pointer_utils import resolve_device_pointers
+
+    _, kv_a = make_kv(1)
+    _, kv_b = make_kv(2)
+    tensors = [t.tensor for t in kv_a.tensors]
+    refs = [[r.tensor_idx for r in g] for g in kv_a.group_data_refs]
+    spec = GPULoadStoreSpec([5, 9, 2, 63, 0], group_sizes=[5], block_indices=[3])
+    got = kv.compat.block_spec(resolve_device_pointers(spec, kv_a), tensors, refs)
+    assert got.block_ids.tolist() == [5, 9, 2, 63, 0]
+    assert list(got.group_sizes) == [5] and list(got.block_indices) == [3]
+    with pytest.raises(ValueError, match="not block addresses"):
+        kv.compat.block_spec(resolve_device_pointers(spec, kv_b), tensors, refs)
+    dp = resolve_device_pointers(spec, kv_a)
+    dp.ptrs[7] += 1  # one page address off by a byte
+    with pytest.raises(ValueError, match="not block addresses"):
+        kv.compat.block_spec(dp, tensors, refs)
+    # the worker reports such a job failed and copies nothing
+    spec_obj = kv.KVTierSpec(make_config(tmp_path))
+    manager = spec_obj.get_manager()
+    worker = spec_obj.get_worker(kv_a)
+    out = manager.prepare_store(keys_for(1), ReqContext(req_id="r"))
+    assert worker.submit_store(4, resolve_device_pointers(GPULoadStoreSpec([1, 2, 3, 4], group_sizes=[4],
+                                                                           block_indices=[0]), kv_b),
+                               out.store_spec)
+    (res,) = worker.get_finished()
+    assert res.job_id == 4 and not res.success
 
 
 def _lookup_all(manager, keys, ctx, max_steps=10):
@@ -222,8 +258,10 @@ def test_round_trip_with_partial_first_chunk(fake, tmp_path, skip):
     dst_blocks = list(range(30, 30 + n))
     load_spec = manager.prepare_load(keys, ctx)
     dst_worker = kv.KVTierWorker(dst_kv, bpc, 0, LAYERS * PAGE)
-    assert dst_worker.submit_load(7, load_spec, GPULoadStoreSpec(dst_blocks, group_sizes=[n],
-                                                                 block_indices=[skip]))
+    # expedited: vLLM 0.33+'s loads inside the step (sync_load_budget_bytes), followed by wait()
+    assert dst_worker.submit_load(7, load_spec, GPULoadStoreSpec(dst_blocks, group_sizes=[n], block_indices=[skip]),
+                                  expedited=skip == 1)
+    dst_worker.wait({7})
     (res,) = dst_worker.get_finished()
     assert res.success and res.job_id == 7 and res.transfer_size == n * LAYERS * PAGE
     for layer in range(LAYERS):

@@ -274,10 +274,12 @@ def test_shutdown_and_pool_switch_wait_for_pending_copies(fake, tmp_path):
 
 # ------------------------------------------------------------------------------------------- the CUDA copier
 class _OnCuda:
-    """A host tensor that says it is on cuda:<index> (the worker reads device, data_ptr, stride, element_size)."""
+    """A host tensor that says it is on cuda:<index> (the worker reads device, data_ptr, stride, element_size, and
+    on vLLM 0.34+ shape: compat.block_spec checks block ids against it)."""
 
     def __init__(self, t, index):
         self._t, self.device = t, torch.device("cuda", index)
+        self.shape = t.shape
 
     def data_ptr(self):
         return self._t.data_ptr()

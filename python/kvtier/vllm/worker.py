@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from . import extension, metrics
+from . import compat, extension, metrics
 from .compat import CanonicalKVCaches, GPULoadStoreSpec, LoadStoreSpec, OffloadingWorker, TransferResult, logger
 from .copiers import Copier, make_copier
 from .transfer import KVTierLoadStoreSpec
@@ -107,6 +107,9 @@ class KVTierWorker(OffloadingWorker):
         # Per group: (tensor index, page bytes, offset inside the rank's share of a block), layer order; a tensor
         # shared by several layers appears once.
         self._groups: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        # Per group, the tensor index of every data ref as vLLM gave them (vLLM 0.34+ resolves a transfer's blocks
+        # to one address per block and data ref: compat.block_spec turns them back into block ids).
+        self._group_refs = [[int(r.tensor_idx) for r in refs] for refs in kv_caches.group_data_refs]
         for refs in kv_caches.group_data_refs:
             seen: set[int] = set()
             idx, sizes, offs = [], [], []
@@ -633,11 +636,27 @@ class KVTierWorker(OffloadingWorker):
         for job in jobs:
             self._finish(job)
 
-    def submit_store(self, job_id: int, src_spec: GPULoadStoreSpec, dst_spec: LoadStoreSpec) -> bool:
-        return self._transfer(job_id, dst_spec, src_spec, load=False)
+    def _block_spec(self, job_id: int, device_spec: Any, load: bool) -> GPULoadStoreSpec | None:
+        """vLLM's GPU side of a job as block ids (compat.block_spec); None after reporting the job failed."""
+        try:
+            return compat.block_spec(device_spec, self._tensors, self._group_refs)
+        except Exception:
+            logger.exception("kvtier worker: %s job %d: its GPU blocks", "load" if load else "store", job_id)
+            with self._lock:
+                self._finished.append(TransferResult(job_id=job_id, success=False, transfer_size=0,
+                                                     transfer_time=0.0))
+            return None
 
-    def submit_load(self, job_id: int, src_spec: LoadStoreSpec, dst_spec: GPULoadStoreSpec) -> bool:
-        return self._transfer(job_id, src_spec, dst_spec, load=True)
+    def submit_store(self, job_id: int, src_spec: Any, dst_spec: LoadStoreSpec) -> bool:
+        """src_spec: a GPULoadStoreSpec, or vLLM 0.34+'s DevicePointers (compat.block_spec)."""
+        gpu = self._block_spec(job_id, src_spec, False)
+        return True if gpu is None else self._transfer(job_id, dst_spec, gpu, load=False)
+
+    def submit_load(self, job_id: int, src_spec: LoadStoreSpec, dst_spec: Any, expedited: bool = False) -> bool:
+        """dst_spec: a GPULoadStoreSpec, or vLLM 0.34+'s DevicePointers (compat.block_spec). expedited (vLLM 0.33+):
+        vLLM waits for the job inside the step (wait()); every kvtier load starts at once, so it changes nothing."""
+        gpu = self._block_spec(job_id, dst_spec, True)
+        return True if gpu is None else self._transfer(job_id, src_spec, gpu, load=True)
 
     def get_finished(self) -> list[TransferResult]:
         with self._lock:
