@@ -106,6 +106,14 @@ SOURCES = {
            "file": f"bench/results/h200/streamed-2026-12-03/baseline-{commit}/headline.json"}
           for commit in ("d1af0a8", "71e4c8f", "2874512")],
     ],
+    # engine_paths: bench/io/path_ab.py summaries (kvtier bench io's stream path over its job path, alternating pairs).
+    "engine_paths": [
+        {"machine": "cpu", "date": "2026-12-03", "load": "other builds and vLLM servers ran (load average 3-4)",
+         "command": "bench/io/path_ab.py --kvtier build/release/kvtier --pairs 4 --out OUT -- --dir /var/tmp "
+                    "--total 256MiB --chunk-sizes 2MiB --depths 4 --repeat 4 --raw-threads 1 --raw-split none "
+                    "(JobClient as in 416bb12)",
+         "file": "bench/results/io/path-ab-2mib-2026-12-03/summary.json"},
+    ],
 }
 
 NOTE_NO_RAW_BEST = ("measured before bench io had its multi-threaded raw baseline: raw_best_gbps, raw_best_threads "
@@ -275,6 +283,20 @@ def vllm_rows(source, load=None):
     return rows
 
 
+def engine_paths_rows(source, load=None):
+    """One row per chunk size of a path_ab.py summary: medians over pairs of stream/job, and the pairs' spread."""
+    load = load or (lambda p: json.loads((REPO / p).read_text()))
+    doc = load(source["file"])
+    rows = []
+    for size, d in sorted(doc["stream_over_job"].items(), key=lambda kv: int(kv[0])):
+        spread = [x for v in d["per_pair"].values() for x in v]
+        rows.append({"machine": source["machine"], "chunk_mib": _mib(int(size)), "pairs": doc["pairs"],
+                     **{f"stream_over_job_{k}": _r(v) for k, v in d["median"].items()},
+                     "pair_min": _r(min(spread)), "pair_max": _r(max(spread)), "load": source["load"],
+                     "date": source["date"], "command": source["command"], "result": source["file"]})
+    return rows
+
+
 def build(sources=SOURCES, load=None):
     return {
         "what": "kvtier's scoreboard, written by bench/scoreboard.py from the result files it names; "
@@ -282,6 +304,7 @@ def build(sources=SOURCES, load=None):
         "engine_io": [row for s in sources["engine_io"] for row in engine_io_rows(s, load)],
         "peers_storage": [row for s in sources["peers_storage"] for row in peers_rows(s, load)],
         "vllm_ttft": [row for s in sources["vllm_ttft"] for row in vllm_rows(s, load)],
+        "engine_paths": [row for s in sources.get("engine_paths", []) for row in engine_paths_rows(s, load)],
         "notes": {"vllm_ttft": VLLM_TTFT_NOTE} if not sources["vllm_ttft"] else {},
     }
 
@@ -344,7 +367,21 @@ def table_vllm_ttft(board):
     return "\n".join(out)
 
 
-TABLES = {"engine_io": table_engine_io, "peers_storage": table_peers, "vllm_ttft": table_vllm_ttft}
+def table_engine_paths(board):
+    out = ["| machine | chunk | pairs | write ratio | read ratio | engine write GB/s | engine read GB/s "
+           "| pairs from | to | load | date | result |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|"]
+    for r in board["engine_paths"]:
+        out.append(f"| {r['machine']} | {r['chunk_mib']} MiB | {r['pairs']} "
+                   f"| {_f(r['stream_over_job_write_ratio_to_best'])} | {_f(r['stream_over_job_read_ratio_to_best'])} "
+                   f"| {_f(r['stream_over_job_median_engine_write_gbps'])} "
+                   f"| {_f(r['stream_over_job_median_engine_read_gbps'])} | {_f(r['pair_min'])} "
+                   f"| {_f(r['pair_max'])} | {r['load']} | {r['date']} | {r['result'].split('/')[-2]} |")
+    return "\n".join(out)
+
+
+TABLES = {"engine_io": table_engine_io, "peers_storage": table_peers, "vllm_ttft": table_vllm_ttft,
+          "engine_paths": table_engine_paths}
 MARK = re.compile(r"(<!-- scoreboard:(\w+) -->\n)(.*?)(<!-- /scoreboard:\2 -->)", re.S)
 
 
@@ -397,7 +434,8 @@ def main(argv=None):
     SCOREBOARD.write_text(dumps(board))
     DOC.write_text(render_doc(DOC.read_text(), board))
     print(f"wrote {SCOREBOARD.relative_to(REPO)} ({len(board['engine_io'])} engine_io, "
-          f"{len(board['peers_storage'])} peers_storage, {len(board['vllm_ttft'])} vllm_ttft rows) and "
+          f"{len(board['peers_storage'])} peers_storage, {len(board['vllm_ttft'])} vllm_ttft, "
+          f"{len(board['engine_paths'])} engine_paths rows) and "
           f"{DOC.relative_to(REPO)}'s tables")
     return 0
 

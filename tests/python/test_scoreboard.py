@@ -125,3 +125,22 @@ def test_a_source_pattern_stands_for_the_committed_files_it_matches():
                                   "bench/results/io/box-s8/bench-io-box-run2.json"]
     with pytest.raises(ValueError, match="no such files"):
         scoreboard.engine_io_rows(dict(source, files=["bench/results/io/nothing-here-*.json"]))
+
+
+def test_engine_paths_rows_take_each_chunk_sizes_medians_and_the_pairs_spread():
+    summary = {"pairs": 2, "stream_over_job": {
+        str(28 << 20): {"median": {"write_ratio_to_best": 1.0, "read_ratio_to_best": 0.9,
+                                   "median_engine_write_gbps": 1.1, "median_engine_read_gbps": 0.95},
+                        "per_pair": {"write_ratio_to_best": [0.9, 1.1], "read_ratio_to_best": [0.8, 1.0],
+                                     "median_engine_write_gbps": [1.0, 1.2], "median_engine_read_gbps": [0.7, 1.2]}},
+        str(2 << 20): {"median": {"write_ratio_to_best": 1.0, "read_ratio_to_best": 1.0,
+                                  "median_engine_write_gbps": 1.0, "median_engine_read_gbps": 1.0},
+                       "per_pair": {k: [1.0, 1.0] for k in ("write_ratio_to_best", "read_ratio_to_best",
+                                                            "median_engine_write_gbps", "median_engine_read_gbps")}}}}
+    source = {"machine": "cpu", "date": "d", "load": "quiet", "command": "c", "file": "x/summary.json"}
+    rows = scoreboard.engine_paths_rows(source, load=lambda p: summary)
+    assert [r["chunk_mib"] for r in rows] == [2, 28]
+    big = rows[1]
+    assert big["stream_over_job_read_ratio_to_best"] == 0.9 and big["pairs"] == 2
+    assert (big["pair_min"], big["pair_max"]) == (0.7, 1.2)
+    assert "| cpu | 28 MiB | 2 |" in scoreboard.table_engine_paths({"engine_paths": rows})
