@@ -228,6 +228,19 @@ class HeldWriter {
   bool stored_ = false;
 };
 
+// An engine with `o` loads entries 0..n-1 byte for byte, none corrupt, none missed for another secret.
+void ExpectEveryEntryLoads(const EngineOptions& o, uint64_t n) {
+  auto e = Engine::Open(o);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  std::vector<uint8_t> got;
+  for (uint64_t i = 0; i < n; ++i) {
+    ASSERT_TRUE(LoadOne(*e.value(), Key(i), &got).ok()) << i;
+    EXPECT_EQ(got, ContentFor(i));
+  }
+  EXPECT_EQ(e.value()->Stats().corrupt_entries, 0u);
+  EXPECT_EQ(e.value()->Stats().other_secret_misses, 0u);
+}
+
 // K3: a root written with a secret records it in the MANIFEST (a keyed fingerprint), so an engine given
 // another secret, or none, is refused at open with a message that says so, and removes nothing. Before, such an
 // engine took every entry for corrupt and removed each one it loaded: on a shared root one misconfigured instance
@@ -258,14 +271,7 @@ TEST(KeyedChecksums, AnotherProcessWithAnotherSecretOrNoneIsRefusedAtOpenAndRemo
   EXPECT_TRUE(writer.Release()) << "the writer failed";
 
   // The right secret still loads every entry byte for byte.
-  auto a = Engine::Open(with_a);
-  ASSERT_TRUE(a.ok()) << a.status().ToString();
-  std::vector<uint8_t> got;
-  for (uint64_t i = 0; i < kEntries; ++i) {
-    ASSERT_TRUE(LoadOne(*a.value(), Key(i), &got).ok()) << i;
-    EXPECT_EQ(got, ContentFor(i));
-  }
-  EXPECT_EQ(a.value()->Stats().corrupt_entries, 0u);
+  ExpectEveryEntryLoads(with_a, kEntries);
 }
 
 // And the other way round: a root written without a secret refuses an engine that has one.
@@ -322,15 +328,7 @@ TEST(KeyedChecksums, WithoutAKeyRecordAnotherSecretOrNoneMissesEveryEntryAndRemo
 
   EXPECT_TRUE(writer.Release()) << "the writer failed";
 
-  auto a = Engine::Open(with_a);
-  ASSERT_TRUE(a.ok()) << a.status().ToString();
-  std::vector<uint8_t> got;
-  for (uint64_t i = 0; i < kEntries; ++i) {
-    ASSERT_TRUE(LoadOne(*a.value(), Key(i), &got).ok()) << i;
-    EXPECT_EQ(got, ContentFor(i));
-  }
-  EXPECT_EQ(a.value()->Stats().corrupt_entries, 0u);
-  EXPECT_EQ(a.value()->Stats().other_secret_misses, 0u);
+  ExpectEveryEntryLoads(with_a, kEntries);
   std::printf("legacy root, another secret and none: %llu of %llu entries missed and kept each, 0 removed\n",
               (unsigned long long)kEntries, (unsigned long long)kEntries);
 }
