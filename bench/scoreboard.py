@@ -45,6 +45,19 @@ def _streamed_disk(pool, folder, commit, extra):
             "file": f"bench/results/h200/streamed-2026-12-03/{folder}/headline.json"}
 
 
+# The lease of 2026-12-04 at ec332f3 (bench/results/h200/streamed-2026-12-04/README.md): every cell 3 query rounds.
+Q3 = ("--shape qwen2.5-32b --sizes 40k --docs 4 --concurrency 4 --max-num-seqs 2 --deadline-s 400 --start-timeout-s 240 "
+      "--run-timeout-s 240 --query-rounds 3")
+
+
+def _lease_1204(folder, system_args, tier, zram=True, **fields):
+    return {"machine": "h200", "date": "2026-12-04", "device": "zram" if zram else "-", "tier": tier,
+            "gate": "off", "preload": "on", **fields,
+            "command": f"{'ZRAM=56G ' if zram else ''}HEADLINE_ARGS='{Q3} {system_args}' scripts/h200/headline.sh "
+                       "at ec332f3",
+            "file": f"bench/results/h200/streamed-2026-12-04/{folder}/headline.json"}
+
+
 SOURCES = {
     "engine_io": [
         *[{"machine": "h200", "date": "2026-12-02",
@@ -105,6 +118,16 @@ SOURCES = {
                       f"--systems baseline' scripts/h200/headline.sh at {commit}",
            "file": f"bench/results/h200/streamed-2026-12-03/baseline-{commit}/headline.json"}
           for commit in ("d1af0a8", "71e4c8f", "2874512")],
+        _lease_1204("baseline-ec332f3", "--systems baseline", "none", zram=False, gate="-", preload="-"),
+        *[_lease_1204(f"kvtier-disk-pool{pool}-ec332f3{run}", f"--systems kvtier-disk --disk-pool-gib {pool}",
+                      "disk only", pool_gib=pool, pressure=pool * 2**30 < 10.7e9)
+          for pool, run in ((32, ""), (32, "-run2"), (32, "-run3"), (8, ""), (8, "-run2"))],
+        _lease_1204("kvtier-disk-nopreload-pool32-ec332f3", "--systems kvtier-disk-nopreload --disk-pool-gib 32",
+                    "disk only", pool_gib=32, preload="off"),
+        _lease_1204("kvtier-dram-tier32-ec332f3", "--systems kvtier-dram --tiered-gib 32 --thresholds auto",
+                    "DRAM tier + disk", tier_gib=32, gate="on (thresholds-qwen2.5-32b.json)"),
+        _lease_1204("native-tier32-ec332f3", "--systems native --tiered-gib 32", "CPU tier + fs tier", tier_gib=32,
+                    gate="-", preload="-"),
     ],
     # engine_paths: bench/io/path_ab.py summaries (kvtier bench io's stream path over its job path, alternating pairs).
     "engine_paths": [

@@ -3,13 +3,17 @@
 server).
 
     python3 bench/h200/timeline.py DIR [--headline headline.json --system kvtier-dram --phase query]
+    python3 bench/h200/timeline.py LOGS --headline headline.json --each-system OUTDIR   (what headline.sh runs)
 
 For each request that loaded (had a prepare_load), in scheduler order:
   arrive->lookup   from on_new_request to the first lookup answer (the scheduler reaching the request)
   lookup->prepare  from the first lookup to prepare_load (HIT_PENDING reads, waiting for GPU blocks)
   prepare->submit  from prepare_load to the worker's submit of the copy (one scheduler step: the worker runs it)
-  addr / issue     worker time building the address arrays / issuing the copy (inside prepare->submit's end)
-  copy             from submit to the worker seeing the copy complete (an upper bound of the copy)
+  addr / issue     worker time building the address arrays / issuing the copy (inside prepare->submit's end; a
+                   streamed load has neither: its copies are issued chunk by chunk as reads land)
+  first copy       a streamed load: from submit to its first chunk's copy (the first read landed and verified)
+  copy             from submit to the worker seeing the copy complete (an upper bound of the copy; for a streamed
+                   load, its last chunk's read and copy)
   done->complete   from the copy seen complete to the scheduler's complete_load (get_finished -> next step)
   complete->end    from complete_load to on_request_finished (the prefill of the new tokens + 2 output tokens)
 Steps: scheduler steps (on_schedule_end) between arrival and complete_load. With --headline, requests are limited
@@ -70,9 +74,14 @@ def requests(ev: list[dict], t0: float = 0.0, t1: float = float("inf")) -> list[
         if sub is not None:
             used.add(sub["job"])
             done = dones.get(sub["job"])
-            row.update({"prepare->submit": ms(r["prepare_load"], sub["t"]), "addr": round(sub["addr_ms"], 1),
-                        "issue": round(sub["issue_ms"], 1), "bytes": sub["bytes"], "pages": sub["pages"]})
+            row.update({"prepare->submit": ms(r["prepare_load"], sub["t"]), "bytes": sub["bytes"],
+                        "pages": sub["pages"]})
+            for col, key in (("addr", "addr_ms"), ("issue", "issue_ms")):  # not in a streamed submit
+                if sub.get(key) is not None:
+                    row[col] = round(sub[key], 1)
             if done is not None:
+                if done.get("first_copy_ms") is not None:
+                    row["first copy"] = round(done["first_copy_ms"], 1)
                 row["copy"] = ms(sub["t"], done["t"])
                 row["done->complete"] = ms(done["t"], r.get("complete_load"))
                 row["copy_GBps"] = round(sub["bytes"] / max(1e-9, done["t"] - sub["t"]) / 1e9, 1)
@@ -84,8 +93,8 @@ def requests(ev: list[dict], t0: float = 0.0, t1: float = float("inf")) -> list[
     return out
 
 
-COLS = ("chunks", "steps", "arrive->lookup", "lookup->prepare", "prepare->submit", "addr", "issue", "copy",
-        "copy_GBps", "done->complete", "complete->end", "arrive->complete")
+COLS = ("chunks", "steps", "arrive->lookup", "lookup->prepare", "prepare->submit", "addr", "issue", "first copy",
+        "copy", "copy_GBps", "done->complete", "complete->end", "arrive->complete")
 
 
 def table(rows: list[dict]) -> str:
@@ -95,33 +104,52 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def by_phase(ev: list[dict], headline: dict, system: str, phase: str) -> dict[str, list[dict]]:
+    """The rows of each of the system's runs in headline.json (keyed by document size), printed as they go."""
+    result = {}
+    for run in headline.get("runs", []):
+        w = run.get(f"{phase}_wall_clock")
+        if run.get("system") != system or not w or len(w) < 2:
+            continue
+        rows = requests(ev, w[0], w[1])
+        result[str(run["doc_tokens"])] = rows
+        print(f"== {system} {run['doc_tokens']} tokens, {phase} phase (client TTFTs ms: "
+              f"{[round(x * 1e3) for x in (run.get(phase) or {}).get('ttft_s') or []]})")
+        print(table(rows))
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("dir")
+    p.add_argument("dir", help="a timeline directory; with --each-system, the logs directory holding timeline-<system>")
     p.add_argument("--headline", help="headline.json: split the requests by the system's phases")
     p.add_argument("--system", default="kvtier-dram")
     p.add_argument("--phase", default="query")
     p.add_argument("--json", help="write the rows here")
+    p.add_argument("--each-system", metavar="OUTDIR",
+                   help="with --headline: every kvtier system of its runs that has DIR/timeline-<system>, its rows "
+                        "written to OUTDIR/timeline-<system>.json")
     a = p.parse_args(argv)
+    if a.each_system:
+        if not a.headline:
+            p.error("--each-system needs --headline")
+        h = json.loads(Path(a.headline).read_text())
+        systems = sorted({r["system"] for r in h.get("runs", []) if str(r.get("system", "")).startswith("kvtier")})
+        for system in systems:
+            ev = load_events(Path(a.dir) / f"timeline-{system}")
+            if ev:
+                out = Path(a.each_system) / f"timeline-{system}.json"
+                out.write_text(json.dumps(by_phase(ev, h, system, a.phase), indent=1) + "\n")
+        return 0
     ev = load_events(Path(a.dir))
     if not ev:
         print(f"no timeline events under {a.dir}", file=sys.stderr)
         return 1
-    result = {}
     if a.headline:
-        h = json.loads(Path(a.headline).read_text())
-        for run in h.get("runs", []):
-            w = run.get(f"{a.phase}_wall_clock")
-            if run.get("system") != a.system or not w or len(w) < 2:
-                continue
-            rows = requests(ev, w[0], w[1])
-            result[str(run["doc_tokens"])] = rows
-            print(f"== {a.system} {run['doc_tokens']} tokens, {a.phase} phase (client TTFTs ms: "
-                  f"{[round(x * 1e3) for x in (run.get(a.phase) or {}).get('ttft_s') or []]})")
-            print(table(rows))
+        result = by_phase(ev, json.loads(Path(a.headline).read_text()), a.system, a.phase)
     else:
         rows = requests(ev)
-        result["all"] = rows
+        result = {"all": rows}
         print(table(rows))
     if a.json:
         Path(a.json).write_text(json.dumps(result, indent=1) + "\n")

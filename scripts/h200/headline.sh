@@ -14,8 +14,8 @@
 # /mnt/kvtier-zram, the fast-NVMe stand-in of docs/h200-vllm.md, reset when the script ends, on failure too;
 # scripts/h200/zram.sh; the run's --work goes there; with either device each system's storage root is removed and
 # the device trimmed before the next system, headline.py --trim), HEADLINE_TIMELINE=1 (kvtier servers log the
-# connector's timeline; the per-request breakdown of kvtier-dram's query phases is printed and saved as
-# timeline-kvtier-dram.json).
+# connector's timeline; the per-request breakdown of each kvtier system's query phases is printed and saved as
+# timeline-<system>.json).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 repo=$PWD
@@ -117,10 +117,11 @@ if want run; then
     --thresholds auto "${work_args[@]}" "${timeline_args[@]}" \
     ${HEADLINE_ARGS:-}
   rc=$?
-  if [ ${#timeline_args[@]} -gt 0 ] && [ -d "$logs/timeline-kvtier-dram" ]; then
-    step "timeline of kvtier-dram's query phases"
-    python3 bench/h200/timeline.py "$logs/timeline-kvtier-dram" --headline "$OUT/headline.json" \
-      --system kvtier-dram --json "$OUT/timeline-kvtier-dram.json"
+  if [ ${#timeline_args[@]} -gt 0 ] && [ -f "$OUT/headline.json" ]; then
+    # every kvtier system of this run (its timeline directory may hold an earlier call's events too: the headline's
+    # wall clocks pick this run's requests)
+    step "timelines of the kvtier systems' query phases"
+    python3 bench/h200/timeline.py "$logs" --headline "$OUT/headline.json" --each-system "$OUT"
   fi
   if [ ${#work_args[@]} -gt 0 ] && [ "${HEADLINE_RAMDISK_KEEP:-0}" != 1 ]; then
     # The image's blocks stay allocated in /dev/shm after the roots are deleted (no discard): give the memory back,

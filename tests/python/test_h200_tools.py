@@ -59,6 +59,50 @@ def test_timeline_phases_of_one_load(tmp_path):
     assert "copy_GBps" in timeline.table([row])
 
 
+def test_timeline_phases_of_one_streamed_load(tmp_path):
+    # The worker's streamed submit has no addr_ms/issue_ms (copies are issued chunk by chunk); its done event says
+    # when the first chunk's copy started.
+    _write(tmp_path, 1, [
+        {"t": 20.000, "ev": "new", "req": "s"},
+        {"t": 20.005, "t0": 20.005, "ev": "lookup", "req": "s", "result": "HIT"},
+        {"t": 20.010, "ev": "prepare_load", "req": "s", "chunks": 160},
+        {"t": 20.600, "ev": "complete_load", "req": "s", "chunks": 160},
+        {"t": 20.900, "ev": "finished", "req": "s"},
+    ])
+    _write(tmp_path, 2, [
+        {"t": 20.020, "ev": "submit", "job": 3, "load": True, "bytes": 10_000_000_000, "pages": 10240,
+         "chunks": 160, "stream": True},
+        {"t": 20.520, "ev": "done", "job": 3, "load": True, "ok": True, "ms": 500.0, "failed": 0,
+         "first_copy_ms": 12.5},
+    ])
+    (row,) = timeline.requests(timeline.load_events(tmp_path))
+    assert "addr" not in row and "issue" not in row
+    assert row["first copy"] == pytest.approx(12.5)
+    assert row["copy"] == pytest.approx(500.0) and row["copy_GBps"] == pytest.approx(20.0)
+    assert row["done->complete"] == pytest.approx(80.0)
+    assert "first copy" in timeline.table([row])
+
+
+def test_timeline_each_system_of_a_headline(tmp_path, capsys):
+    # headline.sh's step: every kvtier system of the run that logged a timeline, its requests those of its query phase
+    logs, out = tmp_path / "logs", tmp_path / "out"
+    (logs / "timeline-kvtier-disk").mkdir(parents=True)
+    out.mkdir()
+    _write(logs / "timeline-kvtier-disk", 1, [
+        {"t": 5.0, "ev": "new", "req": "warm"}, {"t": 5.1, "ev": "prepare_load", "req": "warm", "chunks": 1},
+        {"t": 30.0, "ev": "new", "req": "q"}, {"t": 30.1, "ev": "prepare_load", "req": "q", "chunks": 2},
+        {"t": 30.5, "ev": "complete_load", "req": "q"}])
+    runs = [{"system": "native", "doc_tokens": 1024, "query_wall_clock": [29.0, 31.0]},
+            {"system": "kvtier-disk", "doc_tokens": 1024, "query_wall_clock": [29.0, 31.0], "query": {"ttft_s": [0.7]}},
+            {"system": "kvtier-dram", "doc_tokens": 1024, "query_wall_clock": [29.0, 31.0]}]  # no timeline: skipped
+    (tmp_path / "headline.json").write_text(json.dumps({"runs": runs}))
+    assert timeline.main([str(logs), "--headline", str(tmp_path / "headline.json"), "--each-system", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["timeline-kvtier-disk.json"]
+    rows = json.loads((out / "timeline-kvtier-disk.json").read_text())["1024"]
+    assert [r["req"] for r in rows] == ["q"]
+    assert "kvtier-disk 1024 tokens, query phase (client TTFTs ms: [700])" in capsys.readouterr().out
+
+
 def test_timeline_cli_without_events_fails(tmp_path, capsys):
     assert timeline.main([str(tmp_path)]) == 1
     assert "no timeline events" in capsys.readouterr().err
