@@ -13,7 +13,9 @@ Rows (docs/performance.md, "The scoreboard", says what each field means):
   peers_storage  one per chunk size and operation, from `bench/peers/run.sh` (bench/results/peers/results.json)
   vllm_ttft      one per system and phase of a `bench/h200/headline.py run` file (headline.json): TTFT in a real vLLM on
                  the GPU box
-A field a source file does not have is null, and the row's "note" says why.
+A field a source file does not have is null, and the row's "note" says why. A source that a later run replaced
+says so ("superseded": what replaced it): its rows stay in the JSON with "current": false and that reason, and the
+doc's tables show current rows only (history lives in the result files, not in the tables).
 
 To add a measurement: commit its result files under bench/results/, name them in SOURCES (with the command that
 made them and the date), run this script, commit the three files together.
@@ -34,9 +36,15 @@ DOC = REPO / "docs" / "performance.md"
 # all of them; ratios are medians of the per-repetition ratios). "device" is read from the files' block_device
 # where they record it; "device" here is for files that predate that field. scripts/h200/bench_io.sh writes one
 # file per device and copier (DEVICE-COPIER[-runR].json): one source each.
+PLACED = ("the engine as it is now: 16 reactors, chunks placed on the least busy reactor "
+          "(box-placed-2026-12-02)")
+LATER_LEASE = "the same cell on a later lease with 12 requests (streamed-2026-12-04, ec332f3)"
+
+
 def _streamed_disk(pool, folder, commit, extra):
     """A kvtier-disk cell of bench/results/h200/streamed-2026-12-03 (issue 25's setting)."""
     return {"machine": "h200", "date": "2026-12-03", "device": "zram",
+            **({} if "batch_api" in extra else {"superseded": LATER_LEASE}),
             "tier": "disk only" + (" (batch_api copies)" if "batch_api" in extra else ""), "pool_gib": pool,
             "pressure": pool * 2**30 < 10.7e9, "gate": "off", "preload": "on",
             "command": "ZRAM=56G HEADLINE_ARGS='--shape qwen2.5-32b --sizes 40k --docs 4 --concurrency 4 "
@@ -60,22 +68,23 @@ def _lease_1204(folder, system_args, tier, zram=True, **fields):
 
 SOURCES = {
     "engine_io": [
-        *[{"machine": "h200", "date": "2026-12-02",
+        *[{"machine": "h200", "date": "2026-12-02", "superseded": PLACED,
            "command": "ZRAM=24G scripts/h200/bench_io.sh 1 (depth 16, reactors auto: 8 of 16 cores)",
            "files": [f"bench/results/io/box-reactors-2026-12-02/auto/{dev}-{copier}.json"]}
           for dev in ("zram", "virtio") for copier in ("none", "host")],
-        {"machine": "h200", "date": "2026-12-02",
+        {"machine": "h200", "date": "2026-12-02", "superseded": PLACED,
          "command": "DEVICES=zram COPIERS=none DEPTHS=16,64 REPEAT=2 RAW_ZRAM='--raw-threads 8,16 --raw-split 4MiB' "
                     "BENCH_ARGS='--reactors 16' ZRAM=24G scripts/h200/bench_io.sh 1",
          "files": ["bench/results/io/box-reactors-2026-12-02/r16/zram-none.json"]},
-        {"machine": "h200", "date": "2026-12-02",
+        {"machine": "h200", "date": "2026-12-02", "superseded": PLACED + " (1 MiB pieces, the default)",
          "command": "DEVICES=zram COPIERS=none REPEAT=2 RAW_ZRAM='--raw-threads 8,16 --raw-split 4MiB' "
                     "BENCH_ARGS='--read-piece 1MiB' ZRAM=24G scripts/h200/bench_io.sh 1 (depth 16, reactors auto: "
                     "16; loads in verified pieces, read_piece_bytes 1 MiB)",
          "files": ["bench/results/io/box-pieces-2026-12-02/p1MiB/zram-none.json"]},
         # The same zram command at 741793c (chunks on reactor hash(key) mod reactors; `git checkout 741793c` to rerun)
         # and at 845ec5a (chunks on the least busy reactor, as the engine does now).
-        *[{"machine": "h200", "date": "2026-12-02",
+        *[{"machine": "h200", "date": "2026-12-02", **({"superseded": "chunks placed on the least busy reactor "
+                                                       "(load-placed, 845ec5a)"} if folder == "hash-placed" else {}),
            "command": "ZRAM=24G DEVICES=zram COPIERS=none REPEAT=4 RAW_ZRAM='--raw-threads 8,16 --raw-split "
                       f"4MiB,1MiB' BENCH_ARGS='--raw-verify' scripts/h200/bench_io.sh 2 at {commit} (depth 16, "
                       f"reactors auto: 16; {placement})",
@@ -114,6 +123,7 @@ SOURCES = {
               (32, "kvtier-disk-pool32-batchapi-d78abb9", "d78abb9",
                " --query-rounds 2 --kvtier-extra '{\"kvtier_cuda_copy_mode\":\"batch_api\"}'"))],
         *[{"machine": "h200", "date": "2026-12-03", "device": "-", "tier": "none", "gate": "-", "preload": "-",
+           "superseded": LATER_LEASE,
            "command": "HEADLINE_ARGS='--shape qwen2.5-32b --sizes 40k --docs 4 --concurrency 4 --max-num-seqs 2 "
                       f"--systems baseline' scripts/h200/headline.sh at {commit}",
            "file": f"bench/results/h200/streamed-2026-12-03/baseline-{commit}/headline.json"}
@@ -320,14 +330,22 @@ def engine_paths_rows(source, load=None):
     return rows
 
 
+def _marked(source, rows):
+    """rows with whether their source is current (and, if not, what superseded it)."""
+    why = source.get("superseded")
+    return [{**r, "current": not why, **({"superseded": why} if why else {})} for r in rows]
+
+
 def build(sources=SOURCES, load=None):
+    def rows(name, fn):
+        return [row for s in sources.get(name, []) for row in _marked(s, fn(s, load))]
     return {
         "what": "kvtier's scoreboard, written by bench/scoreboard.py from the result files it names; "
                 "docs/performance.md's summary tables are generated from it",
-        "engine_io": [row for s in sources["engine_io"] for row in engine_io_rows(s, load)],
-        "peers_storage": [row for s in sources["peers_storage"] for row in peers_rows(s, load)],
-        "vllm_ttft": [row for s in sources["vllm_ttft"] for row in vllm_rows(s, load)],
-        "engine_paths": [row for s in sources.get("engine_paths", []) for row in engine_paths_rows(s, load)],
+        "engine_io": rows("engine_io", engine_io_rows),
+        "peers_storage": rows("peers_storage", peers_rows),
+        "vllm_ttft": rows("vllm_ttft", vllm_rows),
+        "engine_paths": rows("engine_paths", engine_paths_rows),
         "notes": {"vllm_ttft": VLLM_TTFT_NOTE} if not sources["vllm_ttft"] else {},
     }
 
@@ -349,13 +367,14 @@ def table_engine_io(board):
            "| engine / raw best | raw+xxh3 best GB/s | engine / raw+xxh3 best | raw 1 thread GB/s "
            "| engine / raw 1 thread | date |",
            "|---|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
-    for r in board["engine_io"]:
+    rows, note = _current(board, "engine_io")
+    for r in rows:
         best = "-" if r["raw_best_gbps"] is None else f"{r['raw_best_gbps']:.2f} ({r['raw_best_variant']})"
         out.append(f"| {r['machine']} | {r['device']} | {r['path']} | {r['chunk_mib']} MiB | {r['depth']} | {r['op']} "
                    f"| {r.get('engine_reactors') or '-'} | {_f(r['engine_gbps'])} | {best} | {_f(r['ratio'], 3)} "
                    f"| {_f(r.get('raw_xxh3_best_gbps'))} | {_f(r.get('ratio_to_raw_xxh3_best'), 3)} "
                    f"| {_f(r['raw_1t_gbps'])} | {_f(r['ratio_to_raw_1t'], 3)} | {r['date']} |")
-    return "\n".join(out)
+    return "\n".join(out) + note
 
 
 def table_peers(board):
@@ -363,7 +382,8 @@ def table_peers(board):
            "| LMCache | raw io_uring | slot / vLLM fs | slot whole / vLLM fs | slot / LMCache O_DIRECT "
            "| CPU s/GB: kvtier slot, host, vLLM fs, LMCache O_DIRECT | date |",
            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
-    for r in board["peers_storage"]:
+    rows, note = _current(board, "peers_storage")
+    for r in rows:
         cpu = ", ".join(_f(r[k]) for k in ("kvtier_cpu_s_per_gb", "kvtier_host_cpu_s_per_gb", "vllm_fs_cpu_s_per_gb",
                                            "lmcache_odirect_cpu_s_per_gb"))
         out.append(f"| {r['chunk_mib']} MiB | {r['op']} | {_f(r['kvtier_slot_gbps'])} "
@@ -371,7 +391,7 @@ def table_peers(board):
                    f"| {_f(r['vllm_fs_gbps'])} | {_f(r['lmcache_odirect_gbps'])} | {_f(r['lmcache_gbps'])} "
                    f"| {_f(r['raw_gbps'])} | {_f(r['slot_over_vllm_fs'])} | {_f(r.get('slot_whole_over_vllm_fs'))} "
                    f"| {_f(r['slot_over_lmcache_odirect'])} | {cpu} | {r['date']} |")
-    return "\n".join(out)
+    return "\n".join(out) + note
 
 
 def table_vllm_ttft(board):
@@ -380,32 +400,45 @@ def table_vllm_ttft(board):
     out = ["| model | tier | pool GiB | pressure | device | tokens | concurrency | requests | system | gate | preload "
            "| mean ms | p50 ms | p95 ms | completed | result |",
            "|---|---|---:|---|---|---:|---:|---:|---|---|---|---:|---:|---:|---|---|"]
-    for r in board["vllm_ttft"]:
+    rows, note = _current(board, "vllm_ttft")
+    for r in rows:
         pool = r.get("pool_gib") or r.get("tier_gib")
         out.append(f"| {r['model']} | {r['tier']} | {pool if pool is not None else '-'} "
                    f"| {'yes' if r.get('pressure') else 'no'} | {r['device']} | {r['tokens']} | {r['concurrency']} "
                    f"| {r['requests']} | {r['system']} | {r['gate']} | {r['preload']} | {_f(r['mean_ms'], 0)} "
                    f"| {_f(r['p50_ms'], 0)} | {_f(r['p95_ms'], 0)} | {r['completed']} "
                    f"| {r['result'].split('/')[-2]} |")
-    return "\n".join(out)
+    return "\n".join(out) + note
 
 
 def table_engine_paths(board):
     out = ["| machine | chunk | pairs | write ratio | read ratio | engine write GB/s | engine read GB/s "
            "| pairs from | to | load | date | result |",
            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|"]
-    for r in board["engine_paths"]:
+    rows, note = _current(board, "engine_paths")
+    for r in rows:
         out.append(f"| {r['machine']} | {r['chunk_mib']} MiB | {r['pairs']} "
                    f"| {_f(r['stream_over_job_write_ratio_to_best'])} | {_f(r['stream_over_job_read_ratio_to_best'])} "
                    f"| {_f(r['stream_over_job_median_engine_write_gbps'])} "
                    f"| {_f(r['stream_over_job_median_engine_read_gbps'])} | {_f(r['pair_min'])} "
                    f"| {_f(r['pair_max'])} | {r['load']} | {r['date']} | {r['result'].split('/')[-2]} |")
-    return "\n".join(out)
+    return "\n".join(out) + note
 
 
 TABLES = {"engine_io": table_engine_io, "peers_storage": table_peers, "vllm_ttft": table_vllm_ttft,
           "engine_paths": table_engine_paths}
 MARK = re.compile(r"(<!-- scoreboard:(\w+) -->\n)(.*?)(<!-- /scoreboard:\2 -->)", re.S)
+
+
+def _current(board, name):
+    """The table's rows (current ones) and the line that says how many superseded rows the JSON keeps."""
+    rows = board[name]
+    now = [r for r in rows if r.get("current", True)]
+    old = len(rows) - len(now)
+    note = (f"\n\n{old} superseded row{'s' if old != 1 else ''} (earlier runs of these cells) stay in "
+            f"`bench/results/scoreboard.json` (`{name}`, `\"current\": false`), each with what replaced it."
+            if old else "")
+    return now, note
 
 
 def render_doc(text, board):

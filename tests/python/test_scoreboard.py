@@ -25,7 +25,7 @@ def test_the_committed_scoreboard_and_tables_are_up_to_date():
 
 def test_a_table_edited_by_hand_is_caught():
     board, doc = committed()
-    row = json.loads(board)["engine_io"][0]
+    row = next(r for r in json.loads(board)["engine_io"] if r["current"])
     cell = f"| {row['engine_gbps']:.2f} |"
     assert cell in doc
     drifted = doc.replace(cell, "| 9.99 |", 1)
@@ -144,3 +144,19 @@ def test_engine_paths_rows_take_each_chunk_sizes_medians_and_the_pairs_spread():
     assert big["stream_over_job_read_ratio_to_best"] == 0.9 and big["pairs"] == 2
     assert (big["pair_min"], big["pair_max"]) == (0.7, 1.2)
     assert "| cpu | 28 MiB | 2 |" in scoreboard.table_engine_paths({"engine_paths": rows})
+
+
+def test_superseded_rows_stay_in_the_json_and_leave_the_tables():
+    doc = bench_io_doc()
+    old = {"machine": "h200", "date": "d1", "command": "old run", "files": ["a.json"], "superseded": "run b"}
+    new = {"machine": "h200", "date": "d2", "command": "new run", "files": ["b.json"]}
+    board = scoreboard.build({"engine_io": [old, new], "peers_storage": [], "vllm_ttft": []}, load=lambda p: doc)
+    rows = board["engine_io"]
+    assert [(r["date"], r["current"], r.get("superseded")) for r in rows] == [("d1", False, "run b")] * 2 + \
+        [("d2", True, None)] * 2
+    table = scoreboard.table_engine_io(board)
+    assert "| d2 |" in table and "| d1 |" not in table
+    assert table.endswith("2 superseded rows (earlier runs of these cells) stay in `bench/results/scoreboard.json` "
+                          "(`engine_io`, `\"current\": false`), each with what replaced it.")
+    board["engine_io"] = rows[2:]
+    assert "superseded" not in scoreboard.table_engine_io(board)
