@@ -31,6 +31,7 @@
 #include "kvtier/options.h"
 #include "kvtier/stats.h"
 #include "kvtier/status.h"
+#include "kvtier/transfer_types.h"
 
 namespace kvtier {
 
@@ -38,22 +39,12 @@ class DeviceCopier;  // src/transfer/device_copier.h
 
 using JobId = uint64_t;
 
-// Where a chunk's bytes go to (load) or come from (store). Offsets are relative to the first block transferred;
-// `address` is interpreted by the device copier (a host pointer for the host copier, a device pointer for CUDA).
-struct CopySegment {
-  uint64_t slot_offset = 0;
-  uint64_t address = 0;
-  uint64_t bytes = 0;
-};
-
 struct ChunkTransfer {
   ChunkKey key;
   uint32_t first_block = 0;   // loads: first GPU block of the chunk needed (X3); stores: must be 0
   uint32_t num_blocks = 0;    // 0: through the end of the chunk; stores always write whole chunks
   std::vector<CopySegment> segments;
 };
-
-enum class JobKind { kLoad, kStore };
 
 struct ChunkOutcome {
   ChunkKey key;
@@ -71,19 +62,6 @@ struct JobResult {
 };
 
 enum class ChunkLocation { kAbsent, kDisk, kPending, kDram };
-
-// A chunk resident in a staging slot. Another process that attached the pool (StagingPool::Attach(pool_name()))
-// finds its payload at SlotData(slot) + kHeaderBytes, block b at b * block_stride() from there.
-struct SlotRef {
-  uint32_t slot = 0;
-  uint32_t generation = 0;
-};
-
-enum class PromoteState { kReady, kPending, kMiss };
-struct PromoteResult {
-  PromoteState state = PromoteState::kMiss;
-  SlotRef ref;  // valid when kReady
-};
 
 class Engine {
  public:

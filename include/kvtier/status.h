@@ -1,12 +1,32 @@
 // Status and Result<T>: kvtier's error values.
 //
 // Every fallible call returns a Status (or a Result<T> carrying a value or a Status). A cache miss is not an
-// error: calls that can miss say so in their return type. Exceptions are used only at the Python and CLI edges.
+// error: calls that can miss say so in their return type. Exceptions are used only at the Python and CLI edges, and
+// for one programming error: reading the value of a Result that holds an error (below).
 //
-// Thread safety: Status and Result are plain values; copy them freely between threads.
+// Status
+//   - ok() exactly when code() is kOk. An OK status carries no message and no errno; Status::Ok() and Status()
+//     are the same value.
+//   - code() says what the caller can do about it (the comments on StatusCode); message() is for people: it names
+//     the object and the operation ("open ab/cd/...") and is not a stable interface; error_number() is the errno
+//     the failure came from, 0 when it did not come from one.
+//   - FromErrno(0, ...) is OK; any other errno maps to the closest code (the table in status.cc), kIoError by
+//     default, and keeps the errno.
+//   - WithContext prefixes the message and keeps code and errno; on an OK status it is a no-op.
+//   - ToString() is "Ok", or "Code: message", plus ": strerror (errno N)" when there is an errno.
+// Result<T>
+//   - Holds either a T or a non-OK Status, never both. Built from a Status that is OK (a caller bug: there is no
+//     value to hold), it holds kInternal "Result built from an OK status" instead, so ok() and status() agree.
+//   - ok() is true exactly when it holds a value; status() is then Status::Ok(), else the error.
+//   - value(), *, -> REQUIRE ok(). On an error they throw std::logic_error whose what() is "Result::value() on an
+//     error: " + status().ToString(): a caller that did not check, named by the error it ignored.
+//
+// Thread safety: Status and Result are plain values; copy them freely between threads. A Result is not
+// synchronized: one thread at a time may move its value out.
 #pragma once
 
 #include <cerrno>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -34,8 +54,11 @@ std::string_view StatusCodeName(StatusCode code);
 class [[nodiscard]] Status {
  public:
   Status() = default;
+  // An OK code makes the OK status: message and errno are dropped.
   Status(StatusCode code, std::string message, int error_number = 0)
-      : code_(code), errno_(error_number), message_(std::move(message)) {}
+      : code_(code),
+        errno_(code == StatusCode::kOk ? 0 : error_number),
+        message_(code == StatusCode::kOk ? std::string() : std::move(message)) {}
 
   static Status Ok() { return Status(); }
   // Maps an errno value to the closest code (ENOSPC -> kNoSpace, ETIMEDOUT -> kTimedOut, ENOENT -> kNotFound...).
@@ -60,21 +83,30 @@ template <typename T>
 class [[nodiscard]] Result {
  public:
   Result(T value) : v_(std::move(value)) {}                       // NOLINT(google-explicit-constructor)
-  Result(Status status) : v_(std::move(status)) {}                // NOLINT(google-explicit-constructor)
+  Result(Status status)                                           // NOLINT(google-explicit-constructor)
+      : v_(status.ok() ? Status(StatusCode::kInternal, "Result built from an OK status") : std::move(status)) {}
 
   bool ok() const { return std::holds_alternative<T>(v_); }
   const Status& status() const {
     static const Status kOkStatus;
     return ok() ? kOkStatus : std::get<Status>(v_);
   }
-  T& value() & { return std::get<T>(v_); }
-  const T& value() const& { return std::get<T>(v_); }
-  T&& value() && { return std::get<T>(std::move(v_)); }
+  T& value() & { return CheckedValue(v_); }
+  const T& value() const& { return CheckedValue(v_); }
+  T&& value() && { return std::move(CheckedValue(v_)); }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
   T& operator*() & { return value(); }
 
  private:
+  template <typename V>
+  static auto& CheckedValue(V& v) {
+    if (!std::holds_alternative<T>(v)) {
+      throw std::logic_error("Result::value() on an error: " + std::get<Status>(v).ToString());
+    }
+    return std::get<T>(v);
+  }
+
   std::variant<T, Status> v_;
 };
 

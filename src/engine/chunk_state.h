@@ -16,7 +16,7 @@
 
 #include <cstdint>
 
-#include "kvtier/engine.h"
+#include "kvtier/transfer_types.h"
 
 namespace kvtier {
 

@@ -19,7 +19,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "kvtier/engine.h"
+#include "kvtier/chunk_key.h"
+#include "kvtier/status.h"
+#include "kvtier/transfer_types.h"
 #include "staging/staging_pool.h"
 #include "stats/stats.h"
 #include "tier/dram_tier.h"

@@ -14,8 +14,8 @@
 #include <string_view>
 #include <vector>
 
-#include "kvtier/engine.h"
 #include "kvtier/status.h"
+#include "kvtier/transfer_types.h"
 
 namespace kvtier {
 
