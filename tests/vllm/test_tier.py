@@ -33,18 +33,43 @@ def tier_entry(root, **extra):
             "kvtier_pool_bytes": "16MiB", "kvtier_stats_interval_s": 0, **extra}
 
 
+_open_managers = []
+
+
+@pytest.fixture(autouse=True)
+def _shut_down_managers():
+    """A test that fails midway still closes its engines (their pools' names repeat in the next test)."""
+    yield
+    while _open_managers:
+        mgr = _open_managers.pop()
+        try:
+            mgr.shutdown()
+        except Exception:  # noqa: BLE001 - closed by the test already, or it failed before opening
+            pass
+
+
 def tiering_spec(root, engine_id, **tier_extra):
     base = make_config(root, bpc=2, engine_id=engine_id)
     extra = {"cpu_bytes_to_use": 16 << 20, "blocks_per_chunk": 2, "secondary_tiers": [tier_entry(root, **tier_extra)]}
     return TieringOffloadingSpec(dataclasses.replace(base, extra_config=extra))
 
 
+def tiering_manager(root, engine_id, **tier_extra):
+    mgr = tiering_spec(root, engine_id, **tier_extra).get_manager()
+    _open_managers.append(mgr)
+    return mgr
+
+
 def keys_of(salt, n=CHUNKS):
     return [make_offload_key(hashlib.sha256(salt + bytes([i])).digest(), 0) for i in range(n)]
 
 
+def primary_bytes(manager):
+    return np.asarray(manager.primary_tier.get_kv_memoryview()).view(np.uint8)
+
+
 def rows(manager, chunk_ids):
-    view = np.asarray(manager.primary_tier.get_kv_memoryview())
+    view = primary_bytes(manager)
     out = view[np.asarray(chunk_ids, dtype=np.int64)].copy()
     del view  # no export of the primary view may outlive the test (its shutdown releases it)
     return out
@@ -62,7 +87,7 @@ def store_through_cpu_tier(manager, keys, seed):
     out = manager.prepare_store(keys, ctx)
     assert out is not None and list(out.keys_to_store) == keys
     ids = np.asarray(out.store_spec.chunk_ids, dtype=np.int64)
-    view = np.asarray(manager.primary_tier.get_kv_memoryview())
+    view = primary_bytes(manager)
     data = np.random.default_rng(seed).integers(0, 256, size=(len(ids), view.shape[1]), dtype=np.uint8)
     view[ids] = data
     del view
@@ -108,7 +133,7 @@ def entry_files(root):
 @needs_tiers
 def test_store_then_load_through_vllms_cpu_tier_is_byte_identical(tmp_path):
     keys = keys_of(b"round-trip")
-    first = tiering_spec(tmp_path, "first").get_manager()
+    first = tiering_manager(tmp_path, "first")
     tier = tier_of(first)
     assert tier.medium.name == "STORAGE" and tier.locality.name == "LOCAL"  # a tmp root: one host
     stored = store_through_cpu_tier(first, keys, seed=1)
@@ -118,7 +143,7 @@ def test_store_then_load_through_vllms_cpu_tier_is_byte_identical(tmp_path):
     assert len(entry_files(tmp_path)) == CHUNKS
 
     # a new instance on the same root: its CPU tier is empty, kvtier's disk has every chunk
-    second = tiering_spec(tmp_path, "second").get_manager()
+    second = tiering_manager(tmp_path, "second")
     res, loaded = load_through_cpu_tier(second, keys, ReqContext(req_id="reader"))
     assert res == [LookupResult.HIT] * CHUNKS
     assert np.array_equal(loaded, stored)
@@ -128,7 +153,7 @@ def test_store_then_load_through_vllms_cpu_tier_is_byte_identical(tmp_path):
 
 @needs_tiers
 def test_a_chunk_kvtier_never_stored_is_a_miss(tmp_path):
-    manager = tiering_spec(tmp_path, "e").get_manager()
+    manager = tiering_manager(tmp_path, "e")
     ctx = ReqContext(req_id="r")
     manager.on_new_request(ctx)
     assert manager.lookup(keys_of(b"never")[0], ctx) == LookupResult.MISS
@@ -141,7 +166,7 @@ def test_a_corrupt_entry_is_never_promoted(tmp_path):
     """A flipped payload byte fails kvtier's checksum: that chunk's promotion fails and it is never a HIT; the other
     chunks still load, byte-identical."""
     keys = keys_of(b"corrupt")
-    first = tiering_spec(tmp_path, "first").get_manager()
+    first = tiering_manager(tmp_path, "first")
     stored = store_through_cpu_tier(first, keys, seed=2)
     first.shutdown()
     (bad,) = [f for f in entry_files(tmp_path) if os.path.basename(f) == bytes(keys[1]).hex() + ".kvc"]
@@ -151,7 +176,7 @@ def test_a_corrupt_entry_is_never_promoted(tmp_path):
         f.seek(HEADER_BYTES + 10)
         f.write(bytes([b[0] ^ 0xFF]))
 
-    second = tiering_spec(tmp_path, "second").get_manager()
+    second = tiering_manager(tmp_path, "second")
     ctx = ReqContext(req_id="reader")
     res, loaded = load_through_cpu_tier(second, keys, ctx)
     assert loaded is None and res[1] == LookupResult.MISS  # never HIT: vLLM recomputes it
@@ -171,10 +196,10 @@ def test_kv_load_tiers_select_kvtier_by_medium_and_locality(tmp_path):
     from vllm.v1.kv_offload.base import Locality, Medium, TierFilter, TierMatcher
 
     keys = keys_of(b"filter")
-    first = tiering_spec(tmp_path, "first").get_manager()
+    first = tiering_manager(tmp_path, "first")
     store_through_cpu_tier(first, keys, seed=3)
     first.shutdown()
-    second = tiering_spec(tmp_path, "second").get_manager()
+    second = tiering_manager(tmp_path, "second")
     for i, (matcher, hit) in enumerate([(TierMatcher(medium=Medium.CPU), False),
                                         (TierMatcher(medium=Medium.STORAGE, locality=Locality.REMOTE), False),
                                         (TierMatcher(medium=Medium.STORAGE, locality=Locality.LOCAL), True)]):
@@ -182,7 +207,7 @@ def test_kv_load_tiers_select_kvtier_by_medium_and_locality(tmp_path):
         res, _ = load_through_cpu_tier(second, keys[:1], ctx)
         assert (res == [LookupResult.HIT]) is hit, (matcher, res)
     second.shutdown()
-    remote = tiering_spec(tmp_path, "third", locality="REMOTE").get_manager()
+    remote = tiering_manager(tmp_path, "third", locality="REMOTE")
     assert tier_of(remote).locality.name == "REMOTE"
     remote.shutdown()
 
@@ -190,9 +215,9 @@ def test_kv_load_tiers_select_kvtier_by_medium_and_locality(tmp_path):
 @needs_tiers
 def test_settings_of_kvtiers_own_spec_are_refused_in_a_tier_entry(tmp_path):
     with pytest.raises(ValueError, match="kvtier_thresholds_path"):
-        tiering_spec(tmp_path, "e", kvtier_thresholds_path=str(tmp_path / "t.json")).get_manager()
+        tiering_manager(tmp_path, "e", kvtier_thresholds_path=str(tmp_path / "t.json"))
     with pytest.raises(ValueError, match="kvtier_pool_byts"):
-        tiering_spec(tmp_path, "e2", kvtier_pool_byts="1G").get_manager()
+        tiering_manager(tmp_path, "e2", kvtier_pool_byts="1G")
 
 
 def test_the_plugin_registers_the_tier_and_old_releases_get_a_clear_error(tmp_path):
@@ -208,4 +233,4 @@ def test_the_plugin_registers_the_tier_and_old_releases_get_a_clear_error(tmp_pa
         assert cls is kv.KVTierTier
         return
     with pytest.raises(kv.compat.UnsupportedVLLMVersion, match=r"0\.28\.0 or later.*KVTierSpec"):
-        tiering_spec(tmp_path, "old").get_manager()
+        tiering_manager(tmp_path, "old")

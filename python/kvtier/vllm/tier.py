@@ -43,6 +43,10 @@ _SPEC_ONLY_KEYS = {"kvtier_copy_threads", "kvtier_cuda_copy_mode", "kvtier_attac
                    "kvtier_preload_max_inflight", "kvtier_thresholds_path"}
 # How long drain_jobs waits for one job: the engine's own deadlines (op_timeout_ms) end every job well before.
 _DRAIN_WAIT_MS = 600_000
+# A key whose load failed is a miss for this long. On a shared root kvtier keeps a young bad entry (another host may
+# be writing it: docs/operations.md, "What a shared root changes"), so without this memory vLLM's tiering would find
+# it again at once and promote it again, step after step, while the request waits.
+_FAILED_LOAD_MISS_S = 30.0
 
 
 class KVTierTier(SecondaryTierManager):
@@ -91,6 +95,7 @@ class KVTierTier(SecondaryTierManager):
         self.locality = compat.Locality(locality.upper()) if locality else compat.Locality(root_locality(self.engine))
         self._jobs: dict[int, tuple[int, list[Any], bool, float]] = {}  # vLLM job -> (engine job, keys, load, t0)
         self._finished: list[Any] = []  # JobResults not yet taken by get_finished_jobs
+        self._failed_until: dict[bytes, float] = {}  # key -> until when it is a miss (_FAILED_LOAD_MISS_S)
         self._deltas = metrics.StatsDeltas()
         self._last_stats_t = 0.0
         logger.info("kvtier: secondary tier %r (%s, %s) under vLLM's CPU tier of %d chunks x %d B: %s", tier_type,
@@ -100,7 +105,10 @@ class KVTierTier(SecondaryTierManager):
     def lookup(self, key: Any, req_context: ReqContext) -> LookupResult:
         # "dram" (in kvtier's pool), "disk" and "pending" (being read) can all be loaded; a corrupt entry is found
         # only by the load, which then fails that key and vLLM recomputes it.
-        return LookupResult.MISS if self.engine.lookup(bytes(key)) == "absent" else LookupResult.HIT
+        key = bytes(key)
+        if self._failed_until and self._failed_until.get(key, 0.0) > time.monotonic():
+            return LookupResult.MISS
+        return LookupResult.MISS if self.engine.lookup(key) == "absent" else LookupResult.HIT
 
     def on_new_request(self, req_context: ReqContext) -> RequestOffloadingContext:
         return RequestOffloadingContext()
@@ -114,34 +122,40 @@ class KVTierTier(SecondaryTierManager):
         return [self._base + int(c) * self._row_bytes for c in ids]
 
     def submit_store(self, job_metadata: Any) -> None:
-        keys = list(job_metadata.keys)
-        items = [(bytes(k), a) for k, a in zip(keys, self._addresses(job_metadata))
-                 if not self.engine.stored(bytes(k))]  # already on disk: nothing to write
-        self._submit(job_metadata.job_id, keys, False, lambda: self.engine.store(items) if items else None)
+        def store() -> int | None:
+            items = [(bytes(k), a) for k, a in zip(job_metadata.keys, self._addresses(job_metadata))
+                     if not self.engine.stored(bytes(k))]  # already on disk: nothing to write
+            return self.engine.store(items) if items else None
+
+        self._submit(job_metadata, False, store)
 
     def submit_load(self, job_metadata: Any) -> None:
-        keys = list(job_metadata.keys)
-        items = [(bytes(k), 0, 0, a) for k, a in zip(keys, self._addresses(job_metadata))]
-        self._submit(job_metadata.job_id, keys, True, lambda: self.engine.load(items))
+        self._submit(job_metadata, True, lambda: self.engine.load(
+            [(bytes(k), 0, 0, a) for k, a in zip(job_metadata.keys, self._addresses(job_metadata))]))
 
-    def _submit(self, job_id: int, keys: list[Any], load: bool, submit) -> None:
+    def _submit(self, job: Any, load: bool, submit) -> None:
         t0 = time.monotonic()
         try:
             engine_job = submit()
         except (ValueError, OSError, RuntimeError) as e:  # refused before any byte moved: the job fails
-            logger.warning("kvtier: tier %s job %d of %d chunks refused: %s", "load" if load else "store", job_id,
-                           len(keys), e)
-            self._finished.append(compat.tier_job_result(job_id, False, None, 0.0, 0))
+            logger.warning("kvtier: tier %s job %d of %d chunks refused: %s", "load" if load else "store", job.job_id,
+                           len(job.keys), e)
+            self._finished.append(compat.tier_job_result(job.job_id, False, None, 0.0, 0))
             return
-        if engine_job is None:
-            self._finished.append(compat.tier_job_result(job_id, True, None, 0.0, 0))
+        if engine_job is None:  # nothing to write
+            self._finished.append(compat.tier_job_result(job.job_id, True, None, 0.0, 0))
             return
-        self._jobs[job_id] = (int(engine_job), keys, load, t0)
+        self._jobs[job.job_id] = (int(engine_job), list(job.keys), load, t0)
 
     def _result(self, job_id: int, outcome: dict[str, Any]) -> Any:
         _, keys, load, t0 = self._jobs.pop(job_id)
         ok = {bytes(c["key"]) for c in outcome["chunks"] if c["ok"]}
         success = len(ok) == len(outcome["chunks"])
+        if load and not success:
+            now = time.monotonic()
+            self._failed_until = {k: t for k, t in self._failed_until.items() if t > now}
+            self._failed_until.update((bytes(c["key"]), now + _FAILED_LOAD_MISS_S) for c in outcome["chunks"]
+                                      if not c["ok"])
         if not success:
             logger.warning("kvtier: tier %s job %d: %d of %d chunks failed (%s)", outcome["kind"], job_id,
                            len(outcome["chunks"]) - len(ok), len(outcome["chunks"]),
