@@ -85,8 +85,9 @@ class KVTierTier(SecondaryTierManager):
             raise ValueError(f"kvtier: KV cache groups with different block sizes {tokens_per_block} are not "
                              "supported")
         n_layers = sum(len(g.layer_names) for g in spec_cfg.groups)
-        layout = (f"{TIER_LAYOUT_TAG}:groups={len(spec_cfg.groups)}:layers={n_layers}:"
-                  f"copies={1 if getattr(offloading_spec, 'replicated_layout', False) else spec_cfg.parallel.world_size}")
+        # copies: the ranks' shares in a row (one for vLLM's replicated MLA layout, cpu/spec.py)
+        copies = 1 if getattr(offloading_spec, "replicated_layout", False) else int(spec_cfg.parallel.world_size)
+        layout = f"{TIER_LAYOUT_TAG}:groups={len(spec_cfg.groups)}:layers={n_layers}:copies={copies}"
         opts = engine_options(spec_cfg, self.kv, tokens_per_block[0] * int(offloading_spec.blocks_per_chunk), 1,
                               self._row_bytes, layout)
         self.engine = extension.load().Engine(opts)
