@@ -4,6 +4,7 @@ server runs in its own process group and is killed on exit, pass or fail, and it
 (server.Server.stop). TTFTs are printed as "E2E ..." lines (pytest -s)."""
 
 import hashlib
+import json
 import os
 import re
 import subprocess
@@ -115,6 +116,30 @@ def test_identical_outputs_reload_and_restart_from_disk(model_dir, baseline, tmp
               f"kvtier_bytes_read={m.get('vllm:kvtier_bytes_read_total')}")
     stats = list((root / ".kvtier-stats").glob("*.json"))
     assert stats, "no stats file"
+
+
+def test_gate_estimate_reaches_the_openai_response(model_dir, tmp_path):
+    """The break-even gate's per-request estimate (docs/break-even.md, "The estimate a router reads") is in the
+    OpenAI response's kv_transfer_params: after a reset prefix cache the long prompt is a DRAM hit of its full
+    chunks, and the response says so."""
+    root = tmp_path / "root"
+    root.mkdir()
+    thr = tmp_path / "thresholds.json"
+    thr.write_text(json.dumps({"version": 1, "model": "tiny", "tokens_per_chunk": CHUNK_TOKENS, "store_min_tokens": 0,
+                               "tiers": {"dram": {"min_load_tokens": 0}, "disk": {"min_load_tokens": 0}}}))
+    with Server(model_dir, tmp_path / "s.log", kvtier_transfer_config(root, kvtier_thresholds_path=str(thr))) as s:
+        s.wait_healthy()
+        s.complete(LONG)
+        wait_metric(s, "vllm:kvtier_bytes_written_total", LONG_CHUNKS * CHUNK_BYTES)
+        s.reset_prefix_cache()
+        status, body = s.client.request("POST", "/v1/completions", {"model": "tiny", "prompt": LONG,
+                                                                     "max_tokens": 1, "temperature": 0})
+        assert status == 200, body[:500]
+        est = (json.loads(body).get("kv_transfer_params") or {}).get("kvtier_gate")
+        assert est is not None, body[:2000]
+        assert est["tier"] == "dram" and est["decision"] == "load", est
+        assert est["load_tokens"] == LONG_CHUNKS * CHUNK_TOKENS, est
+        assert est["expected_load_s"] is None  # a hand-written thresholds file: no calibrated curves
 
 
 def test_two_servers_share_one_root(model_dir, baseline, tmp_path):

@@ -27,7 +27,8 @@ canonical KV tensors in vLLM's order (layer order), each ``page_size_bytes`` lon
 
 Modules: ``compat`` (everything taken from a particular vLLM release, and ``KVTierConnector``), ``config`` (the
 kv_connector_extra_config keys), ``metrics``, ``transfer`` (the transfer spec), ``manager`` (scheduler side),
-``copiers`` and ``worker`` (worker side), ``spec`` (``KVTierSpec``).
+``copiers`` and ``worker`` (worker side), ``spec`` (``KVTierSpec``), ``tier`` (``KVTierTier``: kvtier as a secondary
+tier of vLLM's own tiering, under its CPU tier; docs/vllm-integration.md).
 """
 
 from .compat import SUPPORTED_VLLM, VLLM_KEYS, KVTierConnector
@@ -35,9 +36,10 @@ from .config import KVTIER_KEYS, check_hash_seed, default_revision, load_thresho
 from .copiers import CudaCopier, HostCopier, make_copier
 from .manager import KVTierManager
 from .spec import LAYOUT_TAG, KVTierSpec
+from .tier import KVTierTier
 from .transfer import KVTierLoadStoreSpec
 from .worker import KVTierWorker
 
 __all__ = ["KVTIER_KEYS", "LAYOUT_TAG", "SUPPORTED_VLLM", "VLLM_KEYS", "CudaCopier", "HostCopier",
-           "KVTierConnector", "KVTierLoadStoreSpec", "KVTierManager", "KVTierSpec", "KVTierWorker",
+           "KVTierConnector", "KVTierLoadStoreSpec", "KVTierManager", "KVTierSpec", "KVTierTier", "KVTierWorker",
            "check_hash_seed", "default_revision", "load_thresholds", "make_copier", "parse_config"]

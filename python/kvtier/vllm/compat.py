@@ -22,7 +22,13 @@ package imports vLLM's offloading API only from here. What differs between the s
   (checked against every address) so that the worker keeps one layout and can report failed blocks by id.
 * `SYNC_LOADS`: 0.33+ may ask for a load inside the step (`submit_load(..., expedited=True)` then `wait()`), only
   with vLLM's `sync_load_budget_bytes` > 0; kvtier then verifies loads before their hit (no streamed loads).
-Plus the stats class of the connector, and how a request's block hashes reach the manager (`KVTierConnector`).
+* `TIER_FILTERS`, `load_allows(req_context, medium, locality)`: 0.27+ `ReqContext.load_tier_filter` (a request's
+  `kv_load_tiers`), which the manager applies to kvtier's disk tier; older releases pass no filter.
+* `OUT_OF_TREE_TIERS` and the `tier_*` helpers: vLLM's tiering takes an out-of-tree secondary tier (`module_path`,
+  `TransferJob`) from 0.28; its job's primary chunk ids are `block_ids` up to 0.29, `chunk_ids` from 0.30; its
+  `JobResult` gains `transfer_bytes` in 0.31 (kvtier.vllm.tier, `KVTierTier`).
+Plus the stats class of the connector, and how a request's block hashes reach the manager (`KVTierConnector`),
+which also returns the break-even gate's estimate in the finished request's kv_transfer_params.
 """
 
 from __future__ import annotations
@@ -82,6 +88,7 @@ from vllm.v1.kv_offload.base import (  # noqa: E402, F401  (re-exported)
     TransferResult,
 )
 from vllm.v1.kv_offload.config import OffloadingConfig  # noqa: E402, F401
+from vllm.v1.kv_offload.tiering.base import SecondaryTierManager  # noqa: E402, F401  (every supported release)
 from vllm.distributed.kv_transfer.kv_connector.v1.offloading_connector import OffloadingConnector  # noqa: E402
 
 logger = init_logger("vllm.kvtier")
@@ -111,6 +118,57 @@ DEVICE_POINTERS = _V >= (0, 34, 0)
 # Appended to the layout tag of kvtier's cache identity from 0.29 on (see the module docstring); empty before, so
 # roots written under 0.26-0.28 keep their identity.
 LAYOUT_SUFFIX = ":vllm-kv-layout=0.29" if _V >= (0, 29, 0) else ""
+
+
+# 0.27+: Medium, Locality and ReqContext.load_tier_filter (the request's kv_load_tiers, parsed by the connector's
+# scheduler: offloading/scheduler.py _parse_tier_filter). Before, no request carries a filter.
+TIER_FILTERS = _V >= (0, 27, 0)
+# 0.28+: TieringOffloadingSpec loads a secondary tier by its config's module_path and hands it TransferJobs
+# (tiering/factory.py get_tier_class, tiering/base.py); 0.26-0.27 know only the tiers registered with their factory and
+# hand JobMetadata instead.
+OUT_OF_TREE_TIERS = _V >= (0, 28, 0)
+# The medium of kvtier's disk tier as vLLM names media (None before 0.27: vLLM has no media then).
+STORAGE_MEDIUM = None
+if TIER_FILTERS:
+    from vllm.v1.kv_offload.base import Locality, Medium  # noqa: E402
+
+    STORAGE_MEDIUM = Medium.STORAGE
+
+
+def load_allows(req_context: Any, medium: str, locality: str | None) -> bool:
+    """Whether the request's kv_load_tiers (ReqContext.load_tier_filter) lets it load from a tier of `medium`
+    ("CPU" | "STORAGE") and `locality` ("LOCAL" | "REMOTE"; None: unknown, which every matcher accepts, as in vLLM's
+    TierMatcher.matches). True where the release passes no filter."""
+    flt = getattr(req_context, "load_tier_filter", None)
+    if flt is None or not TIER_FILTERS:
+        return True
+    return bool(flt.allows(Medium(medium), Locality(locality) if locality else None))
+
+
+def check_out_of_tree_tiers() -> None:
+    """Refuses KVTierTier on a release whose tiering cannot take it (OUT_OF_TREE_TIERS), naming what to use."""
+    if not OUT_OF_TREE_TIERS:
+        raise UnsupportedVLLMVersion(
+            f"kvtier as a secondary tier of vLLM's tiering (KVTierTier) needs vLLM 0.28.0 or later (out-of-tree "
+            f"secondary tiers); the installed vLLM is {VLLM_VERSION}. On this vLLM use kvtier's own spec "
+            f"(\"spec_name\": \"KVTierSpec\", docs/vllm-integration.md), or upgrade vLLM.")
+
+
+def tier_chunk_ids(job: Any) -> Any:
+    """The primary tier's chunk ids of a tiering TransferJob: `chunk_ids` from 0.30, `block_ids` in 0.28-0.29."""
+    ids = getattr(job, "chunk_ids", None)
+    return job.block_ids if ids is None else ids
+
+
+def tier_job_result(job_id: int, success: bool, successful_keys: Any, seconds: float, nbytes: int) -> Any:
+    """vLLM's tiering JobResult: `successful_keys` (a failed promotion's keys that did load; None: all share
+    `success`) and `transfer_time` from 0.28, `transfer_bytes` from 0.31."""
+    from vllm.v1.kv_offload.tiering.base import JobResult
+
+    kw: dict[str, Any] = {"successful_keys": successful_keys, "transfer_time": seconds}
+    if _V >= (0, 31, 0):
+        kw["transfer_bytes"] = nbytes
+    return JobResult(job_id=job_id, success=success, **kw)
 
 
 def hash_seed_matters(algo: str | None) -> bool:
@@ -206,6 +264,12 @@ def _enable_streaming(vllm_config: Any, kv_cache_config: Any, mgr: Any) -> None:
     logger.info("kvtier: streamed loads and stores on (window of %d slots per request)", mgr._window)
 
 
+def _with_gate_estimate(params: dict[str, Any] | None, est: dict[str, Any] | None) -> dict[str, Any] | None:
+    if est is None:
+        return params
+    return {**(params or {}), "kvtier_gate": est}
+
+
 class KVTierConnector(OffloadingConnector):
     """vLLM's OffloadingConnector, plus the request's block hashes for the kvtier manager.
 
@@ -242,6 +306,24 @@ class KVTierConnector(OffloadingConnector):
         from .worker import take_load_errors
 
         return take_load_errors() | set(super().get_block_ids_with_load_errors() or ())
+
+    # The break-even gate's estimate for the request (KVTierManager.gate_estimate) goes out in the kv_transfer_params
+    # the engine returns with the finished request (the OpenAI response's "kv_transfer_params"), under "kvtier_gate":
+    # the per-request output a router reads in every supported release (docs/break-even.md). Taken before vLLM's
+    # request_finished, which may already finish the request in the manager.
+    def request_finished(self, request: Any, block_ids: Any) -> tuple[bool, dict[str, Any] | None]:
+        est = self._gate_estimate(request)
+        delay, params = super().request_finished(request, block_ids)
+        return delay, _with_gate_estimate(params, est)
+
+    def request_finished_all_groups(self, request: Any, block_ids: Any) -> tuple[bool, dict[str, Any] | None]:
+        est = self._gate_estimate(request)
+        delay, params = super().request_finished_all_groups(request, block_ids)
+        return delay, _with_gate_estimate(params, est)
+
+    def _gate_estimate(self, request: Any) -> dict[str, Any] | None:
+        mgr = self._kvtier_manager
+        return mgr.gate_estimate(request.request_id) if mgr is not None else None
 
     def on_new_request(self, request: Any) -> None:
         if self._kvtier_manager is not None:

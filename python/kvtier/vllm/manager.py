@@ -19,7 +19,6 @@ from .compat import (
     ReqContext,
     RequestOffloadingContext,
     ScheduleEndContext,
-    connector_stats,
     logger,
 )
 from .transfer import KVTierLoadStoreSpec
@@ -32,14 +31,24 @@ _RESET_QUARANTINE_STEPS = 3
 _IDLE_BACKOFF_S = 0.001
 
 
+def root_locality(engine: Any) -> str:
+    """"REMOTE" when the engine found its root on a file system several hosts mount (its open-time probe, which its
+    describe() reports as "(shared: ...)": src/engine/engine.cc), "LOCAL" otherwise: the locality of kvtier's disk
+    tier in vLLM's terms (base.py Locality: relative to the publishing instance)."""
+    return "REMOTE" if "(shared:" in str(engine.describe()) else "LOCAL"
+
+
 class KVTierManager(OffloadingManager):
     """The scheduler-side manager: wraps one kvtier Engine (one per vLLM instance)."""
 
     def __init__(self, engine: Any, stats_interval_s: float = 10.0, stats_path: str | None = None,
                  preload_max_inflight: int = 0, thresholds: dict[str, int] | None = None,
                  hashes_per_chunk: Iterable[int] = (), tokens_per_chunk: int = 0,
-                 group_ids: Iterable[int] | None = None, world_size: int = 1):
+                 group_ids: Iterable[int] | None = None, world_size: int = 1, estimates: dict | None = None):
         self.engine = engine
+        # kvtier's disk as a tier of a request's kv_load_tiers (docs/vllm-integration.md "Per-request controls"):
+        # STORAGE, LOCAL or REMOTE (a root several hosts mount).
+        self.locality = root_locality(engine)
         # Streamed loads (docs/architecture.md "Streamed transfers"): a disk hit is answered from the index and read
         # chunk by chunk through a bounded window while the workers copy; a chunk that fails mid-stream is reported
         # to vLLM as invalid blocks, which only kvtier's connector can do (compat.KVTierConnector sets this). Off:
@@ -56,6 +65,9 @@ class KVTierManager(OffloadingManager):
             engine.preload_configure(int(preload_max_inflight))
         # Break-even gate (G1): {"dram": N, "disk": M, "store": K} min tokens, or None (off).
         self._gate = thresholds
+        # The calibration's curves behind the gate's per-request estimate (config.load_estimate_curves), or None.
+        self._curves = estimates
+        self._estimates: dict[str, dict[str, Any]] = {}  # req_id -> the gate's last estimate (gate_estimate)
         self._hashes_per_chunk = [int(h) for h in hashes_per_chunk]  # per KV-cache group
         # the group index vLLM packs into each group's keys (compat.group_ids), by default the group's position
         self._group_ids = ([int(g) for g in group_ids] if group_ids is not None
@@ -82,7 +94,7 @@ class KVTierManager(OffloadingManager):
         self._mgr = dict.fromkeys(metrics.MANAGER_COUNTERS, 0)
         self._chunk_payload_bytes = int(getattr(engine, "chunk_payload_bytes", 0) or 0)
         self.load_bytes_needed = 0  # payload bytes of chunks handed to loads (the figure read amplification uses)
-        self._last_engine: dict[str, float] = {}
+        self._deltas = metrics.StatsDeltas()
         self._last_stats_t = 0.0
         self._last_schedule_end = 0.0
         self._quarantine: list[list] = []  # [steps left, pinned keys, store keys] of jobs dropped by reset_cache
@@ -112,6 +124,9 @@ class KVTierManager(OffloadingManager):
             return LookupResult.HIT
         if self._gate is not None and not self._gate_allows(key, req_context.req_id):
             return LookupResult.MISS
+        if not self._disk_allowed(req_context):  # kv_load_tiers excludes kvtier's disk: resident chunks only
+            ready = self.engine.residency(key) == "ready"
+            return LookupResult.HIT if ready and self._pin_for(req_context.req_id, key) else LookupResult.MISS
         if self._preload and req_context.req_id in self._req_keys:
             self.engine.preload_forget(req_context.req_id)  # being admitted: demand reads take over
         # A read this manager started: ask the read, not the index (keeps the engine's lookup counters honest
@@ -147,6 +162,12 @@ class KVTierManager(OffloadingManager):
             return LookupResult.MISS  # failed verification, vanished, or no slot to read into: recompute
         return LookupResult.MISS
 
+    def _disk_allowed(self, req_context: ReqContext) -> bool:
+        """Whether the request's kv_load_tiers admits kvtier's disk, a STORAGE tier of this root's locality. The
+        staging pool (kvtier's DRAM tier) is the host tier vLLM loads from, which vLLM's own tiering never filters
+        (tiering/manager.py, lookup: only secondary tiers are matched), so resident chunks always serve."""
+        return compat.load_allows(req_context, "STORAGE", self.locality)
+
     def _window_full(self, req_id: str, key: bytes) -> bool:
         """Verified mode: a request holds at most a window of slots (pinned, or being read for it), so that one
         request larger than the pool loads its first chunks instead of evicting its own promotions (S1)."""
@@ -170,14 +191,35 @@ class KVTierManager(OffloadingManager):
         n = int(self.engine.lookup_prefix(rest))
         tokens = n * self._tokens_per_chunk
         dram = all(self.engine.residency(k) == "ready" for k in rest[:n])
-        need = self._gate["dram" if dram else "disk"]
+        tier = "dram" if dram else "disk"
+        need = self._gate[tier]
         ok = tokens >= need
         decided[idx] = ok
+        self._estimates[req_id] = self._estimate(tier, tokens, need, ok)
         if not ok:
             self._mgr["declined_loads"] += 1
             logger.debug("kvtier: request %s: declined a %s load of %d tokens (< %d)", req_id,
                          "DRAM" if dram else "disk", tokens, need)
         return ok
+
+    def _estimate(self, tier: str, tokens: int, need: int, ok: bool) -> dict[str, Any]:
+        """The gate's per-request estimate (G1; docs/break-even.md "The estimate a router reads"): the tokens the hit
+        would load and from which tier, the tier's threshold, the decision, and where the thresholds file holds the
+        calibration's curves, the expected TTFT of loading them (g of the tier) and of recomputing them (f)."""
+        est: dict[str, Any] = {"tier": tier, "load_tokens": tokens, "min_load_tokens": need,
+                               "decision": "load" if ok else "recompute",
+                               "expected_load_s": None, "expected_recompute_s": None}
+        if self._curves is not None and tokens > 0:
+            g, f = self._curves.get(tier), self._curves.get("recompute")
+            est["expected_load_s"] = round(g(tokens), 6) if g is not None else None
+            est["expected_recompute_s"] = round(f(tokens), 6) if f is not None else None
+        return est
+
+    def gate_estimate(self, req_id: str) -> dict[str, Any] | None:
+        """The break-even gate's last estimate for a request not finished yet (None: the gate is off or never saw a
+        hit for it). compat.KVTierConnector puts it in the finished request's kv_transfer_params ("kvtier_gate")."""
+        est = self._estimates.get(req_id)
+        return dict(est) if est is not None else None
 
     def _keys_of(self, block_hashes: Sequence[bytes], n_tokens: int) -> list[bytes]:
         """A request's chunk keys exactly as OffloadingConnectorScheduler derives them (RequestOffloadState.
@@ -370,7 +412,7 @@ class KVTierManager(OffloadingManager):
         keys = self._keys_of(*noted)
         self._req_keys[req_id] = keys
         # R1: start reading its cached prefix while it waits (bounded by the planner, R2).
-        if self._preload and keys and (self._gate is None or
+        if self._preload and keys and self._disk_allowed(req_context) and (self._gate is None or
                                        len(keys) * self._tokens_per_chunk >= min(self._gate["dram"],
                                                                                  self._gate["disk"])):
             self.engine.preload_enqueue(req_id, keys)
@@ -385,6 +427,7 @@ class KVTierManager(OffloadingManager):
         if self._req_keys.pop(req_id, None) is not None and self._preload:
             self.engine.preload_forget(req_id)
         self._gate_ok.pop(req_id, None)
+        self._estimates.pop(req_id, None)
         self._noted.pop(req_id, None)
         if self._loading.get(req_id):
             self._finished.add(req_id)  # complete_load will release its pins
@@ -459,22 +502,7 @@ class KVTierManager(OffloadingManager):
         if self._closed or now - self._last_stats_t < 1.0:
             return None
         self._last_stats_t = now
-        snap = self.engine.stats()
-        stats = connector_stats()
-        for name in metrics.COUNTERS:
-            cur = float(snap.get(name, 0))
-            delta = cur - self._last_engine.get(name, 0.0)
-            if delta > 0:
-                stats.increase_counter(metrics.metric_name(name), int(delta))
-            self._last_engine[name] = cur
-        for name in metrics.GAUGES:
-            stats.set_gauge(metrics.metric_name(name), int(snap.get(name, 0)))
-        for name, val in self._mgr.items():
-            delta = val - self._last_engine.get("mgr_" + name, 0)
-            if delta > 0:
-                stats.increase_counter(metrics.metric_name(name), int(delta))
-            self._last_engine["mgr_" + name] = val
-        return stats
+        return self._deltas.stats(self.engine.stats(), self._mgr)
 
     def _maybe_log(self, force: bool = False) -> None:
         if self._closed or self._stats_interval_s <= 0:

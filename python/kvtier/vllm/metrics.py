@@ -9,7 +9,7 @@ import threading
 import time
 from typing import Any
 
-from .compat import OffloadingCounterMetadata, OffloadingGaugeMetadata, OffloadingMetricMetadata
+from .compat import OffloadingCounterMetadata, OffloadingGaugeMetadata, OffloadingMetricMetadata, connector_stats
 
 COUNTERS = {
     "lookups": "kvtier engine lookups",
@@ -49,14 +49,34 @@ def metric_name(name: str) -> str:
     return f"vllm:kvtier_{name}"
 
 
-def definitions() -> dict[str, OffloadingMetricMetadata]:
-    """vLLM metric name -> its metadata, for OffloadingSpec.build_metric_definitions."""
+def definitions(counters: dict[str, str] | None = None) -> dict[str, OffloadingMetricMetadata]:
+    """vLLM metric name -> its metadata, for OffloadingSpec.build_metric_definitions: the engine's counters and
+    gauges and `counters` of the adapter's own (default: the manager's)."""
     defs: dict[str, OffloadingMetricMetadata] = {}
-    for name, doc in {**COUNTERS, **MANAGER_COUNTERS}.items():
+    for name, doc in {**COUNTERS, **(MANAGER_COUNTERS if counters is None else counters)}.items():
         defs[metric_name(name)] = OffloadingCounterMetadata(documentation=doc)
     for name, doc in GAUGES.items():
         defs[metric_name(name)] = OffloadingGaugeMetadata(documentation=doc)
     return defs
+
+
+class StatsDeltas:
+    """vLLM's stats are per interval, kvtier's counters cumulative: each call of `stats` reports what the engine's
+    counters (a stats() snapshot) and the adapter's own (`own`) gained since the previous call, and the gauges."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, float] = {}
+
+    def stats(self, snap: dict[str, Any], own: dict[str, int]) -> Any:
+        out = connector_stats()
+        for name, cur in [(n, float(snap.get(n, 0))) for n in COUNTERS] + [("own:" + n, v) for n, v in own.items()]:
+            delta = cur - self._last.get(name, 0.0)
+            if delta > 0:
+                out.increase_counter(metric_name(name.removeprefix("own:")), int(delta))
+            self._last[name] = cur
+        for name in GAUGES:
+            out.set_gauge(metric_name(name), int(snap.get(name, 0)))
+        return out
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -16,6 +16,41 @@ from .worker import KVTierWorker
 LAYOUT_TAG = "kvtier-vllm-block-rank-page-v1"
 
 
+def pool_name(config: OffloadingConfig) -> str:
+    """'/kvtier-<pid>-<16 hex of engine_id>': unique per vLLM instance (engine_id is distinct per DP rank) and of the
+    form the engine's orphan sweep removes after a crash. Workers learn it from each transfer spec, not by
+    recomputing it (they do not know the scheduler's pid)."""
+    h = hashlib.sha256(f"{config.engine_id}/{config.parallel.data_parallel_index}".encode())
+    return f"/kvtier-{os.getpid()}-{h.hexdigest()[:16]}"
+
+
+def engine_options(config: OffloadingConfig, kv: dict[str, Any], tokens_per_chunk: int, blocks_per_chunk: int,
+                   block_bytes: int, layout_tag: str) -> dict[str, Any]:
+    """The kvtier Engine's options for one vLLM instance: the cache identity (model, revision, dtype, chunk
+    geometry, parallelism, the byte layout `layout_tag` of a chunk, which the release's suffix completes) and the
+    engine keys of kv_connector_extra_config (`kv`, from config.parse_config). KVTierSpec and KVTierTier (tier.py)
+    lay chunks out differently, so their entries never meet under one identity."""
+    if block_bytes <= 0:
+        raise ValueError("kvtier: vLLM reported 0 KV bytes per block; nothing to cache")
+    opts: dict[str, Any] = {
+        "root": kv["kvtier_root"],
+        "model": kv["kvtier_model_tag"] or config.model.name,
+        "revision": kv["kvtier_revision"] or cfg.default_revision(config.model.name),
+        "kv_dtype": config.model.dtype,
+        "tokens_per_chunk": int(tokens_per_chunk),
+        "blocks_per_chunk": int(blocks_per_chunk),
+        "block_bytes": int(block_bytes),
+        "tp_size": int(config.parallel.tp_size),
+        "pp_size": int(config.parallel.pp_size),
+        "layout_tag": layout_tag + compat.LAYOUT_SUFFIX,
+        "pool_name": pool_name(config),
+    }
+    for name, key in cfg.KVTIER_KEYS.items():
+        if key.engine_key is not None:
+            opts[key.engine_key] = kv[name]
+    return opts
+
+
 class KVTierSpec(OffloadingSpec):
     """kvtier's OffloadingSpec: instantiated by vLLM in the scheduler process and in every worker process."""
 
@@ -47,35 +82,13 @@ class KVTierSpec(OffloadingSpec):
         return int(self.tokens_per_block[0]) * int(self.blocks_per_chunk) if self.tokens_per_block else 0
 
     def pool_name(self) -> str:
-        """'/kvtier-<pid>-<16 hex of engine_id>': unique per vLLM instance (engine_id is distinct per DP rank)
-        and of the form the engine's orphan sweep removes after a crash. Workers learn it from each transfer
-        spec, not by recomputing it (they do not know the scheduler's pid)."""
-        h = hashlib.sha256(f"{self.config.engine_id}/{self.config.parallel.data_parallel_index}".encode())
-        return f"/kvtier-{os.getpid()}-{h.hexdigest()[:16]}"
+        return pool_name(self.config)
 
     def engine_options(self) -> dict[str, Any]:
-        kv = self.kv
-        block_bytes = self.rank_block_bytes() * int(self.config.parallel.world_size)
-        if block_bytes <= 0:
-            raise ValueError("kvtier: vLLM reported 0 KV bytes per block; nothing to cache")
         n_layers = sum(len(g.layer_names) for g in self.config.groups)
-        opts: dict[str, Any] = {
-            "root": kv["kvtier_root"],
-            "model": kv["kvtier_model_tag"] or self.config.model.name,
-            "revision": kv["kvtier_revision"] or cfg.default_revision(self.config.model.name),
-            "kv_dtype": self.config.model.dtype,
-            "tokens_per_chunk": self.tokens_per_chunk(),
-            "blocks_per_chunk": int(self.blocks_per_chunk),
-            "block_bytes": block_bytes,
-            "tp_size": int(self.config.parallel.tp_size),
-            "pp_size": int(self.config.parallel.pp_size),
-            "layout_tag": f"{LAYOUT_TAG}:groups={len(self.config.groups)}:layers={n_layers}{compat.LAYOUT_SUFFIX}",
-            "pool_name": self.pool_name(),
-        }
-        for name, key in cfg.KVTIER_KEYS.items():
-            if key.engine_key is not None:
-                opts[key.engine_key] = kv[name]
-        return opts
+        return engine_options(self.config, self.kv, self.tokens_per_chunk(), int(self.blocks_per_chunk),
+                              self.rank_block_bytes() * int(self.config.parallel.world_size),
+                              f"{LAYOUT_TAG}:groups={len(self.config.groups)}:layers={n_layers}")
 
     def get_manager(self) -> OffloadingManager:
         if self._manager is None:
@@ -100,13 +113,14 @@ class KVTierSpec(OffloadingSpec):
                             thresholds["store"])
             else:
                 logger.info("kvtier: break-even gate off (no kvtier_thresholds_path)")
+            curves = cfg.load_estimate_curves(self.kv["kvtier_thresholds_path"]) if thresholds else None
             hpc = [int(tpb) * int(self.blocks_per_chunk) // int(self.tokens_per_hash) for tpb in self.tokens_per_block]
             self._manager = KVTierManager(engine, self.kv["kvtier_stats_interval_s"], stats_path,
                                           preload_max_inflight=self.kv["kvtier_preload_max_inflight"],
                                           thresholds=thresholds, hashes_per_chunk=hpc,
                                           group_ids=compat.group_ids(self.config),
                                           tokens_per_chunk=self.tokens_per_chunk(),
-                                          world_size=int(self.config.parallel.world_size))
+                                          world_size=int(self.config.parallel.world_size), estimates=curves)
         return self._manager
 
     def get_worker(self, kv_caches: CanonicalKVCaches) -> OffloadingWorker:
