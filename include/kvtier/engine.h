@@ -129,6 +129,9 @@ class Engine {
   virtual uint64_t block_stride() const = 0;
   // Reactor threads this engine runs (EngineOptions::reactors resolved: auto, option or KVTIER_TEST_REACTORS).
   virtual uint32_t reactors() const = 0;
+  // Whether the open found the root on a file system several hosts mount (layout/shared_fs.h, M1): young bad
+  // entries are then misses rather than removed, and publication syncs before linking.
+  virtual bool shared_root() const = 0;
 };
 
 }  // namespace kvtier

@@ -669,6 +669,8 @@ class PyEngine {
 
   std::string describe() { return Call([](Engine& e) { return e.Describe(); }); }
 
+  bool shared_root() { return Call([](Engine& e) { return e.shared_root(); }); }
+
   uint64_t evict_to_budget() {
     auto r = Call([](Engine& e) { return e.EvictToBudget(); });
     if (!r.ok()) ThrowStatus(r.status());
@@ -967,6 +969,7 @@ NB_MODULE(_kvtier, m) {
       .def("stats", &PyEngine::stats)
       .def("stats_prometheus", &PyEngine::stats_prometheus, "prefix"_a = "kvtier_")
       .def("describe", &PyEngine::describe)
+      .def("shared_root", &PyEngine::shared_root)
       .def("evict_to_budget", &PyEngine::evict_to_budget)
       .def("close", &PyEngine::close)
       .def("__enter__", [](nb::handle self) { return self; }, nb::rv_policy::reference)

@@ -117,6 +117,7 @@ class EngineImpl final : public Engine {
   uint64_t chunk_payload_bytes() const override { return block_stride_ * options_.identity.blocks_per_chunk; }
   uint64_t block_stride() const override { return block_stride_; }
   uint32_t reactors() const override { return static_cast<uint32_t>(reactors_.size()); }
+  bool shared_root() const override { return shared_root_; }
 
  private:
   struct Job;

@@ -388,6 +388,8 @@ def test_stats_has_every_field_and_counts_work(engine):
     prom = engine.stats_prometheus("kvt_")
     assert "kvt_stores_completed_total 1" in prom
     assert "root" in engine.describe()
+    assert engine.shared_root() is False  # a local file system: "(shared: ...)" is not in describe()
+    assert "(shared:" not in engine.describe()
     assert engine.evict_to_budget() == 0
 
 

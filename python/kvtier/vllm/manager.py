@@ -32,10 +32,10 @@ _IDLE_BACKOFF_S = 0.001
 
 
 def root_locality(engine: Any) -> str:
-    """"REMOTE" when the engine found its root on a file system several hosts mount (its open-time probe, which its
-    describe() reports as "(shared: ...)": src/engine/engine.cc), "LOCAL" otherwise: the locality of kvtier's disk
-    tier in vLLM's terms (base.py Locality: relative to the publishing instance)."""
-    return "REMOTE" if "(shared:" in str(engine.describe()) else "LOCAL"
+    """"REMOTE" when the engine found its root on a file system several hosts mount (its open-time probe,
+    Engine.shared_root(): include/kvtier/engine.h), "LOCAL" otherwise: the locality of kvtier's disk tier in vLLM's
+    terms (base.py Locality: relative to the publishing instance)."""
+    return "REMOTE" if engine.shared_root() else "LOCAL"
 
 
 class KVTierManager(OffloadingManager):
