@@ -102,9 +102,17 @@ class Engine {
   // Whether the disk index holds key as published. No counters, no recency, no file system access (a stream asks
   // it to tell "no slot free now" from "gone" after a promotion found no room).
   virtual bool Stored(const ChunkKey& key) = 0;
-  // Whether a store of key is in flight (committed or submitted, not yet written and published, nor dropped). Once
-  // it is not, Stored says whether it was written (a client of the slot path reports its stores so).
-  virtual bool Storing(const ChunkKey& key) = 0;
+  // The outcome of a committed store, for a committer that reports its stores (policy::JobClient). WatchStore(key),
+  // called before the CommitStore that writes key (a client: before it acks the slot its stream's pump commits),
+  // asks the engine to keep that store's outcome; TakeStoreOutcome then answers nullopt while the store is not
+  // committed or still in flight, and then once: Ok (written and published, or an entry already published covered
+  // it) or why it was dropped (kFailedPrecondition: the commit gave up, reserved nothing, or the engine was shutting
+  // down; else the write's error), which it forgets. The answer is the store's own: an eviction of the entry after
+  // its publish does not change it (Stored does). One watch per key at a time (ReserveForStore grants one slot per
+  // key); watching a key again forgets what was kept for it; a watch nobody takes stays until the engine closes.
+  // Only committed stores (the slot path) answer, not the job API's. Thread-safe.
+  virtual void WatchStore(const ChunkKey& key) = 0;
+  virtual std::optional<Status> TakeStoreOutcome(const ChunkKey& key) = 0;
   // Pins resident chunks for a transfer (a pinned slot is never evicted or reused). kNotFound names the first key
   // that is not resident and ready; nothing is pinned then.
   virtual Result<std::vector<SlotRef>> PinResident(std::span<const ChunkKey> keys) = 0;

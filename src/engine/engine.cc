@@ -756,7 +756,28 @@ PromoteState EngineImpl::Residency(const ChunkKey& key) { return resident_->Resi
 
 bool EngineImpl::Stored(const ChunkKey& key) { return disk_->Contains(key); }
 
-bool EngineImpl::Storing(const ChunkKey& key) { return disk_->Pending(key); }
+void EngineImpl::WatchStore(const ChunkKey& key) {
+  MutexLock lock(outcome_mu_);
+  store_outcomes_[key] = std::nullopt;
+  watched_.store(store_outcomes_.size());
+}
+
+std::optional<Status> EngineImpl::TakeStoreOutcome(const ChunkKey& key) {
+  MutexLock lock(outcome_mu_);
+  auto it = store_outcomes_.find(key);
+  if (it == store_outcomes_.end() || !it->second.has_value()) return std::nullopt;
+  std::optional<Status> outcome = std::move(it->second);
+  store_outcomes_.erase(it);
+  watched_.store(store_outcomes_.size());
+  return outcome;
+}
+
+void EngineImpl::RecordStoreOutcome(const ChunkKey& key, const Status& status) {
+  if (watched_.load() == 0) return;  // nobody watches a store: no lock on the reactor's way
+  MutexLock lock(outcome_mu_);
+  auto it = store_outcomes_.find(key);
+  if (it != store_outcomes_.end() && !it->second.has_value()) it->second = status;
+}
 
 std::optional<uint32_t> EngineImpl::AcquireSlotFor(Reactor& r) {
   if (auto slot = resident_->AcquireSlot(staging::Priority::kDemand)) return slot;
@@ -814,6 +835,12 @@ void EngineImpl::CommitStore(std::span<const ChunkKey> keys, bool success) {
   std::vector<ChunkKey> written;
   std::vector<int> slots;
   resident_->Commit(keys, success, &written, &slots);
+  // A key this commit does not write (given up, or no reservation of it filling) is dropped for its watcher.
+  for (const ChunkKey& k : keys) {
+    if (std::find(written.begin(), written.end(), k) == written.end()) {
+      RecordStoreOutcome(k, Status(StatusCode::kFailedPrecondition, "not committed (given up, or no slot reserved)"));
+    }
+  }
   if (written.empty()) return;
   std::vector<ChunkTransfer> chunks;
   chunks.reserve(written.size());
@@ -821,7 +848,10 @@ void EngineImpl::CommitStore(std::span<const ChunkKey> keys, bool success) {
   stats_.stores_started.Add(1);
   auto id = Enqueue(JobKind::kStore, std::move(chunks), std::move(slots), /*internal=*/true);
   if (!id.ok()) {
-    for (const ChunkKey& k : written) resident_->Written(k);  // shutting down: keep them resident, unwritten
+    for (const ChunkKey& k : written) {
+      resident_->Written(k);  // shutting down: keep them resident, unwritten
+      RecordStoreOutcome(k, Status(StatusCode::kFailedPrecondition, "engine is shutting down"));
+    }
   }
 }
 

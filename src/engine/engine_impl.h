@@ -15,6 +15,8 @@
 //   called with the other's lock held.
 // - A copier lane's mutex serializes Submit/Poll of its DeviceCopier (several reactors may share one lane).
 // - done_mu_ guards finished results; done_cv_ wakes Wait().
+// - outcome_mu_ guards the outcomes of watched committed stores (WatchStore); the reactor that finishes a store
+//   chunk records it. Taken with no other lock held.
 // - pool_ is shared memory: slot data is touched by the reactors (I/O buffers), the copier threads and, in vLLM,
 //   worker processes; the slot state words say who may touch a slot when.
 #pragma once
@@ -105,7 +107,8 @@ class EngineImpl final : public Engine {
   PromoteResult Promote(const ChunkKey& key, bool speculative) override;
   PromoteState Residency(const ChunkKey& key) override;
   bool Stored(const ChunkKey& key) override;
-  bool Storing(const ChunkKey& key) override;
+  void WatchStore(const ChunkKey& key) override;
+  std::optional<Status> TakeStoreOutcome(const ChunkKey& key) override;
   Result<std::vector<SlotRef>> PinResident(std::span<const ChunkKey> keys) override;
   void Unpin(std::span<const ChunkKey> keys) override;
   Result<std::vector<std::optional<SlotRef>>> ReserveForStore(std::span<const ChunkKey> keys) override;
@@ -380,6 +383,12 @@ class EngineImpl final : public Engine {
   std::unordered_map<JobId, JobResult> done_ GUARDED_BY(done_mu_);
   std::deque<JobId> done_order_ GUARDED_BY(done_mu_);
 
+  // Committed stores whose outcome a committer watches (WatchStore): nullopt while not ended, then the store's
+  // status. watched_ counts the entries, so a store nobody watches takes no lock.
+  void RecordStoreOutcome(const ChunkKey& key, const Status& status) EXCLUDES(outcome_mu_);
+  Mutex outcome_mu_;
+  std::unordered_map<ChunkKey, std::optional<Status>, ChunkKeyHash> store_outcomes_ GUARDED_BY(outcome_mu_);
+  std::atomic<size_t> watched_{0};
 };
 
 // Shared by the job's parts (shared_ptr); what several reactors write is atomic, the rest is set before queueing.

@@ -1190,6 +1190,7 @@ void EngineImpl::FinishChunk(Chunk& c) {
     auto it = r.stores_in_flight.find(c.req.key);
     if (it != r.stores_in_flight.end() && it->second == &c) r.stores_in_flight.erase(it);
     disk_->EndPendingStore(c.req.key);
+    if (job.internal) RecordStoreOutcome(c.req.key, c.status);  // after the publish (or the drop) it reports
   }
   UnplaceChunk(c.req.key);
   // Last, after every effect of this chunk (index, pending stores): the reactor whose chunk is the job's last one

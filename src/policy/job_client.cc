@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include "engine/transfer_check.h"
 #include "io/io_engine.h"
@@ -272,6 +273,7 @@ void JobClient::CopyEndedLocked(Job& job, uint32_t i, const Status& status) {
     OutcomeLocked(job, i, Status(status.code(), "copy into the slot failed: " + status.message()), 0);
     return;
   }
+  engine_->WatchStore(t.key);             // before the commit: the engine keeps its outcome for SettleWritesLocked
   view_->AckEntry(entry, job.span.tag);  // the pump commits it
   job.steps[i] = Step::kCommitted;
 }
@@ -280,14 +282,16 @@ bool JobClient::SettleWritesLocked(Job& job) {
   bool writing = false;
   for (size_t i = 0; i < job.chunks.size(); ++i) {
     if (job.steps[i] != Step::kCommitted) continue;
-    const ChunkKey& key = job.chunks[i].key;
-    if (engine_->Storing(key)) {
+    // The store's own outcome (Engine::TakeStoreOutcome), not the index's: the entry may be evicted once published.
+    // A dropped store is kIoError whatever the engine's reason, which the message keeps (stores_dropped counts it).
+    std::optional<Status> outcome = engine_->TakeStoreOutcome(job.chunks[i].key);
+    if (!outcome.has_value()) {
       writing = true;
-    } else if (engine_->Stored(key)) {
+    } else if (outcome->ok()) {
       OutcomeLocked(job, static_cast<uint32_t>(i), Status::Ok(), engine_->chunk_payload_bytes());
     } else {
       OutcomeLocked(job, static_cast<uint32_t>(i),
-                    Status(StatusCode::kIoError, "not written (the write failed or was dropped: stores_dropped)"), 0);
+                    Status(StatusCode::kIoError, "not written (dropped): " + outcome->ToString()), 0);
     }
   }
   return !writing;

@@ -17,6 +17,7 @@
 #include "layout/chunk_format.h"
 #include "layout/namespace.h"
 #include "layout/scan.h"
+#include "support/job_engine.h"
 #include "support/temp_dir.h"
 
 namespace kvtier {
@@ -71,7 +72,7 @@ std::vector<CopySegment> Segments(std::vector<uint8_t>& bytes, uint64_t stride) 
   EngineOptions o = Options(root);
   o.anonymous_temporaries = !named_temporaries;
   if (budget) o.disk_budget_bytes = 24 * (4096 + kBlocks * kBlockBytes);  // eviction runs during the stores
-  auto e = Engine::Open(o);
+  auto e = test::OpenWithJobs(o);  // the slot path (docs/architecture.md, "One data path")
   if (!e.ok()) _exit(3);
   std::vector<std::vector<uint8_t>> data;
   for (uint64_t i = 0; i < n; ++i) data.push_back(ContentFor(first + i));
@@ -80,25 +81,23 @@ std::vector<CopySegment> Segments(std::vector<uint8_t>& bytes, uint64_t stride) 
     for (uint64_t k = i; k < std::min(n, i + 2); ++k) {
       t.push_back({Key(first + k), 0, 0, Segments(data[k], e.value()->block_stride())});
     }
-    auto id = e.value()->SubmitStore(std::move(t));
-    if (!id.ok() || !e.value()->Wait(id.value(), 30000).ok()) _exit(4);
+    if (!e.value().Run(e.value().jobs->SubmitStore(std::move(t))).ok()) _exit(4);
   }
   _exit(0);
 }
 
 // Loads every published entry through a fresh engine and compares it with ContentFor(key).
 void VerifyEveryEntry(const std::string& root, uint64_t max_key, size_t* entries_out) {
-  auto e = Engine::Open(Options(root));
+  auto e = test::OpenWithJobs(Options(root));
   ASSERT_TRUE(e.ok()) << e.status().ToString();
   size_t entries = 0;
   for (uint64_t i = 0; i < max_key; ++i) {
     if (e.value()->Lookup(Key(i)) != ChunkLocation::kDisk) continue;
     std::vector<uint8_t> got(kBlocks * kBlockBytes, 0);
-    auto id = e.value()->SubmitLoad({{Key(i), 0, 0, Segments(got, e.value()->block_stride())}});
-    ASSERT_TRUE(id.ok());
-    auto r = e.value()->Wait(id.value(), 30000);
-    ASSERT_TRUE(r.ok());
-    if (r->chunks[0].status.code() == StatusCode::kNotFound) continue;  // evicted meanwhile
+    auto r = e.value().Run(e.value().jobs->SubmitLoad({{Key(i), 0, 0, Segments(got, e.value()->block_stride())}}));
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    // A miss: evicted meanwhile (a corrupt entry is a miss too, which corrupt_entries below counts).
+    if (r->chunks[0].status.code() == StatusCode::kNotFound) continue;
     ASSERT_TRUE(r->all_ok()) << "published entry " << i << " fails verification: " << r->chunks[0].status.ToString();
     ASSERT_EQ(got, ContentFor(i)) << "entry " << i << " holds other bytes";
     ++entries;

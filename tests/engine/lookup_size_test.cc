@@ -11,6 +11,7 @@
 
 #include "kvtier/engine.h"
 #include "layout/chunk_format.h"
+#include "support/job_engine.h"
 #include "support/temp_dir.h"
 
 namespace kvtier {
@@ -54,12 +55,11 @@ TEST(LookupSize, OnlyAFileOfExactlyAChunksSizeIsAHit) {
   // b opens first: its index knows nothing, so its lookups ask the filesystem (another instance's entries).
   auto b = Engine::Open(Options(dir.path()));
   ASSERT_TRUE(b.ok()) << b.status().ToString();
-  auto a = Engine::Open(Options(dir.path()));
+  auto a = test::OpenWithJobs(Options(dir.path()));
   ASSERT_TRUE(a.ok()) << a.status().ToString();
   std::vector<uint8_t> bytes(kBlocks * kBlockBytes, 0x5c);
-  auto id = (*a)->SubmitStore({ChunkTransfer{Key(1), 0, 0, {{0, reinterpret_cast<uint64_t>(bytes.data()), bytes.size()}}}});
-  ASSERT_TRUE(id.ok());
-  auto r = (*a)->Wait(*id, 30000);
+  const CopySegment whole{0, reinterpret_cast<uint64_t>(bytes.data()), bytes.size()};
+  auto r = a->Run(a->jobs->SubmitStore({ChunkTransfer{Key(1), 0, 0, {whole}}}));
   ASSERT_TRUE(r.ok() && r->all_ok());
   const std::string file = OnlyChunkFile(dir.path());
   ASSERT_FALSE(file.empty());

@@ -8,6 +8,7 @@
 
 #include "engine/engine_impl.h"
 #include "io/fault_engine.h"
+#include "support/job_engine.h"
 #include "support/temp_dir.h"
 
 namespace kvtier {
@@ -50,27 +51,26 @@ TEST(PublishOrder, AFailedCloseOfANamedTemporaryPublishesNothing) {
   ASSERT_TRUE(inner.ok());
   auto fault = std::make_unique<io::FaultInjectingEngine>(std::move(inner.value()));
   fault->AddRule(io::FaultRule::FailEvery(io::OpCode::kClose, EIO));  // a write error reported at close (NFS, FUSE)
-  auto e = EngineImpl::Create(Options(dir.path()), nullptr, std::move(fault));
+  auto opened = EngineImpl::Create(Options(dir.path()), nullptr, std::move(fault));
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  auto e = test::WithJobs(std::move(opened).value());
   ASSERT_TRUE(e.ok()) << e.status().ToString();
   std::vector<uint8_t> bytes(kBlocks * kBlockBytes, 0x42);
-  auto id = (*e)->SubmitStore({ChunkTransfer{Key(1), 0, 0, {{0, reinterpret_cast<uint64_t>(bytes.data()), bytes.size()}}}});
-  ASSERT_TRUE(id.ok());
-  auto r = (*e)->Wait(*id, 30000);
+  const CopySegment whole{0, reinterpret_cast<uint64_t>(bytes.data()), bytes.size()};
+  auto r = e->Run(e->jobs->SubmitStore({ChunkTransfer{Key(1), 0, 0, {whole}}}));
   ASSERT_TRUE(r.ok());
   EXPECT_FALSE(r->all_ok()) << "the store succeeded although the temporary's close failed";
-  EXPECT_EQ(r->chunks[0].status.error_number(), EIO) << r->chunks[0].status.ToString();
   EXPECT_EQ(ChunkFiles(dir.path()), 0u) << "an entry was published before its close came back";
   EXPECT_EQ((*e)->Stats().stores_dropped, 1u);
 }
 
 TEST(PublishOrder, NamedTemporariesPublishAndLeaveNoTemporary) {
   test::TempDir dir;
-  auto e = Engine::Open(Options(dir.path()));
+  auto e = test::OpenWithJobs(Options(dir.path()));
   ASSERT_TRUE(e.ok()) << e.status().ToString();
   std::vector<uint8_t> bytes(kBlocks * kBlockBytes, 0x43);
-  auto id = (*e)->SubmitStore({ChunkTransfer{Key(2), 0, 0, {{0, reinterpret_cast<uint64_t>(bytes.data()), bytes.size()}}}});
-  ASSERT_TRUE(id.ok());
-  auto r = (*e)->Wait(*id, 30000);
+  const CopySegment whole{0, reinterpret_cast<uint64_t>(bytes.data()), bytes.size()};
+  auto r = e->Run(e->jobs->SubmitStore({ChunkTransfer{Key(2), 0, 0, {whole}}}));
   ASSERT_TRUE(r.ok() && r->all_ok());
   e.value().reset();  // the temporary's unlink has come back
   size_t temps = 0;

@@ -89,9 +89,9 @@ class ReactorsTest : public ::testing::Test {
   }
   // Stores keys [0, n) with a plain engine.
   void StoreKeys(uint64_t n) {
-    auto e = Engine::Open(Options(4));
+    auto e = test::OpenWithJobs(Options(4));
     ASSERT_TRUE(e.ok()) << e.status().ToString();
-    for (uint64_t i = 0; i < n; ++i) ASSERT_TRUE(rel::StoreOne(*e.value(), i).ok()) << i;
+    for (uint64_t i = 0; i < n; ++i) ASSERT_TRUE(rel::StoreOne(e.value(), i).ok()) << i;
   }
   // An engine whose reactor r reads through a gate (every reactor when gated_reactor < 0).
   std::unique_ptr<Engine> OpenGated(EngineOptions o, Gate* gate, int gated_reactor,
@@ -348,9 +348,9 @@ TEST_F(ReactorsTest, TheDemandReserveHoldsAcrossReactors) {
 }
 
 TEST_F(ReactorsTest, ConcurrentJobsOnEveryReactorRoundTrip) {
-  auto opened = Engine::Open(Options(4));
+  auto opened = test::OpenWithJobs(Options(4));
   ASSERT_TRUE(opened.ok());
-  Engine& e = *opened.value();
+  test::JobEngine& e = *opened;
   std::vector<std::thread> threads;
   std::atomic<int> bad{0};
   for (int t = 0; t < 4; ++t) {

@@ -1,8 +1,8 @@
 // JobClient (docs/architecture.md, "One data path"): the job API over the slot path, on a real engine and real
 // files. Jobs larger than the pool stream through it byte for byte; a partial load copies only its blocks; missing,
 // corrupt and failing chunks are misses that touch no destination; stores already covered write nothing; a store
-// whose write fails is reported dropped; invalid requests are refused before anything is queued; jobs at once
-// share the pool.
+// whose write fails is reported dropped, one evicted right after its publish written; invalid requests are refused
+// before anything is queued; jobs at once share the pool.
 #include "policy/job_client.h"
 
 #include <fcntl.h>
@@ -78,8 +78,13 @@ class JobClientTest : public ::testing::Test {
   void Open(uint32_t slots, std::unique_ptr<io::IoEngine> io = nullptr, JobClientOptions co = {}) {
     client_.reset();
     engine_.reset();
-    auto e = io ? EngineImpl::Create(Options(dir_.path(), slots), nullptr, std::move(io))
-                : Engine::Open(Options(dir_.path(), slots));
+    EngineOptions o = Options(dir_.path(), slots);
+    if (disk_budget_ > 0) {
+      o.disk_budget_bytes = disk_budget_;
+      o.high_watermark = 1.0;
+      o.low_watermark = 0.5;
+    }
+    auto e = io ? EngineImpl::Create(o, nullptr, std::move(io)) : Engine::Open(o);
     ASSERT_TRUE(e.ok()) << e.status().ToString();
     engine_ = std::move(e.value());
     auto c = JobClient::Create(engine_.get(), nullptr, co);
@@ -116,6 +121,7 @@ class JobClientTest : public ::testing::Test {
   uint64_t FileBytes() const { return kHeaderBytes + kBlocks * engine_->block_stride(); }
 
   test::TempDir dir_;
+  uint64_t disk_budget_ = 0;  // Open's disk budget (0: the default), watermarks 1.0 and 0.5
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<JobClient> client_;
 };
@@ -222,6 +228,28 @@ TEST_F(JobClientTest, AStoreWhoseWriteFailsIsReportedDropped) {
   for (const ChunkOutcome& o : r.chunks) EXPECT_EQ(o.status.code(), StatusCode::kIoError) << o.status.ToString();
   EXPECT_FALSE(engine_->Stored(Key(0)));
   EXPECT_GE(engine_->Stats().stores_dropped, 2u);
+}
+
+// A store is reported by its own outcome (Engine::TakeStoreOutcome), not by whether the index still holds the entry
+// when the client asks: a budget of two entries evicts nearly every entry soon after its publish (C1), and every
+// chunk the job wrote is still Ok.
+TEST_F(JobClientTest, StoresEvictedRightAfterTheirPublishAreReportedWritten) {
+  constexpr size_t kChunks = 32;
+  disk_budget_ = 2 * (kHeaderBytes + kBlocks * 12288);
+  ASSERT_NO_FATAL_FAILURE(Open(8));
+  std::vector<HostChunk> src(kChunks);
+  for (size_t i = 0; i < src.size(); ++i) src[i].Fill(100 + i);
+  JobResult r = Store(src);
+  ASSERT_EQ(r.chunks.size(), kChunks);
+  for (const ChunkOutcome& o : r.chunks) EXPECT_TRUE(o.status.ok()) << o.status.ToString();
+  EXPECT_EQ(r.chunks_ok, kChunks);
+  EXPECT_EQ(r.bytes, kChunks * engine_->chunk_payload_bytes());
+  const StatsSnapshot st = engine_->Stats();
+  EXPECT_EQ(st.stores_dropped, 0u);
+  EXPECT_GE(st.evictions, kChunks - 2);  // what the budget cannot hold was evicted: the case this test is about
+  size_t on_disk = 0;
+  for (size_t i = 0; i < kChunks; ++i) on_disk += engine_->Stored(Key(i)) ? 1 : 0;
+  EXPECT_LE(on_disk, 2u);
 }
 
 TEST_F(JobClientTest, InvalidRequestsAreRefusedBeforeQueueing) {

@@ -93,15 +93,15 @@ TEST(BadInput, EveryEngineOptionWithAnInvalidValueIsRefusedNamingIt) {
   // each is refused before anything is written, in an empty root and in one that holds a namespace.
   for (bool populated : {false, true}) {
     if (populated) {
-      auto e = Engine::Open(Options(dir.path()));
+      auto e = test::OpenWithJobs(Options(dir.path()));
       ASSERT_TRUE(e.ok()) << e.status().ToString();
-      ASSERT_TRUE(StoreOne(*e.value(), 1).ok());
+      ASSERT_TRUE(StoreOne(e.value(), 1).ok());
     }
     for (const BadOption& b : table) {
       EngineOptions o = Options(dir.path());
       b.set(o);
       const std::string before = Snapshot(dir.path());
-      auto e = Engine::Open(o);
+      auto e = test::OpenWithJobs(o);
       ASSERT_FALSE(e.ok()) << "accepted a bad value for " << b.names;
       EXPECT_NE(e.status().message().find(b.names), std::string::npos)
           << "the message does not name " << b.names << ": " << e.status().ToString();
@@ -121,14 +121,14 @@ void ExpectDirectRefusedLeavesRootUnchanged(const std::string& root) {
     if (populated) {
       EngineOptions o = Options(root);
       o.io_mode = IoMode::kBuffered;
-      auto e = Engine::Open(o);
+      auto e = test::OpenWithJobs(o);
       ASSERT_TRUE(e.ok()) << e.status().ToString();
-      ASSERT_TRUE(StoreOne(*e.value(), 1).ok());
+      ASSERT_TRUE(StoreOne(e.value(), 1).ok());
     }
     EngineOptions o = Options(root);
     o.io_mode = IoMode::kDirect;
     const std::string before = Snapshot(root);
-    auto e = Engine::Open(o);
+    auto e = test::OpenWithJobs(o);
     ASSERT_FALSE(e.ok()) << "io_mode=direct opened where O_DIRECT is refused";
     EXPECT_EQ(e.status().code(), StatusCode::kUnsupported) << e.status().ToString();
     EXPECT_NE(e.status().message().find("io_mode=direct"), std::string::npos) << e.status().ToString();
@@ -139,7 +139,7 @@ void ExpectDirectRefusedLeavesRootUnchanged(const std::string& root) {
   }
   // io_mode=auto falls back to buffered there, and opens.
   EngineOptions o = Options(root);
-  auto e = Engine::Open(o);
+  auto e = test::OpenWithJobs(o);
   ASSERT_TRUE(e.ok()) << e.status().ToString();
   EXPECT_NE(e.value()->Describe().find("O_DIRECT unavailable"), std::string::npos) << e.value()->Describe();
 }

@@ -62,7 +62,7 @@ void RaiseTo(std::atomic<uint64_t>& max, uint64_t v) {
   o.anonymous_temporaries = who % 2 == 0;      // both publication forms
   o.temp_max_age_s = 3600;
   const uint64_t t0 = NowUs();
-  auto e = Engine::Open(o);
+  auto e = test::OpenWithJobs(o);
   if (!e.ok()) {
     progress->open_failed.fetch_add(1);
     _exit(3);
@@ -95,7 +95,7 @@ void RaiseTo(std::atomic<uint64_t>& max, uint64_t v) {
     if (n % 7 == 0) {
       std::vector<uint8_t> got;
       const uint64_t i = rng() % kKeySpace;
-      if (LoadOne(*e.value(), Key(i), &got).ok() && got != ContentFor(i)) _exit(5);  // wrong bytes served
+      if (LoadOne(e.value(), Key(i), &got).ok() && got != ContentFor(i)) _exit(5);  // wrong bytes served
     }
   }
   _exit(0);
@@ -145,7 +145,7 @@ void RaiseTo(std::atomic<uint64_t>& max, uint64_t v) {
 TEST(CrashSuite, WritersFsckAndGcKilledAtRandomPointsLeaveOnlyEntriesWithTheirOwnBytes) {
   test::TempDir dir;
   {
-    auto e = Engine::Open(Options(dir.path()));
+    auto e = test::OpenWithJobs(Options(dir.path()));
     ASSERT_TRUE(e.ok());
   }
   const int rounds = 60 * Soak();
@@ -194,7 +194,7 @@ TEST(CrashSuite, WritersFsckAndGcKilledAtRandomPointsLeaveOnlyEntriesWithTheirOw
   // Restart: temporaries of every age are swept, every entry verifies and holds its key's bytes.
   EngineOptions o = Options(dir.path());
   o.temp_max_age_s = 0;
-  auto e = Engine::Open(o);
+  auto e = test::OpenWithJobs(o);
   ASSERT_TRUE(e.ok());
   auto ns = Namespace::OpenExisting(dir.path(), NsPath(o).substr(dir.path().size() + 1));
   ASSERT_TRUE(ns.ok());
@@ -213,7 +213,7 @@ TEST(CrashSuite, WritersFsckAndGcKilledAtRandomPointsLeaveOnlyEntriesWithTheirOw
     std::memcpy(&i, k.data() + 8, 8);
     ASSERT_EQ(k, Key(i));
     std::vector<uint8_t> got;
-    Status s = LoadOne(*e.value(), k, &got);
+    Status s = LoadOne(e.value(), k, &got);
     ASSERT_TRUE(s.ok()) << "published entry " << i << " fails verification: " << s.ToString();
     ASSERT_EQ(got, ContentFor(i)) << "entry " << i << " holds other bytes";
     ++verified;

@@ -145,10 +145,10 @@ TEST_P(FaultSuite, EveryPathEveryErrorKeepsTheEngineServingWithNoWrongBytes) {
         // deadline" case sets 150 ms, which a clean store under TSan on two busy cores can take (a CI failure).
         EngineOptions clean_o = o;
         clean_o.op_timeout_ms = 60000;
-        auto clean = Engine::Open(clean_o);
+        auto clean = test::OpenWithJobs(clean_o);
         ASSERT_TRUE(clean.ok()) << clean.status().ToString();
         for (uint64_t i = 0; i < kPreset; ++i) {
-          Status st = StoreOne(*clean.value(), i);
+          Status st = StoreOne(clean.value(), i);
           ASSERT_TRUE(st.ok()) << "clean store " << i << ": " << st.ToString();
         }
       }
@@ -163,7 +163,9 @@ TEST_P(FaultSuite, EveryPathEveryErrorKeepsTheEngineServingWithNoWrongBytes) {
       });
       ASSERT_TRUE(opened.ok()) << opened.status().ToString();
       reactors_seen = std::max(reactors_seen, static_cast<EngineImpl&>(*opened.value()).reactors());
-      Engine& e = *opened.value();
+      auto with_jobs = test::WithJobs(std::move(opened).value());
+      ASSERT_TRUE(with_jobs.ok()) << with_jobs.status().ToString();
+      test::JobEngine& e = *with_jobs;
       // Loads of present entries and stores of new ones, interleaved, twice.
       uint64_t case_dropped = 0;
       for (int pass = 0; pass < 2; ++pass) {
@@ -188,7 +190,7 @@ TEST_P(FaultSuite, EveryPathEveryErrorKeepsTheEngineServingWithNoWrongBytes) {
           case_dropped += !w.ok();
         }
       }
-      EXPECT_GE(e.Stats().stores_dropped, case_dropped) << "a dropped store was not counted";
+      EXPECT_GE(e->Stats().stores_dropped, case_dropped) << "a dropped store was not counted";
       if (c.recovers) {
         // Past the faulty ops (the rules cover the first 40 of their code): the engine serves normally again.
         uint64_t k = 900;
@@ -203,21 +205,21 @@ TEST_P(FaultSuite, EveryPathEveryErrorKeepsTheEngineServingWithNoWrongBytes) {
         ASSERT_TRUE(s.ok()) << s.ToString();
         EXPECT_EQ(got, ContentFor(k));
       }
-      EXPECT_NE(e.Describe(), "");
+      EXPECT_NE(e->Describe(), "");
       uint64_t injected = 0;
       for (size_t k = 0; k < io::kNumOpCodes; ++k) injected += tally.errors[k].load();
       faults_by_path[c.name.substr(0, c.name.find(' '))] += injected;
-      opened.value().reset();
+      e.reset();
       // Whatever was published under faults verifies and holds the bytes written for its key.
       o.temp_max_age_s = 0;
       o.disk_budget_bytes = 0;
       o.op_timeout_ms = 60000;  // no faults now: a late load here would read as an entry that fails verification
-      auto check = Engine::Open(o);
+      auto check = test::OpenWithJobs(o);
       ASSERT_TRUE(check.ok());
       for (uint64_t i = 100; i < 100 + 2 * kNew; ++i) {
         if (check.value()->Lookup(Key(i)) != ChunkLocation::kDisk) continue;
         std::vector<uint8_t> got;
-        Status s = LoadOne(*check.value(), Key(i), &got);
+        Status s = LoadOne(check.value(), Key(i), &got);
         if (s.code() == StatusCode::kNotFound) continue;
         ASSERT_TRUE(s.ok()) << "an entry published under faults fails verification: " << s.ToString();
         EXPECT_EQ(got, ContentFor(i));

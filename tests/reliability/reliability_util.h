@@ -18,6 +18,7 @@
 #include "kvtier/engine.h"
 #include "layout/chunk_path.h"
 #include "layout/namespace.h"
+#include "support/job_engine.h"
 
 namespace kvtier::rel {
 
@@ -78,22 +79,23 @@ inline std::vector<CopySegment> Segments(std::vector<uint8_t>& bytes, uint64_t s
   return s;
 }
 
-// Stores key i with ContentFor(i, writer). Returns the chunk's status (kInternal if the job did not finish in 30 s).
-inline Status StoreOne(Engine& e, uint64_t i, uint64_t writer = 0, uint8_t tag = 0x3c) {
+// Stores key i with ContentFor(i, writer) through e's JobClient. Returns the chunk's status (kInternal if the job
+// did not finish in 30 s).
+inline Status StoreOne(test::JobEngine& e, uint64_t i, uint64_t writer = 0, uint8_t tag = 0x3c) {
   std::vector<uint8_t> data = ContentFor(i, writer);
-  auto id = e.SubmitStore({{Key(i, tag), 0, 0, Segments(data, e.block_stride())}});
+  auto id = e.jobs->SubmitStore({{Key(i, tag), 0, 0, Segments(data, e->block_stride())}});
   if (!id.ok()) return id.status();
-  auto r = e.Wait(id.value(), 30000);
+  auto r = e.jobs->Wait(id.value(), 30000);
   if (!r.ok()) return Status(StatusCode::kInternal, "job did not finish: " + r.status().ToString());
   return r->chunks[0].status;
 }
 
 // Loads key i into *out (filled with a sentinel first). On a miss *out must still be all sentinel.
-inline Status LoadOne(Engine& e, const ChunkKey& key, std::vector<uint8_t>* out) {
+inline Status LoadOne(test::JobEngine& e, const ChunkKey& key, std::vector<uint8_t>* out) {
   out->assign(kBlocks * kBlockBytes, 0xEE);
-  auto id = e.SubmitLoad({{key, 0, 0, Segments(*out, e.block_stride())}});
+  auto id = e.jobs->SubmitLoad({{key, 0, 0, Segments(*out, e->block_stride())}});
   if (!id.ok()) return id.status();
-  auto r = e.Wait(id.value(), 30000);
+  auto r = e.jobs->Wait(id.value(), 30000);
   if (!r.ok()) return Status(StatusCode::kInternal, "job did not finish: " + r.status().ToString());
   return r->chunks[0].status;
 }

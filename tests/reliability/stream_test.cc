@@ -200,9 +200,9 @@ TEST_P(StreamDeadline, AChunkReadPastItsDeadlineFailsAloneNeverReachesTheConsume
   {
     EngineOptions clean_o = o;
     clean_o.op_timeout_ms = 60000;
-    auto clean = Engine::Open(clean_o);
+    auto clean = test::OpenWithJobs(clean_o);
     ASSERT_TRUE(clean.ok()) << clean.status().ToString();
-    for (uint64_t i = 0; i < kChunks; ++i) ASSERT_TRUE(StoreOne(*clean.value(), i).ok()) << i;
+    for (uint64_t i = 0; i < kChunks; ++i) ASSERT_TRUE(StoreOne(clean.value(), i).ok()) << i;
   }
   // A deadline every clean read meets easily (also under TSan on two busy cores); the slow read misses it by 0.5 s.
   o.op_timeout_ms = 2000;
@@ -500,15 +500,20 @@ class KilledConsumer : public ::testing::Test {
     o_.op_timeout_ms = 60000;
     auto e = Engine::Open(o_);
     ASSERT_TRUE(e.ok()) << e.status().ToString();
-    engine_ = std::move(e.value());
+    engine_.engine = std::move(e.value());
     auto mine = StagingPool::Attach(engine_->pool_name());
     ASSERT_TRUE(mine.ok());
     StreamOptions so;
     so.max_window = 8;
     so.max_retries = 3;
-    pump_ = std::make_unique<StreamPump>(engine_.get(), std::move(mine.value()), so);
+    pump_ = std::make_unique<StreamPump>(engine_.engine.get(), std::move(mine.value()), so);
+    // The tests' own stores and loads go through the same pump (a pool's stream board has one owner).
+    auto jobs = policy::JobClient::Create(engine_.engine.get(), nullptr, {}, pump_.get());
+    ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
+    engine_.jobs = std::move(jobs).value();
   }
   void TearDown() override {
+    engine_.jobs.reset();
     pump_.reset();
     engine_.reset();
   }
@@ -516,17 +521,17 @@ class KilledConsumer : public ::testing::Test {
   test::TempDir dir_;
   EngineOptions o_;
   Consumer killed_, survivor_;
-  std::unique_ptr<Engine> engine_;
+  test::JobEngine engine_;  // its jobs go through pump_
   std::unique_ptr<StreamPump> pump_;
 };
 
 TEST_F(KilledConsumer, OfALoadStreamTheOwnersCloseReleasesEveryPinAndTheKeysStreamAgainToAnotherProcess) {
   constexpr uint32_t kChunks = 12, kAcked = 5;
-  Engine& e = *engine_;
+  test::JobEngine& e = engine_;
   for (uint64_t i = 0; i < kChunks; ++i) ASSERT_TRUE(StoreOne(e, i).ok()) << i;
   auto span = pump_->OpenLoad(Keys(0, kChunks), 1);
   ASSERT_TRUE(span.ok()) << span.status().ToString();
-  killed_.Send(1, *span, kAcked, 0, e.block_stride(), e.pool_name());
+  killed_.Send(1, *span, kAcked, 0, e->block_stride(), e->pool_name());
   // The consumer acked 5 chunks; the stream refilled its window (4 slots) with chunks 5-8, pinned and published,
   // and the consumer is copying them when it is killed.
   ASSERT_TRUE(WaitFor([&] { return killed_.sh->acked.load() == kAcked; })) << killed_.sh->acked.load();
@@ -537,7 +542,7 @@ TEST_F(KilledConsumer, OfALoadStreamTheOwnersCloseReleasesEveryPinAndTheKeysStre
   ASSERT_TRUE(WaitFor([&] { return killed_.sh->partial.load() == kSlots; }));
   EXPECT_EQ(killed_.sh->wrong.load(), 0u);
   // The pins hold while the stream is open: the pool has no slot to give (what the check after Close relies on).
-  EXPECT_EQ(e.ReserveForStore(Keys(1000, kSlots)).status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(e->ReserveForStore(Keys(1000, kSlots)).status().code(), StatusCode::kResourceExhausted);
   ASSERT_TRUE(killed_.Kill()) << "the consumer was not killed by SIGKILL";
   usleep(50 * 1000);
   auto p = pump_->Progress(span->id);
@@ -549,15 +554,15 @@ TEST_F(KilledConsumer, OfALoadStreamTheOwnersCloseReleasesEveryPinAndTheKeysStre
   // The request ends (finished or aborted): the owner closes its stream.
   pump_->Close(span->id);
   EXPECT_EQ(pump_->stats().open, 0u);
-  EXPECT_TRUE(EverySlotCanBeHad(e, 1000)) << "a pin of the killed consumer's stream outlived the stream";
-  EXPECT_EQ(e.Stats().pool_slots_in_use, 0u);
+  EXPECT_TRUE(EverySlotCanBeHad(*e, 1000)) << "a pin of the killed consumer's stream outlived the stream";
+  EXPECT_EQ(e->Stats().pool_slots_in_use, 0u);
 
   // Another consumer process streams the same keys: the board range and the pool are reused, every byte right.
   auto again = pump_->OpenLoad(Keys(0, kChunks), 1);
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_EQ(again->first_entry, span->first_entry);
   EXPECT_NE(again->tag, span->tag);
-  survivor_.Send(1, *again, UINT32_MAX, 0, e.block_stride(), e.pool_name());
+  survivor_.Send(1, *again, UINT32_MAX, 0, e->block_stride(), e->pool_name());
   ASSERT_TRUE(WaitFor([&] { return survivor_.sh->finished.load() == 1; }, 60));
   EXPECT_EQ(survivor_.sh->copied.load(), kChunks);
   EXPECT_EQ(survivor_.sh->acked.load(), kChunks);
@@ -565,8 +570,8 @@ TEST_F(KilledConsumer, OfALoadStreamTheOwnersCloseReleasesEveryPinAndTheKeysStre
   EXPECT_EQ(survivor_.sh->wrong.load(), 0u);
   ASSERT_TRUE(WaitFinished(*pump_, again->id));
   pump_->Close(again->id);
-  EXPECT_TRUE(EverySlotCanBeHad(e, 2000));
-  EXPECT_EQ(e.Stats().pool_slots_in_use, 0u);
+  EXPECT_TRUE(EverySlotCanBeHad(*e, 2000));
+  EXPECT_EQ(e->Stats().pool_slots_in_use, 0u);
   EXPECT_TRUE(survivor_.Exit());
   std::printf("killed consumer, load stream: %u chunks through %u slots; consumer SIGKILLed after %u acks with %u "
               "chunks published (%u pinned, being copied); after close every slot free; a second consumer process "
@@ -577,10 +582,10 @@ TEST_F(KilledConsumer, OfALoadStreamTheOwnersCloseReleasesEveryPinAndTheKeysStre
 
 TEST_F(KilledConsumer, OfAStoreStreamTheOwnersCloseStoresWhatWasAckedAndNothingHalfWritten) {
   constexpr uint32_t kChunks = 8, kAcked = 3, kFirst = 200;
-  Engine& e = *engine_;
+  test::JobEngine& e = engine_;
   auto span = pump_->OpenStore(Keys(kFirst, kChunks), 1);
   ASSERT_TRUE(span.ok()) << span.status().ToString();
-  killed_.Send(2, *span, kAcked, kFirst, e.block_stride(), e.pool_name());
+  killed_.Send(2, *span, kAcked, kFirst, e->block_stride(), e->pool_name());
   // The consumer filled and acked 3 chunks (committed: written and published); the stream granted the next 4 slots
   // and the consumer wrote half of each when it is killed.
   ASSERT_TRUE(WaitFor([&] { return killed_.sh->acked.load() == kAcked; }));
@@ -610,7 +615,7 @@ TEST_F(KilledConsumer, OfAStoreStreamTheOwnersCloseStoresWhatWasAckedAndNothingH
   // Nothing of the others: not on disk, not resident, not being written; a load misses and leaves its destination.
   uint32_t half_written_stored = 0;
   for (uint64_t i = kFirst + kAcked; i < kFirst + kChunks; ++i) {
-    EXPECT_EQ(e.Lookup(Key(i)), ChunkLocation::kAbsent) << "chunk " << i;
+    EXPECT_EQ(e->Lookup(Key(i)), ChunkLocation::kAbsent) << "chunk " << i;
     std::vector<uint8_t> got;
     Status s = LoadOne(e, Key(i), &got);
     EXPECT_FALSE(s.ok()) << "an unacked chunk was stored: " << i;
@@ -618,14 +623,14 @@ TEST_F(KilledConsumer, OfAStoreStreamTheOwnersCloseStoresWhatWasAckedAndNothingH
     half_written_stored += Exists(ChunkFile(o_, Key(i)));
   }
   EXPECT_EQ(half_written_stored, 0u);
-  EXPECT_TRUE(EverySlotCanBeHad(e, 1000)) << "a slot of the killed consumer's store stream stayed held";
-  EXPECT_EQ(e.Stats().pool_slots_in_use, 0u);
+  EXPECT_TRUE(EverySlotCanBeHad(*e, 1000)) << "a slot of the killed consumer's store stream stayed held";
+  EXPECT_EQ(e->Stats().pool_slots_in_use, 0u);
 
   // Another consumer process stores the same keys: the acked ones are skipped, the rest written whole.
   auto again = pump_->OpenStore(Keys(kFirst, kChunks), 1);
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->first_entry, span->first_entry);
-  survivor_.Send(2, *again, UINT32_MAX, kFirst, e.block_stride(), e.pool_name());
+  survivor_.Send(2, *again, UINT32_MAX, kFirst, e->block_stride(), e->pool_name());
   ASSERT_TRUE(WaitFor([&] { return survivor_.sh->finished.load() == 1; }, 60));
   EXPECT_EQ(survivor_.sh->skipped.load(), kAcked);
   EXPECT_EQ(survivor_.sh->acked.load(), kChunks - kAcked);
@@ -640,9 +645,9 @@ TEST_F(KilledConsumer, OfAStoreStreamTheOwnersCloseStoresWhatWasAckedAndNothingH
     EXPECT_EQ(got, ContentFor(i)) << i;
     loaded += got == ContentFor(i);
   }
-  EXPECT_TRUE(EverySlotCanBeHad(e, 2000));
-  EXPECT_EQ(e.Stats().pool_slots_in_use, 0u);
-  EXPECT_EQ(e.Stats().corrupt_entries, 0u);
+  EXPECT_TRUE(EverySlotCanBeHad(*e, 2000));
+  EXPECT_EQ(e->Stats().pool_slots_in_use, 0u);
+  EXPECT_EQ(e->Stats().corrupt_entries, 0u);
   EXPECT_TRUE(survivor_.Exit());
   std::printf("killed consumer, store stream: %u chunks through %u slots; consumer SIGKILLed after %u acks with "
               "%u slots granted (%u half filled); after close: %u stored byte for byte, %u half-written stored (0 "

@@ -23,6 +23,7 @@
 #include "layout/chunk_path.h"
 #include "layout/namespace.h"
 #include "layout/usage_ledger.h"
+#include "policy/job_client.h"
 #include "support/temp_dir.h"
 
 namespace kvtier {
@@ -142,6 +143,8 @@ class CliTest : public ::testing::Test {
                         : Engine::Open(Options(root_));
     ASSERT_TRUE(given || opened.ok()) << opened.status().ToString();
     std::unique_ptr<Engine>* e = given ? given : &opened.value();
+    auto client = policy::JobClient::Create(e->get());  // the slot path (docs/architecture.md, "One data path")
+    ASSERT_TRUE(client.ok()) << client.status().ToString();
     std::vector<uint8_t> host(kBlocks * kBlockBytes);
     for (uint64_t i = first; i < first + n; ++i) {
       std::mt19937_64 rng(i);
@@ -151,9 +154,9 @@ class CliTest : public ::testing::Test {
         segs.push_back({b * (*e)->block_stride(), reinterpret_cast<uint64_t>(host.data() + b * kBlockBytes),
                         kBlockBytes});
       }
-      auto id = (*e)->SubmitStore({ChunkTransfer{Key(i), 0, 0, segs}});
+      auto id = (*client)->SubmitStore({ChunkTransfer{Key(i), 0, 0, segs}});
       ASSERT_TRUE(id.ok());
-      auto r = (*e)->Wait(*id, 30000);
+      auto r = (*client)->Wait(*id, 30000);
       ASSERT_TRUE(r.ok() && r->all_ok());
     }
   }
@@ -582,7 +585,8 @@ TEST_F(CliTest, AnOpenEnginesDiskUsageFollowsAnExternalGc) {
   EXPECT_EQ(s.disk_bytes_used, 4 * file) << "the index still counts entries gc removed 30 s ago";
   EXPECT_EQ(s.disk_entries, 4u);
   int hits = 0;
-  for (uint64_t i = 0; i < 10; ++i) hits += (*e)->Lookup(Key(i)) == ChunkLocation::kDisk;
+  // Indexed (Stored): Lookup answers kDram for the stores' write-through copies.
+  for (uint64_t i = 0; i < 10; ++i) hits += (*e)->Stored(Key(i));
   EXPECT_EQ(hits, 4);
 }
 
