@@ -9,7 +9,8 @@
 # Env: OUT (results folder, default out/bench-io-box), DIR (the virtual disk's directory, default /var/tmp),
 #      ZRAM (SIZE like 16G: also measure an ext4 on /dev/zram0 of that size, reset afterwards, on failure too;
 #            scripts/h200/zram.sh), DEVICES (default "zram virtio" with ZRAM, "virtio" without), COPIERS (default
-#      "none host"), DEPTHS (default 16), TOTAL (bytes per phase, default 2GiB), REPEAT (default 4),
+#      "none host"), CHUNKS (chunk sizes, default 28MiB,2MiB), DEPTHS (default 16), TOTAL (bytes per phase,
+#      default 2GiB), REPEAT (default 4),
 #      RAW_ZRAM / RAW_VIRTIO (the raw baseline's variants per device; defaults below: every thread count and split
 #      on zram, whose copy runs in the submitting thread; fewer on the virtual disk, which threads do not speed up
 #      and where each phase takes seconds), REREAD (--reread N, default 0), BENCH_ARGS (more bench io arguments),
@@ -87,7 +88,7 @@ for ((r = 1; r <= runs; r++)); do
       [ "$runs" -gt 1 ] && name+=-run$r
       echo "== $name: run $r of $runs, $dir ($(date -u +%H:%M:%S) UTC, $(( $(date +%s) - start )) s in)"
       # shellcheck disable=SC2206,SC2054
-      args=(--dir "$dir" --copier "$copier" --chunk-sizes 28MiB,2MiB --depths "${DEPTHS:-16}"
+      args=(--dir "$dir" --copier "$copier" --chunk-sizes "${CHUNKS:-28MiB,2MiB}" --depths "${DEPTHS:-16}"
         --total "${TOTAL:-2GiB}" --repeat "${REPEAT:-4}" --reread "${REREAD:-0}" $raw ${BENCH_ARGS:-})
       if [[ ${TRACE:-0} == 1 && $dev == virtio ]]; then
         KVTIER_BIN="$bin" bench/io/trace_bench_io.sh "$logs/$name" "${args[@]}" --json "$json_dir/$name.json" \
