@@ -54,8 +54,8 @@ def _streamed_disk(pool, folder, commit, extra):
 
 
 # The lease of 2026-12-04 at ec332f3 (bench/results/h200/streamed-2026-12-04/README.md): every cell 3 query rounds.
-Q3 = ("--shape qwen2.5-32b --sizes 40k --docs 4 --concurrency 4 --max-num-seqs 2 --deadline-s 400 --start-timeout-s 240 "
-      "--run-timeout-s 240 --query-rounds 3")
+Q3 = ("--shape qwen2.5-32b --sizes 40k --docs 4 --concurrency 4 --max-num-seqs 2 --deadline-s 400 "
+      "--start-timeout-s 240 --run-timeout-s 240 --query-rounds 3")
 
 
 def _lease_1204(folder, system_args, tier, zram=True, **fields):
@@ -96,6 +96,12 @@ SOURCES = {
          "command": "DEVICES=virtio COPIERS=none REPEAT=4 scripts/h200/bench_io.sh 2 (depth 16, reactors auto: 16; "
                     "chunks placed on the least busy reactor, 845ec5a)",
          "files": ["bench/results/io/box-placed-2026-12-02/virtio/virtio-none-run*.json"]},
+        {"machine": "h200", "date": "2026-12-04",
+         "command": "ZRAM=24G DEVICES=zram COPIERS=none CHUNKS=64MiB DEPTHS=16 REPEAT=2 TOTAL=4GiB "
+                    "RAW_ZRAM='--raw-threads 8,16 --raw-split 4MiB' BENCH_ARGS='--raw-verify' "
+                    "scripts/h200/bench_io.sh 1 at 84998cc (the "
+                    "32B shape's 64 MiB chunks; --path stream: JobClient over the stream pump)",
+         "files": ["bench/results/io/box-64mib-2026-12-04/zram-none.json"]},
         {"machine": "cpu", "device": "virtio", "date": "2026-12-01",
          "command": "kvtier bench io --dir /var/tmp --reread 6 (copier host, three runs)",
          "files": [f"bench/results/io/bench-io-s6-final-run{i}-2026-12-01.json" for i in (1, 2, 3)]},
