@@ -14,13 +14,11 @@
 // default) would not change a single job's pipeline.
 //
 // Engine: one store job of N chunks from host buffers, then one load job of the same chunks into host buffers,
-// through Engine's public API with io_depth = depth. Besides the disk I/O it copies every byte between host memory
-// and its staging slot (the host copier's memcpy), checksums every block (XXH3), writes a temporary then link()s
-// it and unlinks the temporary name, and verifies every block on load. Those costs are what the ratio measures.
-//
-// --path stream (the default): the engine's side goes the way vLLM's does (JobClient: one store stream, then one
-// load stream, over the N keys, through StreamPump; the client's copier lanes, as many as the job path's, fill or copy
-// out each ready slot and ack it). --path job: the engine's own SubmitStore/SubmitLoad, for comparison.
+// with io_depth = depth, the way vLLM's go (docs/architecture.md, "One data path"): a JobClient stream over the N
+// keys through StreamPump, whose copier lanes (one per reactor) fill or copy out each ready slot and ack it. Besides
+// the disk I/O it copies every byte between host memory and its staging slot (the host copier's memcpy), checksums
+// every block (XXH3), writes a temporary then link()s it and unlinks the temporary name, and verifies every block on
+// load. Those costs are what the ratio measures.
 //
 // Files are the same size on both sides (a 4 KiB header plus the chunk payload), and both report GB/s of file
 // bytes (10^9 B/s) over the wall time of the phase. Runs alternate (raw, engine, engine, raw, ...) over
@@ -772,7 +770,7 @@ class EngineBench {
  public:
   EngineBench(const std::string& root, uint64_t chunk_bytes, uint32_t depth, IoBackend backend, IoMode mode,
               uint64_t salt, bool host_copier, uint32_t reactors = 0,
-              uint64_t read_piece_bytes = EngineOptions{}.read_piece_bytes, bool stream = false)
+              uint64_t read_piece_bytes = EngineOptions{}.read_piece_bytes)
       : root_(root), depth_(depth), salt_(salt) {
     if (mkdir(root_.c_str(), 0750) != 0 && errno != EEXIST) {
       throw CliError("cannot create " + root_ + ": " + std::strerror(errno));
@@ -797,7 +795,7 @@ class EngineBench {
     slot_bytes_ = kHeaderBytes + chunk_bytes;
     o.pool_bytes = 2ull * depth * slot_bytes_;
     pool_bytes_ = o.pool_bytes;
-    auto e = host_copier ? Engine::Open(o) : Engine::Open(o, std::make_unique<NullCopier>());
+    auto e = Engine::Open(o);
     if (!e.ok()) throw CliError("engine: " + e.status().message());
     engine_ = std::move(e.value());
     NamespaceIdentity id;
@@ -815,19 +813,15 @@ class EngineBench {
       KVTIER_BENIGN_RACE(host_.back().get(), chunk_bytes, "bench io: load destinations shared by chunks in flight");
     }
     if (!host_copier) FillPoolIncompressible();
-    if (stream) {
-      // --path stream: vLLM's path, through JobClient (docs/architecture.md, "One data path"): each job one stream
-      // of a StreamPump over the engine's slot API, its copies on as many copier lanes as the job path has (one per
-      // reactor), so both paths copy with the same parallelism.
-      policy::JobClientOptions co;
-      co.max_window = 2 * depth;  // the engine's per-job bound, as the vLLM manager sets it
-      co.copy_lanes = host_copier ? std::max<uint32_t>(1, engine_->reactors()) : 1;
-      auto client = policy::JobClient::Create(engine_.get(), host_copier ? nullptr : std::make_unique<NullCopier>(),
-                                              co);
-      if (!client.ok()) throw CliError("--path stream: " + client.status().ToString());
-      client_ = std::move(client).value();
-      lanes_ = co.copy_lanes;
-    }
+    // vLLM's path, through JobClient: each job one stream of a StreamPump over the engine's slot API, its copies
+    // on one copier lane per reactor (the host copier's lanes are threads: memcpys spread over cores).
+    policy::JobClientOptions co;
+    co.max_window = 2 * depth;  // a stream's window, as the vLLM manager sets it
+    co.copy_lanes = host_copier ? std::max<uint32_t>(1, engine_->reactors()) : 1;
+    auto client = policy::JobClient::Create(engine_.get(), host_copier ? nullptr : std::make_unique<NullCopier>(), co);
+    if (!client.ok()) throw CliError("job client: " + client.status().ToString());
+    client_ = std::move(client).value();
+    lanes_ = co.copy_lanes;
   }
 
   double Write(uint64_t n, uint32_t rep) { return Run(n, rep, JobKind::kStore); }
@@ -867,12 +861,12 @@ class EngineBench {
     return static_cast<double>(pieces) * static_cast<double>(slot_bytes_) / static_cast<double>(st.st_size);
   }
   StatsSnapshot Stats() const { return engine_->Stats(); }
-  // --path stream: the pump's counters over the last store or load stream ("" on the job path).
+  // The pump's counters over the last store or load stream.
   const std::string& StreamNote(bool store) const { return store ? store_note_ : load_note_; }
   // --copier none stores whatever the slots hold: fill every slot once, before any timed phase, with random words,
   // so that the data written is incompressible there too (a zram device compresses zero pages to nothing, which
   // would let the engine's writes skip work the raw writer pays). Only the slots' bytes: the pool's header, control
-  // lines and stream board stay as the engine wrote them (--path stream attaches to them).
+  // lines and stream board stay as the engine wrote them (the job client attaches to them).
   void FillPoolIncompressible() {
     auto pool = staging::StagingPool::Attach(engine_->pool_name());
     if (!pool.ok()) throw CliError("cannot attach to the engine's pool: " + pool.status().ToString());
@@ -927,18 +921,13 @@ class EngineBench {
     }
     std::vector<ChunkKey> keys;
     for (const ChunkTransfer& t : chunks) keys.push_back(t.key);
-    if (client_ && !store) EmptyDramTier(keys);
+    if (!store) EmptyDramTier(keys);
     const StatsSnapshot before = engine_->Stats();
-    const policy::StreamStats pump_before = client_ ? client_->stream_stats() : policy::StreamStats{};
+    const policy::StreamStats pump_before = client_->stream_stats();
     const auto t0 = Clock::now();
-    Result<JobId> id = Status(StatusCode::kInternal, "no job");
-    if (client_) {
-      id = store ? client_->SubmitStore(std::move(chunks)) : client_->SubmitLoad(std::move(chunks));
-    } else {
-      id = store ? engine_->SubmitStore(std::move(chunks)) : engine_->SubmitLoad(std::move(chunks));
-    }
+    Result<JobId> id = store ? client_->SubmitStore(std::move(chunks)) : client_->SubmitLoad(std::move(chunks));
     if (!id.ok()) throw CliError("engine: submit: " + id.status().message());
-    auto r = client_ ? client_->Wait(*id, 3600 * 1000) : engine_->Wait(*id, 3600 * 1000);
+    auto r = client_->Wait(*id, 3600 * 1000);
     const double secs = Seconds(t0, Clock::now());
     if (!r.ok()) throw CliError("engine: wait: " + r.status().message());
     if (!r->all_ok()) {
@@ -950,25 +939,23 @@ class EngineBench {
         }
       }
     }
-    if (client_) {
-      const policy::StreamStats pump_after = client_->stream_stats();
-      (store ? store_note_ : load_note_) =
-          "stream: " + std::to_string(pump_after.slot_waits - pump_before.slot_waits) + " slot waits, peak window " +
-          std::to_string(pump_after.peak_window) + ", " + std::to_string(lanes_) + " copier lanes";
-      // Every chunk must have crossed the disk, as in the job path: a load served from chunks still resident after
-      // their store (write-through) would measure memory, not the disk.
-      const StatsSnapshot after = engine_->Stats();
-      const uint64_t moved = store ? after.bytes_written - before.bytes_written : after.bytes_read - before.bytes_read;
-      if (moved < n * slot_bytes_) {
-        throw CliError(std::string("engine: stream ") + (store ? "store wrote " : "load read ") + FormatSize(moved) +
-                       " of " + FormatSize(n * slot_bytes_) + " (chunks served from the DRAM tier)");
-      }
+    const policy::StreamStats pump_after = client_->stream_stats();
+    (store ? store_note_ : load_note_) =
+        "stream: " + std::to_string(pump_after.slot_waits - pump_before.slot_waits) + " slot waits, peak window " +
+        std::to_string(pump_after.peak_window) + ", " + std::to_string(lanes_) + " copier lanes";
+    // Every chunk must have crossed the disk: a load served from chunks still resident after their store
+    // (write-through) would measure memory, not the disk.
+    const StatsSnapshot after = engine_->Stats();
+    const uint64_t moved = store ? after.bytes_written - before.bytes_written : after.bytes_read - before.bytes_read;
+    if (moved < n * slot_bytes_) {
+      throw CliError(std::string("engine: stream ") + (store ? "store wrote " : "load read ") + FormatSize(moved) +
+                     " of " + FormatSize(n * slot_bytes_) + " (chunks served from the DRAM tier)");
     }
     return secs;
   }
 
   // Untimed, before a stream load: chunks a stream store leaves resident (write-through DRAM tier) would be loaded
-  // from memory, where the job path's load reads every chunk from disk. Reserving every slot for keys never stored
+  // from memory, not from the disk this bench measures. Reserving every slot for keys never stored
   // evicts them (the tier's victims give way); giving the reservations back leaves the pool empty.
   // A slot whose write just ended may not give way yet: again until none of keys is resident (at most 10 s).
   void EmptyDramTier(const std::vector<ChunkKey>& keys) {
@@ -999,7 +986,6 @@ class EngineBench {
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<staging::StagingPool> attached_;  // --raw-buffers pool
   std::vector<Buffer> host_;
-  // --path stream
   uint32_t lanes_ = 1;
   std::string store_note_, load_note_;  // the last stream of each kind (--verbose)
   std::unique_ptr<policy::JobClient> client_;  // declared last: stopped before the engine goes
@@ -1249,10 +1235,6 @@ int RunBenchIo(int argc, char** argv) {
               "host copier (memcpy, as vLLM's CPU workers and the Python package's jobs copy), none = nobody "
               "(the engine's disk path alone: verified reads into slots, checksummed stores from slots, as when the "
               "CUDA copier or vLLM's workers move the bytes)", "host"},
-             {"path", "stream|job", "how the engine's transfers go: stream = vLLM's path (JobClient: a StreamPump "
-              "stream over the keys; copier lanes, as many as the job path's, fill or copy out each ready slot and "
-              "ack it; with --copier none they only ack), job = the engine's own SubmitStore/SubmitLoad (its reactors' "
-              "copier lanes copy between host buffers and slots)", "stream"},
              {"reactors", "N", "engine reactor threads (EngineOptions::reactors; 0 = auto, sized from the cores); the "
               "count used is printed with the engine's description", "0"},
              {"read-piece", "SIZE", "EngineOptions::read_piece_bytes: a load reads its chunk in pieces of about this "
@@ -1296,8 +1278,6 @@ int RunBenchIo(int argc, char** argv) {
   if (args.Has("trace-marks") && marks_path.empty()) throw UsageError("--trace-marks: needs a path");
   const std::string raw_memory = args.Choice("raw-buffers", "huge", {"huge", "heap", "shm", "pool"});
   const bool host_copier = args.Choice("copier", "host", {"host", "none"}) == "host";
-  const std::string path_s = args.Choice("path", "stream", {"stream", "job"});
-  const bool stream = path_s == "stream";
   const RawCeilingOptions ceiling = ParseRawCeiling(args);
   const uint64_t reactors = args.Uint("reactors", 0);
   const uint64_t read_piece = args.Size("read-piece", EngineOptions{}.read_piece_bytes);
@@ -1387,7 +1367,7 @@ int RunBenchIo(int argc, char** argv) {
         const double gb = static_cast<double>(row.files * file_bytes) / 1e9;
         EngineBench eng(base + "/engine", chunk, depth, backend, direct ? IoMode::kDirect : IoMode::kBuffered,
                         salt ^ (chunk * 1315423911u) ^ depth, host_copier, static_cast<uint32_t>(reactors),
-                        read_piece, stream);
+                        read_piece);
         RawBench raw(base + "/raw", file_bytes, depth, direct, raw_memory,
                      raw_memory == "pool" ? eng.PoolSlots(depth) : std::vector<uint8_t*>{}, touch);
         row.pool = eng.pool_bytes();
@@ -1566,10 +1546,8 @@ int RunBenchIo(int argc, char** argv) {
                         "  %s qd %u rep %u engine write %.3f GB/s (%s)\n  %s qd %u rep %u engine read  %.3f GB/s (%s)\n",
                         size, depth, rep, gb / raw_w, raw_wc.c_str(), size, depth, rep, gb / raw_r, raw_rc.c_str(),
                         size, depth, rep, gb / eng_w, eng_wc.c_str(), size, depth, rep, gb / eng_r, eng_rc.c_str());
-            if (stream) {
-              std::printf("  %s qd %u rep %u engine write %s\n  %s qd %u rep %u engine read  %s\n", size, depth, rep,
-                          eng.StreamNote(true).c_str(), size, depth, rep, eng.StreamNote(false).c_str());
-            }
+            std::printf("  %s qd %u rep %u engine write %s\n  %s qd %u rep %u engine read  %s\n", size, depth, rep,
+                        eng.StreamNote(true).c_str(), size, depth, rep, eng.StreamNote(false).c_str());
           }
           std::fflush(stdout);
           progress.Set(++steps);
@@ -1774,13 +1752,9 @@ int RunBenchIo(int argc, char** argv) {
     std::printf("GB/s: medians over rotations; ratios: medians over rotations, within one rotation\n");
   }
   std::printf("engine: %s\n", engine_described.c_str());
-  if (stream) {
-    std::printf("--path stream: the engine's transfers went through JobClient over StreamPump (vLLM's path: "
-                "OpenStore/OpenLoad, copier lanes %s each ready slot and ack it)\n",
-                host_copier ? "filling or copying out (the host copier, one thread per lane)" : "only acking");
-  } else {
-    std::printf("--path job: the engine's own SubmitStore/SubmitLoad (its reactors' copier lanes)\n");
-  }
+  std::printf("the engine's transfers went through JobClient over StreamPump (vLLM's path: OpenStore/OpenLoad, "
+              "copier lanes %s each ready slot and ack it)\n",
+              host_copier ? "filling or copying out (the host copier, one thread per lane)" : "only acking");
   const std::string xxh3(detail::Xxh3Variant());
   if (host_copier) {
     std::printf("the engine also copies every chunk between host memory and its staging slot and checksums it "
@@ -1804,7 +1778,7 @@ int RunBenchIo(int argc, char** argv) {
                   ", \"mode\": " + JsonString(mode_s) +
                   ", \"backend\": " + JsonString(backend_s) + ", \"raw_buffers\": " + JsonString(raw_memory) +
                   ", \"copier\": " + JsonString(host_copier ? "host" : "none") +
-                  ", \"path\": " + JsonString(path_s) +
+                  ", \"path\": \"stream\"" +
                   ", \"raw_threads\": [" + raw_threads_json + "], \"raw_split_bytes\": [" + raw_split_json +
                   "], \"raw_queue\": " + JsonString(ceiling.per_thread_queue ? "per-thread" : "total") +
                   ", \"reactors_option\": " + std::to_string(reactors) +

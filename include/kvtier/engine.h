@@ -1,23 +1,25 @@
 // Engine: kvtier's per-instance cache engine (scheduler side).
 //
 // An Engine owns a storage root's namespace, the in-memory index of published chunks, the staging pool in shared
-// memory, and EngineOptions::reactors reactor threads that drive all disk I/O (io_uring or POSIX, one ring each)
-// and the device copier.
+// memory (the DRAM tier, T1), and EngineOptions::reactors reactor threads that drive all disk I/O (io_uring or POSIX,
+// one ring each).
+//
+// Its job ends at the slot (docs/architecture.md, "One data path"): Promote reads and verifies a chunk into a pool
+// slot; a worker process (vLLM's, or policy::JobClient's copy thread for every other caller) copies it out of the
+// slot and unpins it. ReserveForStore hands out slots a worker fills; CommitStore writes and publishes them.
 //
 // Threads: every public method is thread-safe. Lookup runs on the caller's thread against the index (and, for
-// keys the index does not know, one stat of the chunk's file). Load and store jobs are queued to the reactors (each
-// chunk to one reactor, which alone does its I/O: where the same key's unfinished chunks are, else the least busy); a job's result comes back through
-// PollCompleted() or Wait() once all its chunks have finished.
+// keys the index does not know, one stat of the chunk's file). Promotions and committed stores are queued to the
+// reactors (each chunk to one reactor, which alone does its I/O: where the same key's unfinished chunks are, else the
+// least busy).
 //
-// Data path of a load, per chunk: acquire a staging slot (never more than 2 x io_depth slots per job at once, so a
-// job larger than the pool streams through it), open the chunk file, read its header and only the GPU blocks
-// asked for, verify the header and each block's checksum, mark the slot ready, hand it to the device copier, and
-// release the slot when the copy completes. Chunks of a job are copied out concurrently (one copier lane per
-// reactor): their destinations must not overlap. A store is the reverse: copy into a slot, write a uniquely named
-// temporary beside the final name, link() it into place (first writer wins), release the slot.
+// Data path of a promotion: open the chunk file, read its header and blocks into the slot (in pieces of
+// read_piece_bytes), verify the header and each block's checksum, mark the slot ready. A committed store: header and
+// checksums over the slot, write a uniquely named (or anonymous) temporary beside the final name, link() it into place
+// (first writer wins); the slot stays resident.
 //
-// Failure model: a missing, corrupt, foreign, late or unreadable chunk is a miss for that chunk (ChunkOutcome),
-// never wrong bytes. A store that cannot be written is dropped and counted. Neither stops the engine.
+// Failure model: a missing, corrupt, foreign, late or unreadable chunk is a miss for that chunk, never wrong bytes.
+// A store that cannot be written is dropped and counted. Neither stops the engine.
 #pragma once
 
 #include <cstdint>
@@ -35,41 +37,13 @@
 
 namespace kvtier {
 
-class DeviceCopier;  // src/transfer/device_copier.h
-
-using JobId = uint64_t;
-
-struct ChunkTransfer {
-  ChunkKey key;
-  uint32_t first_block = 0;   // loads: first GPU block of the chunk needed (X3); stores: must be 0
-  uint32_t num_blocks = 0;    // 0: through the end of the chunk; stores always write whole chunks
-  std::vector<CopySegment> segments;
-};
-
-struct ChunkOutcome {
-  ChunkKey key;
-  Status status;  // Ok, or why the chunk was a miss (loads) or dropped (stores)
-};
-
-struct JobResult {
-  JobId id = 0;
-  JobKind kind = JobKind::kLoad;
-  uint32_t chunks_ok = 0;
-  std::vector<ChunkOutcome> chunks;  // in request order
-  uint64_t bytes = 0;                // payload bytes read or written
-  int64_t latency_ns = 0;
-  bool all_ok() const { return chunks_ok == chunks.size(); }
-};
-
 enum class ChunkLocation { kAbsent, kDisk, kPending, kDram };
 
 class Engine {
  public:
   // Opens (creating if needed) the namespace for options.identity under options.root. Fails with a message naming
-  // the problem: a missing or read-only root, another identity's manifest, a bad option. The host (memcpy) copier
-  // is used unless one is given.
+  // the problem: a missing or read-only root, another identity's manifest, a bad option.
   static Result<std::unique_ptr<Engine>> Open(const EngineOptions& options);
-  static Result<std::unique_ptr<Engine>> Open(const EngineOptions& options, std::unique_ptr<DeviceCopier> copier);
 
   virtual ~Engine() = default;  // waits for in-flight I/O, then stops the reactor
 
@@ -77,15 +51,6 @@ class Engine {
   virtual ChunkLocation Lookup(const ChunkKey& key) = 0;
   // The number of leading keys that are present (kDisk), the longest cached prefix.
   virtual size_t LookupPrefix(std::span<const ChunkKey> keys) = 0;
-
-  // Queue a job; returns its id at once. Requests are validated (block ranges, segment bounds) before queueing.
-  virtual Result<JobId> SubmitLoad(std::vector<ChunkTransfer> chunks) = 0;
-  virtual Result<JobId> SubmitStore(std::vector<ChunkTransfer> chunks) = 0;
-
-  // Completed jobs since the last call (non-blocking). A job is reported exactly once, by this or by Wait.
-  virtual std::vector<JobResult> PollCompleted() = 0;
-  // Waits up to timeout_ms for job id; kTimedOut if it is still running, kNotFound if unknown or already reported.
-  virtual Result<JobResult> Wait(JobId id, int64_t timeout_ms) = 0;
 
   // --- Slot-resident chunks: the DRAM tier (T1, T2) and the path of vLLM's worker processes ------------------
   // A chunk becomes resident in a staging slot when Promote reads and verifies it, or when a worker process fills a
@@ -110,7 +75,7 @@ class Engine {
   // down; else the write's error), which it forgets. The answer is the store's own: an eviction of the entry after
   // its publish does not change it (Stored does). One watch per key at a time (ReserveForStore grants one slot per
   // key); watching a key again forgets what was kept for it; a watch nobody takes stays until the engine closes.
-  // Only committed stores (the slot path) answer, not the job API's. Thread-safe.
+  // Thread-safe.
   virtual void WatchStore(const ChunkKey& key) = 0;
   virtual std::optional<Status> TakeStoreOutcome(const ChunkKey& key) = 0;
   // Pins resident chunks for a transfer (a pinned slot is never evicted or reused). kNotFound names the first key
@@ -124,6 +89,13 @@ class Engine {
   // The worker filled the reserved slots of keys (success) or gave up (!success: the slots are released). On
   // success the chunks are written and published asynchronously and stay resident (write-through DRAM tier).
   virtual void CommitStore(std::span<const ChunkKey> keys, bool success) = 0;
+
+  // The job API's loads (policy::JobClient, a client of the slot path) in the engine's counters, so that Stats()
+  // shows them beside the promotions they made: a load job started, and one that ended (all_ok: every chunk
+  // loaded; chunks_loaded of them; bytes_needed: the payload bytes its chunks asked for; latency_ns: submit to end).
+  virtual void CountClientLoadStarted() = 0;
+  virtual void CountClientLoadEnded(bool all_ok, uint32_t chunks_loaded, uint64_t bytes_needed,
+                                    int64_t latency_ns) = 0;
 
   // Enforce the disk budget now (down to the low watermark). Returns bytes evicted.
   virtual Result<uint64_t> EvictToBudget() = 0;

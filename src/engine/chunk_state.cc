@@ -7,15 +7,12 @@ namespace kvtier {
 const char* ChunkStateName(ChunkState s) {
   switch (s) {
     case ChunkState::kQueued: return "queued";
-    case ChunkState::kJoined: return "joined";
     case ChunkState::kOpening: return "opening";
-    case ChunkState::kCopyingIn: return "copying-in";
     case ChunkState::kMakingDir: return "making-dir";
     case ChunkState::kCreating: return "creating";
     case ChunkState::kWaitingForDisk: return "waiting-for-disk";
     case ChunkState::kTransferring: return "transferring";
     case ChunkState::kVerifying: return "verifying";
-    case ChunkState::kCopyingOut: return "copying-out";
     case ChunkState::kSyncing: return "syncing";
     case ChunkState::kClosing: return "closing";
     case ChunkState::kLinking: return "linking";
@@ -43,23 +40,17 @@ bool LegalChunkTransition(JobKind kind, ChunkState from, ChunkState to) {
   switch (to) {
     case S::kQueued:
       return false;
-    case S::kJoined:
     case S::kOpening:
       return load && from == S::kQueued;
-    case S::kCopyingIn:
-      return store && from == S::kQueued;
     case S::kMakingDir:
     case S::kCreating:
-      return store && from_any({S::kQueued, S::kCopyingIn, S::kMakingDir, S::kCreating, S::kTransferring,
-                                S::kLinking});
+      return store && from_any({S::kQueued, S::kMakingDir, S::kCreating, S::kTransferring, S::kLinking});
     case S::kWaitingForDisk:
       return (load && from == S::kOpening) || (store && from == S::kCreating);
     case S::kTransferring:
       return from == S::kWaitingForDisk;
     case S::kVerifying:
       return load && from == S::kTransferring;
-    case S::kCopyingOut:
-      return load && from_any({S::kJoined, S::kVerifying});
     case S::kSyncing:
       return store && from == S::kTransferring;
     case S::kClosing:
@@ -67,7 +58,7 @@ bool LegalChunkTransition(JobKind kind, ChunkState from, ChunkState to) {
     case S::kLinking:
       return store && from_any({S::kTransferring, S::kSyncing, S::kClosing, S::kMakingDir});
     case S::kSucceeded:
-      return load ? from_any({S::kJoined, S::kVerifying, S::kCopyingOut}) : from_any({S::kQueued, S::kLinking});
+      return load ? from == S::kVerifying : from_any({S::kQueued, S::kLinking});
     case S::kFailed:
       return !IsFinished(from);
     case S::kReleased:

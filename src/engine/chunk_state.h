@@ -1,12 +1,12 @@
-// The state of one chunk of a load or store job on its reactor (src/engine/reactor.cc), and which moves between
-// states are legal. Every change of Chunk::state goes through EngineImpl::SetState, which checks
-// LegalChunkTransition in debug builds (an illegal move aborts naming both states).
+// The state of one chunk of a promotion (load) or a committed store on its reactor (src/engine/reactor.cc), and
+// which moves between states are legal. Every change of Chunk::state goes through EngineImpl::SetState, which
+// checks LegalChunkTransition in debug builds (an illegal move aborts naming both states). Both start from a slot
+// the DRAM tier gave them (docs/architecture.md, "One data path"): a load's ends verified in it, a store's is
+// written from it.
 //
-// Load:  kQueued -> kOpening -> kWaitingForDisk -> kTransferring -> kVerifying -> [kCopyingOut] -> kSucceeded
-//        kQueued -> kJoined (another chunk's read of the same key, or a DRAM-resident slot) -> [kCopyingOut] ->
-//        kSucceeded                                         ([...]: skipped when there is nothing to copy out)
-// Store: kQueued -> [kCopyingIn] -> kMakingDir* -> kCreating -> kWaitingForDisk -> kTransferring -> [kSyncing] ->
-//        [kClosing] -> kLinking -> kSucceeded; kQueued -> kSucceeded (already published: deduplicated).
+// Load:  kQueued -> kOpening -> kWaitingForDisk -> kTransferring -> kVerifying -> kSucceeded
+// Store: kQueued -> kMakingDir* -> kCreating -> kWaitingForDisk -> kTransferring -> [kSyncing] -> [kClosing] ->
+//        kLinking -> kSucceeded; kQueued -> kSucceeded (already published: deduplicated).
 //        kMakingDir: one level at a time, and again when the directory vanished (at open, or at the link of an
 //        anonymous temporary: then kMakingDir -> kLinking); an ENOSPC retry goes back to kMakingDir or kCreating.
 // Any state before kSucceeded -> kFailed (a miss or a dropped store; operations still in flight keep its
@@ -21,16 +21,13 @@
 namespace kvtier {
 
 enum class ChunkState : uint8_t {
-  kQueued,          // in its part, not started (waiting for a slot or the job's share of them)
-  kJoined,          // load: copies from a shared read or a resident slot; holds nothing of its own
+  kQueued,          // in its part, not started (a store waiting for the job's share of the reactor's writes)
   kOpening,         // load: the entry's open in flight
-  kCopyingIn,       // store: the device -> slot copy in flight
   kMakingDir,       // store: a fan-out mkdir in flight
   kCreating,        // store: the temporary's open in flight
   kWaitingForDisk,  // file open, queued for a place at the disk (io_depth)
   kTransferring,    // reads or writes at the disk
   kVerifying,       // load: reads back, queued for verification
-  kCopyingOut,      // load: verified; the slot -> destination copy in flight
   kSyncing,         // store: fsync in flight
   kClosing,         // store: the named temporary's close in flight (before its link, M1)
   kLinking,         // store: link to the final name in flight

@@ -1,5 +1,5 @@
-// The engine's caller-side half: options, open (reactors, copier lanes, pool, index), lookups, job submission (split
-// into one part per reactor), capacity and the DRAM tier. The reactors' loop is in reactor.cc; engine_impl.h has
+// The engine's caller-side half: options, open (reactors, pool, index), lookups, the queueing of its own jobs
+// (promotions, committed stores: one part per reactor), capacity and the DRAM tier. The reactors' loop is in reactor.cc; engine_impl.h has
 // threads and ownership.
 #include <fcntl.h>
 #include <sched.h>
@@ -16,7 +16,6 @@
 #include <sstream>
 
 #include "engine/engine_impl.h"
-#include "engine/transfer_check.h"
 #include "layout/chunk_path.h"
 #include "layout/scan.h"
 #include "layout/shared_fs.h"
@@ -87,30 +86,21 @@ std::optional<io::DirectIoInfo> ProbeDirectIoBeforeOpen(const EngineOptions& o) 
 }  // namespace
 
 Result<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& options) {
-  return EngineImpl::Create(options, CreateHostCopier());
+  return EngineImpl::Create(options);
 }
 
-Result<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& options, std::unique_ptr<DeviceCopier> copier) {
-  if (!copier) return Status(StatusCode::kInvalidArgument, "Engine::Open: copier is null");
-  return EngineImpl::Create(options, std::move(copier));
-}
-
-Result<std::unique_ptr<Engine>> EngineImpl::Create(const EngineOptions& options,
-                                                   std::unique_ptr<DeviceCopier> copier,
-                                                   std::unique_ptr<io::IoEngine> io) {
-  if (!io) return Create(options, std::move(copier), IoFactory());
+Result<std::unique_ptr<Engine>> EngineImpl::Create(const EngineOptions& options, std::unique_ptr<io::IoEngine> io) {
+  if (!io) return Create(options, IoFactory());
   auto given = std::make_shared<std::unique_ptr<io::IoEngine>>(std::move(io));
   auto engine = std::make_unique<EngineImpl>(Passkey{});
-  Status s = engine->Init(options, std::move(copier), [given](uint32_t) { return std::move(*given); },
-                          /*forced_reactors=*/1);
+  Status s = engine->Init(options, [given](uint32_t) { return std::move(*given); }, /*forced_reactors=*/1);
   if (!s.ok()) return s;
   return std::unique_ptr<Engine>(std::move(engine));
 }
 
-Result<std::unique_ptr<Engine>> EngineImpl::Create(const EngineOptions& options,
-                                                   std::unique_ptr<DeviceCopier> copier, IoFactory io_factory) {
+Result<std::unique_ptr<Engine>> EngineImpl::Create(const EngineOptions& options, IoFactory io_factory) {
   auto engine = std::make_unique<EngineImpl>(Passkey{});
-  Status s = engine->Init(options, std::move(copier), std::move(io_factory), /*forced_reactors=*/0);
+  Status s = engine->Init(options, std::move(io_factory), /*forced_reactors=*/0);
   if (!s.ok()) return s;
   return std::unique_ptr<Engine>(std::move(engine));
 }
@@ -176,8 +166,7 @@ void EngineImpl::UnplaceChunk(const ChunkKey& key) {
   if (--it->second.second == 0) placed_.erase(it);
 }
 
-Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopier> copier, IoFactory io_factory,
-                        uint32_t forced_reactors) {
+Status EngineImpl::Init(const EngineOptions& options, IoFactory io_factory, uint32_t forced_reactors) {
   KVTIER_RETURN_IF_ERROR(options.Validate());
   options_ = options;
   // Tests: KVTIER_TEST_READ_PIECE_BYTES=N replaces the default read_piece_bytes (scripts/test.sh runs the sanitizer
@@ -281,28 +270,11 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
       options.dram_max_slots ? std::min(options.dram_max_slots, pool_->num_slots()) : pool_->num_slots();
   // R2: unused preloads hold at most half of the non-reserved slots, so they never crowd out the DRAM tier.
   dram_opts.max_unused_preloads = std::max<uint32_t>(1, (pool_->num_slots() - pool_opts.demand_reserve) / 2);
-  resident_ = std::make_unique<ResidentSet>(*pool_, dram_opts, stats_, [this](uint32_t slot) { FreeSlot(slot); });
+  resident_ = std::make_unique<ResidentSet>(*pool_, dram_opts, stats_, [this](uint32_t slot) {
+    pool_->MarkFree(slot);
+    pool_->Release(slot);
+  });
 
-  // Copier lanes: one copier per reactor where the copier can make more of its kind (DeviceCopier::CreateLane),
-  // otherwise one shared by every reactor.
-  std::unique_ptr<DeviceCopier> first = copier ? std::move(copier) : CreateHostCopier();
-  const std::string copier_name(first->name());
-  std::vector<std::unique_ptr<DeviceCopier>> more_lanes;
-  for (uint32_t i = 1; i < nreactors; ++i) {
-    auto more = first->CreateLane();
-    if (!more) break;
-    more_lanes.push_back(std::move(more));
-  }
-  more_lanes.insert(more_lanes.begin(), std::move(first));
-  for (auto& c : more_lanes) {
-    lanes_.push_back(std::make_unique<CopierLane>());
-    MutexLock lock(lanes_.back()->mu);
-    lanes_.back()->copier = std::move(c);
-  }
-  for (auto& r : reactors_) {
-    r->lane = lanes_[r->index % lanes_.size()].get();
-    r->lane->reactors.push_back(r.get());
-  }
   if (!options.trace_path.empty()) {
     auto trace = TraceRecorder::Open(options.trace_path);
     if (!trace.ok()) return trace.status().WithContext("option trace_path");
@@ -383,8 +355,7 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
     << pool_->num_slots() << " slots x " << slot_bytes_ << " B (reserve " << pool_opts.demand_reserve
     << "), DRAM tier " << tier::DramPolicyName(resident_->policy()) << " " << resident_->max_slots()
     << " slots; index " << disk_->entries() << " entries, " << disk_->bytes()
-    << " B; copier "
-    << copier_name << (lanes_.size() > 1 ? " x" + std::to_string(lanes_.size()) : "");
+    << " B";
   if (options.disk_budget_bytes) d << "; budget " << options.disk_budget_bytes << " B";
   d << "; usage " << (ledger_ ? "records in " + ns_->path() + "/usage (all hosts)"
                       : usage_ ? std::string("this host's counter") : std::string("this engine's index"));
@@ -392,14 +363,6 @@ Status EngineImpl::Init(const EngineOptions& options, std::unique_ptr<DeviceCopi
   if (orphan_pools_removed_) d << "; removed " << orphan_pools_removed_ << " orphaned pools of dead engines";
   describe_ = d.str();
 
-  for (auto& lane : lanes_) {
-    std::vector<io::IoEngine*> ios;
-    for (Reactor* r : lane->reactors) ios.push_back(r->io.get());
-    MutexLock lock(lane->mu);
-    lane->copier->SetWakeup([ios] {
-      for (io::IoEngine* io : ios) io->Wake();
-    });
-  }
   for (auto& r : reactors_) {
     Reactor* rp = r.get();
     r->thread = std::thread([this, rp] { ReactorMain(*rp); });
@@ -425,7 +388,6 @@ EngineImpl::~EngineImpl() {
   for (auto& r : reactors_) {
     if (r->thread.joinable()) r->thread.join();
   }
-  lanes_.clear();  // joins the copier threads before the pool goes away
   reactors_.clear();
 }
 
@@ -482,75 +444,31 @@ size_t EngineImpl::LookupPrefix(std::span<const ChunkKey> keys) {
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// Job submission (caller threads)
+// The engine's own jobs (caller threads): promotions and committed stores
 
-Status ValidateTransfer(JobKind kind, const ChunkTransfer& t, uint32_t blocks_per_chunk, uint64_t block_stride) {
-  const uint32_t bpc = blocks_per_chunk;
-  if (t.key.size() == 0) return Status(StatusCode::kInvalidArgument, "empty chunk key");
-  if (kind == JobKind::kStore && (t.first_block != 0 || (t.num_blocks != 0 && t.num_blocks != bpc))) {
-    return Status(StatusCode::kInvalidArgument, "stores write whole chunks (X3): first_block must be 0");
-  }
-  const uint32_t n = t.num_blocks ? t.num_blocks : bpc - std::min(t.first_block, bpc);
-  if (t.first_block >= bpc || n == 0 || t.first_block + n > bpc) {
-    return Status(StatusCode::kInvalidArgument, "block range [" + std::to_string(t.first_block) + ", +" +
-                                                    std::to_string(n) + ") outside a chunk of " +
-                                                    std::to_string(bpc) + " blocks");
-  }
-  const uint64_t span = static_cast<uint64_t>(n) * block_stride;
-  for (const CopySegment& s : t.segments) {
-    if (s.bytes == 0 || s.slot_offset + s.bytes > span || s.address == 0) {
-      return Status(StatusCode::kInvalidArgument,
-                    "copy segment (offset " + std::to_string(s.slot_offset) + ", " + std::to_string(s.bytes) +
-                        " B) outside the " + std::to_string(span) + " B transferred, or null address");
-    }
-  }
-  return Status::Ok();
-}
-
-Status EngineImpl::ValidateTransfer(JobKind kind, const ChunkTransfer& t) const {
-  return kvtier::ValidateTransfer(kind, t, options_.identity.blocks_per_chunk, block_stride_);
-}
-
-Result<JobId> EngineImpl::SubmitLoad(std::vector<ChunkTransfer> chunks) {
-  return Enqueue(JobKind::kLoad, std::move(chunks));
-}
-
-Result<JobId> EngineImpl::SubmitStore(std::vector<ChunkTransfer> chunks) {
-  return Enqueue(JobKind::kStore, std::move(chunks));
-}
-
-Result<JobId> EngineImpl::Enqueue(JobKind kind, std::vector<ChunkTransfer> chunks, std::vector<int> preset_slots,
-                                  bool internal) {
+Status EngineImpl::Enqueue(JobKind kind, std::vector<ChunkKey> keys, std::vector<uint32_t> slots) {
   auto job = std::make_shared<Job>();
   job->kind = kind;
-  job->internal = internal;
   job->start_ns = io::NowNs();
-  for (size_t i = 0; i < chunks.size(); ++i) {
-    Status s = ValidateTransfer(kind, chunks[i]);
-    if (!s.ok()) return s.WithContext("chunk " + std::to_string(i));
+  for (size_t i = 0; i < keys.size(); ++i) {
     auto c = std::make_unique<Chunk>();
     c->job = job.get();
     c->index = i;
-    c->first_block = chunks[i].first_block;
-    c->num_blocks = chunks[i].num_blocks ? chunks[i].num_blocks
-                                         : options_.identity.blocks_per_chunk - chunks[i].first_block;
-    c->req = std::move(chunks[i]);
-    if (kind == JobKind::kLoad) {
-      for (const CopySegment& seg : c->req.segments) job->copy_out_bytes += seg.bytes;
-    }
-    if (i < preset_slots.size()) c->preset_slot = preset_slots[i];
-    c->rel_path = ChunkRelPath(c->req.key);
+    c->first_block = 0;
+    c->num_blocks = options_.identity.blocks_per_chunk;
+    c->key = std::move(keys[i]);
+    c->slot = slots[i];
+    c->rel_path = ChunkRelPath(c->key);
     job->chunks.push_back(std::move(c));
   }
   job->unfinished = static_cast<uint32_t>(job->chunks.size());
-  JobId id = next_job_id_.fetch_add(1);
-  job->id = id;
-  // One part per reactor the job has chunks on (I1); an empty job goes to reactor 0, which reports it.
+  job->id = next_job_id_.fetch_add(1);
+  // One part per reactor the job has chunks on (I1); an empty job goes to reactor 0, which finishes it.
   std::vector<std::unique_ptr<Part>> parts(reactors_.size());
   std::vector<uint32_t> placed(job->chunks.size(), 0);
   if (reactors_.size() > 1) {
     MutexLock lock(place_mu_);
-    for (size_t i = 0; i < job->chunks.size(); ++i) placed[i] = PlaceChunk(job->chunks[i]->req.key);
+    for (size_t i = 0; i < job->chunks.size(); ++i) placed[i] = PlaceChunk(job->chunks[i]->key);
   }
   for (size_t i = 0; i < job->chunks.size(); ++i) {
     auto& c = job->chunks[i];
@@ -569,50 +487,18 @@ Result<JobId> EngineImpl::Enqueue(JobKind kind, std::vector<ChunkTransfer> chunk
   }
   MutexLock cmd_lock(cmd_mu_);
   if (stop_) {
-    for (auto& c : job->chunks) UnplaceChunk(c->req.key);
+    for (auto& c : job->chunks) UnplaceChunk(c->key);
     return Status(StatusCode::kFailedPrecondition, "engine is shutting down");
   }
-  if (kind == JobKind::kLoad) {
-    if (!internal) stats_.loads_started.Add(1);  // promotions are counted by Promote
-  } else {
-    if (!internal) stats_.stores_started.Add(1);  // committed stores are counted by CommitStore
-    for (auto& c : job->chunks) disk_->AddPendingStore(c->req.key);
+  if (kind == JobKind::kStore) {
+    for (auto& c : job->chunks) disk_->AddPendingStore(c->key);
   }
   for (size_t ri = 0; ri < parts.size(); ++ri) {
     if (!parts[ri]) continue;
     commands_[ri].push_back(std::move(parts[ri]));
     reactors_[ri]->io->Wake();
   }
-  return id;
-}
-
-std::vector<JobResult> EngineImpl::PollCompleted() {
-  MutexLock lock(done_mu_);
-  std::vector<JobResult> out;
-  out.reserve(done_order_.size());
-  for (JobId id : done_order_) {
-    auto it = done_.find(id);
-    if (it == done_.end()) continue;  // already taken by Wait
-    out.push_back(std::move(it->second));
-    done_.erase(it);
-  }
-  done_order_.clear();
-  return out;
-}
-
-Result<JobResult> EngineImpl::Wait(JobId id, int64_t timeout_ms) {
-  MutexLock lock(done_mu_);
-  const bool got = done_cv_.WaitFor(done_mu_, std::chrono::milliseconds(timeout_ms), [&] {
-    done_mu_.AssertHeld();  // the predicate runs with it held (CondVar)
-    return done_.count(id) > 0;
-  });
-  if (!got) {
-    if (id == 0 || id >= next_job_id_.load()) return Status(StatusCode::kNotFound, "unknown job " + std::to_string(id));
-    return Status(StatusCode::kTimedOut, "job " + std::to_string(id) + " still running");
-  }
-  JobResult r = std::move(done_[id]);
-  done_.erase(id);
-  return r;
+  return Status::Ok();
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -779,19 +665,6 @@ void EngineImpl::RecordStoreOutcome(const ChunkKey& key, const Status& status) {
   if (it != store_outcomes_.end() && !it->second.has_value()) it->second = status;
 }
 
-std::optional<uint32_t> EngineImpl::AcquireSlotFor(Reactor& r) {
-  if (auto slot = resident_->AcquireSlot(staging::Priority::kDemand)) return slot;
-  if (reactors_.size() == 1) return std::nullopt;  // the only reactor frees slots itself and retries each iteration
-  // Record the wait before trying again: a slot freed in between either is seen by the retry or wakes us.
-  pool_waiters_.fetch_or(uint64_t{1} << r.index);
-  return resident_->AcquireSlot(staging::Priority::kDemand);
-}
-
-void EngineImpl::FreeSlot(uint32_t slot) {
-  pool_->MarkFree(slot);
-  pool_->Release(slot);
-  WakeWaiters(pool_waiters_);
-}
 
 void EngineImpl::WakeWaiters(std::atomic<uint64_t>& mask) {
   if (mask.load() == 0) return;
@@ -811,8 +684,7 @@ PromoteResult EngineImpl::Promote(const ChunkKey& key, bool speculative) {
   const std::optional<uint32_t> slot = resident_->BeginLoad(key, speculative, now, &result);
   if (!slot) return result;
   if (speculative) stats_.preload_started.Add(1);
-  auto id = Enqueue(JobKind::kLoad, {ChunkTransfer{key, 0, 0, {}}}, {static_cast<int>(*slot)}, /*internal=*/true);
-  if (!id.ok()) {
+  if (!Enqueue(JobKind::kLoad, {key}, {*slot}).ok()) {
     resident_->Loaded(key, *slot, 0, false, io::NowNs());
     return PromoteResult{PromoteState::kMiss, {}};
   }
@@ -833,7 +705,7 @@ Result<std::vector<std::optional<SlotRef>>> EngineImpl::ReserveForStore(std::spa
 
 void EngineImpl::CommitStore(std::span<const ChunkKey> keys, bool success) {
   std::vector<ChunkKey> written;
-  std::vector<int> slots;
+  std::vector<uint32_t> slots;
   resident_->Commit(keys, success, &written, &slots);
   // A key this commit does not write (given up, or no reservation of it filling) is dropped for its watcher.
   for (const ChunkKey& k : keys) {
@@ -842,17 +714,22 @@ void EngineImpl::CommitStore(std::span<const ChunkKey> keys, bool success) {
     }
   }
   if (written.empty()) return;
-  std::vector<ChunkTransfer> chunks;
-  chunks.reserve(written.size());
-  for (const ChunkKey& k : written) chunks.push_back(ChunkTransfer{k, 0, 0, {}});
   stats_.stores_started.Add(1);
-  auto id = Enqueue(JobKind::kStore, std::move(chunks), std::move(slots), /*internal=*/true);
-  if (!id.ok()) {
+  if (!Enqueue(JobKind::kStore, written, std::move(slots)).ok()) {
     for (const ChunkKey& k : written) {
       resident_->Written(k);  // shutting down: keep them resident, unwritten
       RecordStoreOutcome(k, Status(StatusCode::kFailedPrecondition, "engine is shutting down"));
     }
   }
+}
+
+void EngineImpl::CountClientLoadStarted() { stats_.loads_started.Add(1); }
+
+void EngineImpl::CountClientLoadEnded(bool all_ok, uint32_t chunks_loaded, uint64_t bytes_needed, int64_t latency_ns) {
+  (all_ok ? stats_.loads_completed : stats_.loads_failed).Add(1);
+  stats_.chunks_loaded.Add(chunks_loaded);
+  stats_.bytes_needed.Add(bytes_needed);
+  stats_.load_latency_us.Record(static_cast<uint64_t>(std::max<int64_t>(latency_ns, 0) / 1000));
 }
 
 StatsSnapshot EngineImpl::Stats() const {

@@ -2,7 +2,8 @@
 //
 // Threads and ownership (docs/architecture.md, "Threads and ownership"):
 // - reactors_: one Reactor per thread. Reactor r alone touches its io, its parts (jobs), their chunks, its op
-//   contexts, shared reads, in-flight stores and data queue. A chunk's reactor is chosen when its job is queued
+//   contexts, in-flight stores and data queue. Jobs are the engine's own: a promotion (one load chunk read into the
+//   DRAM tier's slot) and a committed store (chunks written from theirs). A chunk's reactor is chosen when its job is queued
 //   (PlaceChunk: the reactor of the key's unfinished chunks if any, else the one with the fewest unfinished chunks),
 //   so every step of a chunk runs on one thread, and every chunk of one key in flight on the same one. Other
 //   threads reach a reactor through its command queue (commands_, guarded by cmd_mu_) and io->Wake().
@@ -13,18 +14,16 @@
 // - resident_ (ResidentSet, src/engine/resident_set.h) is the DRAM tier (resident map, replacement policy, preload
 //   accounting) with a mutex of its own, and hands out every pool slot; it never sees the engine. Neither class is
 //   called with the other's lock held.
-// - A copier lane's mutex serializes Submit/Poll of its DeviceCopier (several reactors may share one lane).
-// - done_mu_ guards finished results; done_cv_ wakes Wait().
 // - outcome_mu_ guards the outcomes of watched committed stores (WatchStore); the reactor that finishes a store
 //   chunk records it. Taken with no other lock held.
-// - pool_ is shared memory: slot data is touched by the reactors (I/O buffers), the copier threads and, in vLLM,
-//   worker processes; the slot state words say who may touch a slot when.
+// - pool_ is shared memory: slot data is touched by the reactors (I/O buffers) and by the consumers that copy out of
+//   and into slots (vLLM's worker processes, policy::JobClient's copy thread); the slot state words say who may
+//   touch a slot when.
 #pragma once
 
 #include <sys/stat.h>
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -50,7 +49,6 @@
 #include "stats/stats.h"
 #include "tier/dram_tier.h"
 #include "trace/trace_recorder.h"
-#include "transfer/device_copier.h"
 #include "util/mutex.h"
 
 namespace kvtier {
@@ -74,20 +72,17 @@ class EngineImpl final : public Engine {
 
  public:
   explicit EngineImpl(Passkey) {}
-  // copier: null: the host copier. Reactors get copiers of their own where it can make them (CreateLane), else
-  // share it.
   // io: the I/O engine to use instead of the one options.backend selects (tests: fake, fault-injecting); the
   // engine then runs one reactor whatever options.reactors says.
-  static Result<std::unique_ptr<Engine>> Create(const EngineOptions& options, std::unique_ptr<DeviceCopier> copier,
+  static Result<std::unique_ptr<Engine>> Create(const EngineOptions& options,
                                                 std::unique_ptr<io::IoEngine> io = nullptr);
   // io_factory(r): reactor r's I/O engine (tests with several reactors: one fault-injecting engine each).
   using IoFactory = std::function<std::unique_ptr<io::IoEngine>(uint32_t reactor)>;
-  static Result<std::unique_ptr<Engine>> Create(const EngineOptions& options, std::unique_ptr<DeviceCopier> copier,
-                                                IoFactory io_factory);
+  static Result<std::unique_ptr<Engine>> Create(const EngineOptions& options, IoFactory io_factory);
   // The reactor count an engine with these options runs (options.reactors, else KVTIER_TEST_REACTORS, else auto).
   static uint32_t ResolveReactors(const EngineOptions& options, std::string* why = nullptr);
-  // I1: the reactor for a new chunk of `key`: the one its key's unfinished chunks run on (shared reads X4 and
-  // first-writer-wins stores are per reactor), else the one with the fewest unfinished chunks, so that a job's
+  // I1: the reactor for a new chunk of `key`: the one its key's unfinished chunks run on (first-writer-wins stores
+  // are per reactor), else the one with the fewest unfinished chunks, so that a job's
   // chunks spread evenly (by key hash, the busiest of 16 reactors got about twice the mean of a 73-chunk job and
   // held up the job: docs/architecture.md, "Threads and ownership"). UnplaceChunk when the chunk finishes.
   uint32_t PlaceChunk(const ChunkKey& key) REQUIRES(place_mu_);
@@ -99,10 +94,6 @@ class EngineImpl final : public Engine {
 
   ChunkLocation Lookup(const ChunkKey& key) override;
   size_t LookupPrefix(std::span<const ChunkKey> keys) override;
-  Result<JobId> SubmitLoad(std::vector<ChunkTransfer> chunks) override;
-  Result<JobId> SubmitStore(std::vector<ChunkTransfer> chunks) override;
-  std::vector<JobResult> PollCompleted() override;
-  Result<JobResult> Wait(JobId id, int64_t timeout_ms) override;
   Result<uint64_t> EvictToBudget() override;
   PromoteResult Promote(const ChunkKey& key, bool speculative) override;
   PromoteState Residency(const ChunkKey& key) override;
@@ -113,6 +104,8 @@ class EngineImpl final : public Engine {
   void Unpin(std::span<const ChunkKey> keys) override;
   Result<std::vector<std::optional<SlotRef>>> ReserveForStore(std::span<const ChunkKey> keys) override;
   void CommitStore(std::span<const ChunkKey> keys, bool success) override;
+  void CountClientLoadStarted() override;
+  void CountClientLoadEnded(bool all_ok, uint32_t chunks_loaded, uint64_t bytes_needed, int64_t latency_ns) override;
   StatsSnapshot Stats() const override;
   const EngineOptions& options() const override { return options_; }
   std::string Describe() const override;
@@ -126,9 +119,7 @@ class EngineImpl final : public Engine {
   struct Job;
   struct Part;
   struct Chunk;
-  struct ReadShare;
   struct Reactor;
-  struct CopierLane;
 
   // One I/O operation in flight; user_data of the IoOp is its id in the reactor's op_ctx. Each carries its own
   // completion handler (on_done), which OnCompletion calls after the bookkeeping every op shares (error counters,
@@ -166,26 +157,21 @@ class EngineImpl final : public Engine {
     io::IoOp op;
   };
 
-  Status Init(const EngineOptions& options, std::unique_ptr<DeviceCopier> copier, IoFactory io_factory,
-              uint32_t forced_reactors);
-  Result<JobId> Enqueue(JobKind kind, std::vector<ChunkTransfer> chunks, std::vector<int> preset_slots = {},
-                        bool internal = false);
-  Status ValidateTransfer(JobKind kind, const ChunkTransfer& t) const;
+  Status Init(const EngineOptions& options, IoFactory io_factory, uint32_t forced_reactors);
+  // Queues a job of the engine's own: a promotion (one key, into the slot the DRAM tier gave it) or a committed
+  // store (keys written from their slots). kFailedPrecondition once the engine is shutting down.
+  Status Enqueue(JobKind kind, std::vector<ChunkKey> keys, std::vector<uint32_t> slots);
 
   // Reactor r's thread; the methods below run on a chunk's reactor (Chunk::reactor) or the one named.
   void ReactorMain(Reactor& r);
   void StartWaitingChunks(Reactor& r);
   bool StartLoadChunk(Part& part, Chunk& c);
   bool StartStoreChunk(Part& part, Chunk& c);
-  // S1 across reactors: a slot for a chunk of part counts against the part's limit (2 x its reactor's depth) and
-  // the job's (2 x io_depth over all reactors). False: a limit is reached (the reactor is woken when the job's
-  // limit frees a place).
+  // I1/S1 across reactors: a committed store's chunk at the disk counts against its part's allowance (2 x its
+  // reactor's depth) and its job's (2 x io_depth over all reactors). False: an allowance is used up (the reactor
+  // is woken when the job's frees a place).
   bool TakeJobSlot(Part& part);
   void ReturnJobSlot(Chunk& c);
-  // A pool slot for demand work on reactor r; on failure r is recorded as waiting and woken when a slot is freed.
-  std::optional<uint32_t> AcquireSlotFor(Reactor& r);
-  // Frees a slot to the pool and wakes reactors waiting for one.
-  void FreeSlot(uint32_t slot);
   void WakeWaiters(std::atomic<uint64_t>& mask);
   // An op came back: shared bookkeeping, then the op's own handler (OpCtx::on_done), then the chunk's settling.
   void OnCompletion(Reactor& r, const io::IoCompletion& cqe);
@@ -198,12 +184,9 @@ class EngineImpl final : public Engine {
   void OnUnlinkEvictedDone(Reactor& r, const OpCtx& ctx, int64_t res);
   void OnRmdirFanoutDone(Reactor& r, const OpCtx& ctx, int64_t res);
   void TraceTransfer(Reactor& r, const OpCtx& ctx, int64_t res, const char* name);
-  void OnCopyDone(Reactor& r, const CopyDone& done);
-  void PollCopies(Reactor& r, std::vector<CopyDone>* done);
   void CheckDeadlines(Reactor& r);
   void SubmitOp(Reactor& r, OpCtx ctx, io::IoOp op);
   void RetryDeferredOps(Reactor& r);
-  void QueueLoadCopy(Chunk& c);
   void BeginStoreWrite(Chunk& c);
   void OpenTemporary(Chunk& c);
   // A store's fan-out directory that this engine has not created or seen yet: mkdirat through the I/O engine, one
@@ -221,9 +204,6 @@ class EngineImpl final : public Engine {
   // (unlinkat AT_REMOVEDIR through r's ring; ENOTEMPTY leaves it).
   void SubmitRmdirFanout(Reactor& r, const ChunkKey& key, int level);
   void Settle(Chunk& c);
-  void MaybeRetireShare(ReadShare* s);
-  // A new shared read owned by reactor r (Reactor::shares); MaybeRetireShare frees it.
-  ReadShare* NewShare(Reactor& r);
   void ForgetEntry(const ChunkKey& key);
   static const char* OpRoleName(OpRole r);
   void SubmitRead(Chunk& c, uint8_t* buf, uint64_t len, uint64_t offset, uint32_t piece_first = 0,
@@ -263,13 +243,12 @@ class EngineImpl final : public Engine {
   void MaybeTouchEntry(const Chunk& c);
   // Moves c to state `to`; in debug builds an illegal move (LegalChunkTransition) aborts naming both states.
   void SetState(Chunk& c, ChunkState to);
-  // Finishes c as failed (kFailed) with status; a no-op for a finished chunk. A share's leader fails its members.
+  // Finishes c as failed (kFailed) with status; a no-op for a finished chunk.
   void FailChunk(Chunk& c, Status status);
   // Finishes c: kSucceeded, or kFailed when its status says so; the job's last chunk publishes the result.
   void FinishChunk(Chunk& c);
-  // Every chunk of job has finished: record stats and trace, and hand the result to PollCompleted/Wait.
+  // Every chunk of job has finished: record stats and trace.
   void PublishJob(Job& job);
-  void FlushCopies(Reactor& r);
   // Counts, forgets and removes a bad entry (an empty directory too; a non-empty one stays and misses each time).
   // opened_ino: the inode the load verified (0: unknown); the name is removed only while it still points at it, so
   // a good entry republished under the name meanwhile stays (M1).
@@ -350,9 +329,8 @@ class EngineImpl final : public Engine {
   Mutex cmd_mu_;
   std::vector<std::deque<std::unique_ptr<Part>>> commands_ GUARDED_BY(cmd_mu_);
   bool stop_ GUARDED_BY(cmd_mu_) = false;
-  std::atomic<JobId> next_job_id_{1};
+  std::atomic<uint64_t> next_job_id_{1};  // names jobs in traces
 
-  std::vector<std::unique_ptr<CopierLane>> lanes_;
   std::vector<std::unique_ptr<Reactor>> reactors_;
   std::string reactors_why_;
   // PlaceChunk's state (several reactors only): per key with unfinished chunks its reactor and their count, per
@@ -361,8 +339,6 @@ class EngineImpl final : public Engine {
   std::unordered_map<ChunkKey, std::pair<uint32_t, uint32_t>, ChunkKeyHash> placed_ GUARDED_BY(place_mu_);
   std::vector<uint32_t> reactor_chunks_ GUARDED_BY(place_mu_);
   uint32_t place_next_ GUARDED_BY(place_mu_) = 0;  // where the search for the fewest starts: ties rotate
-  // Reactors (bit r) that found the pool without a free slot for demand work: FreeSlot wakes them.
-  std::atomic<uint64_t> pool_waiters_{0};
 
   // The disk index (C1): published entries, LRU, negative cache, pending stores, evictions in flight.
   std::unique_ptr<DiskIndex> disk_;
@@ -378,11 +354,6 @@ class EngineImpl final : public Engine {
   // engine takes comes through it.
   std::unique_ptr<ResidentSet> resident_;
 
-  Mutex done_mu_;
-  CondVar done_cv_;  // wakes Wait()
-  std::unordered_map<JobId, JobResult> done_ GUARDED_BY(done_mu_);
-  std::deque<JobId> done_order_ GUARDED_BY(done_mu_);
-
   // Committed stores whose outcome a committer watches (WatchStore): nullopt while not ended, then the store's
   // status. watched_ counts the entries, so a store nobody watches takes no lock.
   void RecordStoreOutcome(const ChunkKey& key, const Status& status) EXCLUDES(outcome_mu_);
@@ -393,17 +364,14 @@ class EngineImpl final : public Engine {
 
 // Shared by the job's parts (shared_ptr); what several reactors write is atomic, the rest is set before queueing.
 struct EngineImpl::Job {
-  JobId id = 0;
+  uint64_t id = 0;
   JobKind kind = JobKind::kLoad;
   int64_t start_ns = 0;
   std::vector<std::unique_ptr<Chunk>> chunks;  // request order; chunk i is touched only by its reactor
-  std::atomic<uint32_t> slots_held{0};  // <= 2 x io_depth over all reactors (S1): a job larger than the pool
-                                        // streams through it
+  std::atomic<uint32_t> slots_held{0};  // stores: chunks started, <= 2 x io_depth over all reactors (I1, S1)
   std::atomic<uint64_t> slot_waiters{0};  // reactors (bit r) that found slots_held at its limit
   std::atomic<uint32_t> unfinished{0};  // the reactor that brings it to 0 publishes the result
   std::atomic<uint64_t> bytes{0};
-  uint64_t copy_out_bytes = 0;  // loads: bytes of every chunk's segments (the host copier streams big jobs)
-  bool internal = false;  // promotions and committed stores: nobody waits for the result
 };
 
 // The chunks of one job that one reactor handles, in request order. Reactor-only.
@@ -419,22 +387,20 @@ struct EngineImpl::Chunk {
   Part* part = nullptr;
   Reactor* reactor = nullptr;
   size_t index = 0;
-  ChunkTransfer req;
-  uint32_t first_block = 0;
+  ChunkKey key;
+  uint32_t first_block = 0;     // loads: the blocks read (a promotion reads the whole chunk)
   uint32_t num_blocks = 0;
   ChunkState state = ChunkState::kQueued;  // changed only by EngineImpl::SetState (src/engine/chunk_state.h)
   Status status;                // set when the chunk fails (kFailed); Ok otherwise
-  int slot = -1;                // stores: the slot held; loads: see share
-  int preset_slot = -1;         // a resident slot: loads read into it, stores write from it; it stays resident
-  uint32_t slot_gen = 0;
-  bool counts_job_slot = false; // this chunk's slot counts against job->slots_held and part->slots_held
+  // The DRAM tier's slot (T1): a load reads into it, a store writes from it; it stays resident either way.
+  uint32_t slot = 0;
+  uint32_t slot_gen = 0;        // loads: the fill's generation (StagingPool::BeginFill)
+  bool ready = false;           // loads: verified and published ready in the slot
+  bool counts_job_slot = false; // this chunk counts against job->slots_held and part->slots_held
   bool counts_committed = false;  // a committed store counted in its reactor's committed_started
-  ReadShare* share = nullptr;   // loads: the shared read this chunk copies from
-  bool leads_share = false;
   bool pinned = false;          // loads: index entry pinned against eviction
   int fd = -1;
   uint32_t ops_in_flight = 0;
-  uint32_t copies_in_flight = 0;
   std::string rel_path;
   std::string tmp_path;
   bool tmp_exists = false;      // a named temporary to remove
@@ -458,49 +424,18 @@ struct EngineImpl::Chunk {
   std::vector<std::pair<uint32_t, uint32_t>> landed_unverified;  // pieces that landed before the header
 };
 
-// One read of a chunk's blocks into one slot, shared by every concurrent load of the same key whose blocks lie
-// inside it (X4). Owns the slot; released when the leader's I/O is quiescent and every member has finished.
-struct EngineImpl::ReadShare {
-  ChunkKey key;
-  Reactor* reactor = nullptr;
-  int slot = -1;
-  uint32_t slot_gen = 0;
-  uint32_t first_block = 0;
-  uint32_t num_blocks = 0;
-  bool ready = false;
-  bool failed = false;
-  bool io_done = false;
-  bool resident = false;        // the slot belongs to the DRAM tier: retiring never frees it
-  bool resident_pin = false;    // a DRAM hit: retiring unpins the resident chunk
-  std::vector<Chunk*> members;  // unfinished members only
-};
-
-// A DeviceCopier and the reactors that share it. Copy ids carry the submitting reactor's index in their low
-// 8 bits: a completion polled by another reactor goes to its owner's inbox.
-struct EngineImpl::CopierLane {
-  Mutex mu;  // Submit/Poll of copier
-  std::unique_ptr<DeviceCopier> copier PT_GUARDED_BY(mu);
-  std::vector<Reactor*> reactors;
-};
-
 // One reactor: one thread, one IoEngine (one io_uring ring, this thread its single issuer), and the state of the
-// chunks assigned to it. Everything but inbox (inbox_mu) is touched by its thread only.
+// chunks assigned to it. Everything is touched by its thread only.
 struct EngineImpl::Reactor {
   uint32_t index = 0;
   uint32_t depth = 0;  // chunks with data at the disk: ceil(io_depth / reactors) (I1)
   uint32_t trace_tid = 1;
   std::unique_ptr<io::IoEngine> io;
-  CopierLane* lane = nullptr;
   std::thread thread;
 
   std::deque<std::unique_ptr<Part>> jobs;  // FIFO: earlier jobs get slots first
   std::unordered_map<uint64_t, OpCtx> op_ctx;
   uint64_t next_op_id = 1;
-  std::unordered_map<uint64_t, Chunk*> copy_ctx;
-  uint64_t next_copy_seq = 1;
-  std::vector<CopyTask> copy_batch;
-  std::unordered_map<const ReadShare*, std::unique_ptr<ReadShare>> shares;  // owns every live shared read
-  std::unordered_map<ChunkKey, ReadShare*, ChunkKeyHash> read_shares;     // the joinable ones, by key
   std::unordered_map<ChunkKey, Chunk*, ChunkKeyHash> stores_in_flight;
   std::deque<DeferredOp> deferred_ops;
   // Both in admission order (Chunk::admitted), whatever order the opens came back in.
@@ -514,10 +449,6 @@ struct EngineImpl::Reactor {
   // commits are checksummed no further ahead of the disk than one large one (StartStoreChunk).
   uint32_t committed_started = 0;
   FanoutDirCache fanout_cache;
-
-  Mutex inbox_mu;
-  // Completions of this reactor's copies that another reactor of the lane polled.
-  std::vector<CopyDone> inbox GUARDED_BY(inbox_mu);
 };
 
 }  // namespace kvtier

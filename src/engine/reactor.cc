@@ -1,8 +1,9 @@
-// The reactor loop and the per-chunk state machines of loads and stores (states: src/engine/chunk_state.h).
+// The reactor loop and the per-chunk state machines of the engine's jobs (states: src/engine/chunk_state.h). Both
+// start from a slot the DRAM tier gave them (docs/architecture.md, "One data path"):
 //
-// Load, per chunk:  slot -> open -> read header + needed blocks -> verify -> slot ready -> copy out -> release.
-// Store, per chunk: slot -> copy in -> header + checksums -> open temporary -> write -> [fsync] -> link -> unlink
-//                   temporary -> index -> release.
+// Load (a promotion): open -> read header + blocks into the slot -> verify -> slot ready (resident) -> release.
+// Store (committed):  header + checksums over the filled slot -> open temporary -> write -> [fsync] -> link ->
+//                     unlink temporary -> index -> release (the slot stays resident).
 // A chunk that fails is finished at once (its job can complete with a miss), but its slot, fd and temporary are
 // released only when every operation it started has come back: the kernel may still be writing into the slot.
 #include <fcntl.h>
@@ -36,7 +37,6 @@ void EngineImpl::InsertByAdmission(std::deque<Chunk*>& q, Chunk* c) {
 
 void EngineImpl::ReactorMain(Reactor& r) {
   std::vector<io::IoCompletion> cqes;
-  std::vector<CopyDone> copies;
   for (;;) {
     bool stopping;
     {
@@ -50,68 +50,33 @@ void EngineImpl::ReactorMain(Reactor& r) {
     }
     StartWaitingChunks(r);
     PumpData(r);
-    FlushCopies(r);
     RetryDeferredOps(r);
     r.io->Flush();
     VerifyReadChunks(r);
-    FlushCopies(r);
     // Drop parts whose every chunk has settled (the job's result was published when its last chunk finished, on
     // whichever reactor that was); the job itself goes with its last part.
     std::erase_if(r.jobs, [](const std::unique_ptr<Part>& p) {
       for (Chunk* c : p->chunks) {
-        if (c->state != ChunkState::kReleased || c->ops_in_flight > 0 || c->copies_in_flight > 0) return false;
+        if (c->state != ChunkState::kReleased || c->ops_in_flight > 0) return false;
       }
       return true;
     });
-    if (stopping && r.jobs.empty() && r.op_ctx.empty() && r.copy_ctx.empty()) break;
+    if (stopping && r.jobs.empty() && r.op_ctx.empty()) break;
 
     cqes.clear();
-    const bool waiting = !r.op_ctx.empty() || !r.copy_ctx.empty() || !r.jobs.empty();
+    const bool waiting = !r.op_ctx.empty() || !r.jobs.empty();
     int rc = r.io->Reap(&cqes, waiting ? kReapWaitNs : -1);
     if (rc < 0 && rc != -EINTR && rc != -ETIME && rc != -ETIMEDOUT) {
       stats_.io_errors.Add(1);
     }
     for (const io::IoCompletion& cqe : cqes) OnCompletion(r, cqe);
     // Chunks whose data transfer finished freed places at the disk: start the next reads/writes before any
-    // checksum pass (loads' verification below, stores' in the copier's completions).
+    // checksum pass (loads' verification below).
     PumpData(r);
     r.io->Flush();
     VerifyReadChunks(r);
-    FlushCopies(r);
-    copies.clear();
-    PollCopies(r, &copies);
-    for (const CopyDone& d : copies) OnCopyDone(r, d);
     CheckDeadlines(r);
   }
-}
-
-void EngineImpl::PollCopies(Reactor& r, std::vector<CopyDone>* done) {
-  CopierLane& lane = *r.lane;
-  if (lane.reactors.size() == 1) {
-    MutexLock lock(lane.mu);
-    lane.copier->Poll(done);
-    return;
-  }
-  std::vector<CopyDone> polled;
-  {
-    MutexLock lock(lane.mu);
-    lane.copier->Poll(&polled);
-  }
-  for (CopyDone& d : polled) {
-    Reactor& owner = *reactors_[d.id & 0xff];
-    if (&owner == &r) {
-      done->push_back(std::move(d));
-      continue;
-    }
-    {
-      MutexLock lock(owner.inbox_mu);
-      owner.inbox.push_back(std::move(d));
-    }
-    owner.io->Wake();
-  }
-  MutexLock lock(r.inbox_mu);
-  for (CopyDone& d : r.inbox) done->push_back(std::move(d));
-  r.inbox.clear();
 }
 
 void EngineImpl::EndDataPhase(Chunk& c) {
@@ -154,7 +119,7 @@ void EngineImpl::PumpData(Reactor& r) {
     c->data_phase = true;
     r.data_in_flight++;
     if (c->job->kind == JobKind::kLoad) {
-      uint8_t* base = pool_->SlotData(c->share->slot);
+      uint8_t* base = pool_->SlotData(c->slot);
       const uint64_t piece = options_.read_piece_bytes;
       c->piece_blocks = piece == 0 ? c->num_blocks
                                    : static_cast<uint32_t>(std::clamp<uint64_t>(piece / block_stride_, 1, c->num_blocks));
@@ -363,10 +328,10 @@ void EngineImpl::OnOpenDone(Reactor& r, const OpCtx& ctx, int64_t res) {
         Status why(StatusCode::kCorrupt,
                    "open " + c->rel_path + " refused (" + std::string(strerror(static_cast<int>(-res))) +
                        "): a symlink or special file where a chunk belongs", static_cast<int>(-res));
-        QuarantineCorrupt(c->reactor->index, c->req.key, c->rel_path, why);
+        QuarantineCorrupt(c->reactor->index, c->key, c->rel_path, why);
         FailChunk(*c, why);
       } else if (res == -ENOENT) {
-        ForgetEntry(c->req.key);  // evicted by another instance, or never there
+        ForgetEntry(c->key);  // evicted by another instance, or never there
         FailChunk(*c, Status(StatusCode::kNotFound, "chunk file absent"));
       } else {
         FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "open " + c->rel_path));
@@ -390,9 +355,9 @@ void EngineImpl::OnOpenDone(Reactor& r, const OpCtx& ctx, int64_t res) {
       if (shape.code() != StatusCode::kCorrupt) {
         // fstat itself failed (EIO, ESTALE): the filesystem did not answer, which says nothing about the entry
       } else if (YoungOnSharedRoot(*c)) {
-        ForgetEntry(c->req.key);  // M1: maybe another host's entry whose data is not visible here yet
+        ForgetEntry(c->key);  // M1: maybe another host's entry whose data is not visible here yet
       } else {
-        QuarantineCorrupt(c->reactor->index, c->req.key, c->rel_path, shape, c->opened_ino);
+        QuarantineCorrupt(c->reactor->index, c->key, c->rel_path, shape, c->opened_ino);
       }
       FailChunk(*c, shape.WithContext(c->rel_path));
       return;
@@ -417,9 +382,9 @@ void EngineImpl::OnReadDone(Reactor& r, const OpCtx& ctx, int64_t res) {
     FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "read " + c->rel_path));
   } else if (res == 0) {
     if (YoungOnSharedRoot(*c)) {
-      ForgetEntry(c->req.key);  // M1: see YoungOnSharedRoot
+      ForgetEntry(c->key);  // M1: see YoungOnSharedRoot
     } else {
-      QuarantineCorrupt(c->reactor->index, c->req.key, c->rel_path,
+      QuarantineCorrupt(c->reactor->index, c->key, c->rel_path,
                         Status(StatusCode::kCorrupt, "file shorter than its header says"),
                         c->opened_ino);
     }
@@ -483,7 +448,7 @@ void EngineImpl::OnLinkDone(Reactor& r, const OpCtx& ctx, int64_t res) {
       const bool reserved = c->usage_reserved;
       if (reserved) UsageCommitReserved(slot_bytes_);
       c->usage_reserved = false;
-      PublishIndexed(r, c->req.key, slot_bytes_, /*linked=*/!reserved);
+      PublishIndexed(r, c->key, slot_bytes_, /*linked=*/!reserved);
     }
     return;
   }
@@ -492,7 +457,7 @@ void EngineImpl::OnLinkDone(Reactor& r, const OpCtx& ctx, int64_t res) {
     if (res == -EEXIST) stats_.stores_deduplicated.Add(1);
     if (res != 0 && c->usage_reserved) UsageRelease(slot_bytes_);  // not ours
     if (res == 0 && c->usage_reserved) UsageCommitReserved(slot_bytes_);
-    PublishIndexed(r, c->req.key, kHeaderBytes + uint64_t(options_.identity.blocks_per_chunk) * block_stride_,
+    PublishIndexed(r, c->key, kHeaderBytes + uint64_t(options_.identity.blocks_per_chunk) * block_stride_,
                    /*linked=*/res == 0 && !c->usage_reserved);
     c->usage_reserved = false;
     c->job->bytes += slot_bytes_;
@@ -525,69 +490,12 @@ void EngineImpl::CheckDeadlines(Reactor& r) {
 // ---------------------------------------------------------------------------------------------------------------
 // Loads
 
-bool EngineImpl::StartLoadChunk(Part& part, Chunk& c) {
+bool EngineImpl::StartLoadChunk(Part&, Chunk& c) {
   Reactor& r = *c.reactor;
   c.started_ns = io::NowNs();
   if (c.admitted == 0) c.admitted = r.next_admission++;
-  const bool promotion = c.preset_slot >= 0;
-  if (!promotion) {
-    stats_.bytes_needed.Add(uint64_t(c.num_blocks) * options_.identity.block_bytes);
-    // T2: a chunk resident in DRAM is copied from its slot; the disk is not touched.
-    if (std::optional<SlotRef> dram = resident_->PinIfReady(c.req.key)) {
-      ReadShare* s = NewShare(r);
-      s->key = c.req.key;
-      s->slot = static_cast<int>(dram->slot);
-      s->slot_gen = dram->generation;
-      s->first_block = 0;
-      s->num_blocks = options_.identity.blocks_per_chunk;
-      s->ready = s->io_done = true;
-      s->resident = s->resident_pin = true;
-      s->members.push_back(&c);
-      c.share = s;
-      c.leads_share = false;  // nothing to settle: the pseudo-share retires with its last member
-      SetState(c, ChunkState::kJoined);
-      QueueLoadCopy(c);
-      return true;
-    }
-    // X4: join a read of the same key already in flight (or ready) that covers our blocks.
-    auto sh = r.read_shares.find(c.req.key);
-    if (sh != r.read_shares.end()) {
-      ReadShare* s = sh->second;
-      if (!s->failed && c.first_block >= s->first_block &&
-          c.first_block + c.num_blocks <= s->first_block + s->num_blocks) {
-        c.share = s;
-        s->members.push_back(&c);
-        SetState(c, ChunkState::kJoined);  // followers hold nothing of their own
-        if (s->ready) QueueLoadCopy(c);
-        return true;
-      }
-    }
-  }
-  uint32_t slot;
-  if (promotion) {
-    slot = static_cast<uint32_t>(c.preset_slot);
-  } else {
-    if (!TakeJobSlot(part)) return false;
-    c.counts_job_slot = true;
-    auto got = AcquireSlotFor(r);
-    if (!got) {
-      ReturnJobSlot(c);
-      return false;
-    }
-    slot = *got;
-  }
-  c.pinned = disk_->Pin(c.req.key);
-  ReadShare* s = NewShare(r);
-  s->key = c.req.key;
-  s->slot = static_cast<int>(slot);
-  s->slot_gen = pool_->BeginFill(slot);
-  s->first_block = c.first_block;
-  s->num_blocks = c.num_blocks;
-  s->resident = promotion;
-  s->members.push_back(&c);
-  if (!promotion) r.read_shares[c.req.key] = s;  // promotions are found through the resident map instead
-  c.share = s;
-  c.leads_share = true;
+  c.pinned = disk_->Pin(c.key);
+  c.slot_gen = pool_->BeginFill(c.slot);
 
   io::IoOp op;
   op.code = io::OpCode::kOpenAt;
@@ -617,7 +525,7 @@ void EngineImpl::VerifyReadChunks(Reactor& r) {
 
 void EngineImpl::SubmitNextPiece(Chunk& c) {
   const uint32_t n = std::min(c.piece_blocks, c.num_blocks - c.next_piece);
-  uint8_t* base = pool_->SlotData(c.share->slot);
+  uint8_t* base = pool_->SlotData(c.slot);
   SubmitRead(c, base + kHeaderBytes + uint64_t(c.next_piece) * block_stride_, uint64_t(n) * block_stride_,
              BlockRangeOffset(block_stride_, c.first_block + c.next_piece), c.next_piece, n, false);
   c.next_piece += n;
@@ -627,8 +535,8 @@ void EngineImpl::SubmitNextPiece(Chunk& c) {
 void EngineImpl::PieceLanded(Chunk& c, const OpCtx& ctx) {
   if (ctx.with_header) {
     const ChunkGeometry geometry = ns_->geometry();
-    auto header = DecodeHeader(std::span<const uint8_t>(pool_->SlotData(c.share->slot), kHeaderBytes),
-                               ns_->fingerprint(), c.req.key, &geometry, checksum_key_.get());
+    auto header = DecodeHeader(std::span<const uint8_t>(pool_->SlotData(c.slot), kHeaderBytes),
+                               ns_->fingerprint(), c.key, &geometry, checksum_key_.get());
     if (!header.ok()) {
       FailVerification(c, header.status());
       return;
@@ -651,7 +559,7 @@ void EngineImpl::PieceLanded(Chunk& c, const OpCtx& ctx) {
 }
 
 Status EngineImpl::VerifyPiece(Chunk& c, uint32_t first, uint32_t n) {
-  const uint8_t* data = pool_->SlotData(c.share->slot) + kHeaderBytes + uint64_t(first) * block_stride_;
+  const uint8_t* data = pool_->SlotData(c.slot) + kHeaderBytes + uint64_t(first) * block_stride_;
   Status v = VerifyBlocks(*c.header, c.first_block + first, n, data, checksum_key_.get());
   if (v.ok()) {
     for (uint32_t j = first; j < first + n && j < c.verified.size(); ++j) c.verified[j] = true;
@@ -662,38 +570,37 @@ Status EngineImpl::VerifyPiece(Chunk& c, uint32_t first, uint32_t n) {
 bool EngineImpl::OtherSecret(const Chunk& c) const {
   if (c.header || !ns_->checksum_key_record().empty()) return false;
   const ChunkGeometry geometry = ns_->geometry();
-  return KeyedForAnotherReader(std::span<const uint8_t>(pool_->SlotData(c.share->slot), kHeaderBytes),
-                               ns_->fingerprint(), c.req.key, &geometry, checksum_key_.get());
+  return KeyedForAnotherReader(std::span<const uint8_t>(pool_->SlotData(c.slot), kHeaderBytes),
+                               ns_->fingerprint(), c.key, &geometry, checksum_key_.get());
 }
 
 void EngineImpl::FailVerification(Chunk& c, const Status& verdict) {
   if (OtherSecret(c)) {
     // K3: never removed (it may be the good entry of every other engine on the root); a miss for this one.
     stats_.other_secret_misses.Add(1);
-    ForgetEntry(c.req.key);
+    ForgetEntry(c.key);
     FailChunk(c, Status(StatusCode::kFailedPrecondition,
                         verdict.message() + " (this namespace's MANIFEST does not record its checksum key: the entry "
                                             "is kept, a miss for this engine)").WithContext(c.rel_path));
     return;
   }
   if (YoungOnSharedRoot(c)) {
-    ForgetEntry(c.req.key);  // M1: see YoungOnSharedRoot
+    ForgetEntry(c.key);  // M1: see YoungOnSharedRoot
   } else {
-    QuarantineCorrupt(c.reactor->index, c.req.key, c.rel_path, verdict, c.opened_ino);
+    QuarantineCorrupt(c.reactor->index, c.key, c.rel_path, verdict, c.opened_ino);
   }
   FailChunk(c, verdict.WithContext(c.rel_path));
 }
 
 void EngineImpl::LoadReadsDone(Chunk& c) {
   Reactor& r = *c.reactor;
-  ReadShare* s = c.share;
   SubmitClose(r, c.fd);
   c.fd = -1;
   Status verdict;
   if (!c.header) {  // not decoded as it landed (PieceLanded always does; kept for any path that did not)
     const ChunkGeometry geometry = ns_->geometry();
-    auto header = DecodeHeader(std::span<const uint8_t>(pool_->SlotData(s->slot), kHeaderBytes), ns_->fingerprint(),
-                               c.req.key, &geometry, checksum_key_.get());
+    auto header = DecodeHeader(std::span<const uint8_t>(pool_->SlotData(c.slot), kHeaderBytes), ns_->fingerprint(),
+                               c.key, &geometry, checksum_key_.get());
     verdict = header.status();
     if (verdict.ok()) c.header = std::make_unique<ChunkHeader>(*header);
   }
@@ -718,65 +625,12 @@ void EngineImpl::LoadReadsDone(Chunk& c) {
                      {{"blocks", c.num_blocks}, {"job", c.job->id}});
   }
   MaybeTouchEntry(c);
-  s->ready = true;
-  pool_->PublishReady(s->slot, s->slot_gen);
-  if (s->resident) {
-    resident_->Loaded(s->key, s->slot, s->slot_gen, true, io::NowNs());
-    pool_->RingEngine();  // a load stream waits for this read (policy/stream_pump.h)
-  }
-  std::vector<Chunk*> members = s->members;  // QueueLoadCopy may finish chunks, which edits members
-  for (Chunk* m : members) QueueLoadCopy(*m);
-}
-
-void EngineImpl::QueueLoadCopy(Chunk& c) {
-  Reactor& r = *c.reactor;
-  ReadShare* s = c.share;
-  if (c.req.segments.empty()) {  // a load that only verifies presence into the pool (tests, prefetch)
-    FinishChunk(c);
-    // A member holds nothing of its own (its leader settles after verifying every member).
-    if (!c.leads_share) Settle(c);
-    return;
-  }
-  SetState(c, ChunkState::kCopyingOut);
-  CopyTask t;
-  t.id = (r.next_copy_seq++ << 8) | r.index;  // CopierLane: the owner in the low bits
-  t.direction = CopyDirection::kSlotToDevice;
-  const uint64_t skip = uint64_t(c.first_block - s->first_block) * block_stride_;
-  t.slot_data = pool_->SlotData(s->slot) + kHeaderBytes + skip;
-  t.slot_bytes = uint64_t(c.num_blocks) * block_stride_;
-  t.segments = c.req.segments;
-  t.job_bytes = c.job->copy_out_bytes;
-  r.copy_ctx[t.id] = &c;
-  c.copies_in_flight++;
-  r.copy_batch.push_back(std::move(t));
-}
-
-void EngineImpl::FlushCopies(Reactor& r) {
-  if (r.copy_batch.empty()) return;
-  {
-    MutexLock lock(r.lane->mu);
-    // X1: every copy queued since the last flush, one batch (ReactorMain flushes three times per iteration).
-    r.lane->copier->Submit(std::move(r.copy_batch));
-  }
-  r.copy_batch.clear();
-}
-
-void EngineImpl::OnCopyDone(Reactor& r, const CopyDone& d) {
-  auto it = r.copy_ctx.find(d.id);
-  if (it == r.copy_ctx.end()) return;
-  Chunk& c = *it->second;
-  r.copy_ctx.erase(it);
-  c.copies_in_flight--;
-  if (!d.status.ok()) {
-    FailChunk(c, d.status.WithContext("device copy"));
-  } else if (c.state == ChunkState::kCopyingOut) {
-    c.job->bytes += uint64_t(c.num_blocks) * options_.identity.block_bytes;
-    stats_.chunks_loaded.Add(1);
-    FinishChunk(c);
-  } else if (c.state == ChunkState::kCopyingIn) {
-    BeginStoreWrite(c);
-  }
-  Settle(c);
+  c.ready = true;
+  pool_->PublishReady(c.slot, c.slot_gen);
+  resident_->Loaded(c.key, c.slot, c.slot_gen, true, io::NowNs());
+  pool_->RingEngine();  // a load stream waits for this read (policy/stream_pump.h)
+  c.job->bytes += uint64_t(c.num_blocks) * options_.identity.block_bytes;
+  FinishChunk(c);  // VerifyReadChunks settles it
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -786,49 +640,25 @@ bool EngineImpl::StartStoreChunk(Part& part, Chunk& c) {
   Reactor& r = *c.reactor;
   c.started_ns = io::NowNs();
   if (c.admitted == 0) c.admitted = r.next_admission++;
-  if (disk_->Contains(c.req.key) || r.stores_in_flight.count(c.req.key)) {
+  if (disk_->Contains(c.key) || r.stores_in_flight.count(c.key)) {
     // Already published (or being published by an earlier job): nothing to write.
     stats_.stores_deduplicated.Add(1);
     FinishChunk(c);
     Settle(c);  // holds nothing; a resident slot is marked written
     return true;
   }
-  if (c.preset_slot >= 0) {  // a worker filled this resident slot (CommitStore): write it out as it is
-    // I1/S1: at most the job's allowance (2 x io_depth) of its resident slots are checksummed and at the disk at
-    // once, as for slots the engine fills itself: started all at once, a large commit had its reactor checksum
-    // every chunk before the first write went out, and the disk waited. The reactor's own bound does the same for
-    // many small commits (vLLM commits a request's chunks each step), which each have an allowance of their own.
-    if (r.committed_started >= 2 * r.depth) return false;
-    if (!TakeJobSlot(part)) return false;
-    c.counts_job_slot = true;
-    c.counts_committed = true;
-    r.committed_started++;
-    c.slot = c.preset_slot;
-    r.stores_in_flight[c.req.key] = &c;
-    BeginStoreWrite(c);
-    return true;
-  }
+  // A worker filled this resident slot (CommitStore): write it out as it is.
+  // I1/S1: at most the job's allowance (2 x io_depth) of its resident slots are checksummed and at the disk at once:
+  // started all at once, a large commit had its reactor checksum every chunk before the first write went out, and
+  // the disk waited. The reactor's own bound does the same for many small commits (vLLM commits a request's chunks
+  // each step), which each have an allowance of their own.
+  if (r.committed_started >= 2 * r.depth) return false;
   if (!TakeJobSlot(part)) return false;
   c.counts_job_slot = true;
-  auto slot = AcquireSlotFor(r);
-  if (!slot) {
-    ReturnJobSlot(c);
-    return false;
-  }
-  c.slot = static_cast<int>(*slot);
-  c.slot_gen = pool_->BeginFill(*slot);
-  r.stores_in_flight[c.req.key] = &c;
-
-  CopyTask t;
-  t.id = (r.next_copy_seq++ << 8) | r.index;  // CopierLane: the owner in the low bits
-  t.direction = CopyDirection::kDeviceToSlot;
-  t.slot_data = pool_->SlotData(*slot) + kHeaderBytes;
-  t.slot_bytes = uint64_t(c.num_blocks) * block_stride_;
-  t.segments = c.req.segments;
-  r.copy_ctx[t.id] = &c;
-  c.copies_in_flight++;
-  r.copy_batch.push_back(std::move(t));
-  SetState(c, ChunkState::kCopyingIn);
+  c.counts_committed = true;
+  r.committed_started++;
+  r.stores_in_flight[c.key] = &c;
+  BeginStoreWrite(c);
   return true;
 }
 
@@ -839,7 +669,7 @@ void EngineImpl::BeginStoreWrite(Chunk& c) {
   const uint64_t bb = options_.identity.block_bytes;
   ChunkHeader h;
   h.fingerprint = ns_->fingerprint();
-  h.key = c.req.key;
+  h.key = c.key;
   h.num_blocks = bpc;
   h.block_bytes = bb;
   h.created_unix_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -869,8 +699,8 @@ void EngineImpl::BeginStoreWrite(Chunk& c) {
 
 void EngineImpl::OpenTemporary(Chunk& c) {
   Reactor& r = *c.reactor;
-  if (!r.fanout_cache.Has(c.req.key)) {
-    SubmitMkdir(c, r.fanout_cache.HasFirstLevel(c.req.key.data()[0]) ? 2 : 1);
+  if (!r.fanout_cache.Has(c.key)) {
+    SubmitMkdir(c, r.fanout_cache.HasFirstLevel(c.key.data()[0]) ? 2 : 1);
     return;
   }
   io::IoOp op;
@@ -880,11 +710,11 @@ void EngineImpl::OpenTemporary(Chunk& c) {
   OpCtx ctx{OpRole::kOpen, &c, &EngineImpl::OnOpenDone};
   if (tmpfile_publish_) {
     c.tmp_anonymous = true;
-    c.tmp_path = FanoutDir(c.req.key);
+    c.tmp_path = FanoutDir(c.key);
     op.flags = O_TMPFILE | O_WRONLY | O_CLOEXEC | open_flags_extra_;
   } else {
     c.tmp_anonymous = false;
-    c.tmp_path = TempRelPath(c.req.key);
+    c.tmp_path = TempRelPath(c.key);
     op.flags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW | open_flags_extra_;
   }
   op.resolve = open_resolve_;
@@ -901,7 +731,7 @@ void EngineImpl::SubmitMkdir(Chunk& c, int level) {
   op.dirfd = ns_->dirfd();
   op.mode = options_.dir_mode;
   OpCtx ctx{OpRole::kMkdir, &c, &EngineImpl::OnMkdirDone};
-  ctx.path = FanoutDir(c.req.key);  // "ab/cd"
+  ctx.path = FanoutDir(c.key);  // "ab/cd"
   if (level == 1) ctx.path.resize(2);
   ctx.len = static_cast<uint64_t>(level);
   ctx.deadline_ns = Deadline();
@@ -977,7 +807,7 @@ void EngineImpl::OnMkdirDone(Reactor& r, const OpCtx& ctx, int64_t res) {
     // M1: another client's mkdir of the same directory (or of its parent) can leave this client's handle stale
     // for an instant (GlusterFS, two hosts storing the same keys): look the path up again by asking again.
     c.mkdir_retries++;
-    r.fanout_cache.Forget(c.req.key);
+    r.fanout_cache.Forget(c.key);
     SubmitMkdir(c, static_cast<int>(ctx.len));
     return;
   } else if ((res == -ENOSPC || res == -EDQUOT) && RetryStoreAfterEnospc(c)) {
@@ -992,7 +822,7 @@ void EngineImpl::OnMkdirDone(Reactor& r, const OpCtx& ctx, int64_t res) {
     SubmitMkdir(c, 2);
     return;
   }
-  r.fanout_cache.Add(c.req.key);
+  r.fanout_cache.Add(c.key);
   if (c.tmp_anonymous && c.fd >= 0) {
     SubmitLink(c);  // RetryAfterVanishedDir from a link: the temporary is open and written
   } else {
@@ -1003,7 +833,7 @@ void EngineImpl::OnMkdirDone(Reactor& r, const OpCtx& ctx, int64_t res) {
 bool EngineImpl::RetryAfterVanishedDir(Chunk& c) {
   if (c.dir_retries >= kVanishedDirRetries) return false;
   c.dir_retries++;
-  c.reactor->fanout_cache.Forget(c.req.key);
+  c.reactor->fanout_cache.Forget(c.key);
   SubmitMkdir(c, 1);
   return true;
 }
@@ -1037,14 +867,7 @@ void EngineImpl::StoreWritesDone(Chunk& c) {
     SubmitOp(r, std::move(ctx), op);
     return;
   }
-  if (c.preset_slot < 0 && c.slot >= 0) {
-    // The bytes are in the file: the slot can serve the next chunk while the link finishes.
-    FreeSlot(c.slot);
-    c.slot = -1;
-    ReturnJobSlot(c);
-  } else if (c.preset_slot >= 0) {
-    ReturnJobSlot(c);  // the bytes are in the file: the next resident slot of the job may start
-  }
+  ReturnJobSlot(c);  // the bytes are in the file: the next resident slot of the job may start
   if (c.tmp_anonymous) {
     SubmitLink(c);
   } else {
@@ -1106,7 +929,7 @@ void EngineImpl::MaybeTouchEntry(const Chunk& c) {
   // Both times "now" (nullptr): write permission suffices, as in group-shared deployments (K2). Not following a
   // symlink as the last component; the fan-out directories were checked when created (docs/operations.md, K2).
   if (utimensat(ns_->dirfd(), c.rel_path.c_str(), nullptr, AT_SYMLINK_NOFOLLOW) != 0) return;
-  disk_->SetMtime(c.req.key, now_ns);
+  disk_->SetMtime(c.key, now_ns);
 }
 
 bool EngineImpl::YoungOnSharedRoot(const Chunk& c) const {
@@ -1120,8 +943,8 @@ bool EngineImpl::YoungOnSharedRoot(const Chunk& c) const {
 
 // C2: on ENOSPC evict and retry once; the caller drops the store when this returns false.
 bool EngineImpl::RetryStoreAfterEnospc(Chunk& c) {
-  // Once the slot went back (the data was written, the link failed) there is nothing left to rewrite from.
-  if (c.enospc_retried || c.ops_in_flight > 0 || c.slot < 0) return false;
+  // The slot stays resident (not evictable) until the store ends (ResidentSet::Written): a retry rewrites from it.
+  if (c.enospc_retried || c.ops_in_flight > 0) return false;
   c.enospc_retried = true;
   EndDataPhase(c);
   if (c.fd >= 0) {
@@ -1142,7 +965,6 @@ bool EngineImpl::RetryStoreAfterEnospc(Chunk& c) {
 // Completion, failure, release
 
 void EngineImpl::FailChunk(Chunk& c, Status status) {
-  Reactor& r = *c.reactor;
   if (IsFinished(c.state)) return;
   c.status = std::move(status);
   if (c.status.ok()) c.status = Status(StatusCode::kInternal, "chunk failed without a reason");
@@ -1150,20 +972,6 @@ void EngineImpl::FailChunk(Chunk& c, Status status) {
     stats_.stores_dropped.Add(1);
     FinishChunk(c);
     return;
-  }
-  ReadShare* s = c.share;
-  if (s && c.leads_share) {
-    // Every load waiting on this read misses with the same reason.
-    s->failed = true;
-    if (r.read_shares.count(s->key) && r.read_shares[s->key] == s) r.read_shares.erase(s->key);
-    std::vector<Chunk*> members = s->members;
-    for (Chunk* m : members) {
-      if (m != &c && !IsFinished(m->state)) {
-        m->status = c.status;
-        FinishChunk(*m);
-        Settle(*m);  // a member holds nothing of its own
-      }
-    }
   }
   FinishChunk(c);
 }
@@ -1173,71 +981,45 @@ void EngineImpl::FinishChunk(Chunk& c) {
   if (IsFinished(c.state)) return;
   SetState(c, c.status.ok() ? ChunkState::kSucceeded : ChunkState::kFailed);
   Job& job = *c.job;
-  if (c.share) {
-    ReadShare* s = c.share;
-    auto& m = s->members;
-    m.erase(std::remove(m.begin(), m.end(), &c), m.end());
-    if (!c.leads_share) {
-      c.share = nullptr;  // the share may be retired below; followers never look at it again
-      MaybeRetireShare(s);
-    }
-  }
   if (c.pinned) {
-    disk_->Unpin(c.req.key);
+    disk_->Unpin(c.key);
     c.pinned = false;
   }
   if (job.kind == JobKind::kStore) {
-    auto it = r.stores_in_flight.find(c.req.key);
+    auto it = r.stores_in_flight.find(c.key);
     if (it != r.stores_in_flight.end() && it->second == &c) r.stores_in_flight.erase(it);
-    disk_->EndPendingStore(c.req.key);
-    if (job.internal) RecordStoreOutcome(c.req.key, c.status);  // after the publish (or the drop) it reports
+    disk_->EndPendingStore(c.key);
+    RecordStoreOutcome(c.key, c.status);  // after the publish (or the drop) it reports
   }
-  UnplaceChunk(c.req.key);
+  UnplaceChunk(c.key);
   // Last, after every effect of this chunk (index, pending stores): the reactor whose chunk is the job's last one
   // publishes the result; acq_rel makes the other reactors' chunk outcomes visible to it.
   if (job.unfinished.fetch_sub(1, std::memory_order_acq_rel) == 1) PublishJob(job);
 }
 
 void EngineImpl::PublishJob(Job& job) {
-  {
-    JobResult res;
-    res.id = job.id;
-    res.kind = job.kind;
-    res.latency_ns = io::NowNs() - job.start_ns;
-    res.bytes = job.bytes;
-    res.chunks.reserve(job.chunks.size());
-    for (auto& ch : job.chunks) {
-      res.chunks.push_back(ChunkOutcome{ch->req.key, ch->status});  // Ok unless the chunk failed
-      if (ch->status.ok()) res.chunks_ok++;
-    }
-    const uint64_t us = static_cast<uint64_t>(res.latency_ns / 1000);
-    if (job.kind == JobKind::kLoad && job.internal) {
-      stats_.read_latency_us.Record(us);  // a promotion: disk -> verified resident slot
-    } else if (job.kind == JobKind::kLoad) {
-      stats_.load_latency_us.Record(us);
-      (res.all_ok() ? stats_.loads_completed : stats_.loads_failed).Add(1);
-    } else {
-      stats_.store_latency_us.Record(us);
-      stats_.stores_completed.Add(1);
-    }
-    if (trace_ && trace_->enabled()) {
-      trace_->Complete(job.kind == JobKind::kLoad ? "load_job" : "store_job", "job", job.start_ns, res.latency_ns, 0,
-                       {{"chunks", res.chunks.size()}, {"ok", res.chunks_ok}, {"bytes", res.bytes}});
-    }
-    if (job.internal) return;  // promotions and committed stores report through the resident map
-    {
-      MutexLock lock(done_mu_);
-      done_order_.push_back(res.id);
-      done_.emplace(res.id, std::move(res));
-    }
-    done_cv_.NotifyAll();
+  const int64_t latency_ns = io::NowNs() - job.start_ns;
+  uint32_t ok = 0;
+  for (auto& ch : job.chunks) ok += ch->status.ok() ? 1 : 0;
+  const uint64_t us = static_cast<uint64_t>(latency_ns / 1000);
+  if (job.kind == JobKind::kLoad) {
+    stats_.read_latency_us.Record(us);  // a promotion: disk -> verified resident slot
+  } else {
+    stats_.store_latency_us.Record(us);
+    stats_.stores_completed.Add(1);
   }
+  if (trace_ && trace_->enabled()) {
+    trace_->Complete(job.kind == JobKind::kLoad ? "load_job" : "store_job", "job", job.start_ns, latency_ns, 0,
+                     {{"chunks", job.chunks.size()}, {"ok", ok}, {"bytes", job.bytes.load()}});
+  }
+  // Nobody waits for the result: promotions report through the resident map, committed stores through it and
+  // their watched outcomes (RecordStoreOutcome).
 }
 
 // Returns the chunk's resources once nothing in flight can touch them any more.
 void EngineImpl::Settle(Chunk& c) {
   Reactor& r = *c.reactor;
-  if (c.ops_in_flight > 0 || c.copies_in_flight > 0) return;
+  if (c.ops_in_flight > 0) return;
   if (c.state != ChunkState::kSucceeded && c.state != ChunkState::kFailed) return;  // progressing, or released
   SetState(c, ChunkState::kReleased);
   if (c.fd >= 0) {
@@ -1259,49 +1041,18 @@ void EngineImpl::Settle(Chunk& c) {
       UsageRelease(slot_bytes_);
       c.usage_reserved = false;
     }
-    if (c.preset_slot >= 0) {
-      resident_->Written(c.req.key);  // written or not, the slot's bytes stay valid in the DRAM tier
-    } else if (c.slot >= 0) {
-      FreeSlot(c.slot);
-    }
-    c.slot = -1;
-  } else if (c.leads_share) {
-    c.share->io_done = true;
-    MaybeRetireShare(c.share);
+    resident_->Written(c.key);  // written or not, the slot's bytes stay valid in the DRAM tier
+  } else if (!c.ready) {
+    // A failed promotion gives its slot back, now that no read of it is in flight (the kernel may have been
+    // writing into it until the last one came back).
+    resident_->Loaded(c.key, c.slot, 0, false, io::NowNs());
+    pool_->RingEngine();  // a load stream waits for this read (policy/stream_pump.h)
   }
   if (c.counts_committed) {
     c.counts_committed = false;
     r.committed_started--;
   }
-  // Last: the job's place goes back once the pool slot has (S1: another reactor taking the place at once must not
-  // find the job holding one slot more than its bound).
   ReturnJobSlot(c);
-}
-
-EngineImpl::ReadShare* EngineImpl::NewShare(Reactor& r) {
-  auto owned = std::make_unique<ReadShare>();
-  ReadShare* s = owned.get();
-  s->reactor = &r;
-  r.shares.emplace(s, std::move(owned));
-  return s;
-}
-
-void EngineImpl::MaybeRetireShare(ReadShare* s) {
-  Reactor& r = *s->reactor;
-  if (!s->io_done || !s->members.empty()) return;
-  auto it = r.read_shares.find(s->key);
-  if (it != r.read_shares.end() && it->second == s) r.read_shares.erase(it);
-  if (s->resident_pin) {
-    resident_->Unpin(std::span<const ChunkKey>(&s->key, 1));  // a DRAM hit: the slot stays resident
-  } else if (s->resident) {
-    if (!s->ready) {
-      resident_->Loaded(s->key, s->slot, 0, false, io::NowNs());  // a failed promotion gives its slot back
-      pool_->RingEngine();
-    }
-  } else {
-    FreeSlot(s->slot);
-  }
-  r.shares.erase(s);  // frees it
 }
 
 Status EngineImpl::CheckOpenedChunk(int fd, struct stat* out) const {
@@ -1380,7 +1131,7 @@ void EngineImpl::SetState(Chunk& c, ChunkState to) {
 #ifndef NDEBUG
   if (!LegalChunkTransition(c.job->kind, c.state, to)) {
     std::fprintf(stderr, "kvtier: internal error: %s chunk %s moved from %s to %s\n",
-                 c.job->kind == JobKind::kLoad ? "load" : "store", c.req.key.Hex().c_str(), ChunkStateName(c.state),
+                 c.job->kind == JobKind::kLoad ? "load" : "store", c.key.Hex().c_str(), ChunkStateName(c.state),
                  ChunkStateName(to));
     std::abort();
   }

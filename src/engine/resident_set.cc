@@ -158,7 +158,7 @@ Result<std::vector<std::optional<SlotRef>>> ResidentSet::ReserveForStore(std::sp
 }
 
 void ResidentSet::Commit(std::span<const ChunkKey> keys, bool success, std::vector<ChunkKey>* written,
-                         std::vector<int>* slots) {
+                         std::vector<uint32_t>* slots) {
   MutexLock lock(mu_);
   for (const ChunkKey& k : keys) {
     auto r = resident_.find(k);
@@ -171,7 +171,7 @@ void ResidentSet::Commit(std::span<const ChunkKey> keys, bool success, std::vect
     pool_.PublishReady(r->second.slot, r->second.generation);
     r->second.state = State::kWriting;
     written->push_back(k);
-    slots->push_back(static_cast<int>(r->second.slot));
+    slots->push_back(r->second.slot);
   }
   stats_.dram_entries.Set(resident_.size());
 }

@@ -79,7 +79,8 @@ class ResidentSet {
   // CommitStore: success publishes each filled slot and makes it kWriting (resident, not evictable while written);
   // its key and slot are appended to *keys and *slots for the engine to write. A failure frees the slot (counted in
   // stores_dropped). Keys not being filled are skipped.
-  void Commit(std::span<const ChunkKey> keys, bool success, std::vector<ChunkKey>* written, std::vector<int>* slots)
+  void Commit(std::span<const ChunkKey> keys, bool success, std::vector<ChunkKey>* written,
+              std::vector<uint32_t>* slots)
       EXCLUDES(mu_);
   // A write-through store ended (written or not): the entry is ready again, and the tier is trimmed back to its
   // bound (stores cannot be evicted while written and may have taken it over).

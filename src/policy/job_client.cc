@@ -4,7 +4,6 @@
 #include <chrono>
 #include <optional>
 
-#include "engine/transfer_check.h"
 #include "io/io_engine.h"
 #include "layout/chunk_format.h"
 
@@ -17,6 +16,31 @@ namespace {
 // A job's stream is opened over at most this many of its chunks at a time (the board holds kStreamBoardEntries for
 // every stream of the engine's pool).
 constexpr uint32_t kMaxPartChunks = 4096;
+
+// The checks a ChunkTransfer passes before a job takes it: a key, a block range inside the chunk, whole chunks for
+// stores (X3), segments inside the blocks transferred with an address. kInvalidArgument names what is wrong.
+Status ValidateTransfer(JobKind kind, const ChunkTransfer& t, uint32_t blocks_per_chunk, uint64_t block_stride) {
+  const uint32_t bpc = blocks_per_chunk;
+  if (t.key.size() == 0) return Status(StatusCode::kInvalidArgument, "empty chunk key");
+  if (kind == JobKind::kStore && (t.first_block != 0 || (t.num_blocks != 0 && t.num_blocks != bpc))) {
+    return Status(StatusCode::kInvalidArgument, "stores write whole chunks (X3): first_block must be 0");
+  }
+  const uint32_t n = t.num_blocks ? t.num_blocks : bpc - std::min(t.first_block, bpc);
+  if (t.first_block >= bpc || n == 0 || t.first_block + n > bpc) {
+    return Status(StatusCode::kInvalidArgument, "block range [" + std::to_string(t.first_block) + ", +" +
+                                                    std::to_string(n) + ") outside a chunk of " +
+                                                    std::to_string(bpc) + " blocks");
+  }
+  const uint64_t span = static_cast<uint64_t>(n) * block_stride;
+  for (const CopySegment& s : t.segments) {
+    if (s.bytes == 0 || s.slot_offset + s.bytes > span || s.address == 0) {
+      return Status(StatusCode::kInvalidArgument,
+                    "copy segment (offset " + std::to_string(s.slot_offset) + ", " + std::to_string(s.bytes) +
+                        " B) outside the " + std::to_string(span) + " B transferred, or null address");
+    }
+  }
+  return Status::Ok();
+}
 
 }  // namespace
 
@@ -110,6 +134,7 @@ Result<JobId> JobClient::Submit(JobKind kind, std::vector<ChunkTransfer> chunks)
     ChunkTransfer& t = chunks[i];
     if (t.num_blocks == 0) t.num_blocks = blocks_per_chunk_ - t.first_block;
     for (const CopySegment& seg : t.segments) job->copy_bytes += seg.bytes;
+    job->bytes_needed += uint64_t(t.num_blocks) * engine_->options().identity.block_bytes;
   }
   job->chunks = std::move(chunks);
   job->steps.assign(job->chunks.size(), Step::kWaiting);
@@ -122,6 +147,7 @@ Result<JobId> JobClient::Submit(JobKind kind, std::vector<ChunkTransfer> chunks)
   job->id = id;
   job->result.id = id;
   jobs_.emplace(id, std::move(job));
+  if (kind == JobKind::kLoad) engine_->CountClientLoadStarted();
   view_->RingWorkers();  // the copy thread opens it
   return id;
 }
@@ -307,6 +333,9 @@ void JobClient::OutcomeLocked(Job& job, uint32_t i, Status status, uint64_t byte
 
 void JobClient::FinishLocked(Job& job) {
   job.result.latency_ns = io::NowNs() - job.start_ns;
+  if (job.kind == JobKind::kLoad) {
+    engine_->CountClientLoadEnded(job.result.all_ok(), job.result.chunks_ok, job.bytes_needed, job.result.latency_ns);
+  }
   done_.emplace(job.id, std::move(job.result));
   done_order_.push_back(job.id);
   done_cv_.notify_all();

@@ -39,6 +39,35 @@
 #include "staging/staging_pool.h"
 #include "transfer/device_copier.h"
 
+namespace kvtier {
+
+using JobId = uint64_t;
+
+// One chunk of a job: which key, which of its blocks (loads), and where its bytes go to or come from.
+struct ChunkTransfer {
+  ChunkKey key;
+  uint32_t first_block = 0;   // loads: first GPU block of the chunk needed; stores: must be 0
+  uint32_t num_blocks = 0;    // 0: through the end of the chunk; stores always write whole chunks
+  std::vector<CopySegment> segments;
+};
+
+struct ChunkOutcome {
+  ChunkKey key;
+  Status status;  // Ok, or why the chunk was a miss (loads) or dropped (stores)
+};
+
+struct JobResult {
+  JobId id = 0;
+  JobKind kind = JobKind::kLoad;
+  uint32_t chunks_ok = 0;
+  std::vector<ChunkOutcome> chunks;  // in request order
+  uint64_t bytes = 0;                // payload bytes copied (loads) or written (stores)
+  int64_t latency_ns = 0;
+  bool all_ok() const { return chunks_ok == chunks.size(); }
+};
+
+}  // namespace kvtier
+
 namespace kvtier::policy {
 
 struct JobClientOptions {
@@ -90,6 +119,7 @@ class JobClient {
     std::vector<Step> steps;
     JobResult result;
     uint64_t copy_bytes = 0;  // loads: every segment's bytes (CopyTask::job_bytes)
+    uint64_t bytes_needed = 0;  // loads: the payload bytes of the blocks asked for (Engine::CountClientLoadEnded)
     // The part of the job open as a stream: chunks [part_first, part_first + span.count).
     uint32_t part_first = 0;
     bool open = false;

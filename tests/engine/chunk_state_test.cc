@@ -21,22 +21,18 @@ void ExpectPath(JobKind kind, const std::vector<S>& path) {
 
 TEST(ChunkState, EveryDocumentedPathIsLegal) {
   const JobKind L = JobKind::kLoad, W = JobKind::kStore;
-  ExpectPath(L, {S::kQueued, S::kOpening, S::kWaitingForDisk, S::kTransferring, S::kVerifying, S::kCopyingOut,
-                 S::kSucceeded, S::kReleased});
-  ExpectPath(L, {S::kQueued, S::kOpening, S::kWaitingForDisk, S::kTransferring, S::kVerifying, S::kSucceeded});
-  ExpectPath(L, {S::kQueued, S::kJoined, S::kCopyingOut, S::kSucceeded, S::kReleased});
-  ExpectPath(L, {S::kQueued, S::kJoined, S::kSucceeded});
-  ExpectPath(W, {S::kQueued, S::kCopyingIn, S::kMakingDir, S::kMakingDir, S::kCreating, S::kWaitingForDisk,
-                 S::kTransferring, S::kSyncing, S::kClosing, S::kLinking, S::kSucceeded, S::kReleased});
+  ExpectPath(L, {S::kQueued, S::kOpening, S::kWaitingForDisk, S::kTransferring, S::kVerifying, S::kSucceeded,
+                 S::kReleased});
+  ExpectPath(W, {S::kQueued, S::kMakingDir, S::kMakingDir, S::kCreating, S::kWaitingForDisk, S::kTransferring,
+                 S::kSyncing, S::kClosing, S::kLinking, S::kSucceeded, S::kReleased});
   ExpectPath(W, {S::kQueued, S::kCreating, S::kWaitingForDisk, S::kTransferring, S::kLinking, S::kMakingDir,
                  S::kLinking, S::kSucceeded});  // an anonymous temporary whose directory vanished before its link
   ExpectPath(W, {S::kQueued, S::kSucceeded, S::kReleased});  // deduplicated
   ExpectPath(W, {S::kTransferring, S::kCreating});            // ENOSPC: evict and write again
-  for (S s : {S::kQueued, S::kJoined, S::kOpening, S::kWaitingForDisk, S::kTransferring, S::kVerifying,
-              S::kCopyingOut}) {
+  for (S s : {S::kQueued, S::kOpening, S::kWaitingForDisk, S::kTransferring, S::kVerifying}) {
     EXPECT_TRUE(LegalChunkTransition(L, s, S::kFailed)) << ChunkStateName(s);
   }
-  for (S s : {S::kQueued, S::kCopyingIn, S::kMakingDir, S::kCreating, S::kWaitingForDisk, S::kTransferring,
+  for (S s : {S::kQueued, S::kMakingDir, S::kCreating, S::kWaitingForDisk, S::kTransferring,
               S::kSyncing, S::kClosing, S::kLinking}) {
     EXPECT_TRUE(LegalChunkTransition(W, s, S::kFailed)) << ChunkStateName(s);
   }
@@ -46,8 +42,8 @@ TEST(ChunkState, EveryDocumentedPathIsLegal) {
 TEST(ChunkState, SkippedStepsBackwardMovesAndMovesOutOfFinishedStatesAreIllegal) {
   const JobKind L = JobKind::kLoad, W = JobKind::kStore;
   EXPECT_FALSE(LegalChunkTransition(L, S::kQueued, S::kTransferring)) << "no place at the disk without an open";
-  EXPECT_FALSE(LegalChunkTransition(L, S::kTransferring, S::kCopyingOut)) << "a failed verification touches no "
-                                                                             "destination (K1): verify first";
+  EXPECT_FALSE(LegalChunkTransition(L, S::kTransferring, S::kSucceeded)) << "a slot is ready only once verified "
+                                                                            "(K1)";
   EXPECT_FALSE(LegalChunkTransition(L, S::kOpening, S::kSucceeded));
   EXPECT_FALSE(LegalChunkTransition(L, S::kTransferring, S::kSyncing)) << "loads do not sync";
   EXPECT_FALSE(LegalChunkTransition(W, S::kTransferring, S::kVerifying)) << "stores do not verify";
@@ -58,7 +54,7 @@ TEST(ChunkState, SkippedStepsBackwardMovesAndMovesOutOfFinishedStatesAreIllegal)
   EXPECT_FALSE(LegalChunkTransition(L, S::kReleased, S::kFailed));
   EXPECT_FALSE(LegalChunkTransition(W, S::kReleased, S::kReleased));
   EXPECT_FALSE(LegalChunkTransition(L, S::kVerifying, S::kReleased)) << "released only once finished";
-  for (S s : {S::kJoined, S::kTransferring, S::kSucceeded, S::kReleased}) {
+  for (S s : {S::kOpening, S::kTransferring, S::kSucceeded, S::kReleased}) {
     EXPECT_FALSE(LegalChunkTransition(L, s, S::kQueued)) << ChunkStateName(s);
   }
 }

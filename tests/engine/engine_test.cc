@@ -479,7 +479,7 @@ class EngineFaultTest : public EngineTest {
     EXPECT_TRUE(inner.ok());
     auto fault = std::make_unique<io::FaultInjectingEngine>(std::move(inner.value()));
     for (auto& r : rules) fault->AddRule(r);
-    auto e = EngineImpl::Create(o, nullptr, std::move(fault));
+    auto e = EngineImpl::Create(o, std::move(fault));
     EXPECT_TRUE(e.ok()) << e.status().ToString();
     if (!e.ok()) return {};
     auto jobs = test::WithJobs(std::move(e).value());

@@ -91,7 +91,7 @@ TEST(Limits, ACloseIsNeverCancelledByItsDeadline) {
     ASSERT_TRUE(inner.ok());
     auto fault = std::make_unique<io::FaultInjectingEngine>(std::move(inner.value()));
     fault->AddRule(io::FaultRule::DelayPastDeadline(io::OpCode::kClose));
-    auto e = EngineImpl::Create(o, nullptr, std::move(fault));
+    auto e = EngineImpl::Create(o, std::move(fault));
     ASSERT_TRUE(e.ok()) << e.status().ToString();
     JobResult r = StoreKeys(**e, 0, 3);
     EXPECT_TRUE(r.all_ok()) << (r.chunks.empty() ? "" : r.chunks[0].status.ToString());
@@ -202,7 +202,7 @@ class GatedCommits : public ::testing::Test {
     o_.pool_bytes = 24 * (kHeaderBytes + kBlocks * kBlockBytes);
     auto inner = io::CreateEngine(io::EngineConfig{io::EngineKind::kAuto, 64, 4});
     ASSERT_TRUE(inner.ok());
-    auto e = EngineImpl::Create(o_, nullptr, std::make_unique<WriteGate>(std::move(inner.value()), &open_, &opens_));
+    auto e = EngineImpl::Create(o_, std::make_unique<WriteGate>(std::move(inner.value()), &open_, &opens_));
     ASSERT_TRUE(e.ok()) << e.status().ToString();
     e_ = std::move(e.value());
   }

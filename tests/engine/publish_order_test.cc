@@ -51,7 +51,7 @@ TEST(PublishOrder, AFailedCloseOfANamedTemporaryPublishesNothing) {
   ASSERT_TRUE(inner.ok());
   auto fault = std::make_unique<io::FaultInjectingEngine>(std::move(inner.value()));
   fault->AddRule(io::FaultRule::FailEvery(io::OpCode::kClose, EIO));  // a write error reported at close (NFS, FUSE)
-  auto opened = EngineImpl::Create(Options(dir.path()), nullptr, std::move(fault));
+  auto opened = EngineImpl::Create(Options(dir.path()), std::move(fault));
   ASSERT_TRUE(opened.ok()) << opened.status().ToString();
   auto e = test::WithJobs(std::move(opened).value());
   ASSERT_TRUE(e.ok()) << e.status().ToString();

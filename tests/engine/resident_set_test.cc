@@ -135,7 +135,7 @@ TEST_F(ResidentSetTest, StoreReservationsDeduplicateAndRollBackWhenThePoolRunsOu
   EXPECT_EQ(set_->Residency(Key(7)), PromoteState::kMiss) << "rolled back";
 
   std::vector<ChunkKey> written;
-  std::vector<int> slots;
+  std::vector<uint32_t> slots;
   set_->Commit(std::vector<ChunkKey>{Key(5)}, true, &written, &slots);
   ASSERT_EQ(written.size(), 1u);
   EXPECT_EQ(set_->Residency(Key(5)), PromoteState::kReady) << "write-through: readable while written";

@@ -84,7 +84,7 @@ class JobClientTest : public ::testing::Test {
       o.high_watermark = 1.0;
       o.low_watermark = 0.5;
     }
-    auto e = io ? EngineImpl::Create(o, nullptr, std::move(io)) : Engine::Open(o);
+    auto e = io ? EngineImpl::Create(o, std::move(io)) : Engine::Open(o);
     ASSERT_TRUE(e.ok()) << e.status().ToString();
     engine_ = std::move(e.value());
     auto c = JobClient::Create(engine_.get(), nullptr, co);

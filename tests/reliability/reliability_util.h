@@ -136,7 +136,7 @@ Result<std::unique_ptr<Engine>> OpenWithWrappedIo(const EngineOptions& o, IoBack
   io::EngineConfig cfg;
   cfg.kind = backend == IoBackend::kUring ? io::EngineKind::kUring : io::EngineKind::kPosix;
   cfg.depth = o.io_depth * 4 + 8;
-  return EngineImpl::Create(o, nullptr, [cfg, &wrap](uint32_t) -> std::unique_ptr<io::IoEngine> {
+  return EngineImpl::Create(o, [cfg, &wrap](uint32_t) -> std::unique_ptr<io::IoEngine> {
     auto inner = io::CreateEngine(cfg);
     if (!inner.ok()) return nullptr;  // Create fails: "I/O engine factory gave no engine"
     return wrap(std::move(inner.value()));

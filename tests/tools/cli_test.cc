@@ -625,11 +625,10 @@ TEST_F(CliTest, BenchIoWithoutACopierMeasuresTheDiskPathAndNamesIt) {
   ExpectBenchIoRefuses("--copier gpu", "--copier");
 }
 
-// --path stream: the engine's side goes through StreamPump (vLLM's path: streams, consumer threads copying slots and
-// acking); the same figures come out, the JSON and the footer name the path, and an unknown path is refused.
-TEST_F(CliTest, BenchIoStreamPathMeasuresThePumpAndNamesIt) {
+// The engine's side goes through StreamPump (vLLM's path: streams, consumer threads copying slots and acking),
+// named in the footer and the JSON; the job API is no longer a path of its own, so --path is an unknown flag.
+TEST_F(CliTest, BenchIoMeasuresTheStreamPathAndNamesIt) {
   const std::string json = dir_.path() + "/io-stream.json";
-  // The default is the stream path (vLLM's), named in the footer and the JSON.
   CliRun r = BenchIo("--total 16MiB --chunk-sizes 2MiB --depths 4 --repeat 2 --raw-threads 1 --raw-split none "
                      "--json " + json);
   ASSERT_EQ(r.rc, 0) << r.out;
@@ -637,27 +636,19 @@ TEST_F(CliTest, BenchIoStreamPathMeasuresThePumpAndNamesIt) {
   EXPECT_NE(r.out.find("ratio to best"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find(" write "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find(" read "), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("--path stream: the engine's transfers went through JobClient over StreamPump"),
-            std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("the engine's transfers went through JobClient over StreamPump"), std::string::npos) << r.out;
   std::string doc = Slurp(json);
   EXPECT_NE(doc.find("\"path\": \"stream\""), std::string::npos) << doc;
   EXPECT_NE(doc.find("\"median_engine_read_gbps\""), std::string::npos) << doc;
   EXPECT_NE(doc.find("\"write_ratio\""), std::string::npos) << doc;
   ExpectNoBenchLeftovers();
-  // --path job: the engine's own job API, named too.
-  r = BenchIo("--total 8MiB --chunk-sizes 2MiB --depths 4 --repeat 2 --raw-threads 1 --raw-split none --path job "
-              "--json " + json);
-  ASSERT_EQ(r.rc, 0) << r.out;
-  EXPECT_EQ(r.out.find("--path stream"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("--path job: the engine's own SubmitStore/SubmitLoad"), std::string::npos) << r.out;
-  EXPECT_NE(Slurp(json).find("\"path\": \"job\""), std::string::npos);
   // Without a copier the lanes only ack.
   r = BenchIo("--total 8MiB --chunk-sizes 2MiB --depths 4 --repeat 2 --raw-threads 1 --raw-split none --copier none");
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("only acking"), std::string::npos) << r.out;
-  CliRun bad = Kvtier("bench io --dir " + dir_.path() + " --path vllm");
+  CliRun bad = Kvtier("bench io --dir " + dir_.path() + " --path job");
   EXPECT_NE(bad.rc, 0);
-  EXPECT_NE(bad.out.find("--path: 'vllm' is not one of stream|job"), std::string::npos) << bad.out;
+  EXPECT_NE(bad.out.find("unknown flag --path"), std::string::npos) << bad.out;
   ExpectNoBenchLeftovers();
 }
 
