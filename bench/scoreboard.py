@@ -145,7 +145,8 @@ SOURCES = {
         _lease_1204("native-tier32-ec332f3", "--systems native --tiered-gib 32", "CPU tier + fs tier", tier_gib=32,
                     gate="-", preload="-"),
     ],
-    # engine_paths: bench/io/path_ab.py summaries (kvtier bench io's stream path over its job path, alternating pairs).
+    # engine_paths: bench/io/path_ab.py summaries (kvtier bench io's stream path over the engine's former job path,
+    # alternating pairs; path_ab.py and --path job are in the commit each command names).
     "engine_paths": [
         {"machine": "cpu", "date": "2026-12-03", "load": "other builds and vLLM servers ran (load average 3-4)",
          "command": "bench/io/path_ab.py --kvtier build/release/kvtier --pairs 4 --out OUT -- --dir /var/tmp "

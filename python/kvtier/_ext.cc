@@ -643,7 +643,8 @@ class PyEngine {
       t.key = KeyFromBytes(key);
       t.first_block = first_block;
       t.num_blocks = num_blocks;
-      // Out-of-range requests get no segments here; SubmitLoad refuses their block range with a clear message.
+      // Out-of-range requests get no segments here; JobClient::SubmitLoad refuses their block range with a clear
+      // message.
       const uint32_t n = num_blocks ? num_blocks : (first_block < bpc ? bpc - first_block : 0);
       if (first_block < bpc && n <= bpc - first_block) {
         for (uint32_t b = 0; b < n; ++b) t.segments.push_back({b * stride, address + b * block_bytes, block_bytes});

@@ -3,12 +3,13 @@
 // Threads and ownership (docs/architecture.md, "Threads and ownership"):
 // - reactors_: one Reactor per thread. Reactor r alone touches its io, its parts (jobs), their chunks, its op
 //   contexts, in-flight stores and data queue. Jobs are the engine's own: a promotion (one load chunk read into the
-//   DRAM tier's slot) and a committed store (chunks written from theirs). A chunk's reactor is chosen when its job is queued
-//   (PlaceChunk: the reactor of the key's unfinished chunks if any, else the one with the fewest unfinished chunks),
-//   so every step of a chunk runs on one thread, and every chunk of one key in flight on the same one. Other
-//   threads reach a reactor through its command queue (commands_, guarded by cmd_mu_) and io->Wake().
+//   DRAM tier's slot) and a committed store (chunks written from theirs). A chunk's reactor is chosen when its job
+//   is queued (PlaceChunk: the reactor of the key's unfinished chunks if any, else the one with the fewest
+//   unfinished chunks), so every step of a chunk runs on one thread, and every chunk of one key in flight on the
+//   same one. Other threads reach a reactor through its command queue (commands_, guarded by cmd_mu_) and
+//   io->Wake().
 // - A Job is shared by its parts (one per reactor it has chunks on); its counters are atomics, and the reactor
-//   whose chunk finishes last publishes the result.
+//   whose chunk finishes last records its stats and trace.
 // - disk_ (DiskIndex, src/engine/disk_index.h) is the disk index (published entries, LRU order, pins, negative cache,
 //   pending stores, evictions in flight, byte counts) with a mutex of its own; it never sees the engine.
 // - resident_ (ResidentSet, src/engine/resident_set.h) is the DRAM tier (resident map, replacement policy, preload

@@ -22,17 +22,17 @@ namespace kvtier {
   X(lookup_hits_disk, Counter, "Lookups served from disk")                                                 \
   X(lookup_misses, Counter, "Lookups that found nothing")                                                  \
   X(declined_loads, Counter, "Hits declined by the break-even gate (recomputed instead)")                  \
-  X(loads_started, Counter, "Load requests started")                                                      \
-  X(loads_completed, Counter, "Load requests completed")                                                  \
-  X(loads_failed, Counter, "Load requests failed (the request recomputes)")                               \
-  X(chunks_loaded, Counter, "Chunks copied to the device by loads")                                       \
-  X(stores_started, Counter, "Store requests started")                                                    \
-  X(stores_completed, Counter, "Store requests completed")                                                \
+  X(loads_started, Counter, "Load jobs started (the job API's)")                                          \
+  X(loads_completed, Counter, "Load jobs completed with every chunk loaded")                              \
+  X(loads_failed, Counter, "Load jobs with a chunk that could not be loaded")                             \
+  X(chunks_loaded, Counter, "Chunks the job API's loads copied out")                                      \
+  X(stores_started, Counter, "Committed stores started")                                                  \
+  X(stores_completed, Counter, "Committed stores completed")                                              \
   X(stores_dropped, Counter, "Stores dropped (pool full, no space, below the benefit threshold)")         \
   X(stores_deduplicated, Counter, "Stores of chunks that were already stored")                           \
   X(bytes_read, Counter, "Bytes read from disk")                                                          \
   X(bytes_written, Counter, "Bytes written to disk")                                                      \
-  X(bytes_needed, Counter, "Bytes handed to the model by loads")                                          \
+  X(bytes_needed, Counter, "Bytes the job API's loads asked for")                                         \
   X(preload_started, Counter, "Speculative preloads started")                                            \
   X(preload_used, Counter, "Preloads joined by a demand load")                                            \
   X(preload_wasted, Counter, "Preloads dropped before any demand load used them")                         \
@@ -52,9 +52,9 @@ namespace kvtier {
   X(dram_entries, Gauge, "Chunks retained in the DRAM tier")
 
 #define KVTIER_STATS_HISTOGRAMS(X)                          \
-  X(load_latency_us, "Load request latency")               \
-  X(store_latency_us, "Store request latency")             \
-  X(read_latency_us, "Latency of one disk read")           \
+  X(load_latency_us, "Load job latency")                   \
+  X(store_latency_us, "Committed store latency")           \
+  X(read_latency_us, "Promotion latency")                  \
   X(write_latency_us, "Latency of one disk write")
 
 // A monotonically increasing count.

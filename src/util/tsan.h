@@ -1,7 +1,7 @@
 // KVTIER_BENIGN_RACE(ptr, bytes, why): tells ThreadSanitizer that concurrent writes to [ptr, ptr + bytes) are
 // intended (a no-op in other builds). For scratch buffers that benchmarks and tests hand to several chunks of one
-// load job at once, knowingly: the engine copies chunks out on one copier lane per reactor (docs/architecture.md),
-// so such chunks' bytes land concurrently, and the caller does not read them (or they are all the same bytes).
+// load job at once, knowingly: a JobClient copies chunks out on several copier lanes (docs/architecture.md, "One data
+// path"), so such chunks' bytes land concurrently, and the caller does not read them (or they are all the same bytes).
 // Never for memory whose contents matter.
 #pragma once
 

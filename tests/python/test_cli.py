@@ -2,7 +2,6 @@
 its docs, and each listed command answering its own --help (the C++ ones through the packaged binary, calibrate,
 replay and bench longdoc in Python)."""
 
-import json
 import re
 import subprocess
 import sys
@@ -53,24 +52,3 @@ def test_the_python_commands_are_the_ones_the_script_dispatches():
     for cmd in (["calibrate"], ["replay"], ["bench", "longdoc"]):
         r = subprocess.run([str(exe), *cmd], capture_output=True, text=True, timeout=60)
         assert r.returncode == 1 and "command of the Python package" in r.stderr, (cmd, r.stderr)
-
-
-
-def test_path_ab_compares_the_stream_and_job_paths_in_alternating_runs(tmp_path):
-    """bench/io/path_ab.py: one job/stream pair of `kvtier bench io`, each run's JSON kept, stream/job medians."""
-    script = REPO / "bench" / "io" / "path_ab.py"
-    out = tmp_path / "ab"
-    bench = ["--dir", str(tmp_path), "--total", "8MiB", "--chunk-sizes", "2MiB", "--depths", "2", "--repeat", "2",
-             "--raw-threads", "1", "--raw-split", "none"]
-    r = subprocess.run([sys.executable, str(script), "--kvtier", str(kvtier_script()), "--pairs", "1",
-                        "--out", str(out), "--", *bench], capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "stream/job medians over 1 pairs" in r.stdout
-    assert {p.name for p in out.iterdir()} == {"pair0-job.json", "pair0-stream.json", "summary.json"}
-    med = json.loads((out / "summary.json").read_text())["stream_over_job"][str(2 << 20)]["median"]
-    assert set(med) == {"write_ratio_to_best", "read_ratio_to_best", "median_engine_write_gbps",
-                        "median_engine_read_gbps"}
-    assert all(v > 0 for v in med.values()), med
-    bad = subprocess.run([sys.executable, str(script), "--out", str(out), "--", "--path", "job"],
-                         capture_output=True, text=True, timeout=60)
-    assert bad.returncode != 0 and "--path and --json are set by path_ab.py" in bad.stderr
