@@ -250,12 +250,9 @@ TEST_F(ReactorsTest, AJobSpanningReactorsCompletesOnceWhenItsLastChunkDoes) {
   EXPECT_EQ(Impl(*e).PlacedReactor(Key(0)), std::optional<uint32_t>(held_reactor));
   for (uint64_t i = 0; i < kKeys; ++i) {
     const std::optional<uint32_t> placed = Impl(*e).PlacedReactor(Key(i));
-    if (placed) {
-      EXPECT_EQ(*placed, held_reactor) << i;
-      EXPECT_TRUE(rel::AllSentinel(dst[i])) << "chunk " << i << " copied before its read";
-    } else {
-      EXPECT_EQ(dst[i], ContentFor(i)) << "chunk " << i;
-    }
+    if (!placed) continue;  // loaded: its bytes are compared once the job is reported (the report orders the copy)
+    EXPECT_EQ(*placed, held_reactor) << i;
+    EXPECT_TRUE(rel::AllSentinel(dst[i])) << "chunk " << i << " copied before its read";
   }
   // ... but the job is not done while the held reactor's chunks are not.
   EXPECT_TRUE(e.jobs->PollCompleted().empty());
