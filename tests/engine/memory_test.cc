@@ -97,8 +97,10 @@ TEST(MemoryBound, LoadingTenTimesThePoolKeepsPeakRssAtThePoolSize) {
   // JobClient maps the pool a second time (its view: what a worker process maps), and RSS counts each mapping's
   // pages though they are the same pages of one shared-memory object: the shared memory beyond one pool is that
   // view, not memory the requests added.
-  // Not under ThreadSanitizer, whose shadow memory for the new mappings counts in RSS (4x the pool there).
-#if !defined(__SANITIZE_THREAD__)
+  // Not under the sanitizers, whose own memory counts in RSS: ThreadSanitizer's shadow for the new mappings (4x the
+  // pool), AddressSanitizer's shadow and per-thread allocator state (the JobClient's copy thread, its pump's and its
+  // copier lane's put this at about 19 MiB there, 17 MiB with the engine's own jobs, against 12 MiB without it).
+#if !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
   const uint64_t view = shmem > o.pool_bytes ? shmem - o.pool_bytes : 0;
   EXPECT_LE(after - at_start - view, o.pool_bytes + 2 * kChunk + (8u << 20));
 #endif
