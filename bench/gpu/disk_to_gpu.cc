@@ -1,4 +1,7 @@
-// kvtier_gpu_bench: the engine's host path with the CUDA copier, on a GPU (scripts/gpu_bench.sh runs it).
+// kvtier_gpu_bench: the engine's host path with the CUDA copier, on a GPU (scripts/gpu_bench.sh runs it). Loads and
+// stores go through the job API as a client of the engine's slot path (policy::JobClient with the CUDA copier,
+// docs/architecture.md "One data path"): each chunk is read whole into a slot (or written from one) and only the
+// blocks asked for are copied.
 //
 // KV is laid out as vLLM's per-layer tensors, blocks first: layer l is [num_gpu_blocks, kv_heads, 16, 2*head]
 // bf16, so one GPU block of one layer is `layer_block_bytes` contiguous bytes, and a chunk of 16 blocks is
@@ -9,6 +12,8 @@
 //   3. timing, same run, alternating: raw O_DIRECT io_uring reads of the chunk files (same queue depth, one read per
 //      file), raw cudaMemcpyAsync of the same payload bytes from pinned memory, engine disk->GPU loads, and, after
 //      promoting every chunk into the pool, engine DRAM->GPU loads.
+// A store's or load's chunks stay resident in the pool (the DRAM tier, T1): the engine is opened again (not timed)
+// before each step that must read the disk.
 // Prints one JSON object on stdout. Exit status 1 if a check fails.
 #include <cuda_runtime.h>
 #include <fcntl.h>
@@ -30,6 +35,7 @@
 
 #include "cuda/cuda_copier.h"
 #include "kvtier/engine.h"
+#include "policy/job_client.h"
 
 namespace {
 
@@ -105,9 +111,36 @@ std::vector<CopySegment> Segments(const Kv& kv, uint64_t block_stride, const std
   return segs;
 }
 
-JobResult RunJob(Engine& e, Result<JobId> id) {
+// An engine and the JobClient its jobs go through, with a CUDA copier of its own.
+struct Bench {
+  std::unique_ptr<Engine> engine;
+  // Declared last, so destroyed first: it finishes its jobs, and its copier unregisters the client's mapping of the
+  // pool, before the engine goes.
+  std::unique_ptr<policy::JobClient> jobs;
+  void reset() {
+    jobs.reset();
+    engine.reset();
+  }
+};
+
+Bench OpenBench(const EngineOptions& o, cuda::CudaCopyMode mode) {
+  Bench b;
+  auto opened = Engine::Open(o);
+  if (!opened.ok()) Die("Engine::Open: " + opened.status().ToString());
+  b.engine = std::move(opened.value());
+  cuda::CudaCopierOptions co;
+  co.mode = mode;
+  auto copier = cuda::CreateCudaDeviceCopier(co);
+  if (!copier.ok()) Die("CUDA copier: " + copier.status().ToString());
+  auto client = policy::JobClient::Create(b.engine.get(), std::move(copier.value()));
+  if (!client.ok()) Die("JobClient: " + client.status().ToString());
+  b.jobs = std::move(client.value());
+  return b;
+}
+
+JobResult RunJob(Bench& b, Result<JobId> id) {
   if (!id.ok()) Die("submit: " + id.status().ToString());
-  auto r = e.Wait(*id, 600000);
+  auto r = b.jobs->Wait(*id, 600000);
   if (!r.ok()) Die("wait: " + r.status().ToString());
   return *r;
 }
@@ -248,20 +281,16 @@ int main(int argc, char** argv) {
   o.io_mode = IoMode::kAuto;  // O_DIRECT where the filesystem allows it (Describe() in the JSON says which)
   const uint64_t slot_bytes = 4096 + kBlocksPerChunk * ((g.block_bytes() + 4095) / 4096 * 4096);
   o.pool_bytes = (uint64_t(a.chunks) + 2 * a.io_depth + 4) * (slot_bytes + 4096);
-  cuda::CudaCopierOptions co;
-  co.mode = *mode;
-  auto copier = cuda::CreateCudaDeviceCopier(co);
-  if (!copier.ok()) Die("CUDA copier: " + copier.status().ToString());
-  auto opened = Engine::Open(o, std::move(copier.value()));
-  if (!opened.ok()) Die("Engine::Open: " + opened.status().ToString());
-  Engine& e = **opened;
-  const uint64_t stride = e.block_stride();
+  Bench b = OpenBench(o, *mode);
+  // The geometry of every engine opened below (the same options).
+  const uint64_t stride = b.engine->block_stride();
+  const uint64_t chunk_payload = b.engine->chunk_payload_bytes();
 
   std::ostringstream js;
   js << "{\"model\":\"" << a.model << "\",\"mode\":\"" << a.mode << "\",\"chunks\":" << a.chunks
-     << ",\"chunk_payload_bytes\":" << e.chunk_payload_bytes() << ",\"segments_per_chunk\":"
+     << ",\"chunk_payload_bytes\":" << chunk_payload << ",\"segments_per_chunk\":"
      << kBlocksPerChunk * g.layers << ",\"segment_bytes\":" << g.layer_block_bytes() << ",\"io_depth\":"
-     << a.io_depth << ",\"describe\":\"" << e.Describe() << "\"";
+     << a.io_depth << ",\"describe\":\"" << b.engine->Describe() << "\"";
 
   // 1. Store from scattered GPU blocks.
   if (a.store) {
@@ -271,19 +300,21 @@ int main(int argc, char** argv) {
                                                                      kBlocksPerChunk)});
     }
     const auto t0 = Clock::now();
-    JobResult r = RunJob(e, e.SubmitStore(std::move(st)));
+    JobResult r = RunJob(b, b.jobs->SubmitStore(std::move(st)));
     const double s = Seconds(t0, Clock::now());
     if (!r.all_ok()) {
       for (auto& c : r.chunks)
         if (!c.status.ok()) Die("store: " + c.status.ToString());
     }
-    js << ",\"store_s\":" << s << ",\"store_gbps\":" << double(a.chunks) * e.chunk_payload_bytes() / s / 1e9;
+    js << ",\"store_s\":" << s << ",\"store_gbps\":" << double(a.chunks) * chunk_payload / s / 1e9;
   }
 
-  // 2. Poison, load (whole chunks, and a partial range of every third one), compare.
+  // 2. Poison, load (whole chunks, and a partial range of every third one) from the disk, compare.
   bool exact = true;
   uint64_t checked_blocks = 0;
   {
+    b.reset();
+    b = OpenBench(o, *mode);
     for (auto* p : kv.layers) CHECK_CUDA(cudaMemset(p, 0xA5, layer_bytes));
     std::vector<ChunkTransfer> ld;
     std::vector<std::pair<uint32_t, uint32_t>> ranges;  // per chunk: first, count
@@ -294,7 +325,7 @@ int main(int argc, char** argv) {
       ld.push_back(ChunkTransfer{KeyOf(a.model, c), first, n,
                                  Segments(kv, stride, load_ids, c * kBlocksPerChunk + first, n)});
     }
-    JobResult r = RunJob(e, e.SubmitLoad(std::move(ld)));
+    JobResult r = RunJob(b, b.jobs->SubmitLoad(std::move(ld)));
     for (auto& c : r.chunks)
       if (!c.status.ok()) Die("load: " + c.status.ToString());
     std::vector<uint8_t> back(layer_bytes);
@@ -328,7 +359,7 @@ int main(int argc, char** argv) {
   std::sort(files.begin(), files.end());
   cudaStream_t stream;
   CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  const uint64_t payload = uint64_t(a.chunks) * e.chunk_payload_bytes();
+  const uint64_t payload = uint64_t(a.chunks) * chunk_payload;
   auto full_load = [&]() {
     std::vector<ChunkTransfer> ld;
     for (uint32_t c = 0; c < a.chunks; ++c) {
@@ -336,32 +367,36 @@ int main(int argc, char** argv) {
                                  Segments(kv, stride, load_ids, c * kBlocksPerChunk, kBlocksPerChunk)});
     }
     const auto t0 = Clock::now();
-    JobResult r = RunJob(e, e.SubmitLoad(std::move(ld)));
+    JobResult r = RunJob(b, b.jobs->SubmitLoad(std::move(ld)));
     const double s = Seconds(t0, Clock::now());
     if (!r.all_ok()) Die("timed load failed");
     return s;
   };
   std::vector<double> raw_disk, raw_h2d, eng_disk, eng_dram;
   uint64_t raw_bytes = 0;
-  const uint64_t read_before = e.Stats().bytes_read;
+  uint64_t read_by_disk_loads = 0;
   for (uint32_t p = 0; p < a.passes; ++p) {
     raw_disk.push_back(RawDirectRead(files, a.io_depth, &raw_bytes));
+    b.reset();  // a fresh engine, whose load reads the disk
+    b = OpenBench(o, *mode);
+    const uint64_t read_before = b.engine->Stats().bytes_read;
     eng_disk.push_back(full_load());
-    raw_h2d.push_back(RawH2D(e.chunk_payload_bytes(), a.chunks, stream));
+    read_by_disk_loads += b.engine->Stats().bytes_read - read_before;
+    raw_h2d.push_back(RawH2D(chunk_payload, a.chunks, stream));
   }
-  const uint64_t read_by_disk_loads = e.Stats().bytes_read - read_before;
-  // DRAM tier: promote every chunk into the pool, then load from the resident slots.
+  // DRAM tier: promote every chunk into the pool (the last disk load left them resident: this makes sure), then load
+  // from the resident slots.
   for (uint32_t c = 0; c < a.chunks; ++c) {
     for (int tries = 0;; ++tries) {
-      PromoteResult pr = e.Promote(KeyOf(a.model, c), false);
+      PromoteResult pr = b.engine->Promote(KeyOf(a.model, c), false);
       if (pr.state == PromoteState::kReady) break;
       if (pr.state == PromoteState::kMiss || tries > 100000) Die("promote failed for chunk " + std::to_string(c));
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
   }
-  const uint64_t read_before_dram = e.Stats().bytes_read;
+  const uint64_t read_before_dram = b.engine->Stats().bytes_read;
   for (uint32_t p = 0; p < a.passes; ++p) eng_dram.push_back(full_load());
-  const uint64_t read_by_dram_loads = e.Stats().bytes_read - read_before_dram;
+  const uint64_t read_by_dram_loads = b.engine->Stats().bytes_read - read_before_dram;
 
   auto gbps = [](uint64_t bytes, double s) { return s > 0 ? double(bytes) / s / 1e9 : 0.0; };
   const double disk = gbps(raw_bytes, Median(raw_disk));
@@ -384,7 +419,7 @@ int main(int argc, char** argv) {
      << ",\"bytes_read_by_dram_loads\":" << read_by_dram_loads << "}";
   std::printf("%s\n", js.str().c_str());
   CHECK_CUDA(cudaStreamDestroy(stream));
-  opened->reset();  // engine (and copier) before the tensors it copies into
+  b.reset();  // client (and copier) and engine before the tensors it copies into
   for (auto* p : kv.layers) CHECK_CUDA(cudaFree(p));
   return exact ? 0 : 1;
 }

@@ -1,10 +1,16 @@
-// Several reactors (I1, docs/architecture.md "Threads and ownership"): a job whose chunks live on different
-// reactors completes exactly once, when all of them have; identical chunks still share one read (X4); the demand
-// reserve (S2) and a job's slot bound (S1) hold across reactors; the reactor count is the option's, auto's or
-// KVTIER_TEST_REACTORS's.
+// Several reactors (I1, docs/architecture.md "Threads and ownership"), driven through the job API as a client of the
+// slot path (policy::JobClient, "One data path"): each chunk of a job is a promotion placed on a reactor. A job whose
+// chunks live on different reactors completes exactly once, when all of them have; misses are per chunk, in request
+// order; identical chunks of two jobs share one read (X4, through the DRAM tier); a job's window of slots (S1) and
+// the demand reserve (S2) hold across reactors; the reactor count is the option's, auto's or KVTIER_TEST_REACTORS's.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -12,6 +18,7 @@
 
 #include "engine/engine_impl.h"
 #include "reliability/reliability_util.h"
+#include "support/job_engine.h"
 #include "support/temp_dir.h"
 
 namespace kvtier {
@@ -79,6 +86,64 @@ class GatedEngine final : public io::IoEngine {
   std::deque<io::IoOp> held_;  // reactor thread only
 };
 
+// The host copy, held: copies are taken (Submit) and counted but end only once the gate opens, so the chunks they
+// copy stay in their job's window meanwhile. Submit and Poll run on the JobClient's copy thread.
+struct CopyGate {
+  std::atomic<bool> open{false};
+  std::atomic<uint64_t> copies_taken{0};
+  std::mutex mu;
+  std::function<void()> wakeup;  // the client's bell, rung when the gate opens
+  void Open() {
+    open = true;
+    std::lock_guard<std::mutex> lock(mu);
+    if (wakeup) wakeup();
+  }
+};
+struct OpenCopiesOnExit {
+  CopyGate& gate;
+  ~OpenCopiesOnExit() { gate.Open(); }
+};
+
+class HeldCopier final : public DeviceCopier {
+ public:
+  explicit HeldCopier(CopyGate* gate) : gate_(gate) {}
+  std::string_view name() const override { return "held"; }
+  void SetWakeup(std::function<void()> wakeup) override {
+    std::lock_guard<std::mutex> lock(gate_->mu);
+    gate_->wakeup = std::move(wakeup);
+  }
+  void Submit(std::vector<CopyTask> batch) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    gate_->copies_taken += batch.size();
+    for (CopyTask& t : batch) held_.push_back(std::move(t));
+  }
+  void Poll(std::vector<CopyDone>* done) override {
+    if (!gate_->open.load()) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const CopyTask& t : held_) {
+      for (const CopySegment& seg : t.segments) {
+        void* host = reinterpret_cast<void*>(seg.address);
+        if (t.direction == CopyDirection::kSlotToDevice) {
+          std::memcpy(host, t.slot_data + seg.slot_offset, seg.bytes);
+        } else {
+          std::memcpy(t.slot_data + seg.slot_offset, host, seg.bytes);
+        }
+      }
+      done->push_back(CopyDone{t.id, Status::Ok()});
+    }
+    held_.clear();
+  }
+  size_t pending() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return held_.size();
+  }
+
+ private:
+  CopyGate* gate_;
+  mutable std::mutex mu_;
+  std::vector<CopyTask> held_;
+};
+
 class ReactorsTest : public ::testing::Test {
  protected:
   EngineOptions Options(uint32_t reactors) {
@@ -93,10 +158,10 @@ class ReactorsTest : public ::testing::Test {
     ASSERT_TRUE(e.ok()) << e.status().ToString();
     for (uint64_t i = 0; i < n; ++i) ASSERT_TRUE(rel::StoreOne(e.value(), i).ok()) << i;
   }
-  // An engine whose reactor r reads through a gate (every reactor when gated_reactor < 0).
-  std::unique_ptr<Engine> OpenGated(EngineOptions o, Gate* gate, int gated_reactor,
-                                    std::vector<GatedEngine*>* gated = nullptr) {
-    auto e = EngineImpl::Create(o, nullptr, [&](uint32_t r) -> std::unique_ptr<io::IoEngine> {
+  // An engine whose reactor r reads through a gate (every reactor when gated_reactor < 0), with a JobClient over it.
+  test::JobEngine OpenGated(EngineOptions o, Gate* gate, int gated_reactor,
+                            std::vector<GatedEngine*>* gated = nullptr) {
+    auto e = EngineImpl::Create(o, [&](uint32_t r) -> std::unique_ptr<io::IoEngine> {
       io::EngineConfig cfg;
       cfg.depth = 64;
       auto inner = io::CreateEngine(cfg);
@@ -107,7 +172,10 @@ class ReactorsTest : public ::testing::Test {
       return g;
     });
     EXPECT_TRUE(e.ok()) << e.status().ToString();
-    return e.ok() ? std::move(e.value()) : nullptr;
+    if (!e.ok()) return {};
+    auto with = test::WithJobs(std::move(e).value());
+    EXPECT_TRUE(with.ok()) << with.status().ToString();
+    return with.ok() ? std::move(with).value() : test::JobEngine{};
   }
   static EngineImpl& Impl(Engine& e) { return static_cast<EngineImpl&>(e); }
 
@@ -149,49 +217,50 @@ TEST_F(ReactorsTest, AJobSpanningReactorsCompletesOnceWhenItsLastChunkDoes) {
   constexpr uint64_t kKeys = 16;
   StoreKeys(kKeys);
   EngineOptions o = Options(4);
-  o.io_depth = 32;  // every chunk of the job starts at once and is read at once (8 at the disk per reactor)
+  o.io_depth = 32;  // the job's window (2 x io_depth) and its reads at once (3/4 of it) take every chunk at once
   Gate gate;
-  // I1: an idle engine spreads a job's chunks evenly, the first on reactor 0 (PlaceChunk): chunk i on reactor
-  // i % 4. Reactor 0's reads wait at the gate, every other reactor reads freely.
+  // Reactor 0's reads wait at the gate, every other reactor reads freely.
   constexpr uint32_t held_reactor = 0;
   auto e = OpenGated(o, &gate, static_cast<int>(held_reactor));
   OpenOnExit opener{gate};
-  ASSERT_TRUE(e);
-  const uint64_t on_held = kKeys / 4;
+  ASSERT_TRUE(e.jobs);
 
   std::vector<std::vector<uint8_t>> dst(kKeys, std::vector<uint8_t>(kBlocks * kBlockBytes, 0xEE));
   std::vector<ChunkTransfer> req;
   for (uint64_t i = 0; i < kKeys; ++i) req.push_back({Key(i), 0, 0, rel::Segments(dst[i], e->block_stride())});
   const uint64_t read_before = e->Stats().bytes_read;
-  auto id = e->SubmitLoad(std::move(req));
+  auto id = e.jobs->SubmitLoad(std::move(req));
   ASSERT_TRUE(id.ok());
-  // Every chunk on the other reactors is read, verified and copied ...
-  const uint64_t others = (kKeys - on_held) * kChunkFileBytes;
-  ASSERT_TRUE(Eventually([&] { return e->Stats().bytes_read - read_before >= others; }));
-  ASSERT_TRUE(Eventually([&] { return e->Stats().chunks_loaded >= kKeys - on_held; }));
-  EXPECT_EQ(gate.reads_held.load(), on_held);
-  // Unfinished: exactly the held reactor's share of the job, every fourth chunk. A chunk is counted loaded just
-  // before its reactor finishes it (drops its placement), so the others' placements are awaited, not sampled.
+  // Every chunk on the other reactors is read, verified and copied: each chunk is loaded or held at the gate.
+  ASSERT_TRUE(Eventually([&] { return e.jobs->stream_stats().chunks_loaded + gate.reads_held.load() == kKeys; }));
+  // I1: each chunk's promotion goes to the reactor with the fewest unfinished chunks (PlaceChunk), the first one of
+  // an idle engine to reactor 0. The held reactor's chunks never finish, so it gets the first and at most its even
+  // share (the others' chunks may finish, and leave them fewer, while the job's promotions are being placed).
+  const uint64_t on_held = gate.reads_held.load();
+  EXPECT_GE(on_held, 1u);
+  EXPECT_LE(on_held, kKeys / 4);
+  EXPECT_EQ(e->Stats().bytes_read - read_before, (kKeys - on_held) * kChunkFileBytes);
+  // Unfinished: exactly the held reactor's share of the job. A chunk is counted loaded just before its reactor
+  // finishes it (drops its placement), so the others' placements are awaited, not sampled.
   EXPECT_TRUE(Eventually([&] {
-    for (uint64_t i = 0; i < kKeys; ++i) {
-      if (i % 4 != held_reactor && Impl(*e).PlacedReactor(Key(i)).has_value()) return false;
-    }
-    return true;
+    uint64_t placed = 0;
+    for (uint64_t i = 0; i < kKeys; ++i) placed += Impl(*e).PlacedReactor(Key(i)).has_value();
+    return placed == on_held;
   }));
+  EXPECT_EQ(Impl(*e).PlacedReactor(Key(0)), std::optional<uint32_t>(held_reactor));
   for (uint64_t i = 0; i < kKeys; ++i) {
-    if (i % 4 == held_reactor) {
-      EXPECT_EQ(Impl(*e).PlacedReactor(Key(i)), std::optional<uint32_t>(held_reactor)) << i;
-    } else {
-      EXPECT_EQ(Impl(*e).PlacedReactor(Key(i)), std::nullopt) << i;
-    }
+    const std::optional<uint32_t> placed = Impl(*e).PlacedReactor(Key(i));
+    if (!placed) continue;  // loaded: its bytes are compared once the job is reported (the report orders the copy)
+    EXPECT_EQ(*placed, held_reactor) << i;
+    EXPECT_TRUE(rel::AllSentinel(dst[i])) << "chunk " << i << " copied before its read";
   }
   // ... but the job is not done while the held reactor's chunks are not.
-  EXPECT_TRUE(e->PollCompleted().empty());
-  auto early = e->Wait(id.value(), 50);
+  EXPECT_TRUE(e.jobs->PollCompleted().empty());
+  auto early = e.jobs->Wait(id.value(), 50);
   EXPECT_EQ(early.status().code(), StatusCode::kTimedOut);
 
   gate.open = true;
-  auto r = e->Wait(id.value(), 30000);
+  auto r = e.jobs->Wait(id.value(), 30000);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_TRUE(r->all_ok());
   ASSERT_EQ(r->chunks.size(), kKeys);
@@ -199,28 +268,43 @@ TEST_F(ReactorsTest, AJobSpanningReactorsCompletesOnceWhenItsLastChunkDoes) {
     EXPECT_EQ(r->chunks[i].key, Key(i)) << "outcomes in request order";
     EXPECT_EQ(dst[i], ContentFor(i)) << "chunk " << i;
   }
-  EXPECT_EQ(r->bytes, kKeys * kBlocks * kBlockBytes);
-  // Reported exactly once.
-  EXPECT_TRUE(e->PollCompleted().empty());
-  EXPECT_EQ(e->Stats().loads_completed, 1u);
+  EXPECT_EQ(r->bytes, kKeys * kBlocks * e->block_stride());
+  EXPECT_EQ(e->Stats().bytes_read - read_before, kKeys * kChunkFileBytes);  // each chunk read once
+  // Reported exactly once, as one stream.
+  EXPECT_TRUE(e.jobs->PollCompleted().empty());
+  EXPECT_EQ(e.jobs->Wait(id.value(), 0).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(e.jobs->stream_stats().loads_opened, 1u);
+  EXPECT_EQ(e.jobs->stream_stats().chunks_loaded, kKeys);
 }
 
+// Keys never stored miss before any reactor (Promote finds no entry); damaged ones on the reactor their promotion
+// was placed on (verification, K1). Either way the miss is that chunk's, in its place in the request.
 TEST_F(ReactorsTest, MissesOnSomeReactorsAreReportedPerChunkInRequestOrder) {
-  StoreKeys(8);
-  auto e = Engine::Open(Options(4));
-  ASSERT_TRUE(e.ok());
+  StoreKeys(12);
+  for (uint64_t k = 8; k < 12; ++k) {  // a payload byte of keys 8..11
+    const std::string file = rel::ChunkFile(Options(4), Key(k));
+    const int fd = open(file.c_str(), O_RDWR);
+    ASSERT_GE(fd, 0) << file;
+    uint8_t b = 0;
+    ASSERT_EQ(pread(fd, &b, 1, 4096 + 5), 1);
+    b ^= 0x10;
+    ASSERT_EQ(pwrite(fd, &b, 1, 4096 + 5), 1);
+    close(fd);
+  }
+  auto opened = test::OpenWithJobs(Options(4));
+  ASSERT_TRUE(opened.ok());
+  test::JobEngine& e = *opened;
   std::vector<std::vector<uint8_t>> dst(16, std::vector<uint8_t>(kBlocks * kBlockBytes, 0xEE));
   std::vector<ChunkTransfer> req;
-  // Odd positions ask for keys never stored (100 + i).
-  for (uint64_t i = 0; i < 16; ++i) {
-    req.push_back({Key(i % 2 ? 100 + i : i / 2), 0, 0, rel::Segments(dst[i], e.value()->block_stride())});
-  }
-  auto id = e.value()->SubmitLoad(std::move(req));
-  ASSERT_TRUE(id.ok());
-  auto r = e.value()->Wait(id.value(), 30000);
-  ASSERT_TRUE(r.ok());
+  // Even positions: keys 0..7; positions 1, 5, 9, 13: keys never stored (100 + i); 3, 7, 11, 15: damaged 8..11.
+  auto key_at = [](uint64_t i) -> uint64_t { return i % 2 == 0 ? i / 2 : i % 4 == 1 ? 100 + i : 8 + i / 4; };
+  for (uint64_t i = 0; i < 16; ++i) req.push_back({Key(key_at(i)), 0, 0, rel::Segments(dst[i], e->block_stride())});
+  auto r = e.Run(e.jobs->SubmitLoad(std::move(req)));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->chunks_ok, 8u);
+  ASSERT_EQ(r->chunks.size(), 16u);
   for (uint64_t i = 0; i < 16; ++i) {
+    EXPECT_EQ(r->chunks[i].key, Key(key_at(i))) << i;
     if (i % 2) {
       EXPECT_EQ(r->chunks[i].status.code(), StatusCode::kNotFound) << i;
       EXPECT_TRUE(rel::AllSentinel(dst[i])) << i;
@@ -229,18 +313,21 @@ TEST_F(ReactorsTest, MissesOnSomeReactorsAreReportedPerChunkInRequestOrder) {
       EXPECT_EQ(dst[i], ContentFor(i / 2)) << i;
     }
   }
+  EXPECT_EQ(e->Stats().corrupt_entries, 4u);
 }
 
+// X4 on the slot path: job b's promotion of a key job a is reading finds it pending in the DRAM tier and waits for
+// that read instead of starting its own, whichever reactor the read runs on.
 TEST_F(ReactorsTest, IdenticalChunksOfTwoJobsShareOneReadOnEveryReactor) {
   constexpr uint64_t kKeys = 8;
   StoreKeys(kKeys);
   EngineOptions o = Options(4);
-  o.io_depth = 32;  // every read of a job at the disk at once
+  o.io_depth = 32;  // every read of a job at the disk at once (both jobs' windows hold all their chunks)
   Gate gate;
   std::vector<GatedEngine*> gated;
   auto e = OpenGated(o, &gate, -1, &gated);
   OpenOnExit opener{gate};
-  ASSERT_TRUE(e);
+  ASSERT_TRUE(e.jobs);
   ASSERT_EQ(gated.size(), 4u);
   std::vector<std::vector<uint8_t>> a(kKeys, std::vector<uint8_t>(kBlocks * kBlockBytes, 0xEE)), b = a;
   std::vector<ChunkTransfer> ra, rb;
@@ -249,29 +336,33 @@ TEST_F(ReactorsTest, IdenticalChunksOfTwoJobsShareOneReadOnEveryReactor) {
     rb.push_back({Key(i), 0, 0, rel::Segments(b[i], e->block_stride())});
   }
   const uint64_t read_before = e->Stats().bytes_read;
-  auto ia = e->SubmitLoad(std::move(ra));
+  auto ia = e.jobs->SubmitLoad(std::move(ra));
   ASSERT_TRUE(ia.ok());
   ASSERT_TRUE(Eventually([&] { return gate.reads_held.load() == kKeys; }));  // every read of job a is held
-  std::vector<uint64_t> reaps;
-  for (GatedEngine* g : gated) reaps.push_back(g->reaps.load());
-  auto ib = e->SubmitLoad(std::move(rb));
-  ASSERT_TRUE(ib.ok());
-  // Every reactor with keys went round its loop twice since: it took job b's part and started (joined) its chunks.
-  std::vector<bool> used(gated.size(), false);
+  // Nothing finishes while every read is held: job a's promotions went round the reactors (PlaceChunk), two each.
+  std::vector<uint32_t> per_reactor(gated.size(), 0);
   for (uint64_t i = 0; i < kKeys; ++i) {
     const std::optional<uint32_t> r = Impl(*e).PlacedReactor(Key(i));  // job a's chunk, held: still placed
     ASSERT_TRUE(r.has_value()) << i;
-    used[*r] = true;
+    per_reactor[*r]++;
   }
+  EXPECT_EQ(per_reactor, std::vector<uint32_t>(gated.size(), kKeys / gated.size()));
+  std::vector<uint64_t> reaps;
+  for (GatedEngine* g : gated) reaps.push_back(g->reaps.load());
+  auto ib = e.jobs->SubmitLoad(std::move(rb));
+  ASSERT_TRUE(ib.ok());
+  // Job b's stream is open once the pump counts it, and its opening promoted every chunk (its window and the read
+  // budget have room for all). Then every reactor went round its loop twice: a read job b started would be queued.
+  ASSERT_TRUE(Eventually([&] { return e.jobs->stream_stats().loads_opened == 2; }));
   ASSERT_TRUE(Eventually([&] {
     for (size_t k = 0; k < gated.size(); ++k) {
-      if (used[k] && gated[k]->reaps.load() < reaps[k] + 2) return false;
+      if (gated[k]->reaps.load() < reaps[k] + 2) return false;
     }
     return true;
   }));
-  EXPECT_EQ(gate.reads_held.load(), kKeys) << "job b read again instead of joining job a's reads";
+  EXPECT_EQ(gate.reads_held.load(), kKeys) << "job b read again instead of waiting for job a's reads";
   gate.open = true;
-  auto r1 = e->Wait(ia.value(), 30000), r2 = e->Wait(ib.value(), 30000);
+  auto r1 = e.jobs->Wait(ia.value(), 30000), r2 = e.jobs->Wait(ib.value(), 30000);
   ASSERT_TRUE(r1.ok() && r2.ok());
   EXPECT_TRUE(r1->all_ok());
   EXPECT_TRUE(r2->all_ok());
@@ -282,31 +373,40 @@ TEST_F(ReactorsTest, IdenticalChunksOfTwoJobsShareOneReadOnEveryReactor) {
   EXPECT_EQ(e->Stats().bytes_read - read_before, kKeys * kChunkFileBytes);  // X4: one read per key
 }
 
-TEST_F(ReactorsTest, AJobHoldsAtMostTwiceIoDepthSlotsOverAllReactors) {
+// S1 across reactors: a job holds at most its window of slots (JobClient's max_window, by default 2 x io_depth: the
+// engine's own per-job bound before the job API became a client of the slot path), wherever its promotions run.
+// With every copy held, the window fills and stays full: each slot in use is one of the job's chunks, published and
+// not yet acked (a fresh engine: nothing else is resident).
+TEST_F(ReactorsTest, AJobHoldsAtMostItsWindowOfSlotsOverAllReactors) {
   constexpr uint64_t kKeys = 24;
   StoreKeys(kKeys);
   EngineOptions o = Options(4);
-  o.io_depth = 6;  // a job: at most 12 slots; a part: at most 2 x ceil(6 / 4) = 4, so 4 parts alone allow 16
+  o.io_depth = 6;  // the window: 12 slots
   o.pool_bytes = 32 * kChunkFileBytes;
-  Gate gate;
-  auto e = OpenGated(o, &gate, -1);
-  OpenOnExit opener{gate};
-  ASSERT_TRUE(e);
+  const uint32_t window = 2 * o.io_depth;
+  CopyGate copies;
+  auto opened = test::OpenWithJobs(o, std::make_unique<HeldCopier>(&copies));
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  test::JobEngine& e = *opened;
+  OpenCopiesOnExit opener{copies};
   std::vector<std::vector<uint8_t>> dst(kKeys, std::vector<uint8_t>(kBlocks * kBlockBytes, 0xEE));
   std::vector<ChunkTransfer> req;
   for (uint64_t i = 0; i < kKeys; ++i) req.push_back({Key(i), 0, 0, rel::Segments(dst[i], e->block_stride())});
-  auto id = e->SubmitLoad(std::move(req));
+  auto id = e.jobs->SubmitLoad(std::move(req));
   ASSERT_TRUE(id.ok());
-  // With every read held, the job takes all the slots it may; then its slot count is the bound.
-  ASSERT_TRUE(Eventually([&] { return e->Stats().pool_slots_in_use >= 2u * o.io_depth; }));
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let every reactor take what it can
-  EXPECT_LE(e->Stats().pool_slots_in_use, 2u * o.io_depth);
-  gate.open = true;
-  auto r = e->Wait(id.value(), 30000);
-  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(Eventually([&] { return copies.copies_taken.load() >= window; }));
+  // A bound is a thing not happening: give the pump's passes (every StreamPump::kIdlePoll) time to take more.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(copies.copies_taken.load(), window);
+  EXPECT_EQ(e->Stats().pool_slots_in_use, window);
+  EXPECT_EQ(e.jobs->stream_stats().peak_window, window);
+  copies.Open();
+  auto r = e.Run(id);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_TRUE(r->all_ok());
   for (uint64_t i = 0; i < kKeys; ++i) EXPECT_EQ(dst[i], ContentFor(i));
-  EXPECT_LE(e->Stats().pool_peak_slots, 2u * o.io_depth);
+  EXPECT_EQ(copies.copies_taken.load(), kKeys);
+  EXPECT_EQ(e.jobs->stream_stats().peak_window, window);
 }
 
 TEST_F(ReactorsTest, TheDemandReserveHoldsAcrossReactors) {
@@ -315,43 +415,43 @@ TEST_F(ReactorsTest, TheDemandReserveHoldsAcrossReactors) {
   EngineOptions o = Options(4);
   o.pool_bytes = 24 * kChunkFileBytes;
   o.demand_reserve_slots = 6;
-  auto opened = Engine::Open(o);
+  auto opened = test::OpenWithJobs(o);
   ASSERT_TRUE(opened.ok());
-  Engine& e = *opened.value();
+  test::JobEngine& e = *opened;
   // Demand promotions, pinned, fill all but 8 of the 18 slots outside the reserve.
   std::vector<ChunkKey> pinned;
   for (uint64_t i = 0; i < 10; ++i) {
-    ASSERT_TRUE(Eventually([&] { return e.Promote(Key(i), false).state == PromoteState::kReady; })) << i;
+    ASSERT_TRUE(Eventually([&] { return e->Promote(Key(i), false).state == PromoteState::kReady; })) << i;
     pinned.push_back(Key(i));
   }
-  ASSERT_TRUE(e.PinResident(pinned).ok());
+  ASSERT_TRUE(e->PinResident(pinned).ok());
   // Speculative promotions of keys on every reactor take what is left outside the reserve, never the reserve.
   uint32_t started = 0;
-  for (uint64_t i = 10; i < kKeys; ++i) started += e.Promote(Key(i), true).state != PromoteState::kMiss;
+  for (uint64_t i = 10; i < kKeys; ++i) started += e->Promote(Key(i), true).state != PromoteState::kMiss;
   EXPECT_LE(started, 8u);
-  EXPECT_LE(e.Stats().pool_slots_in_use, 24u - 6u);
+  EXPECT_LE(e->Stats().pool_slots_in_use, 24u - 6u);
   ASSERT_TRUE(Eventually([&] {
     for (uint64_t i = 10; i < kKeys; ++i) {
-      if (e.Residency(Key(i)) == PromoteState::kPending) return false;
+      if (e->Residency(Key(i)) == PromoteState::kPending) return false;
     }
     return true;
   }));
-  EXPECT_LE(e.Stats().pool_slots_in_use, 24u - 6u);
-  // Demand work on every reactor still gets its slots: a load of six chunks not resident.
+  EXPECT_LE(e->Stats().pool_slots_in_use, 24u - 6u);
+  // Demand work on every reactor still gets its slots: a load of six chunks not resident (demand promotions).
   std::vector<std::vector<uint8_t>> dst(6, std::vector<uint8_t>(kBlocks * kBlockBytes, 0xEE));
   std::vector<ChunkTransfer> req;
   std::vector<uint64_t> keys;
   for (uint64_t i = kKeys - 1; keys.size() < 6; --i) {
-    if (e.Residency(Key(i)) == PromoteState::kMiss) keys.push_back(i);
+    if (e->Residency(Key(i)) == PromoteState::kMiss) keys.push_back(i);
   }
-  for (size_t k = 0; k < keys.size(); ++k) req.push_back({Key(keys[k]), 0, 0, rel::Segments(dst[k], e.block_stride())});
-  auto id = e.SubmitLoad(std::move(req));
-  ASSERT_TRUE(id.ok());
-  auto r = e.Wait(id.value(), 30000);
-  ASSERT_TRUE(r.ok());
+  for (size_t k = 0; k < keys.size(); ++k) {
+    req.push_back({Key(keys[k]), 0, 0, rel::Segments(dst[k], e->block_stride())});
+  }
+  auto r = e.Run(e.jobs->SubmitLoad(std::move(req)));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_TRUE(r->all_ok());
   for (size_t k = 0; k < keys.size(); ++k) EXPECT_EQ(dst[k], ContentFor(keys[k]));
-  e.Unpin(pinned);
+  e->Unpin(pinned);
 }
 
 TEST_F(ReactorsTest, ConcurrentJobsOnEveryReactorRoundTrip) {

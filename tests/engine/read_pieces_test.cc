@@ -1,7 +1,9 @@
-// K1, I1: a load reads a chunk in pieces of read_piece_bytes (whole blocks; a reactor's reads go to its oldest chunk
-// first) and verifies each piece as it lands, the last one after the disk has the next chunk's reads. Every piece size serves the same
-// bytes, whole chunks and block ranges alike; a damaged block or header anywhere is a miss that writes nothing to
-// the destination; short reads continue inside their piece.
+// K1, I1: a promotion reads a chunk in pieces of read_piece_bytes (whole blocks; a reactor's reads go to its oldest
+// chunk first) and verifies each piece as it lands, the last one after the disk has the next chunk's reads. Loads go
+// through the job API as a client of the slot path (policy::JobClient, docs/architecture.md "One data path"): each
+// chunk is read whole into a slot and only the blocks asked for are copied out (X3's partial reads are not on the
+// slot path). Every piece size serves the same bytes, whole chunks and block ranges alike; a damaged block or header
+// anywhere is a miss that writes nothing to the destination; short reads continue inside their piece.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -19,6 +21,7 @@
 #include "io/fault_engine.h"
 #include "kvtier/engine.h"
 #include "layout/chunk_format.h"
+#include "support/job_engine.h"
 #include "support/temp_dir.h"
 
 namespace kvtier {
@@ -66,21 +69,35 @@ std::vector<CopySegment> Segments(std::vector<uint8_t>& host, uint64_t stride, u
   return s;
 }
 
-JobResult RunJob(Engine& e, Result<JobId> id) {
-  EXPECT_TRUE(id.ok()) << id.status().ToString();
-  auto r = e.Wait(id.value(), 30000);
+JobResult RunJob(test::JobEngine& e, Result<JobId> id) {
+  auto r = e.Run(id);
   EXPECT_TRUE(r.ok()) << r.status().ToString();
   return r.ok() ? r.value() : JobResult{};
 }
 
+// An engine over `io` (null: the options' backend) with a JobClient over it.
+test::JobEngine Open(const EngineOptions& o, std::unique_ptr<io::IoEngine> io = nullptr,
+                     policy::JobClientOptions client = {}) {
+  auto e = io ? EngineImpl::Create(o, std::move(io)) : Engine::Open(o);
+  EXPECT_TRUE(e.ok()) << e.status().ToString();
+  if (!e.ok()) return {};
+  auto with = test::WithJobs(std::move(e).value(), nullptr, client);
+  EXPECT_TRUE(with.ok()) << with.status().ToString();
+  return with.ok() ? std::move(with).value() : test::JobEngine{};
+}
+
+// Stores chunks [0, n) with an engine of their own, closed after: they are on disk only (a store through the slot
+// path keeps its chunks resident in the engine that wrote them).
 void StoreChunks(const std::string& root, uint32_t n) {
-  auto e = Engine::Open(Options(root, 0));
-  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  auto e = Open(Options(root, 0));
+  ASSERT_TRUE(e.jobs);
   std::vector<std::vector<uint8_t>> data;
   std::vector<ChunkTransfer> t;
   for (uint32_t i = 0; i < n; ++i) data.push_back(ChunkBytes(100 + i));
-  for (uint32_t i = 0; i < n; ++i) t.push_back(ChunkTransfer{Key(i), 0, 0, Segments(data[i], (*e)->block_stride(), 0, kBlocks)});
-  ASSERT_TRUE(RunJob(**e, (*e)->SubmitStore(std::move(t))).all_ok());
+  for (uint32_t i = 0; i < n; ++i) {
+    t.push_back(ChunkTransfer{Key(i), 0, 0, Segments(data[i], e->block_stride(), 0, kBlocks)});
+  }
+  ASSERT_TRUE(RunJob(e, e.jobs->SubmitStore(std::move(t))).all_ok());
 }
 
 std::string ChunkFile(const std::string& root, const ChunkKey& key) {
@@ -97,20 +114,24 @@ class ReadPieces : public ::testing::TestWithParam<uint64_t> {
 
 TEST_P(ReadPieces, EveryPieceSizeLoadsTheSameBytesForWholeChunksAndBlockRanges) {
   StoreChunks(dir_.path(), 6);
-  auto e = Engine::Open(Options(dir_.path(), GetParam()));
-  ASSERT_TRUE(e.ok()) << e.status().ToString();
-  const uint64_t stride = (*e)->block_stride();
   struct Range {
     uint32_t first, n;
   };
   for (Range range : {Range{0, kBlocks}, Range{3, 4}, Range{1, 7}, Range{0, 1}, Range{7, 1}}) {
+    // A fresh engine per range: its loads read the disk (a load leaves its chunks resident in the DRAM tier, T1).
+    auto e = Open(Options(dir_.path(), GetParam()));
+    ASSERT_TRUE(e.jobs);
+    const uint64_t stride = e->block_stride();
     std::vector<std::vector<uint8_t>> got(6, std::vector<uint8_t>(kBlocks * kBlockBytes, 0xEE));
     std::vector<ChunkTransfer> t;
     for (uint32_t i = 0; i < 6; ++i) {
       t.push_back(ChunkTransfer{Key(i), range.first, range.n, Segments(got[i], stride, range.first, range.n)});
     }
-    JobResult r = RunJob(**e, (*e)->SubmitLoad(std::move(t)));
+    JobResult r = RunJob(e, e.jobs->SubmitLoad(std::move(t)));
     ASSERT_TRUE(r.all_ok()) << "blocks [" << range.first << ", " << range.first + range.n << ")";
+    // Whole chunks read (in pieces), only the range's blocks copied.
+    EXPECT_EQ(e->Stats().bytes_read, 6 * (kHeaderBytes + kBlocks * stride)) << "range from " << range.first;
+    EXPECT_EQ(r.bytes, 6 * range.n * stride) << "range from " << range.first;
     for (uint32_t i = 0; i < 6; ++i) {
       const std::vector<uint8_t> want = ChunkBytes(100 + i);
       for (uint32_t b = 0; b < kBlocks; ++b) {
@@ -121,8 +142,8 @@ TEST_P(ReadPieces, EveryPieceSizeLoadsTheSameBytesForWholeChunksAndBlockRanges) 
         }
       }
     }
+    EXPECT_EQ(e->Stats().corrupt_entries, 0u);
   }
-  EXPECT_EQ((*e)->Stats().corrupt_entries, 0u);
 }
 
 // Damage in any one block (first, middle, last) or in the header: the load is a miss, the entry is removed and
@@ -143,16 +164,16 @@ TEST_P(ReadPieces, ADamagedBlockInAnyPieceIsAMissThatWritesNothing) {
       ASSERT_EQ(pwrite(fd, &b, 1, where), 1);
       close(fd);
     }
-    auto e = Engine::Open(Options(dir.path(), GetParam()));
-    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    auto e = Open(Options(dir.path(), GetParam()));
+    ASSERT_TRUE(e.jobs);
     std::vector<uint8_t> got(kBlocks * kBlockBytes, 0xEE);
     JobResult r =
-        RunJob(**e, (*e)->SubmitLoad({ChunkTransfer{Key(0), 0, 0, Segments(got, (*e)->block_stride(), 0, kBlocks)}}));
+        RunJob(e, e.jobs->SubmitLoad({ChunkTransfer{Key(0), 0, 0, Segments(got, e->block_stride(), 0, kBlocks)}}));
     ASSERT_EQ(r.chunks.size(), 1u);
     EXPECT_FALSE(r.chunks[0].status.ok()) << "damage at byte " << where << " was served";
     for (uint64_t k = 0; k < got.size(); ++k) ASSERT_EQ(got[k], 0xEE) << "byte " << k << ", damage at " << where;
-    EXPECT_EQ((*e)->Stats().corrupt_entries, 1u) << "damage at byte " << where;
-    e->reset();
+    EXPECT_EQ(e->Stats().corrupt_entries, 1u) << "damage at byte " << where;
+    e.reset();
     EXPECT_FALSE(std::filesystem::exists(file)) << "the damaged entry stayed, damage at byte " << where;
   }
 }
@@ -165,19 +186,24 @@ TEST_P(ReadPieces, ShortReadsContinueInsideTheirPiece) {
   ASSERT_TRUE(inner.ok());
   auto fault = std::make_unique<io::FaultInjectingEngine>(std::move(inner.value()));
   fault->AddRule(io::FaultRule::ShortTransfer(io::OpCode::kRead, 4096));
-  auto e = EngineImpl::Create(Options(dir_.path(), GetParam()), nullptr, std::move(fault));
-  ASSERT_TRUE(e.ok()) << e.status().ToString();
-  const uint64_t stride = (*e)->block_stride();
+  auto e = Open(Options(dir_.path(), GetParam()), std::move(fault));
+  ASSERT_TRUE(e.jobs);
+  const uint64_t stride = e->block_stride();
   std::vector<std::vector<uint8_t>> got(3, std::vector<uint8_t>(kBlocks * kBlockBytes, 0xEE));
   std::vector<ChunkTransfer> t;
   for (uint32_t i = 0; i < 3; ++i) t.push_back(ChunkTransfer{Key(i), 2, 5, Segments(got[i], stride, 2, 5)});
-  JobResult r = RunJob(**e, (*e)->SubmitLoad(std::move(t)));
+  JobResult r = RunJob(e, e.jobs->SubmitLoad(std::move(t)));
   ASSERT_TRUE(r.all_ok());
   for (uint32_t i = 0; i < 3; ++i) {
     const std::vector<uint8_t> want = ChunkBytes(100 + i);
     EXPECT_EQ(0, std::memcmp(got[i].data() + 2 * kBlockBytes, want.data() + 2 * kBlockBytes, 5 * kBlockBytes));
+    // Blocks 0-1 and 7 were read (the whole chunk is) but not copied.
+    EXPECT_TRUE(std::all_of(got[i].begin(), got[i].begin() + 2 * kBlockBytes, [](uint8_t v) { return v == 0xEE; }));
+    EXPECT_TRUE(std::all_of(got[i].begin() + 7 * kBlockBytes, got[i].end(), [](uint8_t v) { return v == 0xEE; }));
   }
-  EXPECT_EQ((*e)->Stats().corrupt_entries, 0u);
+  // Each short read continued where it stopped: every byte of the three files read once.
+  EXPECT_EQ(e->Stats().bytes_read, 3 * (kHeaderBytes + kBlocks * stride));
+  EXPECT_EQ(e->Stats().corrupt_entries, 0u);
 }
 
 // Forwards to a real I/O engine and logs, in submission order, which chunk each read is for and at what offset.
@@ -246,12 +272,12 @@ class ReadOrderEngine final : public io::IoEngine {
   std::shared_ptr<std::vector<Read>> reads_;
 };
 
-// I1: a reactor gives the disk's reads to its loads oldest first, in the order the job named the chunks, whatever
-// order their opens came back in (docs/architecture.md, "Reads in pieces"): the first chunks start first, and each
-// chunk has every piece asked for before the next one gets more than its first. So chunks finish one after another
-// and the first one asked for is ready first (a promotion window refills at once), and a job's last chunks keep the
-// whole budget of reads. With two pieces per chunk as before, the pieces of the chunks at the disk interleaved and
-// the chunks finished together.
+// I1: a reactor gives the disk's reads to its loads oldest first, in the order the job named the chunks (the order
+// its stream promotes them), whatever order their opens came back in (docs/architecture.md, "Reads in pieces"): the
+// first chunks start first, and each chunk has every piece asked for before the next one gets more than its first.
+// So chunks finish one after another and the first one asked for is ready first (a promotion window refills at
+// once), and a job's last chunks keep the whole budget of reads. With two pieces per chunk as before, the pieces of
+// the chunks at the disk interleaved and the chunks finished together.
 TEST(ReadPiecesOrder, TheDiskServesTheOldestChunkFirstWhateverOrderItsOpenCameBackIn) {
   constexpr int kChunks = 6;
   test::TempDir dir;
@@ -259,18 +285,21 @@ TEST(ReadPiecesOrder, TheDiskServesTheOldestChunkFirstWhateverOrderItsOpenCameBa
   auto inner = io::CreateEngine(io::EngineConfig{io::EngineKind::kAuto, 64, 4});
   ASSERT_TRUE(inner.ok());
   EngineOptions o = Options(dir.path(), 1);  // a block per piece: eight pieces per chunk
-  o.io_depth = 2;  // two chunks at the disk, four reads; the job opens four chunks (slots: 2 x io_depth) at once
+  o.io_depth = 2;  // two chunks at the disk, four reads
+  // The job's stream holds 4 slots and promotes at most 3 chunks at once (StreamPump: reads at once are 3/4 of the
+  // window): the first 3 opens are all the job has out, held and handed back together.
+  const policy::JobClientOptions client{.max_window = 2 * o.io_depth};
+  const size_t opens_at_once = client.max_window - client.max_window / 4;
   auto reads = std::make_shared<std::vector<ReadOrderEngine::Read>>();
-  auto e = EngineImpl::Create(
-      o, nullptr, std::make_unique<ReadOrderEngine>(std::move(inner.value()), kChunks, 2 * o.io_depth, reads));
-  ASSERT_TRUE(e.ok()) << e.status().ToString();
-  const uint64_t stride = (*e)->block_stride();
+  auto e = Open(o, std::make_unique<ReadOrderEngine>(std::move(inner.value()), kChunks, opens_at_once, reads), client);
+  ASSERT_TRUE(e.jobs);
+  const uint64_t stride = e->block_stride();
   std::vector<std::vector<uint8_t>> got(kChunks, std::vector<uint8_t>(kBlocks * kBlockBytes, 0xEE));
   std::vector<ChunkTransfer> t;
   for (int i = 0; i < kChunks; ++i) t.push_back(ChunkTransfer{Key(i), 0, 0, Segments(got[i], stride, 0, kBlocks)});
-  ASSERT_TRUE(RunJob(**e, (*e)->SubmitLoad(std::move(t))).all_ok());
+  ASSERT_TRUE(RunJob(e, e.jobs->SubmitLoad(std::move(t))).all_ok());
   for (int i = 0; i < kChunks; ++i) ASSERT_EQ(got[i], ChunkBytes(100 + i)) << "chunk " << i;
-  e->reset();  // the reactor has stopped: the log is complete
+  e.reset();  // the reactor has stopped: the log is complete
 
   std::vector<int> firsts, pieces;  // the chunks of the header reads, then of the later pieces, in submission order
   std::vector<int> reads_per_chunk(kChunks, 0);

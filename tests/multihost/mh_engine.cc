@@ -1,5 +1,7 @@
 // kvtier_mh_engine: one engine driven by a line protocol, the "host" process of the multi-host suite
 // (tests/multihost/test_multihost.py, SPEC M4). Each host runs one of these in its network namespace on its mount.
+// Its stores and loads go through the job API as a client of the engine's slot path (policy::JobClient,
+// docs/architecture.md "One data path"), the way vLLM's workers move bytes.
 //
 //   kvtier_mh_engine --root DIR [--budget BYTES] [--block-kib N] [--blocks N] [--fsync 0|1] [--neg-ms N] [--shared-neg-ms N] [--touch-s N]
 //                    [--pool-chunks N] [--io-depth N] [--io-mode auto|direct|buffered] [--backend auto|uring|posix]
@@ -9,7 +11,9 @@
 //   load FIRST COUNT           load them (one job) and compare every byte with the key's expected content
 //   lookup FIRST COUNT         how many are hits (kDisk or kDram)
 //   waithit KEY TIMEOUT_MS     look KEY up until it is a hit; the elapsed milliseconds
-//   chase FIRST COUNT TIMEOUT_MS  load each key as soon as it can be had (another host is storing them)
+//   chase FIRST COUNT TIMEOUT_MS  load each key as soon as it can be had (another host is storing them); bad_seen
+//                              counts names seen before their data: a chunk file of another size, or a load that
+//                              read the entry and failed (short, unreadable or failing its checks)
 //   keys FIRST COUNT           the keys' hex (their chunk files are <hex>.kvc)
 //   evict                      Engine::EvictToBudget
 //   stats                      counters
@@ -17,6 +21,7 @@
 //   quit
 // A key's bytes depend only on the key (as KV bytes do on the prefix), so concurrent stores of one key by several
 // hosts write identical entries and every load can check every byte.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -32,6 +37,10 @@
 #include <vector>
 
 #include "kvtier/engine.h"
+#include "layout/chunk_format.h"
+#include "layout/chunk_path.h"
+#include "layout/namespace.h"
+#include "policy/job_client.h"
 
 using namespace kvtier;
 
@@ -121,6 +130,25 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::unique_ptr<Engine> engine = std::move(opened.value());
+  auto client = policy::JobClient::Create(engine.get());
+  if (!client.ok()) {
+    std::printf("{\"error\":\"%s\"}\n", JsonEscape(client.status().ToString()).c_str());
+    return 1;
+  }
+  std::unique_ptr<policy::JobClient> jobs = std::move(client.value());  // destroyed before the engine
+  // The namespace's directory, where chase looks for the chunk files of the keys it waits for.
+  NamespaceIdentity nid;
+  nid.model = o.identity.model;
+  nid.revision = o.identity.revision;
+  nid.kv_dtype = o.identity.kv_dtype;
+  nid.tokens_per_chunk = o.identity.tokens_per_chunk;
+  nid.blocks_per_chunk = o.identity.blocks_per_chunk;
+  nid.block_bytes = o.identity.block_bytes;
+  nid.tp_size = o.identity.tp_size;
+  nid.pp_size = o.identity.pp_size;
+  nid.layout_tag = o.identity.layout_tag;
+  const std::string ns_dir = o.root + "/" + NamespaceDirName(nid);
+  const uint64_t chunk_file_bytes = ChunkFileBytes(o.identity.blocks_per_chunk, o.identity.block_bytes);
   std::printf("{\"ready\":true,\"pid\":%d}\n", getpid());
   std::fflush(stdout);
 
@@ -145,13 +173,13 @@ int main(int argc, char** argv) {
           Fill(b + j, bufs[j].data(), payload);
           chunks.push_back(ChunkTransfer{KeyOf(b + j), 0, 0, {{0, reinterpret_cast<uint64_t>(bufs[j].data()), payload}}});
         }
-        auto id = engine->SubmitStore(std::move(chunks));
+        auto id = jobs->SubmitStore(std::move(chunks));
         if (!id.ok()) {
           failed += n;
           if (first_error.empty()) first_error = id.status().ToString();
           continue;
         }
-        auto r = engine->Wait(*id, 120000);
+        auto r = jobs->Wait(*id, 120000);
         if (!r.ok()) {
           failed += n;
           if (first_error.empty()) first_error = r.status().ToString();
@@ -178,8 +206,8 @@ int main(int argc, char** argv) {
       }
       uint32_t ok = 0, miss = 0, wrong = 0;
       std::string first_error;
-      auto id = engine->SubmitLoad(std::move(chunks));
-      auto r = id.ok() ? engine->Wait(*id, 120000) : Result<JobResult>(id.status());
+      auto id = jobs->SubmitLoad(std::move(chunks));
+      auto r = id.ok() ? jobs->Wait(*id, 120000) : Result<JobResult>(id.status());
       if (!r.ok()) {
         miss = static_cast<uint32_t>(count);
         first_error = r.status().ToString();
@@ -237,13 +265,21 @@ int main(int argc, char** argv) {
         ++rounds;
         for (uint64_t j = 0; j < count; ++j) {
           if (done[j]) continue;
-          auto id = engine->SubmitLoad({ChunkTransfer{KeyOf(first + j), 0, 0,
-                                                      {{0, reinterpret_cast<uint64_t>(buf.data()), payload}}}});
+          // A name whose data this host cannot see yet: its file is there at another size than a chunk's (a load
+          // does not read it: the engine takes only files of a chunk's size for entries, M1) ...
+          struct stat st;
+          const std::string file = ns_dir + "/" + ChunkRelPath(KeyOf(first + j));
+          bad_seen += stat(file.c_str(), &st) == 0 && static_cast<uint64_t>(st.st_size) != chunk_file_bytes;
+          const uint64_t reads_before = engine->Stats().read_latency_us.count;
+          auto id = jobs->SubmitLoad({ChunkTransfer{KeyOf(first + j), 0, 0,
+                                                    {{0, reinterpret_cast<uint64_t>(buf.data()), payload}}}});
           if (!id.ok()) continue;
-          auto r = engine->Wait(*id, 120000);
+          auto r = jobs->Wait(*id, 120000);
           if (!r.ok()) continue;
           if (!r->all_ok()) {
-            bad_seen += r->chunks[0].status.code() == StatusCode::kCorrupt;  // short, unreadable or failed checks
+            // ... or the load read the entry (a promotion ended: read_latency_us counts each) and it failed: short,
+            // unreadable or failing its checks. A miss without a read found no entry (not published yet).
+            bad_seen += engine->Stats().read_latency_us.count > reads_before;
             continue;
           }
           Fill(first + j, want.data(), payload);

@@ -177,7 +177,9 @@ def case_chase_while_storing(s: Suite) -> None:
 
 def case_young_short_entry_kept(s: Suite) -> None:
     """M1: a short entry on a shared root is a miss; while young it stays (it may be another host's entry whose
-    data this client cannot see yet); once older than temp_max_age_s it is removed as corrupt."""
+    data this client cannot see yet); once older than temp_max_age_s fsck --repair removes it as corrupt. B's loads
+    (the slot path) do not open either file: an engine takes only files of a chunk's size for entries (its index
+    scan and lookups, M1), so a short file is absent to it, never served, counted or removed by a load."""
     a = s.host("a", *s.engine_args)
     r = a.cmd("store 0 2")
     check(r["ok"] == 2, f"A stored {r}")
@@ -189,21 +191,21 @@ def case_young_short_entry_kept(s: Suite) -> None:
         os.truncate(f, 4096)  # a header page only: what another client sees of a name published too early
     old = time.time() - 3600
     os.utime(files[1], (old, old))  # the second one is an hour old
+    on_b = [f.replace(s.env["KVTIER_DFS_MNT_a"], s.env["KVTIER_DFS_MNT_b"]) for f in files]
     b = s.host("b", *s.engine_args)
     lr = b.cmd("load 0 2")
     sb = b.stats()
-    young_left = os.path.exists(files[0].replace(s.env["KVTIER_DFS_MNT_a"], s.env["KVTIER_DFS_MNT_b"]))
-    old_left = os.path.exists(files[1].replace(s.env["KVTIER_DFS_MNT_a"], s.env["KVTIER_DFS_MNT_b"]))
+    young_left, old_left = os.path.exists(on_b[0]), os.path.exists(on_b[1])
     fsck = s.cli("b", "fsck", "--root", s.root_on("b"), "--repair")
-    young_after_fsck = os.path.exists(files[0])
+    young_after_fsck, old_after_fsck = os.path.exists(on_b[0]), os.path.exists(on_b[1])
     figure("young_short_entry_kept", loaded_ok=lr["ok"], missed=lr["miss"], corrupt_counted=sb["corrupt_entries"],
-           young_kept=young_left, old_kept=old_left, fsck_rc=fsck.returncode, young_kept_by_fsck=young_after_fsck)
+           young_kept=young_left, old_kept=old_left, fsck_rc=fsck.returncode, young_kept_by_fsck=young_after_fsck,
+           old_kept_by_fsck=old_after_fsck)
     check(fsck.returncode == 0 and young_after_fsck, f"fsck --repair: rc {fsck.returncode}: {fsck.stdout[-600:]}")
     check("young:" in fsck.stdout, f"fsck did not report the young entry: {fsck.stdout[-600:]}")
     check(lr["ok"] == 0 and lr["wrong"] == 0, f"short entries loaded: {lr}")
     check(young_left, "a young short entry on a shared root was removed")
-    check(not old_left, "an old short entry was kept")
-    check(sb["corrupt_entries"] == 1, f"corrupt_entries {sb['corrupt_entries']}, want 1 (the old one)")
+    check(not old_after_fsck, f"fsck --repair kept an old short entry: {fsck.stdout[-600:]}")
 
 
 class UsageSampler:

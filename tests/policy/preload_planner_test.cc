@@ -10,6 +10,7 @@
 
 #include "engine/engine_impl.h"
 #include "io/fake_engine.h"
+#include "support/job_engine.h"
 #include "support/temp_dir.h"
 #include "transfer/device_copier.h"
 
@@ -41,26 +42,30 @@ class PlannerTest : public ::testing::Test {
     o.pool_bytes = kSlots * (4096 + kBlocks * kBlockBytes);
     o.io_depth = 4;  // demand reserve: 4 slots
     o.op_timeout_ms = 60000;
+    {
+      // Chunks 0..39 on disk, stored through the job API (a client of the slot path) by an engine of their own:
+      // they stay resident in that engine only (write-through DRAM tier, T1), not in the one under test.
+      auto writer = test::OpenWithJobs(o);
+      ASSERT_TRUE(writer.ok()) << writer.status().ToString();
+      std::vector<std::vector<uint8_t>> data(40, std::vector<uint8_t>(kBlocks * kBlockBytes, 0x11));
+      std::vector<ChunkTransfer> t;
+      for (uint64_t i = 0; i < data.size(); ++i) {
+        std::vector<CopySegment> segs;
+        for (uint32_t b = 0; b < kBlocks; ++b) {
+          segs.push_back(CopySegment{b * (*writer)->block_stride(),
+                                     reinterpret_cast<uint64_t>(data[i].data() + b * kBlockBytes), kBlockBytes});
+        }
+        t.push_back(ChunkTransfer{Key(i), 0, 0, segs});
+      }
+      auto r = writer->Run(writer->jobs->SubmitStore(std::move(t)));
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      ASSERT_TRUE(r->all_ok());
+    }
     auto fake = std::make_unique<io::FakeEngine>(64);
     fake_ = fake.get();
-    auto e = EngineImpl::Create(o, CreateHostCopier(), std::move(fake));
+    auto e = EngineImpl::Create(o, std::move(fake));
     ASSERT_TRUE(e.ok()) << e.status().ToString();
     engine_ = std::move(e.value());
-    // Chunks 0..39 on disk (not resident: plain stores keep no slot).
-    std::vector<std::vector<uint8_t>> data(40, std::vector<uint8_t>(kBlocks * kBlockBytes, 0x11));
-    std::vector<ChunkTransfer> t;
-    for (uint64_t i = 0; i < data.size(); ++i) {
-      std::vector<CopySegment> segs;
-      for (uint32_t b = 0; b < kBlocks; ++b) {
-        segs.push_back(CopySegment{b * engine_->block_stride(),
-                                   reinterpret_cast<uint64_t>(data[i].data() + b * kBlockBytes), kBlockBytes});
-      }
-      t.push_back(ChunkTransfer{Key(i), 0, 0, segs});
-    }
-    auto id = engine_->SubmitStore(std::move(t));
-    ASSERT_TRUE(id.ok());
-    auto r = engine_->Wait(id.value(), 30000);
-    ASSERT_TRUE(r.ok() && r->all_ok());
   }
   PreloadPlanner Planner(uint32_t k, int64_t max_age_ms = 0) {
     return PreloadPlanner(engine_.get(), PlannerOptions{k, max_age_ms}, [this] { return now_ns_; });

@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "layout/chunk_format.h"
+#include "policy/job_client.h"
 #include "policy/preload_planner.h"
 #include "support/temp_dir.h"
 
@@ -38,6 +39,8 @@ uint8_t Pattern(uint64_t chunk) { return static_cast<uint8_t>(0x20 + chunk); }
 class StreamPumpTest : public ::testing::Test {
  protected:
   void Open(uint32_t slots, bool background = true) {
+    slots_ = slots;
+    background_ = background;
     EngineOptions o;
     o.root = dir_.path();
     o.identity.model = "stream-test";
@@ -66,7 +69,9 @@ class StreamPumpTest : public ::testing::Test {
     engine_.reset();
   }
 
-  // Stores chunks [0, n) on disk through a plain store job (no slot stays resident).
+  // Stores chunks [0, n) through a JobClient given this test's pump (a pool's stream board has one owner), then opens
+  // the engine again: a store's chunks stay resident (write-through DRAM tier, T1), and these tests read them from
+  // the disk.
   void StoreOnDisk(uint64_t n) {
     std::vector<std::vector<uint8_t>> data;
     std::vector<ChunkTransfer> t;
@@ -79,10 +84,21 @@ class StreamPumpTest : public ::testing::Test {
       }
       t.push_back(ChunkTransfer{Key(i), 0, 0, segs});
     }
-    auto id = engine_->SubmitStore(std::move(t));
-    ASSERT_TRUE(id.ok());
-    auto r = engine_->Wait(id.value(), 30000);
-    ASSERT_TRUE(r.ok() && r->all_ok());
+    {
+      auto client = JobClient::Create(engine_.get(), nullptr, {}, pump_.get());
+      ASSERT_TRUE(client.ok()) << client.status().ToString();
+      auto id = (*client)->SubmitStore(std::move(t));
+      ASSERT_TRUE(id.ok()) << id.status().ToString();
+      Result<JobResult> r = Status(StatusCode::kTimedOut, "not waited for");
+      for (int i = 0; i < 30000 && r.status().code() == StatusCode::kTimedOut; ++i) {  // 30 s at most
+        if (!background_) pump_->Pump();  // without the pump's thread, the test advances it
+        r = (*client)->Wait(id.value(), 1);
+      }
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      ASSERT_TRUE(r->all_ok());
+    }
+    TearDown();
+    Open(slots_, background_);
   }
 
   std::vector<ChunkKey> Keys(uint64_t first, uint64_t n) {
@@ -178,6 +194,8 @@ class StreamPumpTest : public ::testing::Test {
   }
 
   test::TempDir dir_;
+  uint32_t slots_ = 0;
+  bool background_ = true;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<staging::StagingPool> view_;
   std::unique_ptr<StreamPump> pump_;

@@ -82,9 +82,9 @@ void RaiseTo(std::atomic<uint64_t>& max, uint64_t v) {
       std::memcpy(&i, data[k].data() + 8, 8);
       t.push_back({Key(i), 0, 0, Segments(data[k], e.value()->block_stride())});
     }
-    auto id = e.value()->SubmitStore(std::move(t));
+    auto id = e.value().jobs->SubmitStore(std::move(t));
     if (!id.ok()) _exit(4);
-    auto r = e.value()->Wait(id.value(), 30000);
+    auto r = e.value().jobs->Wait(id.value(), 30000);
     if (!r.ok()) _exit(4);
     for (const auto& c : r->chunks) (c.status.ok() ? progress->chunks_stored : progress->chunks_failed).fetch_add(1);
     progress->jobs_done.fetch_add(1);
