@@ -224,5 +224,10 @@ class Engine:
     def describe(self):
         return f"fake engine pool={self.pool_name}"
 
+    def shared_root(self):
+        # The extension's Engine.shared_root(): whether the root is on a file system several hosts mount. A fake
+        # root is one host's: the manager reports its disk tier LOCAL (root_locality).
+        return False
+
     def close(self):
         self.closed = True
