@@ -149,10 +149,17 @@ SOURCES = {
     # alternating pairs; path_ab.py and --path job are in the commit each command names).
     "engine_paths": [
         {"machine": "cpu", "date": "2026-12-03", "load": "other builds and vLLM servers ran (load average 3-4)",
+         "superseded": "the same pairs on the quiet machine (path-ab-2mib-quiet-8pairs-2026-12-04)",
          "command": "bench/io/path_ab.py --kvtier build/release/kvtier --pairs 4 --out OUT -- --dir /var/tmp "
                     "--total 256MiB --chunk-sizes 2MiB --depths 4 --repeat 4 --raw-threads 1 --raw-split none "
                     "(JobClient as in 416bb12)",
          "file": "bench/results/io/path-ab-2mib-2026-12-03/summary.json"},
+        *[{"machine": "cpu", "date": "2026-12-04", "load": "quiet (nothing else ran)",
+           **({"superseded": "8 pairs (path-ab-2mib-quiet-8pairs-2026-12-04)"} if pairs == 4 else {}),
+           "command": f"at 8330055: bench/io/path_ab.py --kvtier build/release/kvtier --pairs {pairs} --out OUT -- "
+                      "--dir /var/tmp --total 256MiB --chunk-sizes 2MiB --depths 4 --repeat 4 --raw-threads 1 "
+                      "--raw-split none",
+           "file": f"bench/results/io/path-ab-2mib-quiet-{pairs}pairs-2026-12-04/summary.json"} for pairs in (4, 8)],
     ],
 }
 
