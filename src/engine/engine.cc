@@ -23,14 +23,6 @@
 namespace kvtier {
 
 namespace {
-// fraction x bytes as bytes; a product at or above 2^64 (a budget near the top of its range) is the largest value
-// instead of an undefined conversion.
-uint64_t FractionOf(uint64_t bytes, double fraction) {
-  const double v = static_cast<double>(bytes) * fraction;
-  return v >= 18446744073709551615.0 ? UINT64_MAX : static_cast<uint64_t>(v);
-}
-
-
 constexpr int64_t kMsToNs = 1000000;
 
 NamespaceIdentity ToNamespaceIdentity(const CacheIdentity& c) {
@@ -325,22 +317,12 @@ Status EngineImpl::Init(const EngineOptions& options, IoFactory io_factory, uint
   index_opts.shared_root = shared_root_;
   disk_ = std::make_unique<DiskIndex>(*ns_, index_opts, stats_);
   KVTIER_RETURN_IF_ERROR(disk_->Rescan(/*drop_absent=*/false));  // at open: the whole LRU order, by mtime
-  // C1 across instances. The first engine to hold the namespace's counter sets it from this scan (which also
-  // repairs drift); later ones join it as it is (see usage_counter.h).
-  // M2: on a shared root, the per-engine usage records in the namespace directory instead (every host sees them);
-  // where they cannot be written, the host's counter (this host's engines only).
-  std::string usage_why;
-  if (shared_root_) {
-    auto ledger = UsageLedger::Open(*ns_, disk_->bytes());
-    if (ledger.ok()) {
-      ledger_ = std::move(ledger.value());
-    } else {
-      usage_why = ledger.status().ToString();
-    }
-  }
-  if (!ledger_) {
-    if (auto usage = SharedUsage::Open(*ns_, disk_->bytes()); usage.ok()) usage_ = std::move(usage.value());
-  }
+  DiskBudget::Options budget_opts;
+  budget_opts.budget_bytes = options.disk_budget_bytes;
+  budget_opts.high_watermark = options.high_watermark;
+  budget_opts.low_watermark = options.low_watermark;
+  budget_opts.shared_root = shared_root_;
+  budget_ = std::make_unique<DiskBudget>(*ns_, *disk_, budget_opts);
 
   std::ostringstream d;
   d << "root " << options.root << " namespace " << ns_->path() << "; I/O " << reactors_[0]->io->name() << " ("
@@ -357,9 +339,7 @@ Status EngineImpl::Init(const EngineOptions& options, IoFactory io_factory, uint
     << " slots; index " << disk_->entries() << " entries, " << disk_->bytes()
     << " B";
   if (options.disk_budget_bytes) d << "; budget " << options.disk_budget_bytes << " B";
-  d << "; usage " << (ledger_ ? "records in " + ns_->path() + "/usage (all hosts)"
-                      : usage_ ? std::string("this host's counter") : std::string("this engine's index"));
-  if (!usage_why.empty()) d << " (usage records unavailable: " << usage_why << ")";
+  d << "; usage " << budget_->Describe();
   if (orphan_pools_removed_) d << "; removed " << orphan_pools_removed_ << " orphaned pools of dead engines";
   describe_ = d.str();
 
@@ -367,17 +347,12 @@ Status EngineImpl::Init(const EngineOptions& options, IoFactory io_factory, uint
     Reactor* rp = r.get();
     r->thread = std::thread([this, rp] { ReactorMain(*rp); });
   }
-  if (HasSharedUsage()) maintenance_ = std::thread([this] { MaintenanceMain(); });
+  budget_->StartMaintenance();
   return Status::Ok();
 }
 
 EngineImpl::~EngineImpl() {
-  {
-    MutexLock lock(maint_mu_);
-    maint_stop_ = true;
-  }
-  maint_cv_.NotifyAll();
-  if (maintenance_.joinable()) maintenance_.join();
+  if (budget_) budget_->StopMaintenance();
   {
     MutexLock lock(cmd_mu_);
     stop_ = true;
@@ -502,81 +477,12 @@ Status EngineImpl::Enqueue(JobKind kind, std::vector<ChunkKey> keys, std::vector
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// Capacity (C1)
+// Capacity (C1, M2: src/engine/disk_budget.h)
 
-uint64_t EngineImpl::UnlinkVictims(const std::vector<Victim>& victims) {
-  // A reader that opened the file before the unlink keeps reading valid bytes; new readers miss.
-  uint64_t freed = 0;
-  for (const Victim& v : victims) {
-    const bool unlinked = unlinkat(ns_->dirfd(), ChunkRelPath(v.key).c_str(), 0) == 0;
-    const bool still_on_disk = !unlinked && errno != ENOENT;  // and counted: a later eviction retries it
-    if (unlinked) UsageAdd(-static_cast<int64_t>(v.bytes));
-    if (!still_on_disk) {
-      freed += v.bytes;
-      PruneFanoutDir(ns_->dirfd(), FanoutDir(v.key));  // C1: reactors' fan-out caches learn it at their next store
-    }
-    disk_->EndEviction(v, still_on_disk);
-  }
-  return freed;
-}
-
-Result<uint64_t> EngineImpl::EvictToBudget() {
-  if (options_.disk_budget_bytes == 0) return uint64_t{0};
-  const auto low = FractionOf(options_.disk_budget_bytes, options_.low_watermark);
-  const uint64_t used = Usage();
-  if (used <= low) return uint64_t{0};
-  return UnlinkVictims(disk_->TakeExcess(ExcessToTake(used - low)));
-}
-
-uint64_t EngineImpl::ExcessToTake(uint64_t excess) {
-  // M2: every host over the watermark evicts its share, so hosts evicting at once free the excess about once.
-  if (ledger_) excess = excess / std::max<uint32_t>(1, ledger_->live_engines()) + 1;
-  // The index knows too little (entries of other instances): merge the tree into it first, at most every 500 ms.
-  int64_t last = last_merge_ns_.load();
-  const int64_t now = io::NowNs();
-  if (HasSharedUsage() && excess > disk_->bytes() && now - last > 500 * kMsToNs &&
-      last_merge_ns_.compare_exchange_strong(last, now)) {
-    static_cast<void>(disk_->Rescan(/*drop_absent=*/false));  // best effort: a failed rescan leaves the index as it was
-  }
-  return excess;
-}
-
-int64_t EngineImpl::UsageOthers() const {
-  const uint64_t total = ledger_ ? ledger_->Total() : usage_ ? usage_->Load() : 0;
-  return static_cast<int64_t>(total) - own_usage_delta_.load(std::memory_order_relaxed);
-}
-
-void EngineImpl::MaintenanceMain() {
-  constexpr auto kCheckEvery = std::chrono::seconds(1);
-  constexpr int64_t kMinRescanGapNs = 2'000'000'000;
-  int64_t last_others = UsageOthers();
-  int64_t last_rescan_ns = 0;
-  bool stale = false;
-  MutexLock lock(maint_mu_);
-  while (!maint_cv_.WaitFor(maint_mu_, kCheckEvery, [this] {
-    maint_mu_.AssertHeld();
-    return maint_stop_;
-  })) {
-    lock.Unlock();
-    // The namespace's usage counts every engine's and gc's changes; what this engine did not change itself going
-    // down means someone removed entries, maybe some this index holds. Usage below the index's own bytes means
-    // the index holds entries that are gone.
-    const int64_t others = UsageOthers();
-    stale |= others < last_others || Usage() < disk_->bytes();
-    last_others = others;
-    const int64_t now = io::NowNs();
-    if (stale && now - last_rescan_ns >= kMinRescanGapNs) {
-      stale = false;
-      last_rescan_ns = now;
-      static_cast<void>(disk_->Rescan(/*drop_absent=*/true));  // best effort: a failed scan changes nothing
-      last_others = UsageOthers();
-    }
-    lock.Lock();
-  }
-}
+Result<uint64_t> EngineImpl::EvictToBudget() { return budget_->UnlinkVictims(budget_->TakeDownToLowWatermark()); }
 
 void EngineImpl::PublishIndexed(Reactor& r, const ChunkKey& key, uint64_t bytes, bool linked) {
-  if (linked) UsageAdd(static_cast<int64_t>(bytes));
+  if (linked) budget_->Add(static_cast<int64_t>(bytes));
   // M3: our own publication; its mtime is about now (a touch by another host comes later than that).
   disk_->Publish(key, bytes,
                  std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -585,45 +491,10 @@ void EngineImpl::PublishIndexed(Reactor& r, const ChunkKey& key, uint64_t bytes,
   EvictAboveHighWatermark(r);
 }
 
-void EngineImpl::UsageReserve(uint64_t bytes) {
-  own_usage_delta_.fetch_add(static_cast<int64_t>(bytes), std::memory_order_relaxed);
-  if (ledger_) ledger_->Reserve(bytes);
-  if (usage_) usage_->Add(static_cast<int64_t>(bytes));
-}
-
-void EngineImpl::UsageCommitReserved(uint64_t bytes) {
-  if (ledger_) ledger_->Commit(bytes);  // the host counter counted it at the reservation already
-}
-
-void EngineImpl::UsageRelease(uint64_t bytes) {
-  own_usage_delta_.fetch_sub(static_cast<int64_t>(bytes), std::memory_order_relaxed);
-  if (ledger_) ledger_->Release(bytes);
-  if (usage_) usage_->Add(-static_cast<int64_t>(bytes));
-}
-
-void EngineImpl::UsageAdd(int64_t bytes) {
-  own_usage_delta_.fetch_add(bytes, std::memory_order_relaxed);
-  if (ledger_) ledger_->Add(bytes);
-  if (usage_) usage_->Add(bytes);
-}
-
 void EngineImpl::EvictAboveHighWatermark(Reactor& r) {
-  if (!options_.disk_budget_bytes) return;
-  // C1/M2: bytes whose unlinks are still in flight are on disk until the unlink returns (on a FUSE or network
-  // filesystem that can take milliseconds each), so they count toward the high watermark: the budget bounds what
-  // the filesystem holds. They are not taken again: what to free is what stays after the unlinks in flight
-  // (DiskIndex::TakeAboveWatermark).
-  const auto high = FractionOf(options_.disk_budget_bytes, options_.high_watermark);
-  const auto low = FractionOf(options_.disk_budget_bytes, options_.low_watermark);
-  const uint64_t on_disk = Usage();
-  if (on_disk <= high) return;
-  const uint64_t staying = on_disk - std::min(on_disk, disk_->evicting_bytes());
-  if (staying <= low) return;
-  ExcessToTake(staying - low);  // merges the tree into the index first when it knows too little
-  const uint32_t sharing = ledger_ ? std::max<uint32_t>(1, ledger_->live_engines()) : 0;
-  std::vector<Victim> victims = disk_->TakeAboveWatermark(Usage(), high, low, sharing);
-  // On the reactor: unlink through its I/O engine so eviction never stalls other I/O.
-  for (const Victim& v : victims) {
+  // On the reactor: unlink through its I/O engine so eviction never stalls other I/O; OnUnlinkEvictedDone reports
+  // each to the budget.
+  for (const DiskBudget::Victim& v : budget_->TakeAboveHighWatermark()) {
     io::IoOp op;
     op.code = io::OpCode::kUnlinkAt;
     op.dirfd = ns_->dirfd();

@@ -15,6 +15,8 @@
 // - resident_ (ResidentSet, src/engine/resident_set.h) is the DRAM tier (resident map, replacement policy, preload
 //   accounting) with a mutex of its own, and hands out every pool slot; it never sees the engine. Neither class is
 //   called with the other's lock held.
+// - budget_ (DiskBudget, src/engine/disk_budget.h) holds the namespace's usage against the budget, chooses eviction
+//   victims from the index and runs the maintenance thread; it never sees the engine.
 // - outcome_mu_ guards the outcomes of watched committed stores (WatchStore); the reactor that finishes a store
 //   chunk records it. Taken with no other lock held.
 // - pool_ is shared memory: slot data is touched by the reactors (I/O buffers) and by the consumers that copy out of
@@ -37,6 +39,7 @@
 #include <vector>
 
 #include "engine/chunk_state.h"
+#include "engine/disk_budget.h"
 #include "engine/disk_index.h"
 #include "engine/resident_set.h"
 #include "io/io_engine.h"
@@ -44,8 +47,6 @@
 #include "layout/chunk_format.h"
 #include "layout/chunk_path.h"
 #include "layout/namespace.h"
-#include "layout/usage_counter.h"
-#include "layout/usage_ledger.h"
 #include "staging/staging_pool.h"
 #include "stats/stats.h"
 #include "tier/dram_tier.h"
@@ -260,36 +261,11 @@ class EngineImpl final : public Engine {
   // O_NONBLOCK the open used.
   Status CheckOpenedChunk(int fd, struct stat* st) const;
   bool RetryStoreAfterEnospc(Chunk& c);
-  // linked: this engine's link() created the entry and its bytes were not reserved in usage_ yet (see
+  // linked: this engine's link() created the entry and its bytes were not reserved in the budget's usage yet (see
   // Chunk::usage_reserved); false: EEXIST (another writer's entry) or already reserved.
   void PublishIndexed(Reactor& r, const ChunkKey& key, uint64_t bytes, bool linked = true);
   // C1: usage above the high watermark evicts LRU entries down to the low one (unlinks through r's ring).
   void EvictAboveHighWatermark(Reactor& r);
-  // Disk usage compared with the budget: the namespace's usage records on a shared root (M2), else its shared
-  // counter on this host (C1), else the index's.
-  uint64_t Usage() const { return ledger_ ? ledger_->Total() : usage_ ? usage_->Load() : disk_->bytes(); }
-  // The shared usage, whichever kind this root has (usage_ or ledger_; none: no-ops). Reserve when a store starts
-  // writing; CommitReserved when its link made the entry; Release when it ends without one; Add for entries linked
-  // without a reservation (+) and for every unlink that removed an entry (-).
-  bool HasSharedUsage() const { return usage_ || ledger_; }
-  void UsageReserve(uint64_t bytes);
-  void UsageCommitReserved(uint64_t bytes);
-  void UsageRelease(uint64_t bytes);
-  void UsageAdd(int64_t bytes);
-  // The namespace's shared usage less what this engine changed in it (own_usage_delta_): the others' part.
-  int64_t UsageOthers() const;
-  // The maintenance thread (runs where the root has shared usage): every second it compares the shared usage with
-  // what this engine changed; when the others' part went down (gc, another engine's evictions) or the usage is below
-  // the index's own bytes, it rescans the tree and drops the entries that are gone (DiskIndex::Rescan(true)), at
-  // most every 2 s. disk_bytes_used and disk_entries follow within ~3 s.
-  void MaintenanceMain();
-  using Victim = DiskIndex::Victim;
-  // What to evict of `excess` bytes over the low watermark: this engine's share of it on a shared root (M2); when
-  // the index knows less than that (entries of other instances), the tree is merged into it first (at most every
-  // 500 ms).
-  uint64_t ExcessToTake(uint64_t excess);
-  // Unlinks victims synchronously (not on the reactor's hot path) and ends their evictions; the bytes freed.
-  uint64_t UnlinkVictims(const std::vector<Victim>& victims);
   void PumpData(Reactor& r);
   // Asks the disk for more pieces of the reactor's loads, oldest chunk first, while fewer than its piece budget of
   // reads are at the disk (docs/architecture.md, "Reads in pieces").
@@ -311,8 +287,6 @@ class EngineImpl final : public Engine {
   uint64_t slot_bytes_ = 0;  // kHeaderBytes + payload
   int open_flags_extra_ = 0;  // O_DIRECT when direct I/O is on
   uint64_t open_resolve_ = 0; // RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS where the kernel has openat2 (K2)
-  std::unique_ptr<SharedUsage> usage_;  // C1: the namespace's usage shared by every engine on this host
-  std::unique_ptr<UsageLedger> ledger_;  // M2: instead of usage_ on a shared root: shared by every host
   std::unique_ptr<ChecksumKey> checksum_key_;  // K3: set when options.checksum_secret is
   mode_t file_mode_ = 0640;
   bool fchmod_files_ = false;  // the process umask strips bits of file_mode_: chmod each new temporary
@@ -343,13 +317,8 @@ class EngineImpl final : public Engine {
 
   // The disk index (C1): published entries, LRU, negative cache, pending stores, evictions in flight.
   std::unique_ptr<DiskIndex> disk_;
-  std::atomic<int64_t> last_merge_ns_{0};  // ExcessToTake's last merge of the tree into the index
-  // What this engine's own Usage* calls changed in the shared usage (UsageOthers).
-  std::atomic<int64_t> own_usage_delta_{0};
-  Mutex maint_mu_;
-  CondVar maint_cv_;
-  bool maint_stop_ GUARDED_BY(maint_mu_) = false;
-  std::thread maintenance_;
+  // Capacity (C1, M2): the usage against the budget, eviction's arithmetic, the maintenance thread.
+  std::unique_ptr<DiskBudget> budget_;
 
   // The DRAM tier (T1): the resident map, its replacement policy and the preload accounting; every pool slot the
   // engine takes comes through it.

@@ -293,9 +293,7 @@ void EngineImpl::OnCompletion(Reactor& r, const io::IoCompletion& cqe) {
 
 void EngineImpl::OnUnlinkEvictedDone(Reactor& r, const OpCtx& ctx, int64_t res) {
   if (res == 0 || res == -ENOENT) SubmitRmdirFanout(r, ctx.key, 2);
-  if (res == 0) UsageAdd(-static_cast<int64_t>(ctx.len));
-  // Still on disk (it failed, not ENOENT): back in the index, a later eviction retries it.
-  disk_->EndEviction(Victim{ctx.key, ctx.len}, res < 0 && res != -ENOENT);
+  budget_->Unlinked(DiskBudget::Victim{ctx.key, ctx.len}, static_cast<int>(res));
 }
 
 void EngineImpl::OnRmdirFanoutDone(Reactor& r, const OpCtx& ctx, int64_t res) {
@@ -446,7 +444,7 @@ void EngineImpl::OnLinkDone(Reactor& r, const OpCtx& ctx, int64_t res) {
     // disk, so it is counted and indexed (C1, M2), or the shared usage would miss its bytes until a gc.
     if (res == 0) {
       const bool reserved = c->usage_reserved;
-      if (reserved) UsageCommitReserved(slot_bytes_);
+      if (reserved) budget_->CommitReserved(slot_bytes_);
       c->usage_reserved = false;
       PublishIndexed(r, c->key, slot_bytes_, /*linked=*/!reserved);
     }
@@ -455,8 +453,8 @@ void EngineImpl::OnLinkDone(Reactor& r, const OpCtx& ctx, int64_t res) {
   if (res == 0 || res == -EEXIST) {
     // EEXIST: another writer published the same key first; its bytes are equally valid (L4).
     if (res == -EEXIST) stats_.stores_deduplicated.Add(1);
-    if (res != 0 && c->usage_reserved) UsageRelease(slot_bytes_);  // not ours
-    if (res == 0 && c->usage_reserved) UsageCommitReserved(slot_bytes_);
+    if (res != 0 && c->usage_reserved) budget_->Release(slot_bytes_);  // not ours
+    if (res == 0 && c->usage_reserved) budget_->CommitReserved(slot_bytes_);
     PublishIndexed(r, c->key, kHeaderBytes + uint64_t(options_.identity.blocks_per_chunk) * block_stride_,
                    /*linked=*/res == 0 && !c->usage_reserved);
     c->usage_reserved = false;
@@ -689,8 +687,8 @@ void EngineImpl::BeginStoreWrite(Chunk& c) {
     FailChunk(c, s);
     return;
   }
-  if (HasSharedUsage() && options_.disk_budget_bytes && !c.usage_reserved) {
-    UsageReserve(slot_bytes_);
+  if (budget_->shared() && budget_->has_budget() && !c.usage_reserved) {
+    budget_->Reserve(slot_bytes_);
     c.usage_reserved = true;
     EvictAboveHighWatermark(r);
   }
@@ -956,7 +954,7 @@ bool EngineImpl::RetryStoreAfterEnospc(Chunk& c) {
     c.tmp_exists = false;
   }
   // Synchronously: the retry needs the space now.
-  UnlinkVictims(disk_->TakeExcess(std::max<uint64_t>(4 * slot_bytes_, disk_->bytes() / 10)));
+  budget_->UnlinkVictims(budget_->TakeForSpace(4 * slot_bytes_));
   OpenTemporary(c);
   return true;
 }
@@ -1038,7 +1036,7 @@ void EngineImpl::Settle(Chunk& c) {
   }
   if (c.job->kind == JobKind::kStore) {
     if (c.usage_reserved) {  // dropped: its bytes never became an entry
-      UsageRelease(slot_bytes_);
+      budget_->Release(slot_bytes_);
       c.usage_reserved = false;
     }
     resident_->Written(c.key);  // written or not, the slot's bytes stay valid in the DRAM tier
@@ -1113,7 +1111,7 @@ void EngineImpl::QuarantineCorrupt(uint32_t trace_reactor, const ChunkKey& key, 
     } else if (named && S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) == slot_bytes_) {
       // C1, M2: a file of a chunk's size was counted in the usage when it was linked; it leaves it now. (A file of
       // another size never was one of ours: a lookup requires the exact size; gc reconciles anything else.)
-      UsageAdd(-static_cast<int64_t>(slot_bytes_));
+      budget_->Add(-static_cast<int64_t>(slot_bytes_));
     }
     close(dfd);
     PruneFanoutDir(ns_->dirfd(), dir);  // C1
