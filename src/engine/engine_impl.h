@@ -127,7 +127,8 @@ class EngineImpl final : public Engine {
   // completion handler (on_done), which OnCompletion calls after the bookkeeping every op shares (error counters,
   // the chunk's ops in flight) and before the chunk's place at the disk and resources are settled.
   enum class OpRole {  // names the op in traces and deadline messages
-    kOpen, kRead, kWrite, kFsync, kClose, kCloseBeforeLink, kLink, kUnlinkTmp, kUnlinkEvicted, kMkdir, kRmdirFanout
+    kOpen, kStatx, kRead, kWrite, kFsync, kClose, kCloseBeforeLink, kLink, kUnlinkTmp, kUnlinkEvicted, kMkdir,
+    kRmdirFanout
   };
   struct OpCtx;
   // A completion handler: a member function of the engine, called on the op's reactor with the op's context and
@@ -179,6 +180,10 @@ class EngineImpl final : public Engine {
   void OnCompletion(Reactor& r, const io::IoCompletion& cqe);
   // The ops' completion handlers (OpHandler).
   void OnOpenDone(Reactor& r, const OpCtx& ctx, int64_t res);
+  // A load's opened file: statx through the ring (a synchronous fstat on the reactor stalled every chunk's I/O on
+  // a slow mount), then CheckOpenedChunk.
+  void SubmitStatx(Chunk& c);
+  void OnStatxDone(Reactor& r, const OpCtx& ctx, int64_t res);
   void OnReadDone(Reactor& r, const OpCtx& ctx, int64_t res);
   void OnWriteDone(Reactor& r, const OpCtx& ctx, int64_t res);
   void OnFsyncDone(Reactor& r, const OpCtx& ctx, int64_t res);
@@ -257,9 +262,9 @@ class EngineImpl final : public Engine {
   // trace_reactor: the reactor whose trace row gets the corrupt_entry mark.
   void QuarantineCorrupt(uint32_t trace_reactor, const ChunkKey& key, const std::string& rel_path, const Status& why,
                          uint64_t opened_ino = 0);
-  // A load's freshly opened chunk: a regular file of exactly a chunk's size (else kCorrupt); clears the
-  // O_NONBLOCK the open used.
-  Status CheckOpenedChunk(int fd, struct stat* st) const;
+  // A load's freshly opened chunk (sx: its statx): a regular file of exactly a chunk's size (else kCorrupt);
+  // clears the O_NONBLOCK the open used.
+  Status CheckOpenedChunk(int fd, const struct statx& sx) const;
   bool RetryStoreAfterEnospc(Chunk& c);
   // linked: this engine's link() created the entry and its bytes were not reserved in the budget's usage yet (see
   // Chunk::usage_reserved); false: EEXIST (another writer's entry) or already reserved.
@@ -380,6 +385,7 @@ struct EngineImpl::Chunk {
                                 // so instances evict before the files exist rather than after
   uint8_t dir_retries = 0;      // RetryAfterVanishedDir
   uint8_t mkdir_retries = 0;    // M1: EEXIST from mkdir, then ENOENT from stat (another host's mkdir in flight)
+  std::unique_ptr<struct statx> opened;  // loads: the open file's statx (SubmitStatx)
   uint64_t opened_ino = 0;      // loads: the file's inode and mtime at open (M1)
   int64_t opened_mtime_ns = 0;
   bool data_phase = false;      // holds a place at the disk: counted in its reactor's data_in_flight

@@ -345,24 +345,48 @@ void EngineImpl::OnOpenDone(Reactor& r, const OpCtx& ctx, int64_t res) {
     return;
   }
   if (c->job->kind == JobKind::kLoad) {
-    struct stat st {};
-    Status shape = CheckOpenedChunk(c->fd, &st);
-    c->opened_ino = st.st_ino;
-    c->opened_mtime_ns = S_ISREG(st.st_mode) ? int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec : 0;
-    if (!shape.ok()) {
-      if (shape.code() != StatusCode::kCorrupt) {
-        // fstat itself failed (EIO, ESTALE): the filesystem did not answer, which says nothing about the entry
-      } else if (YoungOnSharedRoot(*c)) {
-        ForgetEntry(c->key);  // M1: maybe another host's entry whose data is not visible here yet
-      } else {
-        QuarantineCorrupt(c->reactor->index, c->key, c->rel_path, shape, c->opened_ino);
-      }
-      FailChunk(*c, shape.WithContext(c->rel_path));
-      return;
-    }
+    SubmitStatx(*c);  // OnStatxDone checks the file's shape, then queues the chunk for the disk
+    return;
   }
   SetState(*c, ChunkState::kWaitingForDisk);
   InsertByAdmission(r.data_queue, c);  // PumpData starts its reads or writes when the disk has room (io_depth)
+}
+
+void EngineImpl::SubmitStatx(Chunk& c) {
+  if (!c.opened) c.opened = std::make_unique<struct statx>();
+  io::IoOp op;
+  op.code = io::OpCode::kStatx;
+  op.fd = c.fd;
+  op.buf = c.opened.get();  // the chunk outlives its ops (Settle waits for them)
+  op.len = sizeof(struct statx);
+  OpCtx ctx{OpRole::kStatx, &c, &EngineImpl::OnStatxDone};
+  ctx.deadline_ns = Deadline();
+  SubmitOp(*c.reactor, std::move(ctx), op);
+}
+
+void EngineImpl::OnStatxDone(Reactor& r, const OpCtx& ctx, int64_t res) {
+  Chunk* c = ctx.chunk;
+  if (c->state == ChunkState::kFailed) return;
+  const struct statx& sx = *c->opened;
+  Status shape = res < 0 ? Status::FromErrno(static_cast<int>(-res), "statx") : CheckOpenedChunk(c->fd, sx);
+  if (res >= 0) {
+    c->opened_ino = sx.stx_ino;
+    c->opened_mtime_ns =
+        S_ISREG(sx.stx_mode) ? int64_t(sx.stx_mtime.tv_sec) * 1000000000 + sx.stx_mtime.tv_nsec : 0;
+  }
+  if (!shape.ok()) {
+    if (shape.code() != StatusCode::kCorrupt) {
+      // statx itself failed (EIO, ESTALE): the filesystem did not answer, which says nothing about the entry
+    } else if (YoungOnSharedRoot(*c)) {
+      ForgetEntry(c->key);  // M1: maybe another host's entry whose data is not visible here yet
+    } else {
+      QuarantineCorrupt(c->reactor->index, c->key, c->rel_path, shape, c->opened_ino);
+    }
+    FailChunk(*c, shape.WithContext(c->rel_path));
+    return;
+  }
+  SetState(*c, ChunkState::kWaitingForDisk);
+  InsertByAdmission(r.data_queue, c);
 }
 
 void EngineImpl::TraceTransfer(Reactor& r, const OpCtx& ctx, int64_t res, const char* name) {
@@ -500,7 +524,7 @@ bool EngineImpl::StartLoadChunk(Part&, Chunk& c) {
   op.dirfd = ns_->dirfd();
   // K2: no symlink anywhere on the path and nothing outside the namespace (openat2; O_NOFOLLOW where the kernel
   // lacks it). O_NONBLOCK: a FIFO planted under a chunk's name must not block the open (it is cleared again once
-  // fstat has shown a regular file, since io_uring would return EAGAIN for reads of a non-blocking file).
+  // statx has shown a regular file, since io_uring would return EAGAIN for reads of a non-blocking file).
   op.flags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | open_flags_extra_;
   op.resolve = open_resolve_;
   OpCtx ctx{OpRole::kOpen, &c, &EngineImpl::OnOpenDone};
@@ -1053,21 +1077,19 @@ void EngineImpl::Settle(Chunk& c) {
   ReturnJobSlot(c);
 }
 
-Status EngineImpl::CheckOpenedChunk(int fd, struct stat* out) const {
-  struct stat& st = *out;
-  if (fstat(fd, &st) != 0) return Status::FromErrno(errno, "fstat");
-  if (!S_ISREG(st.st_mode)) {
+Status EngineImpl::CheckOpenedChunk(int fd, const struct statx& sx) const {
+  const mode_t mode = sx.stx_mode;
+  if (!S_ISREG(mode)) {
     return Status(StatusCode::kCorrupt,
-                  std::string("not a regular file (") + (S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode)
-                                                                                   ? "a FIFO"
-                                                                                   : "a special file") +
+                  std::string("not a regular file (") +
+                      (S_ISDIR(mode) ? "a directory" : S_ISFIFO(mode) ? "a FIFO" : "a special file") +
                       ") where a chunk belongs",
-                  S_ISDIR(st.st_mode) ? EISDIR : 0);
+                  S_ISDIR(mode) ? EISDIR : 0);
   }
-  if (static_cast<uint64_t>(st.st_size) != slot_bytes_) {
-    return Status(StatusCode::kCorrupt, "file has " + std::to_string(st.st_size) + " bytes, a chunk has " +
+  if (sx.stx_size != slot_bytes_) {
+    return Status(StatusCode::kCorrupt, "file has " + std::to_string(sx.stx_size) + " bytes, a chunk has " +
                                             std::to_string(slot_bytes_) +
-                                            (static_cast<uint64_t>(st.st_size) < slot_bytes_ ? " (truncated)" : ""));
+                                            (sx.stx_size < slot_bytes_ ? " (truncated)" : ""));
   }
   const int fl = fcntl(fd, F_GETFL);
   if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) return Status::FromErrno(errno, "fcntl");
@@ -1150,6 +1172,7 @@ const char* EngineImpl::OpRoleName(OpRole r) {
     case OpRole::kUnlinkEvicted: return "unlink";
     case OpRole::kMkdir: return "mkdir";
     case OpRole::kRmdirFanout: return "rmdir";
+    case OpRole::kStatx: return "statx";
   }
   return "op";
 }

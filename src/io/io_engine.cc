@@ -23,6 +23,7 @@ std::string_view OpCodeName(OpCode code) {
     case OpCode::kLinkAt: return "linkat";
     case OpCode::kUnlinkAt: return "unlinkat";
     case OpCode::kMkdirAt: return "mkdirat";
+    case OpCode::kStatx: return "statx";
   }
   return "unknown";
 }
@@ -91,6 +92,8 @@ int ValidateOp(const IoOp& op) {
     case OpCode::kFsync:
     case OpCode::kClose:
       return op.fd >= 0 ? 0 : -EINVAL;
+    case OpCode::kStatx:
+      return op.fd >= 0 && op.buf != nullptr && op.len >= sizeof(struct statx) ? 0 : -EINVAL;
   }
   return -EINVAL;
 }
@@ -134,6 +137,11 @@ int64_t ExecuteBlocking(const IoOp& op) {
       return retry([&] { return int64_t{::unlinkat(op.dirfd, op.path, op.flags)}; });
     case OpCode::kMkdirAt:
       return retry([&] { return int64_t{::mkdirat(op.dirfd, op.path, op.mode)}; });
+    case OpCode::kStatx:
+      return retry([&] {
+        return int64_t{::statx(op.fd, "", AT_EMPTY_PATH | AT_STATX_SYNC_AS_STAT, STATX_BASIC_STATS,
+                               static_cast<struct statx*>(op.buf))};
+      });
   }
   return -EINVAL;
 }

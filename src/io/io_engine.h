@@ -39,9 +39,11 @@ enum class OpCode : uint8_t {
   kLinkAt,    // linkat(dirfd, path, dirfd, path2, flags) -> 0 (flags: 0 or AT_SYMLINK_FOLLOW)
   kUnlinkAt,  // unlinkat(dirfd, path, flags) -> 0
   kMkdirAt,   // mkdirat(dirfd, path, mode) -> 0 (the umask applies)
+  kStatx,     // statx(fd, "", AT_EMPTY_PATH | AT_STATX_SYNC_AS_STAT, STATX_BASIC_STATS, buf) -> 0: the open file's
+              // type, size, inode and mtime into buf, a struct statx of len >= sizeof(struct statx) bytes
 };
 // How many op codes there are: size per-code tables with it (a new code must extend them).
-inline constexpr size_t kNumOpCodes = static_cast<size_t>(OpCode::kMkdirAt) + 1;
+inline constexpr size_t kNumOpCodes = static_cast<size_t>(OpCode::kStatx) + 1;
 
 std::string_view OpCodeName(OpCode code);
 
@@ -51,15 +53,15 @@ struct IoOp {
   OpCode code = OpCode::kRead;
   uint64_t user_data = 0;        // returned unchanged in the completion
   int dirfd = AT_FDCWD;          // kOpenAt, kLinkAt, kUnlinkAt, kMkdirAt
-  int fd = -1;                   // kRead, kWrite, kFsync, kClose
+  int fd = -1;                   // kRead, kWrite, kFsync, kClose, kStatx
   const char* path = nullptr;    // kOpenAt, kLinkAt (old), kUnlinkAt, kMkdirAt
   const char* path2 = nullptr;   // kLinkAt (new)
   int flags = 0;                 // kOpenAt open flags, kLinkAt and kUnlinkAt flags
   mode_t mode = 0;               // kOpenAt (must be 0 with resolve unless flags has O_CREAT or O_TMPFILE), kMkdirAt
   uint64_t resolve = 0;          // kOpenAt: RESOLVE_* flags (linux/openat2.h), e.g. RESOLVE_BENEATH |
                                  // RESOLVE_NO_SYMLINKS: no path component may be a symlink or leave dirfd (K2)
-  void* buf = nullptr;           // kRead, kWrite
-  uint32_t len = 0;              // kRead, kWrite
+  void* buf = nullptr;           // kRead, kWrite, kStatx
+  uint32_t len = 0;              // kRead, kWrite, kStatx
   uint64_t offset = 0;           // kRead, kWrite
   // Absolute CLOCK_MONOTONIC nanoseconds (see NowNs()); 0 means no deadline. A backend that can cancel an op
   // (io_uring, via a linked timeout) completes it with -ETIMEDOUT once the deadline passes, unless it already

@@ -131,6 +131,10 @@ class UringEngine final : public IoEngine {
       case OpCode::kLinkAt: io_uring_prep_linkat(sqe, op.dirfd, op.path, op.dirfd, op.path2, op.flags); break;
       case OpCode::kUnlinkAt: io_uring_prep_unlinkat(sqe, op.dirfd, op.path, op.flags); break;
       case OpCode::kMkdirAt: io_uring_prep_mkdirat(sqe, op.dirfd, op.path, op.mode); break;
+      case OpCode::kStatx:
+        io_uring_prep_statx(sqe, op.fd, "", AT_EMPTY_PATH | AT_STATX_SYNC_AS_STAT, STATX_BASIC_STATS,
+                            static_cast<struct statx*>(op.buf));
+        break;
     }
     sqe->user_data = index;
     if (slot.has_deadline) {

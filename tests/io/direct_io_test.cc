@@ -116,6 +116,7 @@ TEST(OpCodeName, NamesEveryOpCode) {
   EXPECT_EQ(OpCodeName(OpCode::kOpenAt), "openat");
   EXPECT_EQ(OpCodeName(OpCode::kLinkAt), "linkat");
   EXPECT_EQ(OpCodeName(OpCode::kUnlinkAt), "unlinkat");
+  EXPECT_EQ(OpCodeName(OpCode::kStatx), "statx");
 }
 
 }  // namespace

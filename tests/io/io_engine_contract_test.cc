@@ -146,6 +146,41 @@ TEST_P(IoEngineContract, LinkAtOntoAnExistingNameReturnsEexistAndLeavesItUntouch
   EXPECT_EQ(st.st_size, 0) << "the first writer's file wins";
 }
 
+TEST_P(IoEngineContract, StatxOfAnOpenFileGivesItsTypeSizeInodeAndMtime) {
+  MAKE_ENGINE_OR_SKIP(engine, 8);
+  int64_t fd = RunOne(*engine, OpenOp(dir_.dirfd(), "sized", O_CREAT | O_RDWR, 1));
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(static_cast<int>(fd), 12345), 0);
+  struct statx sx {};
+  IoOp op = FdOp(OpCode::kStatx, static_cast<int>(fd), 2);
+  op.buf = &sx;
+  op.len = sizeof(sx);
+  ASSERT_EQ(RunOne(*engine, op), 0);
+  struct stat st {};
+  ASSERT_EQ(fstat(static_cast<int>(fd), &st), 0);
+  EXPECT_TRUE(S_ISREG(sx.stx_mode));
+  EXPECT_EQ(sx.stx_size, 12345u);
+  EXPECT_EQ(sx.stx_ino, st.st_ino);
+  EXPECT_EQ(sx.stx_mtime.tv_sec, st.st_mtim.tv_sec);
+  EXPECT_EQ(sx.stx_mtime.tv_nsec, static_cast<uint32_t>(st.st_mtim.tv_nsec));
+  EXPECT_EQ(RunOne(*engine, FdOp(OpCode::kClose, static_cast<int>(fd), 3)), 0);
+
+  int64_t dfd = RunOne(*engine, OpenOp(dir_.dirfd(), ".", O_RDONLY | O_DIRECTORY, 4));
+  ASSERT_GE(dfd, 0);
+  op = FdOp(OpCode::kStatx, static_cast<int>(dfd), 5);
+  op.buf = &sx;
+  op.len = sizeof(sx);
+  ASSERT_EQ(RunOne(*engine, op), 0);
+  EXPECT_TRUE(S_ISDIR(sx.stx_mode));
+  EXPECT_EQ(RunOne(*engine, FdOp(OpCode::kClose, static_cast<int>(dfd), 6)), 0);
+
+  op.len = sizeof(sx) - 1;
+  EXPECT_EQ(engine->Submit(op), -EINVAL) << "a buffer shorter than a struct statx is refused";
+  op.len = sizeof(sx);
+  op.buf = nullptr;
+  EXPECT_EQ(engine->Submit(op), -EINVAL);
+}
+
 TEST_P(IoEngineContract, UnlinkAtRemovesTheNameAndAMissingNameReturnsEnoent) {
   MAKE_ENGINE_OR_SKIP(engine, 8);
   int64_t fd = RunOne(*engine, OpenOp(dir_.dirfd(), "gone", O_CREAT | O_WRONLY, 1));
