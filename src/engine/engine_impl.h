@@ -128,7 +128,7 @@ class EngineImpl final : public Engine {
   // the chunk's ops in flight) and before the chunk's place at the disk and resources are settled.
   enum class OpRole {  // names the op in traces and deadline messages
     kOpen, kStatx, kRead, kWrite, kFsync, kClose, kCloseBeforeLink, kLink, kUnlinkTmp, kUnlinkEvicted, kMkdir,
-    kRmdirFanout
+    kRmdirFanout, kChmod, kTouch
   };
   struct OpCtx;
   // A completion handler: a member function of the engine, called on the op's reactor with the op's context and
@@ -140,7 +140,8 @@ class EngineImpl final : public Engine {
     Chunk* chunk = nullptr;  // null for ops of no chunk (evictions, directory removals, fire-and-forget)
     OpHandler on_done = nullptr;  // null: nothing to do when it is back (a close, a temporary's unlink)
     uint8_t* buf = nullptr;
-    uint64_t len = 0;        // bytes still to transfer; kMkdir, kRmdirFanout: the fan-out level (1: "ab", 2: "ab/cd")
+    uint64_t len = 0;        // bytes still to transfer; kMkdir, kRmdirFanout, a fan-out kStatx or kChmod: the fan-out
+                           // level (1: "ab", 2: "ab/cd")
     uint64_t offset = 0;
     int64_t deadline_ns = 0;
     std::string path;        // kOpen / kLink (old) / kUnlink*
@@ -180,10 +181,13 @@ class EngineImpl final : public Engine {
   void OnCompletion(Reactor& r, const io::IoCompletion& cqe);
   // The ops' completion handlers (OpHandler).
   void OnOpenDone(Reactor& r, const OpCtx& ctx, int64_t res);
-  // A load's opened file: statx through the ring (a synchronous fstat on the reactor stalled every chunk's I/O on
-  // a slow mount), then CheckOpenedChunk.
-  void SubmitStatx(Chunk& c);
+  // statx through the I/O engine into c.statx_buf (a synchronous fstat on the reactor stalled every chunk's I/O
+  // on a slow mount): of c's open file (path empty: a load's, then OnStatxDone runs CheckOpenedChunk) or of a
+  // fan-out directory at `level` (OnFanoutStatxDone).
+  void SubmitStatx(Chunk& c, OpHandler on_done, std::string path = {}, uint64_t level = 0);
   void OnStatxDone(Reactor& r, const OpCtx& ctx, int64_t res);
+  // K2: a store's temporary chmod'ed to file_mode_ where the umask strips bits of it, before it is written.
+  void OnTemporaryChmodDone(Reactor& r, const OpCtx& ctx, int64_t res);
   void OnReadDone(Reactor& r, const OpCtx& ctx, int64_t res);
   void OnWriteDone(Reactor& r, const OpCtx& ctx, int64_t res);
   void OnFsyncDone(Reactor& r, const OpCtx& ctx, int64_t res);
@@ -201,6 +205,12 @@ class EngineImpl final : public Engine {
   // OnMkdirDone continues with the next level, then OpenTemporary.
   void SubmitMkdir(Chunk& c, int level);
   void OnMkdirDone(Reactor& r, const OpCtx& ctx, int64_t res);
+  // After mkdir: the new directory chmod'ed to dir_mode where the umask strips bits (K2); or, where it existed,
+  // its statx: a real directory others cannot write to (K2), else asked again (M1) or refused.
+  void OnFanoutChmodDone(Reactor& r, const OpCtx& ctx, int64_t res);
+  void OnFanoutStatxDone(Reactor& r, const OpCtx& ctx, int64_t res);
+  // Fan-out level `level` (1: "ab", 2: "ab/cd") exists and is checked: the next level, or the temporary.
+  void FanoutLevelReady(Chunk& c, int level);
   static constexpr uint8_t kMkdirRetries = 5;
   // C1, M1: a store whose fan-out directory vanished under it (eviction or gc removed it empty, here or on another
   // host: ENOENT at mkdir, open or link, EPERM for O_TMPFILE in a directory being removed) creates it again and
@@ -245,9 +255,10 @@ class EngineImpl final : public Engine {
   bool YoungOnSharedRoot(const Chunk& c) const;
   // M3: how long a miss is remembered (shorter on a shared root: other hosts publish there).
   int64_t NegativeTtlNs() const;
-  // M3: a verified load of an entry whose mtime is older than touch_interval_s sets it to now (utimensat), and the
-  // index learns the new mtime.
+  // M3: a verified load of an entry whose mtime is older than touch_interval_s sets it to now (kUtimensAt), and
+  // the index learns the new mtime (OnTouchDone).
   void MaybeTouchEntry(const Chunk& c);
+  void OnTouchDone(Reactor& r, const OpCtx& ctx, int64_t res);
   // Moves c to state `to`; in debug builds an illegal move (LegalChunkTransition) aborts naming both states.
   void SetState(Chunk& c, ChunkState to);
   // Finishes c as failed (kFailed) with status; a no-op for a finished chunk.
@@ -385,7 +396,7 @@ struct EngineImpl::Chunk {
                                 // so instances evict before the files exist rather than after
   uint8_t dir_retries = 0;      // RetryAfterVanishedDir
   uint8_t mkdir_retries = 0;    // M1: EEXIST from mkdir, then ENOENT from stat (another host's mkdir in flight)
-  std::unique_ptr<struct statx> opened;  // loads: the open file's statx (SubmitStatx)
+  std::unique_ptr<struct statx> statx_buf;  // SubmitStatx's answer: a load's open file, a store's fan-out dir
   uint64_t opened_ino = 0;      // loads: the file's inode and mtime at open (M1)
   int64_t opened_mtime_ns = 0;
   bool data_phase = false;      // holds a place at the disk: counted in its reactor's data_in_flight

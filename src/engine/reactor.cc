@@ -308,13 +308,7 @@ void EngineImpl::OnOpenDone(Reactor& r, const OpCtx& ctx, int64_t res) {
   Chunk* c = ctx.chunk;
   if (res >= 0) {
     c->fd = static_cast<int>(res);
-    if (c->job->kind == JobKind::kStore) {
-      c->tmp_exists = !c->tmp_anonymous;
-      // K2: the umask stripped bits of file_mode_ (e.g. group write of a 0770 deployment): set it exactly.
-      if (fchmod_files_ && c->state != ChunkState::kFailed && fchmod(c->fd, file_mode_) != 0) {
-        stats_.io_errors.Add(1);
-      }
-    }
+    if (c->job->kind == JobKind::kStore) c->tmp_exists = !c->tmp_anonymous;
   }
   if (c->state == ChunkState::kFailed) return;  // late: Settle() closes the fd
   if (res < 0) {
@@ -345,21 +339,45 @@ void EngineImpl::OnOpenDone(Reactor& r, const OpCtx& ctx, int64_t res) {
     return;
   }
   if (c->job->kind == JobKind::kLoad) {
-    SubmitStatx(*c);  // OnStatxDone checks the file's shape, then queues the chunk for the disk
+    SubmitStatx(*c, &EngineImpl::OnStatxDone);  // checks the file's shape, then queues the chunk for the disk
+    return;
+  }
+  if (fchmod_files_) {
+    // K2: the umask stripped bits of file_mode_ (e.g. group write of a 0770 deployment): set it exactly, before
+    // the temporary is written and linked.
+    io::IoOp op;
+    op.code = io::OpCode::kFchmod;
+    op.fd = c->fd;
+    op.mode = file_mode_;
+    OpCtx chmod{OpRole::kChmod, c, &EngineImpl::OnTemporaryChmodDone};
+    chmod.deadline_ns = Deadline();
+    SubmitOp(r, std::move(chmod), op);
     return;
   }
   SetState(*c, ChunkState::kWaitingForDisk);
   InsertByAdmission(r.data_queue, c);  // PumpData starts its reads or writes when the disk has room (io_depth)
 }
 
-void EngineImpl::SubmitStatx(Chunk& c) {
-  if (!c.opened) c.opened = std::make_unique<struct statx>();
+void EngineImpl::OnTemporaryChmodDone(Reactor& r, const OpCtx& ctx, int64_t res) {
+  Chunk* c = ctx.chunk;
+  if (c->state == ChunkState::kFailed) return;
+  // A failed chmod is counted (an I/O error) and the store goes on: the entry is published with the umask's mode.
+  static_cast<void>(res);
+  SetState(*c, ChunkState::kWaitingForDisk);
+  InsertByAdmission(r.data_queue, c);
+}
+
+void EngineImpl::SubmitStatx(Chunk& c, OpHandler on_done, std::string path, uint64_t level) {
+  if (!c.statx_buf) c.statx_buf = std::make_unique<struct statx>();
   io::IoOp op;
   op.code = io::OpCode::kStatx;
   op.fd = c.fd;
-  op.buf = c.opened.get();  // the chunk outlives its ops (Settle waits for them)
+  op.dirfd = ns_->dirfd();
+  op.buf = c.statx_buf.get();  // the chunk outlives its ops (Settle waits for them)
   op.len = sizeof(struct statx);
-  OpCtx ctx{OpRole::kStatx, &c, &EngineImpl::OnStatxDone};
+  OpCtx ctx{OpRole::kStatx, &c, on_done};
+  ctx.path = std::move(path);  // empty: the open file's (SubmitOp passes no path)
+  ctx.len = level;
   ctx.deadline_ns = Deadline();
   SubmitOp(*c.reactor, std::move(ctx), op);
 }
@@ -367,7 +385,7 @@ void EngineImpl::SubmitStatx(Chunk& c) {
 void EngineImpl::OnStatxDone(Reactor& r, const OpCtx& ctx, int64_t res) {
   Chunk* c = ctx.chunk;
   if (c->state == ChunkState::kFailed) return;
-  const struct statx& sx = *c->opened;
+  const struct statx& sx = *c->statx_buf;
   Status shape = res < 0 ? Status::FromErrno(static_cast<int>(-res), "statx") : CheckOpenedChunk(c->fd, sx);
   if (res >= 0) {
     c->opened_ino = sx.stx_ino;
@@ -782,49 +800,25 @@ mode_t ProcessUmask() {
 void EngineImpl::OnMkdirDone(Reactor& r, const OpCtx& ctx, int64_t res) {
   Chunk& c = *ctx.chunk;
   if (c.state == ChunkState::kFailed) return;
-  const int dirfd = ns_->dirfd();
-  const char* path = ctx.path.c_str();
   if (res == 0) {
     // mkdir applied the umask; group-shared deployments need the configured mode exactly (K2). Rare: only where
     // the umask strips bits of dir_mode.
     if ((options_.dir_mode & ProcessUmask()) != 0) {
-      const int fd = openat(dirfd, path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-      const bool ok = fd >= 0 && fchmod(fd, options_.dir_mode) == 0;
-      const int err = errno;
-      if (fd >= 0) close(fd);
-      if (!ok) {
-        FailChunk(c, Status::FromErrno(err, std::string("chmod ") + path));
-        return;
-      }
+      io::IoOp op;
+      op.code = io::OpCode::kFchmod;
+      op.dirfd = ns_->dirfd();
+      op.mode = options_.dir_mode;
+      OpCtx chmod{OpRole::kChmod, &c, &EngineImpl::OnFanoutChmodDone};
+      chmod.path = ctx.path;
+      chmod.len = ctx.len;
+      chmod.deadline_ns = Deadline();
+      SubmitOp(r, std::move(chmod), op);
+      return;
     }
   } else if (res == -EEXIST) {
     // Another chunk or instance made it; it must be a real directory (a symlink or file there: refuse, K2).
-    struct stat st;
-    if (fstatat(dirfd, path, &st, AT_SYMLINK_NOFOLLOW) != 0) {
-      // M1: on a distributed filesystem another client's mkdir of the same directory can make ours fail with
-      // EEXIST before this client can see it (GlusterFS, two hosts storing the same keys): ask again, a few times.
-      if (errno == ENOENT && c.mkdir_retries < kMkdirRetries) {
-        c.mkdir_retries++;
-        SubmitMkdir(c, static_cast<int>(ctx.len));
-        return;
-      }
-      FailChunk(c, Status::FromErrno(errno, std::string("stat ") + path));
-      return;
-    }
-    if (!S_ISDIR(st.st_mode)) {
-      FailChunk(c, Status(StatusCode::kFailedPrecondition,
-                          std::string("fan-out path ") + path + " exists but is not a directory (symlink or file)"));
-      return;
-    }
-    // K2: a fan-out directory others can write to is refused as the root and the namespace directory are
-    // (Namespace::Open checks the first level at open; this is where a second-level one is first met).
-    if (!options_.allow_insecure_root) {
-      Status trusted = CheckTrustedDirectory(st, "fan-out directory " + ns_->path() + "/" + path, true);
-      if (!trusted.ok()) {
-        FailChunk(c, std::move(trusted));
-        return;
-      }
-    }
+    SubmitStatx(c, &EngineImpl::OnFanoutStatxDone, ctx.path, ctx.len);
+    return;
   } else if (res == -ESTALE && c.mkdir_retries < kMkdirRetries) {
     // M1: another client's mkdir of the same directory (or of its parent) can leave this client's handle stale
     // for an instant (GlusterFS, two hosts storing the same keys): look the path up again by asking again.
@@ -837,14 +831,64 @@ void EngineImpl::OnMkdirDone(Reactor& r, const OpCtx& ctx, int64_t res) {
   } else if ((res == -ENOENT || res == -ESTALE) && ctx.len == 2 && RetryAfterVanishedDir(c)) {
     return;  // the first level went away behind our back (eviction, gc): created again
   } else {
-    FailChunk(c, Status::FromErrno(static_cast<int>(-res), std::string("mkdir ") + path));
+    FailChunk(c, Status::FromErrno(static_cast<int>(-res), "mkdir " + ctx.path));
     return;
   }
-  if (ctx.len == 1) {
+  FanoutLevelReady(c, static_cast<int>(ctx.len));
+}
+
+void EngineImpl::OnFanoutChmodDone(Reactor&, const OpCtx& ctx, int64_t res) {
+  Chunk& c = *ctx.chunk;
+  if (c.state == ChunkState::kFailed) return;
+  if (res < 0) {
+    FailChunk(c, Status::FromErrno(static_cast<int>(-res), "chmod " + ctx.path));
+    return;
+  }
+  FanoutLevelReady(c, static_cast<int>(ctx.len));
+}
+
+void EngineImpl::OnFanoutStatxDone(Reactor&, const OpCtx& ctx, int64_t res) {
+  Chunk& c = *ctx.chunk;
+  if (c.state == ChunkState::kFailed) return;
+  if (res < 0) {
+    // M1: on a distributed filesystem another client's mkdir of the same directory can make ours fail with
+    // EEXIST before this client can see it (GlusterFS, two hosts storing the same keys): ask again, a few times.
+    if (res == -ENOENT && c.mkdir_retries < kMkdirRetries) {
+      c.mkdir_retries++;
+      SubmitMkdir(c, static_cast<int>(ctx.len));
+      return;
+    }
+    FailChunk(c, Status::FromErrno(static_cast<int>(-res), "stat " + ctx.path));
+    return;
+  }
+  const struct statx& sx = *c.statx_buf;
+  if (!S_ISDIR(sx.stx_mode)) {
+    FailChunk(c, Status(StatusCode::kFailedPrecondition,
+                        "fan-out path " + ctx.path + " exists but is not a directory (symlink or file)"));
+    return;
+  }
+  // K2: a fan-out directory others can write to is refused as the root and the namespace directory are
+  // (Namespace::Open checks the first level at open; this is where a second-level one is first met).
+  if (!options_.allow_insecure_root) {
+    struct stat st {};
+    st.st_mode = sx.stx_mode;
+    st.st_uid = sx.stx_uid;
+    st.st_gid = sx.stx_gid;
+    Status trusted = CheckTrustedDirectory(st, "fan-out directory " + ns_->path() + "/" + ctx.path, true);
+    if (!trusted.ok()) {
+      FailChunk(c, std::move(trusted));
+      return;
+    }
+  }
+  FanoutLevelReady(c, static_cast<int>(ctx.len));
+}
+
+void EngineImpl::FanoutLevelReady(Chunk& c, int level) {
+  if (level == 1) {
     SubmitMkdir(c, 2);
     return;
   }
-  r.fanout_cache.Add(c.key);
+  c.reactor->fanout_cache.Add(c.key);
   if (c.tmp_anonymous && c.fd >= 0) {
     SubmitLink(c);  // RetryAfterVanishedDir from a link: the temporary is open and written
   } else {
@@ -948,10 +992,24 @@ void EngineImpl::MaybeTouchEntry(const Chunk& c) {
   clock_gettime(CLOCK_REALTIME, &now);
   const int64_t now_ns = int64_t(now.tv_sec) * 1000000000 + now.tv_nsec;
   if (now_ns - c.opened_mtime_ns < int64_t(options_.touch_interval_s) * 1000000000) return;
-  // Both times "now" (nullptr): write permission suffices, as in group-shared deployments (K2). Not following a
-  // symlink as the last component; the fan-out directories were checked when created (docs/operations.md, K2).
-  if (utimensat(ns_->dirfd(), c.rel_path.c_str(), nullptr, AT_SYMLINK_NOFOLLOW) != 0) return;
-  disk_->SetMtime(c.key, now_ns);
+  // Both times "now": write permission suffices, as in group-shared deployments (K2). Not following a symlink as
+  // the last component; the fan-out directories were checked when created (docs/operations.md, K2). Through the
+  // ring's side (no synchronous utimensat on the reactor); OnTouchDone tells the index.
+  io::IoOp op;
+  op.code = io::OpCode::kUtimensAt;
+  op.dirfd = ns_->dirfd();
+  OpCtx ctx{OpRole::kTouch, nullptr, &EngineImpl::OnTouchDone};
+  ctx.errors_are_answers = true;  // a root mounted read-only or without write permission: no touch, no error
+  ctx.path = c.rel_path;
+  ctx.key = c.key;
+  SubmitOp(*c.reactor, std::move(ctx), op);
+}
+
+void EngineImpl::OnTouchDone(Reactor&, const OpCtx& ctx, int64_t res) {
+  if (res != 0) return;
+  struct timespec now {};
+  clock_gettime(CLOCK_REALTIME, &now);  // at or just after the touch: never ahead of what another host sees
+  disk_->SetMtime(ctx.key, int64_t(now.tv_sec) * 1000000000 + now.tv_nsec);
 }
 
 bool EngineImpl::YoungOnSharedRoot(const Chunk& c) const {
@@ -1173,6 +1231,8 @@ const char* EngineImpl::OpRoleName(OpRole r) {
     case OpRole::kMkdir: return "mkdir";
     case OpRole::kRmdirFanout: return "rmdir";
     case OpRole::kStatx: return "statx";
+    case OpRole::kChmod: return "chmod";
+    case OpRole::kTouch: return "touch";
   }
   return "op";
 }

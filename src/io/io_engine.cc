@@ -24,6 +24,8 @@ std::string_view OpCodeName(OpCode code) {
     case OpCode::kUnlinkAt: return "unlinkat";
     case OpCode::kMkdirAt: return "mkdirat";
     case OpCode::kStatx: return "statx";
+    case OpCode::kFchmod: return "fchmod";
+    case OpCode::kUtimensAt: return "utimensat";
   }
   return "unknown";
 }
@@ -93,7 +95,12 @@ int ValidateOp(const IoOp& op) {
     case OpCode::kClose:
       return op.fd >= 0 ? 0 : -EINVAL;
     case OpCode::kStatx:
-      return op.fd >= 0 && op.buf != nullptr && op.len >= sizeof(struct statx) ? 0 : -EINVAL;
+      if (op.path == nullptr && op.fd < 0) return -EINVAL;
+      return op.buf != nullptr && op.len >= sizeof(struct statx) ? 0 : -EINVAL;
+    case OpCode::kFchmod:
+      return op.path != nullptr || op.fd >= 0 ? 0 : -EINVAL;
+    case OpCode::kUtimensAt:
+      return op.path != nullptr ? 0 : -EINVAL;
   }
   return -EINVAL;
 }
@@ -137,11 +144,28 @@ int64_t ExecuteBlocking(const IoOp& op) {
       return retry([&] { return int64_t{::unlinkat(op.dirfd, op.path, op.flags)}; });
     case OpCode::kMkdirAt:
       return retry([&] { return int64_t{::mkdirat(op.dirfd, op.path, op.mode)}; });
-    case OpCode::kStatx:
+    case OpCode::kStatx: {
+      auto* out = static_cast<struct statx*>(op.buf);
+      if (op.path == nullptr) {
+        return retry([&] {
+          return int64_t{::statx(op.fd, "", AT_EMPTY_PATH | AT_STATX_SYNC_AS_STAT, STATX_BASIC_STATS, out)};
+        });
+      }
       return retry([&] {
-        return int64_t{::statx(op.fd, "", AT_EMPTY_PATH | AT_STATX_SYNC_AS_STAT, STATX_BASIC_STATS,
-                               static_cast<struct statx*>(op.buf))};
+        return int64_t{::statx(op.dirfd, op.path, AT_SYMLINK_NOFOLLOW | AT_STATX_SYNC_AS_STAT, STATX_BASIC_STATS, out)};
       });
+    }
+    case OpCode::kFchmod: {
+      if (op.path == nullptr) return retry([&] { return int64_t{::fchmod(op.fd, op.mode)}; });
+      const int64_t fd = retry(
+          [&] { return int64_t{::openat(op.dirfd, op.path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)}; });
+      if (fd < 0) return fd;
+      const int64_t r = retry([&] { return int64_t{::fchmod(static_cast<int>(fd), op.mode)}; });
+      ::close(static_cast<int>(fd));
+      return r;
+    }
+    case OpCode::kUtimensAt:
+      return retry([&] { return int64_t{::utimensat(op.dirfd, op.path, nullptr, AT_SYMLINK_NOFOLLOW)}; });
   }
   return -EINVAL;
 }

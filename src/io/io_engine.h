@@ -39,11 +39,16 @@ enum class OpCode : uint8_t {
   kLinkAt,    // linkat(dirfd, path, dirfd, path2, flags) -> 0 (flags: 0 or AT_SYMLINK_FOLLOW)
   kUnlinkAt,  // unlinkat(dirfd, path, flags) -> 0
   kMkdirAt,   // mkdirat(dirfd, path, mode) -> 0 (the umask applies)
-  kStatx,     // statx(fd, "", AT_EMPTY_PATH | AT_STATX_SYNC_AS_STAT, STATX_BASIC_STATS, buf) -> 0: the open file's
-              // type, size, inode and mtime into buf, a struct statx of len >= sizeof(struct statx) bytes
+  kStatx,     // without path: statx(fd, "", AT_EMPTY_PATH, ...), the open file's; with path: statx(dirfd, path,
+              // AT_SYMLINK_NOFOLLOW, ...), never following a final symlink. STATX_BASIC_STATS (type, mode, owner,
+              // size, inode, mtime) into buf, a struct statx of len >= sizeof(struct statx) bytes -> 0
+  kFchmod,    // without path: fchmod(fd, mode); with path: the file or directory at dirfd/path opened O_NOFOLLOW |
+              // O_NONBLOCK (a symlink is refused with ELOOP, a FIFO does not block), fchmod'ed and closed -> 0
+  kUtimensAt, // utimensat(dirfd, path, nullptr, AT_SYMLINK_NOFOLLOW): both times now (write permission suffices)
+              // -> 0
 };
 // How many op codes there are: size per-code tables with it (a new code must extend them).
-inline constexpr size_t kNumOpCodes = static_cast<size_t>(OpCode::kStatx) + 1;
+inline constexpr size_t kNumOpCodes = static_cast<size_t>(OpCode::kUtimensAt) + 1;
 
 std::string_view OpCodeName(OpCode code);
 
@@ -52,12 +57,13 @@ std::string_view OpCodeName(OpCode code);
 struct IoOp {
   OpCode code = OpCode::kRead;
   uint64_t user_data = 0;        // returned unchanged in the completion
-  int dirfd = AT_FDCWD;          // kOpenAt, kLinkAt, kUnlinkAt, kMkdirAt
-  int fd = -1;                   // kRead, kWrite, kFsync, kClose, kStatx
-  const char* path = nullptr;    // kOpenAt, kLinkAt (old), kUnlinkAt, kMkdirAt
+  int dirfd = AT_FDCWD;          // kOpenAt, kLinkAt, kUnlinkAt, kMkdirAt, kUtimensAt; kStatx, kFchmod with path
+  int fd = -1;                   // kRead, kWrite, kFsync, kClose; kStatx, kFchmod without path
+  const char* path = nullptr;    // kOpenAt, kLinkAt (old), kUnlinkAt, kMkdirAt, kUtimensAt; kStatx, kFchmod (optional)
   const char* path2 = nullptr;   // kLinkAt (new)
   int flags = 0;                 // kOpenAt open flags, kLinkAt and kUnlinkAt flags
-  mode_t mode = 0;               // kOpenAt (must be 0 with resolve unless flags has O_CREAT or O_TMPFILE), kMkdirAt
+  mode_t mode = 0;               // kOpenAt (must be 0 with resolve unless flags has O_CREAT or O_TMPFILE), kMkdirAt,
+                                 // kFchmod (exactly: no umask)
   uint64_t resolve = 0;          // kOpenAt: RESOLVE_* flags (linux/openat2.h), e.g. RESOLVE_BENEATH |
                                  // RESOLVE_NO_SYMLINKS: no path component may be a symlink or leave dirfd (K2)
   void* buf = nullptr;           // kRead, kWrite, kStatx

@@ -117,6 +117,8 @@ TEST(OpCodeName, NamesEveryOpCode) {
   EXPECT_EQ(OpCodeName(OpCode::kLinkAt), "linkat");
   EXPECT_EQ(OpCodeName(OpCode::kUnlinkAt), "unlinkat");
   EXPECT_EQ(OpCodeName(OpCode::kStatx), "statx");
+  EXPECT_EQ(OpCodeName(OpCode::kFchmod), "fchmod");
+  EXPECT_EQ(OpCodeName(OpCode::kUtimensAt), "utimensat");
 }
 
 }  // namespace

@@ -181,6 +181,73 @@ TEST_P(IoEngineContract, StatxOfAnOpenFileGivesItsTypeSizeInodeAndMtime) {
   EXPECT_EQ(engine->Submit(op), -EINVAL);
 }
 
+TEST_P(IoEngineContract, StatxOfAPathNeverFollowsItsLastSymlink) {
+  MAKE_ENGINE_OR_SKIP(engine, 8);
+  ASSERT_EQ(mkdirat(dir_.dirfd(), "d", 0700), 0);
+  ASSERT_EQ(symlinkat("d", dir_.dirfd(), "link"), 0);
+  struct statx sx {};
+  IoOp op = PathOp(OpCode::kStatx, dir_.dirfd(), "d", nullptr, 1);
+  op.buf = &sx;
+  op.len = sizeof(sx);
+  ASSERT_EQ(RunOne(*engine, op), 0);
+  EXPECT_TRUE(S_ISDIR(sx.stx_mode));
+  EXPECT_EQ(sx.stx_mode & 07777, 0700u);
+  op.path = "link";
+  ASSERT_EQ(RunOne(*engine, op), 0);
+  EXPECT_TRUE(S_ISLNK(sx.stx_mode)) << "the link itself, not its target";
+  op.path = "absent";
+  EXPECT_EQ(RunOne(*engine, op), -ENOENT);
+}
+
+TEST_P(IoEngineContract, FchmodSetsTheModeExactlyByFdOrByPathAndRefusesASymlink) {
+  MAKE_ENGINE_OR_SKIP(engine, 8);
+  const mode_t old_umask = umask(077);  // the mode is set exactly, whatever the umask
+  int64_t fd = RunOne(*engine, OpenOp(dir_.dirfd(), "f", O_CREAT | O_RDWR, 1, 0600));
+  ASSERT_GE(fd, 0);
+  IoOp op = FdOp(OpCode::kFchmod, static_cast<int>(fd), 2);
+  op.mode = 0664;
+  EXPECT_EQ(RunOne(*engine, op), 0);
+  struct stat st {};
+  ASSERT_EQ(fstatat(dir_.dirfd(), "f", &st, 0), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0664u);
+  EXPECT_EQ(RunOne(*engine, FdOp(OpCode::kClose, static_cast<int>(fd), 3)), 0);
+
+  ASSERT_EQ(mkdirat(dir_.dirfd(), "d", 0777), 0);
+  ASSERT_EQ(symlinkat("d", dir_.dirfd(), "link"), 0);
+  op = PathOp(OpCode::kFchmod, dir_.dirfd(), "d", nullptr, 4);
+  op.mode = 02770;
+  EXPECT_EQ(RunOne(*engine, op), 0);
+  ASSERT_EQ(fstatat(dir_.dirfd(), "d", &st, 0), 0);
+  EXPECT_EQ(st.st_mode & 07777, 02770u);
+  op.path = "link";
+  op.mode = 0700;
+  EXPECT_EQ(RunOne(*engine, op), -ELOOP);
+  ASSERT_EQ(fstatat(dir_.dirfd(), "d", &st, 0), 0);
+  EXPECT_EQ(st.st_mode & 07777, 02770u) << "the symlink's target is untouched";
+  umask(old_umask);
+  EXPECT_EQ(engine->in_flight(), 0u);
+}
+
+TEST_P(IoEngineContract, UtimensAtSetsBothTimesToNowAndNeverFollowsASymlink) {
+  MAKE_ENGINE_OR_SKIP(engine, 8);
+  int64_t fd = RunOne(*engine, OpenOp(dir_.dirfd(), "old", O_CREAT | O_RDWR, 1));
+  ASSERT_GE(fd, 0);
+  const struct timespec long_ago[2] = {{1000000, 0}, {1000000, 0}};
+  ASSERT_EQ(futimens(static_cast<int>(fd), long_ago), 0);
+  EXPECT_EQ(RunOne(*engine, FdOp(OpCode::kClose, static_cast<int>(fd), 2)), 0);
+  ASSERT_EQ(symlinkat("old", dir_.dirfd(), "link"), 0);
+  EXPECT_EQ(RunOne(*engine, PathOp(OpCode::kUtimensAt, dir_.dirfd(), "link", nullptr, 3)), 0);
+  struct stat st {};
+  ASSERT_EQ(fstatat(dir_.dirfd(), "old", &st, 0), 0);
+  EXPECT_EQ(st.st_mtim.tv_sec, 1000000) << "a symlink's target is not touched";
+  const time_t before = time(nullptr);
+  EXPECT_EQ(RunOne(*engine, PathOp(OpCode::kUtimensAt, dir_.dirfd(), "old", nullptr, 4)), 0);
+  ASSERT_EQ(fstatat(dir_.dirfd(), "old", &st, 0), 0);
+  EXPECT_GE(st.st_mtim.tv_sec, before - 1);
+  EXPECT_GE(st.st_atim.tv_sec, before - 1);
+  EXPECT_EQ(RunOne(*engine, PathOp(OpCode::kUtimensAt, dir_.dirfd(), "absent", nullptr, 5)), -ENOENT);
+}
+
 TEST_P(IoEngineContract, UnlinkAtRemovesTheNameAndAMissingNameReturnsEnoent) {
   MAKE_ENGINE_OR_SKIP(engine, 8);
   int64_t fd = RunOne(*engine, OpenOp(dir_.dirfd(), "gone", O_CREAT | O_WRONLY, 1));
