@@ -107,7 +107,7 @@ class Engine {
   virtual std::string pool_name() const = 0;
   virtual uint64_t chunk_payload_bytes() const = 0;  // blocks_per_chunk * block stride
   virtual uint64_t block_stride() const = 0;
-  // Reactor threads this engine runs (EngineOptions::reactors resolved: auto, option or KVTIER_TEST_REACTORS).
+  // Reactor threads this engine runs (EngineOptions::reactors resolved: auto, or the option).
   virtual uint32_t reactors() const = 0;
   // Whether the open found the root on a file system several hosts mount (layout/shared_fs.h, M1): young bad
   // entries are then misses rather than removed, and publication syncs before linking.

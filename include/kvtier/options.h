@@ -63,14 +63,14 @@ struct EngineOptions {
   // over cores. io_depth is shared among them (ceil(io_depth / reactors) chunks at the disk each); a job's slot
   // bound (2 x io_depth) holds across all of them. 0: auto, one per core this process may use, at least 2 and at
   // most 16 (the device is not probed). 1: the single-reactor engine. Never more than io_depth, whatever is asked
-  // (each reactor keeps at least one chunk at the disk). Tests may set KVTIER_TEST_REACTORS=N to replace auto.
+  // (each reactor keeps at least one chunk at the disk).
   uint32_t reactors = 0;
   // K1/I1: a load reads a chunk's blocks in pieces of about this many bytes (whole blocks, at least one), each
   // reactor keeping 2 x its share of io_depth piece reads at the disk, oldest chunk first (docs/architecture.md,
   // "Reads in pieces"), and verifies each piece as it lands while its bytes are still in the CPU's cache (the last
   // piece once the disk has the next chunk's reads), instead of reading the whole chunk and then checksumming it
   // from memory. 0: one read per chunk.
-  uint64_t read_piece_bytes = 1 << 20;  // tests: KVTIER_TEST_READ_PIECE_BYTES replaces this default
+  uint64_t read_piece_bytes = 1 << 20;
   uint32_t posix_threads = 4;
   uint32_t op_timeout_ms = 10000;     // per-operation deadline (I4): a late read becomes a miss
   bool fsync_on_publish = false;      // L4: off by default; a torn entry after power loss fails its checksum

@@ -97,6 +97,17 @@ Result<std::unique_ptr<Engine>> EngineImpl::Create(const EngineOptions& options,
   return std::unique_ptr<Engine>(std::move(engine));
 }
 
+namespace {
+// SetTestDefaults'.
+std::atomic<uint32_t> test_reactors{0};
+std::atomic<uint64_t> test_read_piece_bytes{0};
+}  // namespace
+
+void EngineImpl::SetTestDefaults(const TestDefaults& d) {
+  test_reactors.store(d.reactors, std::memory_order_relaxed);
+  test_read_piece_bytes.store(d.read_piece_bytes, std::memory_order_relaxed);
+}
+
 uint32_t EngineImpl::ResolveReactors(const EngineOptions& options, std::string* why) {
   // I1/S1: never more reactors than io_depth: each reactor keeps at least one chunk at the disk, so more would put
   // more than io_depth chunks there.
@@ -105,12 +116,9 @@ uint32_t EngineImpl::ResolveReactors(const EngineOptions& options, std::string* 
     if (why) *why = options.reactors > most ? "by option, at most io_depth" : "by option";
     return std::min(options.reactors, most);
   }
-  if (const char* env = getenv("KVTIER_TEST_REACTORS"); env && *env) {
-    const long v = strtol(env, nullptr, 10);
-    if (v >= 1 && v <= static_cast<long>(kMaxReactors)) {
-      if (why) *why = "KVTIER_TEST_REACTORS";
-      return std::min(static_cast<uint32_t>(v), most);
-    }
+  if (const uint32_t v = test_reactors.load(std::memory_order_relaxed); v >= 1 && v <= kMaxReactors) {
+    if (why) *why = "the test binary's default";
+    return std::min(v, most);
   }
   // I1 auto: one reactor per core this process may run on, at least 2 so a fast device's per-byte work spreads, at
   // most 16 and at most io_depth (a reactor with no chunk at the disk has nothing to do). A reactor waiting on its
@@ -161,11 +169,9 @@ void EngineImpl::UnplaceChunk(const ChunkKey& key) {
 Status EngineImpl::Init(const EngineOptions& options, IoFactory io_factory, uint32_t forced_reactors) {
   KVTIER_RETURN_IF_ERROR(options.Validate());
   options_ = options;
-  // Tests: KVTIER_TEST_READ_PIECE_BYTES=N replaces the default read_piece_bytes (scripts/test.sh runs the sanitizer
-  // suites with pieces of one block, so that every load there lands in several verified pieces).
-  if (const char* env = getenv("KVTIER_TEST_READ_PIECE_BYTES");
-      env && *env && options.read_piece_bytes == EngineOptions{}.read_piece_bytes) {
-    options_.read_piece_bytes = strtoull(env, nullptr, 10);
+  if (const uint64_t v = test_read_piece_bytes.load(std::memory_order_relaxed);
+      v != 0 && options.read_piece_bytes == EngineOptions{}.read_piece_bytes) {
+    options_.read_piece_bytes = v;
   }
   file_mode_ = options.dir_mode & 0666;
   KVTIER_RETURN_IF_ERROR(CheckRootOwnership(options));

@@ -81,8 +81,17 @@ class EngineImpl final : public Engine {
   // io_factory(r): reactor r's I/O engine (tests with several reactors: one fault-injecting engine each).
   using IoFactory = std::function<std::unique_ptr<io::IoEngine>(uint32_t reactor)>;
   static Result<std::unique_ptr<Engine>> Create(const EngineOptions& options, IoFactory io_factory);
-  // The reactor count an engine with these options runs (options.reactors, else KVTIER_TEST_REACTORS, else auto).
+  // The reactor count an engine with these options runs (options.reactors, else the test default, else auto).
   static uint32_t ResolveReactors(const EngineOptions& options, std::string* why = nullptr);
+  // What a test binary sets for every engine it opens (tests/support/test_defaults.cc, from the environment
+  // scripts/test.sh gives a whole suite run: KVTIER_TEST_REACTORS, KVTIER_TEST_READ_PIECE_BYTES); the engine reads
+  // no environment itself. 0: unset. reactors replaces the automatic count (options.reactors 0); read_piece_bytes
+  // replaces the default read_piece_bytes (an option set to another value keeps it). Set before engines open.
+  struct TestDefaults {
+    uint32_t reactors = 0;
+    uint64_t read_piece_bytes = 0;
+  };
+  static void SetTestDefaults(const TestDefaults& defaults);
   // I1: the reactor for a new chunk of `key`: the one its key's unfinished chunks run on (first-writer-wins stores
   // are per reactor), else the one with the fewest unfinished chunks, so that a job's
   // chunks spread evenly (by key hash, the busiest of 16 reactors got about twice the mean of a 73-chunk job and
