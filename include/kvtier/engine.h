@@ -94,8 +94,7 @@ class Engine {
   // shows them beside the promotions they made: a load job started, and one that ended (all_ok: every chunk
   // loaded; chunks_loaded of them; bytes_needed: the payload bytes its chunks asked for; latency_ns: submit to end).
   virtual void CountClientLoadStarted() = 0;
-  virtual void CountClientLoadEnded(bool all_ok, uint32_t chunks_loaded, uint64_t bytes_needed,
-                                    int64_t latency_ns) = 0;
+  virtual void CountClientLoadEnded(bool all_ok, uint32_t chunks_loaded, uint64_t bytes_needed, int64_t latency_ns) = 0;
 
   // Enforce the disk budget now (down to the low watermark). Returns bytes evicted.
   virtual Result<uint64_t> EvictToBudget() = 0;

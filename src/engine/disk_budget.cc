@@ -20,7 +20,7 @@ uint64_t FractionOf(uint64_t bytes, double fraction) {
   return v >= 18446744073709551615.0 ? UINT64_MAX : static_cast<uint64_t>(v);
 }
 
-constexpr int64_t kMergeGapNs = 500'000'000;         // ExcessToTake merges the tree at most this often
+constexpr int64_t kMergeGapNs = 500'000'000;  // ExcessToTake merges the tree at most this often
 constexpr auto kMaintenanceEvery = std::chrono::seconds(1);
 constexpr int64_t kMinRescanGapNs = 2'000'000'000;  // the maintenance thread rescans at most this often
 }  // namespace
@@ -58,12 +58,10 @@ void DiskBudget::StartMaintenance() {
   if (shared() && !maintenance_.joinable()) maintenance_ = std::thread([this] { MaintenanceMain(); });
 }
 
-uint64_t DiskBudget::Usage() const {
-  return ledger_ ? ledger_->Total() : usage_ ? usage_->Load() : index_.bytes();
-}
+uint64_t DiskBudget::Usage() const { return ledger_ ? ledger_->Total() : usage_ ? usage_->Load() : index_.bytes(); }
 
 std::string DiskBudget::Describe() const {
-  std::string d = ledger_ ? "records in " + ns_.path() + "/" + UsageLedger::kDirName + " (all hosts)"
+  std::string d = ledger_  ? "records in " + ns_.path() + "/" + UsageLedger::kDirName + " (all hosts)"
                   : usage_ ? "this host's counter"
                            : "this engine's index";
   if (!ledger_why_.empty()) d += " (usage records unavailable: " + ledger_why_ + ")";

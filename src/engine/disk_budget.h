@@ -101,10 +101,10 @@ class DiskBudget {
   const Namespace& ns_;
   DiskIndex& index_;
   const Options options_;
-  std::unique_ptr<SharedUsage> usage_;   // C1: the namespace's usage shared by every engine on this host
-  std::unique_ptr<UsageLedger> ledger_;  // M2: instead of usage_ on a shared root: shared by every host
-  std::string ledger_why_;               // why the records could not be used, where they were tried
-  std::atomic<int64_t> own_delta_{0};    // what this engine's Reserve/Release/Add changed in the shared usage
+  std::unique_ptr<SharedUsage> usage_;     // C1: the namespace's usage shared by every engine on this host
+  std::unique_ptr<UsageLedger> ledger_;    // M2: instead of usage_ on a shared root: shared by every host
+  std::string ledger_why_;                 // why the records could not be used, where they were tried
+  std::atomic<int64_t> own_delta_{0};      // what this engine's Reserve/Release/Add changed in the shared usage
   std::atomic<int64_t> last_merge_ns_{0};  // ExcessToTake's last merge of the tree into the index
 
   Mutex maint_mu_;

@@ -2,15 +2,15 @@
 // (promotions, committed stores: one part per reactor), capacity and the DRAM tier. The reactors' loop is in
 // reactor.cc; engine_impl.h has threads and ownership.
 #include <fcntl.h>
-#include <sched.h>
 #include <linux/openat2.h>
+#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
-#include <cinttypes>
 #include <cstring>
 #include <optional>
 #include <sstream>
@@ -77,15 +77,14 @@ std::optional<io::DirectIoInfo> ProbeDirectIoBeforeOpen(const EngineOptions& o) 
 
 }  // namespace
 
-Result<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& options) {
-  return EngineImpl::Create(options);
-}
+Result<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& options) { return EngineImpl::Create(options); }
 
 Result<std::unique_ptr<Engine>> EngineImpl::Create(const EngineOptions& options, std::unique_ptr<io::IoEngine> io) {
   if (!io) return Create(options, IoFactory());
   auto given = std::make_shared<std::unique_ptr<io::IoEngine>>(std::move(io));
   auto engine = std::make_unique<EngineImpl>(Passkey{});
-  Status s = engine->Init(options, [given](uint32_t) { return std::move(*given); }, /*forced_reactors=*/1);
+  Status s = engine->Init(
+      options, [given](uint32_t) { return std::move(*given); }, /*forced_reactors=*/1);
   if (!s.ok()) return s;
   return std::unique_ptr<Engine>(std::move(engine));
 }
@@ -241,9 +240,9 @@ Status EngineImpl::Init(const EngineOptions& options, IoFactory io_factory, uint
   pool_opts.alignment = 4096;
   uint64_t slots = options.pool_bytes / RoundUp(slot_bytes_, 4096);
   if (slots == 0) {
-    return Status(StatusCode::kInvalidArgument,
-                  "option pool_bytes: " + std::to_string(options.pool_bytes) + " B holds no chunk of " +
-                      std::to_string(slot_bytes_) + " B; raise pool_bytes");
+    return Status(StatusCode::kInvalidArgument, "option pool_bytes: " + std::to_string(options.pool_bytes) +
+                                                    " B holds no chunk of " + std::to_string(slot_bytes_) +
+                                                    " B; raise pool_bytes");
   }
   pool_opts.num_slots = static_cast<uint32_t>(std::min<uint64_t>(slots, 1u << 20));
   pool_opts.demand_reserve = options.demand_reserve_slots != 0
@@ -279,8 +278,8 @@ Status EngineImpl::Init(const EngineOptions& options, IoFactory io_factory, uint
     trace_ = std::move(trace.value());
   }
 
-  // V4 (docs/file-format.md, "Creation"): everything above fails without writing under the root (options, the key file, the pool, the trace);
-  // the namespace is created (or opened) only now, so a failed open leaves the root as it was.
+  // V4 (docs/file-format.md, "Creation"): everything above fails without writing under the root (options, the key file,
+  // the pool, the trace); the namespace is created (or opened) only now, so a failed open leaves the root as it was.
   NamespaceOpenOptions ns_opts;
   ns_opts.create = true;
   ns_opts.dir_mode = options.dir_mode;
@@ -337,13 +336,11 @@ Status EngineImpl::Init(const EngineOptions& options, IoFactory io_factory, uint
     << (tmpfile_publish_ ? (shared_root_ ? "O_TMPFILE + fsync + linkat" : "O_TMPFILE + linkat")
                          : "named temporary + close + link")
     << ", filesystem " << fs_kind.name << (shared_root_ ? " (shared: young bad entries are misses, not removed)" : "")
-    << ", opens via "
-    << (open_resolve_ ? "openat2 (RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS)" : "openat (O_NOFOLLOW)")
-    << (checksum_key_ ? ", keyed checksums" : "") << "; pool " << pool_->name() << " "
-    << pool_->num_slots() << " slots x " << slot_bytes_ << " B (reserve " << pool_opts.demand_reserve
-    << "), DRAM tier " << tier::DramPolicyName(resident_->policy()) << " " << resident_->max_slots()
-    << " slots; index " << disk_->entries() << " entries, " << disk_->bytes()
-    << " B";
+    << ", opens via " << (open_resolve_ ? "openat2 (RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS)" : "openat (O_NOFOLLOW)")
+    << (checksum_key_ ? ", keyed checksums" : "") << "; pool " << pool_->name() << " " << pool_->num_slots()
+    << " slots x " << slot_bytes_ << " B (reserve " << pool_opts.demand_reserve << "), DRAM tier "
+    << tier::DramPolicyName(resident_->policy()) << " " << resident_->max_slots() << " slots; index "
+    << disk_->entries() << " entries, " << disk_->bytes() << " B";
   if (options.disk_budget_bytes) d << "; budget " << options.disk_budget_bytes << " B";
   d << "; usage " << budget_->Describe();
   if (orphan_pools_removed_) d << "; removed " << orphan_pools_removed_ << " orphaned pools of dead engines";
@@ -372,7 +369,6 @@ EngineImpl::~EngineImpl() {
   reactors_.clear();
 }
 
-
 // ---------------------------------------------------------------------------------------------------------------
 // Lookup (caller threads)
 
@@ -380,25 +376,15 @@ ChunkLocation EngineImpl::Lookup(const ChunkKey& key) {
   stats_.lookups.Add(1);
   const int64_t now = io::NowNs();
   switch (resident_->Lookup(key)) {
-    case ResidentSet::Hit::kReady:
-      stats_.lookup_hits_dram.Add(1);
-      return ChunkLocation::kDram;
-    case ResidentSet::Hit::kFilling:
-      return ChunkLocation::kPending;
-    case ResidentSet::Hit::kNone:
-      break;
+    case ResidentSet::Hit::kReady: stats_.lookup_hits_dram.Add(1); return ChunkLocation::kDram;
+    case ResidentSet::Hit::kFilling: return ChunkLocation::kPending;
+    case ResidentSet::Hit::kNone: break;
   }
   switch (disk_->Lookup(key, now)) {
-    case DiskIndex::Known::kPresent:
-      stats_.lookup_hits_disk.Add(1);
-      return ChunkLocation::kDisk;
-    case DiskIndex::Known::kPending:
-      return ChunkLocation::kPending;
-    case DiskIndex::Known::kAbsent:
-      stats_.lookup_misses.Add(1);
-      return ChunkLocation::kAbsent;
-    case DiskIndex::Known::kUnknown:
-      break;
+    case DiskIndex::Known::kPresent: stats_.lookup_hits_disk.Add(1); return ChunkLocation::kDisk;
+    case DiskIndex::Known::kPending: return ChunkLocation::kPending;
+    case DiskIndex::Known::kAbsent: stats_.lookup_misses.Add(1); return ChunkLocation::kAbsent;
+    case DiskIndex::Known::kUnknown: break;
   }
   // Not known here: another instance (or process) may have published it under the same root. M1: exactly a
   // chunk's size (DiskIndex::Probe).
@@ -490,10 +476,10 @@ Result<uint64_t> EngineImpl::EvictToBudget() { return budget_->UnlinkVictims(bud
 void EngineImpl::PublishIndexed(Reactor& r, const ChunkKey& key, uint64_t bytes, bool linked) {
   if (linked) budget_->Add(static_cast<int64_t>(bytes));
   // M3: our own publication; its mtime is about now (a touch by another host comes later than that).
-  disk_->Publish(key, bytes,
-                 std::chrono::duration_cast<std::chrono::nanoseconds>(
-                     std::chrono::system_clock::now().time_since_epoch())
-                     .count());
+  disk_->Publish(
+      key, bytes,
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count());
   EvictAboveHighWatermark(r);
 }
 
@@ -541,7 +527,6 @@ void EngineImpl::RecordStoreOutcome(const ChunkKey& key, const Status& status) {
   auto it = store_outcomes_.find(key);
   if (it != store_outcomes_.end() && !it->second.has_value()) it->second = status;
 }
-
 
 void EngineImpl::WakeWaiters(std::atomic<uint64_t>& mask) {
   if (mask.load() == 0) return;
@@ -619,8 +604,6 @@ StatsSnapshot EngineImpl::Stats() const {
 std::string EngineImpl::Describe() const { return describe_; }
 std::string EngineImpl::pool_name() const { return pool_->name(); }
 
-int64_t EngineImpl::Deadline() const {
-  return io::NowNs() + static_cast<int64_t>(options_.op_timeout_ms) * kMsToNs;
-}
+int64_t EngineImpl::Deadline() const { return io::NowNs() + static_cast<int64_t>(options_.op_timeout_ms) * kMsToNs; }
 
 }  // namespace kvtier

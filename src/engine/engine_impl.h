@@ -136,8 +136,20 @@ class EngineImpl final : public Engine {
   // completion handler (on_done), which OnCompletion calls after the bookkeeping every op shares (error counters,
   // the chunk's ops in flight) and before the chunk's place at the disk and resources are settled.
   enum class OpRole {  // names the op in traces and deadline messages
-    kOpen, kStatx, kRead, kWrite, kFsync, kClose, kCloseBeforeLink, kLink, kUnlinkTmp, kUnlinkEvicted, kMkdir,
-    kRmdirFanout, kChmod, kTouch
+    kOpen,
+    kStatx,
+    kRead,
+    kWrite,
+    kFsync,
+    kClose,
+    kCloseBeforeLink,
+    kLink,
+    kUnlinkTmp,
+    kUnlinkEvicted,
+    kMkdir,
+    kRmdirFanout,
+    kChmod,
+    kTouch
   };
   struct OpCtx;
   // A completion handler: a member function of the engine, called on the op's reactor with the op's context and
@@ -146,17 +158,17 @@ class EngineImpl final : public Engine {
   using OpHandler = void (EngineImpl::*)(Reactor& r, const OpCtx& ctx, int64_t res);
   struct OpCtx {
     OpRole role;
-    Chunk* chunk = nullptr;  // null for ops of no chunk (evictions, directory removals, fire-and-forget)
+    Chunk* chunk = nullptr;       // null for ops of no chunk (evictions, directory removals, fire-and-forget)
     OpHandler on_done = nullptr;  // null: nothing to do when it is back (a close, a temporary's unlink)
     uint8_t* buf = nullptr;
-    uint64_t len = 0;        // bytes still to transfer; kMkdir, kRmdirFanout, a fan-out kStatx or kChmod: the fan-out
-                           // level (1: "ab", 2: "ab/cd")
+    uint64_t len = 0;  // bytes still to transfer; kMkdir, kRmdirFanout, a fan-out kStatx or kChmod: the fan-out
+                       // level (1: "ab", 2: "ab/cd")
     uint64_t offset = 0;
     int64_t deadline_ns = 0;
-    std::string path;        // kOpen / kLink (old) / kUnlink*
-    std::string path2;       // kLink (new)
-    ChunkKey key;            // kUnlinkEvicted, kRmdirFanout
-    bool late = false;       // passed its deadline; the chunk already failed
+    std::string path;                 // kOpen / kLink (old) / kUnlink*
+    std::string path2;                // kLink (new)
+    ChunkKey key;                     // kUnlinkEvicted, kRmdirFanout
+    bool late = false;                // passed its deadline; the chunk already failed
     bool errors_are_answers = false;  // a failure is not an I/O error (an rmdir's ENOTEMPTY)
     int64_t start_ns = 0;
     // kRead of a load: the blocks this read brings, relative to the chunk's first_block (piece_blocks 0: the
@@ -309,9 +321,9 @@ class EngineImpl final : public Engine {
   std::unique_ptr<TraceRecorder> trace_;
   mutable kvtier::Stats stats_;
   uint64_t block_stride_ = 0;
-  uint64_t slot_bytes_ = 0;  // kHeaderBytes + payload
-  int open_flags_extra_ = 0;  // O_DIRECT when direct I/O is on
-  uint64_t open_resolve_ = 0; // RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS where the kernel has openat2 (K2)
+  uint64_t slot_bytes_ = 0;    // kHeaderBytes + payload
+  int open_flags_extra_ = 0;   // O_DIRECT when direct I/O is on
+  uint64_t open_resolve_ = 0;  // RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS where the kernel has openat2 (K2)
   std::unique_ptr<ChecksumKey> checksum_key_;  // K3: set when options.checksum_secret is
   mode_t file_mode_ = 0640;
   bool fchmod_files_ = false;  // the process umask strips bits of file_mode_: chmod each new temporary
@@ -363,9 +375,9 @@ struct EngineImpl::Job {
   JobKind kind = JobKind::kLoad;
   int64_t start_ns = 0;
   std::vector<std::unique_ptr<Chunk>> chunks;  // request order; chunk i is touched only by its reactor
-  std::atomic<uint32_t> slots_held{0};  // stores: chunks started, <= 2 x io_depth over all reactors (I1, S1)
-  std::atomic<uint64_t> slot_waiters{0};  // reactors (bit r) that found slots_held at its limit
-  std::atomic<uint32_t> unfinished{0};  // the reactor that brings it to 0 publishes the result
+  std::atomic<uint32_t> slots_held{0};         // stores: chunks started, <= 2 x io_depth over all reactors (I1, S1)
+  std::atomic<uint64_t> slot_waiters{0};       // reactors (bit r) that found slots_held at its limit
+  std::atomic<uint32_t> unfinished{0};         // the reactor that brings it to 0 publishes the result
   std::atomic<uint64_t> bytes{0};
 };
 
@@ -383,40 +395,40 @@ struct EngineImpl::Chunk {
   Reactor* reactor = nullptr;
   size_t index = 0;
   ChunkKey key;
-  uint32_t first_block = 0;     // loads: the blocks read (a promotion reads the whole chunk)
+  uint32_t first_block = 0;  // loads: the blocks read (a promotion reads the whole chunk)
   uint32_t num_blocks = 0;
   ChunkState state = ChunkState::kQueued;  // changed only by EngineImpl::SetState (src/engine/chunk_state.h)
-  Status status;                // set when the chunk fails (kFailed); Ok otherwise
+  Status status;                           // set when the chunk fails (kFailed); Ok otherwise
   // The DRAM tier's slot (T1): a load reads into it, a store writes from it; it stays resident either way.
   uint32_t slot = 0;
-  uint32_t slot_gen = 0;        // loads: the fill's generation (StagingPool::BeginFill)
-  bool ready = false;           // loads: verified and published ready in the slot
-  bool counts_job_slot = false; // this chunk counts against job->slots_held and part->slots_held
+  uint32_t slot_gen = 0;          // loads: the fill's generation (StagingPool::BeginFill)
+  bool ready = false;             // loads: verified and published ready in the slot
+  bool counts_job_slot = false;   // this chunk counts against job->slots_held and part->slots_held
   bool counts_committed = false;  // a committed store counted in its reactor's committed_started
-  bool pinned = false;          // loads: index entry pinned against eviction
+  bool pinned = false;            // loads: index entry pinned against eviction
   int fd = -1;
   uint32_t ops_in_flight = 0;
   std::string rel_path;
   std::string tmp_path;
-  bool tmp_exists = false;      // a named temporary to remove
-  bool tmp_anonymous = false;   // O_TMPFILE: the fd is the only name until linkat
+  bool tmp_exists = false;     // a named temporary to remove
+  bool tmp_anonymous = false;  // O_TMPFILE: the fd is the only name until linkat
   bool enospc_retried = false;
   bool usage_reserved = false;  // C1: a store's bytes are counted in the shared usage from its first write on,
                                 // so instances evict before the files exist rather than after
   uint8_t dir_retries = 0;      // RetryAfterVanishedDir
   uint8_t mkdir_retries = 0;    // M1: EEXIST from mkdir, then ENOENT from stat (another host's mkdir in flight)
   std::unique_ptr<struct statx> statx_buf;  // SubmitStatx's answer: a load's open file, a store's fan-out dir
-  uint64_t opened_ino = 0;      // loads: the file's inode and mtime at open (M1)
+  uint64_t opened_ino = 0;                  // loads: the file's inode and mtime at open (M1)
   int64_t opened_mtime_ns = 0;
-  bool data_phase = false;      // holds a place at the disk: counted in its reactor's data_in_flight
+  bool data_phase = false;  // holds a place at the disk: counted in its reactor's data_in_flight
   int64_t started_ns = 0;
-  uint64_t admitted = 0;        // its reactor's admission order: the disk serves older chunks first (FillPieces)
+  uint64_t admitted = 0;  // its reactor's admission order: the disk serves older chunks first (FillPieces)
   // Loads read in pieces (read_piece_bytes): blocks are relative to first_block.
-  uint32_t piece_blocks = 0;     // blocks per piece
-  uint32_t next_piece = 0;       // the first block not yet asked of the disk
-  uint32_t pieces_at_disk = 0;   // piece reads in flight (short reads continue in the same piece)
-  std::unique_ptr<ChunkHeader> header;      // decoded once it landed and checked (null: not yet, or bad)
-  std::vector<bool> verified;               // per block: its checksum was checked as its piece landed
+  uint32_t piece_blocks = 0;            // blocks per piece
+  uint32_t next_piece = 0;              // the first block not yet asked of the disk
+  uint32_t pieces_at_disk = 0;          // piece reads in flight (short reads continue in the same piece)
+  std::unique_ptr<ChunkHeader> header;  // decoded once it landed and checked (null: not yet, or bad)
+  std::vector<bool> verified;           // per block: its checksum was checked as its piece landed
   std::vector<std::pair<uint32_t, uint32_t>> landed_unverified;  // pieces that landed before the header
 };
 
@@ -438,9 +450,9 @@ struct EngineImpl::Reactor {
   std::deque<Chunk*> data_queue;   // chunks whose file is open, waiting for a data slot at the disk
   std::deque<Chunk*> piece_queue;  // loads in their data phase with pieces not yet asked for
   uint64_t next_admission = 1;
-  uint32_t reads_at_disk = 0;      // reads submitted and not yet completed (FillPieces keeps <= 2 x depth)
-  std::vector<Chunk*> read_done;   // loads whose reads finished this iteration, waiting for VerifyReadChunks
-  uint32_t data_in_flight = 0;     // chunks with data reads/writes at the disk: <= depth (I1)
+  uint32_t reads_at_disk = 0;     // reads submitted and not yet completed (FillPieces keeps <= 2 x depth)
+  std::vector<Chunk*> read_done;  // loads whose reads finished this iteration, waiting for VerifyReadChunks
+  uint32_t data_in_flight = 0;    // chunks with data reads/writes at the disk: <= depth (I1)
   // Committed stores (CommitStore) started and not yet settled, over all jobs: <= 2 x depth, so that many small
   // commits are checksummed no further ahead of the disk than one large one (StartStoreChunk).
   uint32_t committed_started = 0;

@@ -24,8 +24,8 @@ namespace kvtier {
 
 namespace {
 constexpr int64_t kReapWaitNs = 20 * 1000 * 1000;  // bounds how late a deadline (posix) is noticed
-constexpr uint32_t kReadsPerDataPlace = 2;  // a reactor's piece budget: reads at the disk per place (its depth)
-}
+constexpr uint32_t kReadsPerDataPlace = 2;         // a reactor's piece budget: reads at the disk per place (its depth)
+}  // namespace
 
 void EngineImpl::InsertByAdmission(std::deque<Chunk*>& q, Chunk* c) {
   auto at = q.end();
@@ -121,8 +121,9 @@ void EngineImpl::PumpData(Reactor& r) {
     if (c->job->kind == JobKind::kLoad) {
       uint8_t* base = pool_->SlotData(c->slot);
       const uint64_t piece = options_.read_piece_bytes;
-      c->piece_blocks = piece == 0 ? c->num_blocks
-                                   : static_cast<uint32_t>(std::clamp<uint64_t>(piece / block_stride_, 1, c->num_blocks));
+      c->piece_blocks = piece == 0
+                            ? c->num_blocks
+                            : static_cast<uint32_t>(std::clamp<uint64_t>(piece / block_stride_, 1, c->num_blocks));
       c->next_piece = 0;
       c->pieces_at_disk = 1;
       c->header.reset();
@@ -151,8 +152,7 @@ void EngineImpl::StartWaitingChunks(Reactor& r) {
     }
     while (part->next_to_start < part->chunks.size()) {
       Chunk& c = *part->chunks[part->next_to_start];
-      const bool started =
-          part->job->kind == JobKind::kLoad ? StartLoadChunk(*part, c) : StartStoreChunk(*part, c);
+      const bool started = part->job->kind == JobKind::kLoad ? StartLoadChunk(*part, c) : StartStoreChunk(*part, c);
       if (!started) break;  // out of slots for this job (or globally); try again after a release
       ++part->next_to_start;
     }
@@ -319,7 +319,8 @@ void EngineImpl::OnOpenDone(Reactor& r, const OpCtx& ctx, int64_t res) {
         // Something other than a regular file or a real directory path (K1, K2): never followed, removed.
         Status why(StatusCode::kCorrupt,
                    "open " + c->rel_path + " refused (" + std::string(strerror(static_cast<int>(-res))) +
-                       "): a symlink or special file where a chunk belongs", static_cast<int>(-res));
+                       "): a symlink or special file where a chunk belongs",
+                   static_cast<int>(-res));
         QuarantineCorrupt(c->reactor->index, c->key, c->rel_path, why);
         FailChunk(*c, why);
       } else if (res == -ENOENT) {
@@ -330,8 +331,7 @@ void EngineImpl::OnOpenDone(Reactor& r, const OpCtx& ctx, int64_t res) {
       }
     } else if ((res == -ENOSPC || res == -EDQUOT) && RetryStoreAfterEnospc(*c)) {
       // retried
-    } else if ((res == -ENOENT || res == -ESTALE || (res == -EPERM && c->tmp_anonymous)) &&
-               RetryAfterVanishedDir(*c)) {
+    } else if ((res == -ENOENT || res == -ESTALE || (res == -EPERM && c->tmp_anonymous)) && RetryAfterVanishedDir(*c)) {
       // the fan-out directory went away (eviction, gc): created again
     } else {
       FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "create " + c->tmp_path));
@@ -389,8 +389,7 @@ void EngineImpl::OnStatxDone(Reactor& r, const OpCtx& ctx, int64_t res) {
   Status shape = res < 0 ? Status::FromErrno(static_cast<int>(-res), "statx") : CheckOpenedChunk(c->fd, sx);
   if (res >= 0) {
     c->opened_ino = sx.stx_ino;
-    c->opened_mtime_ns =
-        S_ISREG(sx.stx_mode) ? int64_t(sx.stx_mtime.tv_sec) * 1000000000 + sx.stx_mtime.tv_nsec : 0;
+    c->opened_mtime_ns = S_ISREG(sx.stx_mode) ? int64_t(sx.stx_mtime.tv_sec) * 1000000000 + sx.stx_mtime.tv_nsec : 0;
   }
   if (!shape.ok()) {
     if (shape.code() != StatusCode::kCorrupt) {
@@ -425,8 +424,7 @@ void EngineImpl::OnReadDone(Reactor& r, const OpCtx& ctx, int64_t res) {
       ForgetEntry(c->key);  // M1: see YoungOnSharedRoot
     } else {
       QuarantineCorrupt(c->reactor->index, c->key, c->rel_path,
-                        Status(StatusCode::kCorrupt, "file shorter than its header says"),
-                        c->opened_ino);
+                        Status(StatusCode::kCorrupt, "file shorter than its header says"), c->opened_ino);
     }
     FailChunk(*c, Status(StatusCode::kCorrupt, "truncated chunk file " + c->rel_path));
   } else {
@@ -575,8 +573,8 @@ void EngineImpl::SubmitNextPiece(Chunk& c) {
 void EngineImpl::PieceLanded(Chunk& c, const OpCtx& ctx) {
   if (ctx.with_header) {
     const ChunkGeometry geometry = ns_->geometry();
-    auto header = DecodeHeader(std::span<const uint8_t>(pool_->SlotData(c.slot), kHeaderBytes),
-                               ns_->fingerprint(), c.key, &geometry, checksum_key_.get());
+    auto header = DecodeHeader(std::span<const uint8_t>(pool_->SlotData(c.slot), kHeaderBytes), ns_->fingerprint(),
+                               c.key, &geometry, checksum_key_.get());
     if (!header.ok()) {
       FailVerification(c, header.status());
       return;
@@ -610,8 +608,8 @@ Status EngineImpl::VerifyPiece(Chunk& c, uint32_t first, uint32_t n) {
 bool EngineImpl::OtherSecret(const Chunk& c) const {
   if (c.header || !ns_->checksum_key_record().empty()) return false;
   const ChunkGeometry geometry = ns_->geometry();
-  return KeyedForAnotherReader(std::span<const uint8_t>(pool_->SlotData(c.slot), kHeaderBytes),
-                               ns_->fingerprint(), c.key, &geometry, checksum_key_.get());
+  return KeyedForAnotherReader(std::span<const uint8_t>(pool_->SlotData(c.slot), kHeaderBytes), ns_->fingerprint(),
+                               c.key, &geometry, checksum_key_.get());
 }
 
 void EngineImpl::FailVerification(Chunk& c, const Status& verdict) {
@@ -621,7 +619,8 @@ void EngineImpl::FailVerification(Chunk& c, const Status& verdict) {
     ForgetEntry(c.key);
     FailChunk(c, Status(StatusCode::kFailedPrecondition,
                         verdict.message() + " (this namespace's MANIFEST does not record its checksum key: the entry "
-                                            "is kept, a miss for this engine)").WithContext(c.rel_path));
+                                            "is kept, a miss for this engine)")
+                     .WithContext(c.rel_path));
     return;
   }
   if (YoungOnSharedRoot(c)) {
@@ -712,9 +711,9 @@ void EngineImpl::BeginStoreWrite(Chunk& c) {
   h.key = c.key;
   h.num_blocks = bpc;
   h.block_bytes = bb;
-  h.created_unix_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                                std::chrono::system_clock::now().time_since_epoch())
-                                                .count());
+  h.created_unix_ns = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count());
   if (block_stride_ > bb) {  // deterministic padding between blocks
     for (uint32_t b = 0; b < bpc; ++b) {
       std::memset(base + kHeaderBytes + uint64_t(b) * block_stride_ + bb, 0, block_stride_ - bb);
@@ -1140,7 +1139,9 @@ Status EngineImpl::CheckOpenedChunk(int fd, const struct statx& sx) const {
   if (!S_ISREG(mode)) {
     return Status(StatusCode::kCorrupt,
                   std::string("not a regular file (") +
-                      (S_ISDIR(mode) ? "a directory" : S_ISFIFO(mode) ? "a FIFO" : "a special file") +
+                      (S_ISDIR(mode)    ? "a directory"
+                       : S_ISFIFO(mode) ? "a FIFO"
+                                        : "a special file") +
                       ") where a chunk belongs",
                   S_ISDIR(mode) ? EISDIR : 0);
   }
@@ -1155,8 +1156,7 @@ Status EngineImpl::CheckOpenedChunk(int fd, const struct statx& sx) const {
 }
 
 void EngineImpl::QuarantineCorrupt(uint32_t trace_reactor, const ChunkKey& key, const std::string& rel_path,
-                                   const Status& why,
-                                   uint64_t opened_ino) {
+                                   const Status& why, uint64_t opened_ino) {
   // K1: a bad entry is removed so no reader sees it again; the miss and the counter tell the operator.
   stats_.corrupt_entries.Add(1);
   ForgetEntry(key);
@@ -1201,9 +1201,7 @@ void EngineImpl::QuarantineCorrupt(uint32_t trace_reactor, const ChunkKey& key, 
   }
 }
 
-void EngineImpl::ForgetEntry(const ChunkKey& key) {
-  disk_->Forget(key);
-}
+void EngineImpl::ForgetEntry(const ChunkKey& key) { disk_->Forget(key); }
 
 void EngineImpl::SetState(Chunk& c, ChunkState to) {
 #ifndef NDEBUG

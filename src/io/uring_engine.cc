@@ -8,8 +8,8 @@
 // Ops io_uring has no opcode for (kFchmod, kUtimensAt) run on one side thread of the engine with the blocking
 // syscall, as the POSIX engine runs every op (a deadline is not enforced there: the real result arrives late). The
 // side thread hands its completions to Drain and wakes a waiting Reap through the wake eventfd.
-#include <linux/openat2.h>
 #include <liburing.h>
+#include <linux/openat2.h>
 #include <sys/eventfd.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -232,7 +232,7 @@ class UringEngine final : public IoEngine {
     // Ops the kernel cannot complete inline (opens, links, extending O_DIRECT writes) go to io_uring's worker
     // threads, by default at most 4 per CPU: 8 on a 2-core machine, fewer than the ops we keep in flight. Allow
     // one worker per op in flight. The limit belongs to the issuing thread, which is why it is set here.
-    unsigned workers[2] = {depth_, 0};  // bounded (regular file I/O), unbounded (unchanged)
+    unsigned workers[2] = {depth_, 0};                    // bounded (regular file I/O), unbounded (unchanged)
     io_uring_register_iowq_max_workers(&ring_, workers);  // best effort: older kernels keep their default
     ArmWake();
     return 0;
@@ -348,11 +348,11 @@ class UringEngine final : public IoEngine {
   };
   std::mutex side_mu_;
   std::condition_variable side_cv_;
-  std::deque<SideOp> side_work_;                          // guarded by side_mu_
-  std::vector<std::pair<uint32_t, int64_t>> side_done_;   // guarded by side_mu_: (slot index, result)
-  bool side_stop_ = false;                                // guarded by side_mu_
-  uint32_t side_in_flight_ = 0;                           // issuer thread only
-  std::thread side_;                                      // started by the first side op
+  std::deque<SideOp> side_work_;                         // guarded by side_mu_
+  std::vector<std::pair<uint32_t, int64_t>> side_done_;  // guarded by side_mu_: (slot index, result)
+  bool side_stop_ = false;                               // guarded by side_mu_
+  uint32_t side_in_flight_ = 0;                          // issuer thread only
+  std::thread side_;                                     // started by the first side op
 
   io_uring ring_{};
   bool ring_ok_ = false;
@@ -362,7 +362,7 @@ class UringEngine final : public IoEngine {
   uint32_t in_flight_ = 0;
   std::vector<Slot> slots_;
   std::vector<uint32_t> free_slots_;
-  int wake_fd_ = -1;     // written by Wake() from any thread; read only through the ring
+  int wake_fd_ = -1;  // written by Wake() from any thread; read only through the ring
   bool wake_armed_ = false;
   uint64_t wake_buf_ = 0;
 };

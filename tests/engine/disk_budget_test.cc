@@ -3,14 +3,13 @@
 #include "engine/disk_budget.h"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <memory>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "layout/chunk_path.h"
 #include "layout/temp_dir.h"

@@ -5,6 +5,7 @@
 // the demand reserve (S2) hold across reactors; the reactor count is the option's, auto's or the test binary's
 // default (KVTIER_TEST_REACTORS).
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -15,8 +16,6 @@
 #include <mutex>
 #include <thread>
 
-#include <gtest/gtest.h>
-
 #include "engine/engine_impl.h"
 #include "reliability/reliability_util.h"
 #include "support/job_engine.h"
@@ -26,10 +25,10 @@ namespace kvtier {
 namespace {
 
 using rel::ContentFor;
-using rel::Key;
 using rel::kBlockBytes;
 using rel::kBlocks;
 using rel::kChunkFileBytes;
+using rel::Key;
 
 // A real I/O engine whose reads are held back (queued, not submitted) while its gate is closed. Reap counts its
 // calls, so a test knows when the reactor has gone round its loop (and taken new commands) since some point.
@@ -67,7 +66,8 @@ class GatedEngine final : public io::IoEngine {
     Release();
     inner_->Flush();
     // While reads are held, come back often to notice the gate opening.
-    const int64_t wait = held_.empty() ? timeout_ns : (timeout_ns < 0 ? 2000000 : std::min<int64_t>(timeout_ns, 2000000));
+    const int64_t wait =
+        held_.empty() ? timeout_ns : (timeout_ns < 0 ? 2000000 : std::min<int64_t>(timeout_ns, 2000000));
     return inner_->Reap(out, wait);
   }
   void Wake() override { inner_->Wake(); }

@@ -5,18 +5,17 @@
 // slot path). Every piece size serves the same bytes, whole chunks and block ranges alike; a damaged block or header
 // anywhere is a miss that writes nothing to the destination; short reads continue inside their piece.
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
-#include <map>
-#include <set>
-#include <memory>
 #include <filesystem>
+#include <map>
+#include <memory>
 #include <random>
+#include <set>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "engine/engine_impl.h"
 #include "io/fault_engine.h"
@@ -64,8 +63,8 @@ std::vector<uint8_t> ChunkBytes(uint64_t seed) {
 std::vector<CopySegment> Segments(std::vector<uint8_t>& host, uint64_t stride, uint32_t first, uint32_t n) {
   std::vector<CopySegment> s;
   for (uint32_t b = 0; b < n; ++b) {
-    s.push_back(CopySegment{b * stride, reinterpret_cast<uint64_t>(host.data() + (first + b) * kBlockBytes),
-                            kBlockBytes});
+    s.push_back(
+        CopySegment{b * stride, reinterpret_cast<uint64_t>(host.data() + (first + b) * kBlockBytes), kBlockBytes});
   }
   return s;
 }
@@ -278,8 +277,8 @@ class ReadOrderEngine final : public io::IoEngine {
 };
 
 // I1: a reactor gives the disk's reads to its loads oldest first, in the order the job named the chunks (the order
-// its stream promotes them), whatever order their opens' checks came back in (docs/architecture.md, "Reads in pieces"): the
-// first chunks start first, and each chunk has every piece asked for before the next one gets more than its first.
+// its stream promotes them), whatever order their opens' checks came back in (docs/architecture.md, "Reads in pieces"):
+// the first chunks start first, and each chunk has every piece asked for before the next one gets more than its first.
 // So chunks finish one after another and the first one asked for is ready first (a promotion window refills at
 // once), and a job's last chunks keep the whole budget of reads. With two pieces per chunk as before, the pieces of
 // the chunks at the disk interleaved and the chunks finished together.
@@ -290,7 +289,7 @@ TEST(ReadPiecesOrder, TheDiskServesTheOldestChunkFirstWhateverOrderItsOpenCheckC
   auto inner = io::CreateEngine(io::EngineConfig{io::EngineKind::kAuto, 64, 4});
   ASSERT_TRUE(inner.ok());
   EngineOptions o = Options(dir.path(), 1);  // a block per piece: eight pieces per chunk
-  o.io_depth = 2;  // two chunks at the disk, four reads
+  o.io_depth = 2;                            // two chunks at the disk, four reads
   // The job's stream holds 4 slots and promotes at most 3 chunks at once (StreamPump: reads at once are 3/4 of the
   // window): the first 3 opens are all the job has out; their checks are held and handed back together.
   const policy::JobClientOptions client{.max_window = 2 * o.io_depth};

@@ -87,13 +87,13 @@ class IoEngineContract : public ::testing::TestWithParam<Backend> {
   ScratchDir dir_;
 };
 
-#define MAKE_ENGINE_OR_SKIP(var, depth)                                     \
-  if (NeedsUring()) {                                                       \
-    std::string why_;                                                       \
+#define MAKE_ENGINE_OR_SKIP(var, depth)                                           \
+  if (NeedsUring()) {                                                             \
+    std::string why_;                                                             \
     if (!UringAvailable(&why_)) GTEST_SKIP() << "io_uring unavailable: " << why_; \
-  }                                                                         \
-  std::unique_ptr<IoEngine> var = Make(depth);                              \
-  ASSERT_NE(var, nullptr);                                                  \
+  }                                                                               \
+  std::unique_ptr<IoEngine> var = Make(depth);                                    \
+  ASSERT_NE(var, nullptr);                                                        \
   ASSERT_TRUE(dir_.ok())
 
 TEST_P(IoEngineContract, CreateWriteFsyncCloseThenReadBackReturnsTheSameBytes) {
@@ -550,8 +550,8 @@ TEST_P(IoEngineContract, AnOpThatFinishesBeforeItsDeadlineReturnsItsRealResult) 
 }
 
 INSTANTIATE_TEST_SUITE_P(AllBackends, IoEngineContract,
-                         ::testing::Values(Backend::kUring, Backend::kPosix, Backend::kFake,
-                                           Backend::kFaultOverUring, Backend::kFaultOverPosix),
+                         ::testing::Values(Backend::kUring, Backend::kPosix, Backend::kFake, Backend::kFaultOverUring,
+                                           Backend::kFaultOverPosix),
                          [](const ::testing::TestParamInfo<Backend>& info) { return BackendName(info.param); });
 
 }  // namespace

@@ -17,10 +17,10 @@ using testing::ReadOp;
 using testing::RunOne;
 using testing::ScratchDir;
 
-#define REQUIRE_URING()                                                             \
-  do {                                                                              \
-    std::string why_;                                                               \
-    if (!UringAvailable(&why_)) GTEST_SKIP() << "io_uring unavailable: " << why_;   \
+#define REQUIRE_URING()                                                           \
+  do {                                                                            \
+    std::string why_;                                                             \
+    if (!UringAvailable(&why_)) GTEST_SKIP() << "io_uring unavailable: " << why_; \
   } while (0)
 
 TEST(UringEngine, MayBeCreatedOnOneThreadAndDrivenByAnother) {

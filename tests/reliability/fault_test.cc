@@ -1,7 +1,7 @@
 // Fault injection through every engine path that goes through the I/O engine (open, statx, read, write, fsync, link,
-// unlink, close, mkdir, fchmod, utimensat) with EIO, ENOSPC, EACCES, EROFS and EINTR, short transfers and operations slower than their
-// deadline. The engine keeps serving: every job finishes (bounded), a load either returns the stored bytes or is
-// a miss that left the destination untouched, a store either publishes a verifying entry or is dropped and
+// unlink, close, mkdir, fchmod, utimensat) with EIO, ENOSPC, EACCES, EROFS and EINTR, short transfers and operations
+// slower than their deadline. The engine keeps serving: every job finishes (bounded), a load either returns the stored
+// bytes or is a miss that left the destination untouched, a store either publishes a verifying entry or is dropped and
 // counted, and once the faults stop (FailNth rules) stores and loads succeed again. Leaks and races are the
 // sanitizer builds' part (asan, tsan presets run this suite).
 #include <fcntl.h>
@@ -73,20 +73,19 @@ struct Case {
   std::vector<FaultRule> rules;
   bool fsync = false;
   bool named_temporaries = false;
-  bool budget = false;      // eviction unlinks run during the stores
-  bool recovers = false;    // the rules stop matching: a final round trip must succeed
+  bool budget = false;        // eviction unlinks run during the stores
+  bool recovers = false;      // the rules stop matching: a final round trip must succeed
   bool group_shared = false;  // dir_mode 0770: new fan-out directories and temporaries are chmod'ed (K2)
   uint32_t timeout_ms = 3000;
 };
 
 std::vector<Case> Cases() {
   std::vector<Case> cases;
-  const std::pair<OpCode, const char*> codes[] = {{OpCode::kOpenAt, "open"}, {OpCode::kRead, "read"},
-                                                  {OpCode::kWrite, "write"}, {OpCode::kFsync, "fsync"},
-                                                  {OpCode::kLinkAt, "link"}, {OpCode::kUnlinkAt, "unlink"},
-                                                  {OpCode::kClose, "close"}, {OpCode::kMkdirAt, "mkdir"},
-                                                  {OpCode::kStatx, "statx"}, {OpCode::kFchmod, "fchmod"},
-                                                  {OpCode::kUtimensAt, "utimensat"}};
+  const std::pair<OpCode, const char*> codes[] = {
+      {OpCode::kOpenAt, "open"},   {OpCode::kRead, "read"},          {OpCode::kWrite, "write"},
+      {OpCode::kFsync, "fsync"},   {OpCode::kLinkAt, "link"},        {OpCode::kUnlinkAt, "unlink"},
+      {OpCode::kClose, "close"},   {OpCode::kMkdirAt, "mkdir"},      {OpCode::kStatx, "statx"},
+      {OpCode::kFchmod, "fchmod"}, {OpCode::kUtimensAt, "utimensat"}};
   const std::pair<int, const char*> errors[] = {
       {EIO, "EIO"}, {ENOSPC, "ENOSPC"}, {EACCES, "EACCES"}, {EROFS, "EROFS"}, {EINTR, "EINTR"}};
   for (auto [code, cname] : codes) {
@@ -251,13 +250,13 @@ TEST_P(FaultSuite, EveryPathEveryErrorKeepsTheEngineServingWithNoWrongBytes) {
   }
   std::string per_path;
   for (auto& [path, n] : faults_by_path) per_path += " " + path + "=" + std::to_string(n);
-  std::printf("fault suite (%s, %u reactors): %zu cases x %d rounds, %llu jobs, faults seen per path:%s; loads ok "
-              "%llu, load "
-              "misses %llu, stores ok %llu, stores dropped %llu, served wrong: %llu\n",
-              GetParam() == IoBackend::kUring ? "io_uring" : "posix", reactors_seen, cases.size(), rounds,
-              (unsigned long long)jobs, per_path.c_str(), (unsigned long long)loads_ok,
-              (unsigned long long)load_misses, (unsigned long long)stores_ok, (unsigned long long)stores_dropped,
-              (unsigned long long)served_wrong);
+  std::printf(
+      "fault suite (%s, %u reactors): %zu cases x %d rounds, %llu jobs, faults seen per path:%s; loads ok "
+      "%llu, load "
+      "misses %llu, stores ok %llu, stores dropped %llu, served wrong: %llu\n",
+      GetParam() == IoBackend::kUring ? "io_uring" : "posix", reactors_seen, cases.size(), rounds,
+      (unsigned long long)jobs, per_path.c_str(), (unsigned long long)loads_ok, (unsigned long long)load_misses,
+      (unsigned long long)stores_ok, (unsigned long long)stores_dropped, (unsigned long long)served_wrong);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, FaultSuite, ::testing::Values(IoBackend::kUring, IoBackend::kPosix),
