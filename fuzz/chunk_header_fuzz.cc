@@ -7,11 +7,11 @@
 //   bit 2: decode without the expected geometry.
 // Properties: never crashes or reads out of bounds; a header that decodes re-encodes to the same bytes; block
 // verification of whatever payload follows never crashes.
+#include <xxhash.h>
+
 #include <cstdint>
 #include <cstring>
 #include <vector>
-
-#include <xxhash.h>
 
 #include "layout/chunk_format.h"
 

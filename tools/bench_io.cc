@@ -29,8 +29,8 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <liburing.h>
-#include <sys/mman.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -57,17 +57,17 @@
 #include <vector>
 
 #include "cli_util.h"
-#include "util/tsan.h"
 #include "commands.h"
 #include "io/io_engine.h"
 #include "kvtier/engine.h"
-#include "transfer/device_copier.h"
 #include "layout/chunk_format.h"
 #include "layout/chunk_path.h"
 #include "layout/namespace.h"
 #include "layout/xxh3_dispatch.h"
 #include "policy/job_client.h"
 #include "staging/staging_pool.h"
+#include "transfer/device_copier.h"
+#include "util/tsan.h"
 
 // GCC 12 at -O3 reports -Wrestrict on `"literal" + std::string` concatenations once they are inlined deep enough
 // (GCC bug 105329, a false positive in libstdc++'s basic_string::_M_replace); this file builds many labels that way,
@@ -277,12 +277,14 @@ std::string CpuSummary(const CpuSample& a, const CpuSample& b) {
   // Threads that ended within the phase (the multi-threaded raw baseline's) are gone from /proc: the process total.
   total = std::max(total, b.cpu_seconds - a.cpu_seconds);
   std::string s = "cpu " + Fixed(total / wall, 2) + " cores:";
-  for (size_t i = 0; i < per.size() && i < 3; ++i) s += " tid " + per[i].second + " " + Fixed(100 * per[i].first / wall, 0) + "%";
+  for (size_t i = 0; i < per.size() && i < 3; ++i)
+    s += " tid " + per[i].second + " " + Fixed(100 * per[i].first / wall, 0) + "%";
   s += " iou-wrk " + Fixed(100 * iou / wall, 0) + "%, " + std::to_string(b.minor_faults - a.minor_faults) +
        " page faults";
   if (a.disk.ok && b.disk.ok && b.disk.ios > a.disk.ios) {
-    s += "; disk qd " + Fixed(static_cast<double>(b.disk.time_in_queue_ms - a.disk.time_in_queue_ms) / (wall * 1000), 1) +
-         ", " + FormatSize((b.disk.sectors - a.disk.sectors) * 512 / (b.disk.ios - a.disk.ios)) + "/req";
+    s += "; disk qd " +
+         Fixed(static_cast<double>(b.disk.time_in_queue_ms - a.disk.time_in_queue_ms) / (wall * 1000), 1) + ", " +
+         FormatSize((b.disk.sectors - a.disk.sectors) * 512 / (b.disk.ios - a.disk.ios)) + "/req";
     const uint64_t reads = (b.disk.ios - b.disk.writes) - (a.disk.ios - a.disk.writes);
     const uint64_t writes = b.disk.writes - a.disk.writes;
     s += " (" + std::to_string(reads) + " reads, " + std::to_string(writes) + " writes";
@@ -368,14 +370,17 @@ class RawBench {
   }
 
   double Write(uint64_t n, const std::string& tag) {
-    return Run(n, [&](uint64_t i) { return Path(tag, i); }, true);
+    return Run(
+        n, [&](uint64_t i) { return Path(tag, i); }, true);
   }
   double Read(uint64_t n, const std::string& tag) {
-    return Run(n, [&](uint64_t i) { return Path(tag, i); }, false);
+    return Run(
+        n, [&](uint64_t i) { return Path(tag, i); }, false);
   }
   // --cross: the same raw reads of files that somebody else laid out (the engine's chunk files).
   double ReadPaths(const std::vector<std::string>& paths) {
-    return Run(paths.size(), [&](uint64_t i) { return paths[i]; }, false);
+    return Run(
+        paths.size(), [&](uint64_t i) { return paths[i]; }, false);
   }
   // --touch: the same reads, and every byte of each file read once more from memory after its read completes (a
   // plain sum, the least any reader that checks what it loaded must do; the engine verifies with XXH3, K1). Like
@@ -383,7 +388,8 @@ class RawBench {
   // depth buffers (the engine's pool holds 2 x depth slots).
   double ReadPathsTouching(const std::vector<std::string>& paths) {
     if (buffers_.size() < 2ull * depth_) throw CliError("raw baseline: built without the buffers --touch needs");
-    return Run(paths.size(), [&](uint64_t i) { return paths[i]; }, false, true);
+    return Run(
+        paths.size(), [&](uint64_t i) { return paths[i]; }, false, true);
   }
   // --touch for writes: every byte of each buffer read once from memory before its write is queued (the least a
   // writer that checksums what it stores must do; the engine checksums with XXH3). Like the engine, which prepares
@@ -391,7 +397,8 @@ class RawBench {
   // flight (2 x depth buffers).
   double WriteTouching(uint64_t n, const std::string& tag) {
     if (buffers_.size() < 2ull * depth_) throw CliError("raw baseline: built without the buffers --touch needs");
-    return Run(n, [&](uint64_t i) { return Path(tag, i); }, true, true);
+    return Run(
+        n, [&](uint64_t i) { return Path(tag, i); }, true, true);
   }
   // Mean physically contiguous pieces per file buffer (0: unknown).
   double PiecesPerBuffer() const {
@@ -554,8 +561,7 @@ struct RawVariant {
   // "t4/4MiB", "t1/whole", "t8/whole+xxh3": for tables, phase marks ("par_t4_4MiB_read") and --verbose.
   std::string Short() const { return "t" + std::to_string(threads) + "/" + Request() + (verify ? "+xxh3" : ""); }
   std::string Mark(bool write) const {
-    return "par_t" + std::to_string(threads) + "_" + Request() + (verify ? "_xxh3" : "") +
-           (write ? "_write" : "_read");
+    return "par_t" + std::to_string(threads) + "_" + Request() + (verify ? "_xxh3" : "") + (write ? "_write" : "_read");
   }
 };
 
@@ -934,15 +940,15 @@ class EngineBench {
       for (const ChunkOutcome& c : r->chunks) {
         if (!c.status.ok()) {
           throw CliError(std::string("engine: ") + (store ? "store" : "load") + " of " +
-                         std::to_string(r->chunks.size() - r->chunks_ok) + " chunks failed, first: " +
-                         c.status.ToString());
+                         std::to_string(r->chunks.size() - r->chunks_ok) +
+                         " chunks failed, first: " + c.status.ToString());
         }
       }
     }
     const policy::StreamStats pump_after = client_->stream_stats();
-    (store ? store_note_ : load_note_) =
-        "stream: " + std::to_string(pump_after.slot_waits - pump_before.slot_waits) + " slot waits, peak window " +
-        std::to_string(pump_after.peak_window) + ", " + std::to_string(lanes_) + " copier lanes";
+    (store ? store_note_ : load_note_) = "stream: " + std::to_string(pump_after.slot_waits - pump_before.slot_waits) +
+                                         " slot waits, peak window " + std::to_string(pump_after.peak_window) + ", " +
+                                         std::to_string(lanes_) + " copier lanes";
     // Every chunk must have crossed the disk: a load served from chunks still resident after their store
     // (write-through) would measure memory, not the disk.
     const StatsSnapshot after = engine_->Stats();
@@ -987,7 +993,7 @@ class EngineBench {
   std::unique_ptr<staging::StagingPool> attached_;  // --raw-buffers pool
   std::vector<Buffer> host_;
   uint32_t lanes_ = 1;
-  std::string store_note_, load_note_;  // the last stream of each kind (--verbose)
+  std::string store_note_, load_note_;         // the last stream of each kind (--verbose)
   std::unique_ptr<policy::JobClient> client_;  // declared last: stopped before the engine goes
 };
 
@@ -997,7 +1003,7 @@ struct Row {
   uint64_t files = 0;
   uint64_t pool = 0;
   std::vector<double> raw_w, eng_w, raw_r, eng_r;  // GB/s per repetition
-  std::vector<double> cross_r;                      // --cross: raw reads of the engine's files
+  std::vector<double> cross_r;                     // --cross: raw reads of the engine's files
   // --reread: the last repetition's files read again, readers in rotating order (GB/s per rotation).
   std::vector<double> at_rest_own, at_rest_cross, at_rest_eng;
   std::vector<double> at_rest_touch;  // --touch: raw reads of the engine's files that also sum every byte
@@ -1013,7 +1019,7 @@ struct RawCeilingOptions {
   std::vector<uint32_t> threads;  // thread counts
   std::vector<uint64_t> splits;   // request sizes besides whole files
   bool per_thread_queue = false;
-  bool verify = false;            // --raw-verify: every variant also with XXH3 over every byte
+  bool verify = false;  // --raw-verify: every variant also with XXH3 over every byte
 };
 
 RawCeilingOptions ParseRawCeiling(const Args& args) {
@@ -1144,10 +1150,11 @@ void PrintCpuContext() {
     }
   }
   const double copy_out = 4.0 * bytes / Seconds(t0, Clock::now()) / 1e9;
-  std::printf("cpu context: one thread memcpy %.2f GB/s, XXH3-64 (%s build) %.2f GB/s (sink %llx); host copier "
-              "copy-out of 64 MiB, %s: %.2f GB/s\n",
-              copy, std::string(detail::Xxh3Variant()).c_str(), xxh, static_cast<unsigned long long>(sink & 0xf),
-              HostCopierStreams(bytes) ? "streaming stores" : "memcpy", copy_out);
+  std::printf(
+      "cpu context: one thread memcpy %.2f GB/s, XXH3-64 (%s build) %.2f GB/s (sink %llx); host copier "
+      "copy-out of 64 MiB, %s: %.2f GB/s\n",
+      copy, std::string(detail::Xxh3Variant()).c_str(), xxh, static_cast<unsigned long long>(sink & 0xf),
+      HostCopierStreams(bytes) ? "streaming stores" : "memcpy", copy_out);
 }
 
 // Each run works in DIR/kvtier-bench-io.<pid>, which it holds locked (flock) while it lives. A run killed with
@@ -1194,70 +1201,97 @@ int RemoveLeftoversOfKilledRuns(const std::string& dir) {
 }  // namespace
 
 int RunBenchIo(int argc, char** argv) {
-  Args args("bench io",
-            "Measures the kvtier engine's write (store) and read (load) bandwidth against a raw io_uring baseline\n"
-            "written with liburing, on the same directory, file sizes and queue depth, in the same run. For each\n"
-            "chunk size and depth: alternating raw and engine runs, --repeat times; GB/s are medians, the ratio\n"
-            "is the median over repetitions of engine/raw in the same repetition.\n"
-            "The engine also copies each chunk between host memory and its staging slot and checksums it\n"
-            "(XXH3); the raw baseline does neither. Beside the single-thread raw baseline, a multi-threaded one\n"
-            "(--raw-threads, --raw-split) measures the device's ceiling, 'raw best', on the same files.\n"
-            "Data written is incompressible. Files created are removed at the end.",
-            {{"dir", "DIR", "directory on the disk to measure (a subdirectory is created and removed)", ""},
-             {"chunk-sizes", "SIZES", "comma-separated chunk payload sizes", "28MiB,2MiB"},
-             {"depths", "LIST", "comma-separated queue depths", "4,16"},
-             {"total", "SIZE", "bytes written (and read) per run", "2GiB"},
-             {"repeat", "N", "repetitions per configuration; even, so that each side goes first equally often", "4"},
-             {"backend", "auto|uring|posix", "engine I/O backend", "auto"},
-             {"mode", "direct|buffered", "O_DIRECT or buffered I/O, for both raw and engine", "direct"},
-             {"raw-buffers", "huge|heap|shm|pool", "memory of the raw baseline's buffers: huge = heap in 2 MiB "
-              "transparent huge pages (physically contiguous like the engine's pool, the strongest baseline), heap = "
-              "4 KiB pages, shm = POSIX shared memory with 4 KiB pages, pool = the engine's own staging slots (a "
-              "second mapping of its pool, with 4 KiB page-table entries: both sides transfer into the same "
-              "physical memory; peak RSS then counts the pool twice)", "huge"},
-             {"raw-threads", "LIST|auto", "thread counts of the multi-threaded raw baseline (the device's ceiling: "
-              "same files and request sizes, each thread with its own ring; 'raw best' is the best of it and the "
-              "single-thread baseline); auto = 1,2,4,8 up to the number of cores", "auto"},
-             {"raw-split", "SIZES|none", "request sizes the multi-threaded raw baseline also splits each file into "
-              "(all of a file's requests at once; multiples of 4KiB), besides one request per file", "4MiB,1MiB"},
-             {"raw-queue", "total|per-thread", "files in flight in the multi-threaded raw baseline: total = the depth "
-              "over all threads, as in the engine (thread counts above the depth are skipped), per-thread = the "
-              "depth on each thread", "total"},
-             {"raw-verify", "", "also run every raw variant (the single-thread whole-file one included) hashing every "
-              "byte with XXH3 as the engine does (a read hashes each request as it lands, a write hashes the file "
-              "before writing it): 'raw+xxh3 best', the floor of a program doing the engine's work, printed beside "
-              "'raw best' with the engine's ratio to it", ""},
-             {"keep-cache", "", "do not drop the page cache (and dentry/inode caches) before reads (default with "
-              "--mode direct: O_DIRECT data never sits in the page cache, and dropping only evicts directory "
-              "entries, which penalizes the engine's two-level fan-out against the raw side's single directory)", ""},
-             {"drop-caches", "", "drop the page cache before reads also with --mode direct (default with buffered)", ""},
-             {"copier", "host|none", "what moves the bytes between host buffers and staging slots: host = the "
-              "host copier (memcpy, as vLLM's CPU workers and the Python package's jobs copy), none = nobody "
-              "(the engine's disk path alone: verified reads into slots, checksummed stores from slots, as when the "
-              "CUDA copier or vLLM's workers move the bytes)", "host"},
-             {"reactors", "N", "engine reactor threads (EngineOptions::reactors; 0 = auto, sized from the cores); the "
-              "count used is printed with the engine's description", "0"},
-             {"read-piece", "SIZE", "EngineOptions::read_piece_bytes: a load reads its chunk in pieces of about this "
-              "size, each verified as it lands (0: one read per chunk)", "1MiB"},
-             {"json", "OUT", "also write the results as JSON to OUT", ""},
-             {"verbose", "", "print every run, CPU use per phase and this machine's memcpy/XXH3 speed", ""},
-             {"cross", "", "also time the raw reader on the engine's chunk files after each read phase (diagnostic: "
-                           "separates where the engine's files lie on the disk from the engine's own costs; in "
-                           "the JSON as raw_reads_engine_files_gbps)", ""},
-             {"reread", "N", "after the last repetition of each configuration, read its files N more times, the "
-              "three readers (raw on its own files, raw on the engine's files, engine) in rotating order, and "
-              "print their medians and ratios as a second table (diagnostic: reads of data at rest, away from the "
-              "write phases, and the engine against the raw reader on the very same files)", "0"},
-             {"touch", "", "with --reread: also time a raw reader and a raw writer that read every byte once from "
-              "memory (a plain sum; the least a load that verifies and a store that checksums, K1, must do): a "
-              "fourth reader in the rotation at rest (the raw reader on the engine's files, summing what it loaded), "
-              "then N rotations of three writers at rest (raw, raw reading each buffer before writing it, engine; "
-              "each writer's files removed before the next one writes); printed as raw+touch with engine/(raw+touch) "
-              "(diagnostic: what touching the data costs the disk, apart from the engine's own costs)", ""},
-             {"trace-marks", "PATH", "write a line at the start and end of every timed phase to PATH, e.g. "
-              "/sys/kernel/tracing/trace_marker, to cut a kernel trace of the block layer into phases "
-              "(bench/io/trace_bench_io.sh does it all)", ""},
-             {"progress", "", "show a progress bar even when stderr is not a terminal", ""}});
+  Args args(
+      "bench io",
+      "Measures the kvtier engine's write (store) and read (load) bandwidth against a raw io_uring baseline\n"
+      "written with liburing, on the same directory, file sizes and queue depth, in the same run. For each\n"
+      "chunk size and depth: alternating raw and engine runs, --repeat times; GB/s are medians, the ratio\n"
+      "is the median over repetitions of engine/raw in the same repetition.\n"
+      "The engine also copies each chunk between host memory and its staging slot and checksums it\n"
+      "(XXH3); the raw baseline does neither. Beside the single-thread raw baseline, a multi-threaded one\n"
+      "(--raw-threads, --raw-split) measures the device's ceiling, 'raw best', on the same files.\n"
+      "Data written is incompressible. Files created are removed at the end.",
+      {{"dir", "DIR", "directory on the disk to measure (a subdirectory is created and removed)", ""},
+       {"chunk-sizes", "SIZES", "comma-separated chunk payload sizes", "28MiB,2MiB"},
+       {"depths", "LIST", "comma-separated queue depths", "4,16"},
+       {"total", "SIZE", "bytes written (and read) per run", "2GiB"},
+       {"repeat", "N", "repetitions per configuration; even, so that each side goes first equally often", "4"},
+       {"backend", "auto|uring|posix", "engine I/O backend", "auto"},
+       {"mode", "direct|buffered", "O_DIRECT or buffered I/O, for both raw and engine", "direct"},
+       {"raw-buffers", "huge|heap|shm|pool",
+        "memory of the raw baseline's buffers: huge = heap in 2 MiB "
+        "transparent huge pages (physically contiguous like the engine's pool, the strongest baseline), heap = "
+        "4 KiB pages, shm = POSIX shared memory with 4 KiB pages, pool = the engine's own staging slots (a "
+        "second mapping of its pool, with 4 KiB page-table entries: both sides transfer into the same "
+        "physical memory; peak RSS then counts the pool twice)",
+        "huge"},
+       {"raw-threads", "LIST|auto",
+        "thread counts of the multi-threaded raw baseline (the device's ceiling: "
+        "same files and request sizes, each thread with its own ring; 'raw best' is the best of it and the "
+        "single-thread baseline); auto = 1,2,4,8 up to the number of cores",
+        "auto"},
+       {"raw-split", "SIZES|none",
+        "request sizes the multi-threaded raw baseline also splits each file into "
+        "(all of a file's requests at once; multiples of 4KiB), besides one request per file",
+        "4MiB,1MiB"},
+       {"raw-queue", "total|per-thread",
+        "files in flight in the multi-threaded raw baseline: total = the depth "
+        "over all threads, as in the engine (thread counts above the depth are skipped), per-thread = the "
+        "depth on each thread",
+        "total"},
+       {"raw-verify", "",
+        "also run every raw variant (the single-thread whole-file one included) hashing every "
+        "byte with XXH3 as the engine does (a read hashes each request as it lands, a write hashes the file "
+        "before writing it): 'raw+xxh3 best', the floor of a program doing the engine's work, printed beside "
+        "'raw best' with the engine's ratio to it",
+        ""},
+       {"keep-cache", "",
+        "do not drop the page cache (and dentry/inode caches) before reads (default with "
+        "--mode direct: O_DIRECT data never sits in the page cache, and dropping only evicts directory "
+        "entries, which penalizes the engine's two-level fan-out against the raw side's single directory)",
+        ""},
+       {"drop-caches", "", "drop the page cache before reads also with --mode direct (default with buffered)", ""},
+       {"copier", "host|none",
+        "what moves the bytes between host buffers and staging slots: host = the "
+        "host copier (memcpy, as vLLM's CPU workers and the Python package's jobs copy), none = nobody "
+        "(the engine's disk path alone: verified reads into slots, checksummed stores from slots, as when the "
+        "CUDA copier or vLLM's workers move the bytes)",
+        "host"},
+       {"reactors", "N",
+        "engine reactor threads (EngineOptions::reactors; 0 = auto, sized from the cores); the "
+        "count used is printed with the engine's description",
+        "0"},
+       {"read-piece", "SIZE",
+        "EngineOptions::read_piece_bytes: a load reads its chunk in pieces of about this "
+        "size, each verified as it lands (0: one read per chunk)",
+        "1MiB"},
+       {"json", "OUT", "also write the results as JSON to OUT", ""},
+       {"verbose", "", "print every run, CPU use per phase and this machine's memcpy/XXH3 speed", ""},
+       {"cross", "",
+        "also time the raw reader on the engine's chunk files after each read phase (diagnostic: "
+        "separates where the engine's files lie on the disk from the engine's own costs; in "
+        "the JSON as raw_reads_engine_files_gbps)",
+        ""},
+       {"reread", "N",
+        "after the last repetition of each configuration, read its files N more times, the "
+        "three readers (raw on its own files, raw on the engine's files, engine) in rotating order, and "
+        "print their medians and ratios as a second table (diagnostic: reads of data at rest, away from the "
+        "write phases, and the engine against the raw reader on the very same files)",
+        "0"},
+       {"touch", "",
+        "with --reread: also time a raw reader and a raw writer that read every byte once from "
+        "memory (a plain sum; the least a load that verifies and a store that checksums, K1, must do): a "
+        "fourth reader in the rotation at rest (the raw reader on the engine's files, summing what it loaded), "
+        "then N rotations of three writers at rest (raw, raw reading each buffer before writing it, engine; "
+        "each writer's files removed before the next one writes); printed as raw+touch with engine/(raw+touch) "
+        "(diagnostic: what touching the data costs the disk, apart from the engine's own costs)",
+        ""},
+       {"trace-marks", "PATH",
+        "write a line at the start and end of every timed phase to PATH, e.g. "
+        "/sys/kernel/tracing/trace_marker, to cut a kernel trace of the block layer into phases "
+        "(bench/io/trace_bench_io.sh does it all)",
+        ""},
+       {"progress", "", "show a progress bar even when stderr is not a terminal", ""}});
   args.Parse(argc, argv);
   if (args.help()) {
     std::fputs(args.Usage().c_str(), stdout);
@@ -1334,18 +1368,20 @@ int RunBenchIo(int argc, char** argv) {
     int fd;
     ~LockCloser() { close(fd); }
   } base_lock_closer{base_lock};
-  if (args.Has("keep-cache") && args.Has("drop-caches")) throw UsageError("--keep-cache and --drop-caches exclude each other");
+  if (args.Has("keep-cache") && args.Has("drop-caches"))
+    throw UsageError("--keep-cache and --drop-caches exclude each other");
   const bool keep_cache = args.Has("keep-cache") || (direct && !args.Has("drop-caches"));
   const bool drop_ok = !keep_cache && DropPageCache();
   if (verbose) PrintCpuContext();
-  std::printf("bench io: dir %s, mode %s, %s per run, %llu repetitions (alternating raw/engine), raw buffers %s, "
-              "page cache %s\n",
-              dir.c_str(), mode_s.c_str(), FormatSize(total).c_str(), static_cast<unsigned long long>(repeat),
-              raw_memory.c_str(),
-              drop_ok      ? "dropped before each read"
-              : keep_cache ? (args.Has("keep-cache") ? "kept (--keep-cache)"
-                                                     : "kept (O_DIRECT reads bypass it; --drop-caches to drop)")
-                           : "NOT dropped (needs root)");
+  std::printf(
+      "bench io: dir %s, mode %s, %s per run, %llu repetitions (alternating raw/engine), raw buffers %s, "
+      "page cache %s\n",
+      dir.c_str(), mode_s.c_str(), FormatSize(total).c_str(), static_cast<unsigned long long>(repeat),
+      raw_memory.c_str(),
+      drop_ok ? "dropped before each read"
+      : keep_cache
+          ? (args.Has("keep-cache") ? "kept (--keep-cache)" : "kept (O_DIRECT reads bypass it; --drop-caches to drop)")
+          : "NOT dropped (needs root)");
   std::fflush(stdout);
 
   std::vector<Row> rows;
@@ -1366,8 +1402,7 @@ int RunBenchIo(int argc, char** argv) {
         const uint64_t file_bytes = kHeaderBytes + chunk;
         const double gb = static_cast<double>(row.files * file_bytes) / 1e9;
         EngineBench eng(base + "/engine", chunk, depth, backend, direct ? IoMode::kDirect : IoMode::kBuffered,
-                        salt ^ (chunk * 1315423911u) ^ depth, host_copier, static_cast<uint32_t>(reactors),
-                        read_piece);
+                        salt ^ (chunk * 1315423911u) ^ depth, host_copier, static_cast<uint32_t>(reactors), read_piece);
         RawBench raw(base + "/raw", file_bytes, depth, direct, raw_memory,
                      raw_memory == "pool" ? eng.PoolSlots(depth) : std::vector<uint8_t*>{}, touch);
         row.pool = eng.pool_bytes();
@@ -1424,9 +1459,13 @@ int RunBenchIo(int argc, char** argv) {
               const std::string phase = v.Mark(write);
               if (!write && drop_ok) DropPageCache();
               std::string cpu;
-              const double secs = timed(marked(phase.c_str(), [&] {
-                return par.Run(v, row.files, [&](uint64_t i) { return raw.Path(files_tag, i); }, write);
-              }), &cpu);
+              const double secs =
+                  timed(marked(phase.c_str(),
+                               [&] {
+                                 return par.Run(
+                                     v, row.files, [&](uint64_t i) { return raw.Path(files_tag, i); }, write);
+                               }),
+                        &cpu);
               if (write) raw.Remove(row.files, files_tag);
               (write ? v.write_gbps : v.read_gbps).push_back(gb / secs);
               if (verbose) {
@@ -1437,15 +1476,23 @@ int RunBenchIo(int argc, char** argv) {
           };
           const bool raw_first = rep % 2 == 0;
           if (raw_first) {
-            write_raw(); write_eng(); variants(true);
+            write_raw();
+            write_eng();
+            variants(true);
           } else {
-            variants(true); write_eng(); write_raw();
+            variants(true);
+            write_eng();
+            write_raw();
           }
           if (drop_ok) DropPageCache();
           if (raw_first) {
-            read_raw(); read_eng(); variants(false);
+            read_raw();
+            read_eng();
+            variants(false);
           } else {
-            variants(false); read_eng(); read_raw();
+            variants(false);
+            read_eng();
+            read_raw();
           }
           if (cross) {
             if (drop_ok) DropPageCache();
@@ -1479,8 +1526,8 @@ int RunBenchIo(int argc, char** argv) {
                     engine = marks.Around("rest_eng_read", chunk, depth, at, [&] { return eng.Read(row.files, rep); });
                     break;
                   default:
-                    touched = marks.Around("rest_touch_read", chunk, depth, at,
-                                           [&] { return raw.ReadPathsTouching(paths); });
+                    touched =
+                        marks.Around("rest_touch_read", chunk, depth, at, [&] { return raw.ReadPathsTouching(paths); });
                     break;
                 }
               }
@@ -1489,10 +1536,11 @@ int RunBenchIo(int argc, char** argv) {
               row.at_rest_eng.push_back(gb / engine);
               if (touch) row.at_rest_touch.push_back(gb / touched);
               if (verbose) {
-                std::printf("  %s qd %u reread %llu: raw on its files %.3f, raw on the engine's files %.3f, engine "
-                            "%.3f GB/s%s\n", FormatSize(chunk).c_str(), depth, static_cast<unsigned long long>(a),
-                            gb / own, gb / crossed, gb / engine,
-                            touch ? (", raw+touch on the engine's files " + Fixed(gb / touched, 3)).c_str() : "");
+                std::printf(
+                    "  %s qd %u reread %llu: raw on its files %.3f, raw on the engine's files %.3f, engine "
+                    "%.3f GB/s%s\n",
+                    FormatSize(chunk).c_str(), depth, static_cast<unsigned long long>(a), gb / own, gb / crossed,
+                    gb / engine, touch ? (", raw+touch on the engine's files " + Fixed(gb / touched, 3)).c_str() : "");
               }
               std::fflush(stdout);
               progress.Set(++steps);
@@ -1515,8 +1563,8 @@ int RunBenchIo(int argc, char** argv) {
                     raw.Remove(row.files, "w");
                     break;
                   default:
-                    w_eng = marks.Around("rest_eng_write", chunk, depth, at,
-                                         [&] { return eng.Write(row.files, eng_rep); });
+                    w_eng =
+                        marks.Around("rest_eng_write", chunk, depth, at, [&] { return eng.Write(row.files, eng_rep); });
                     eng.Remove(row.files, eng_rep);
                     break;
                 }
@@ -1542,10 +1590,11 @@ int RunBenchIo(int argc, char** argv) {
           if (verbose) {
             const std::string sz = FormatSize(chunk);
             const char* size = sz.c_str();
-            std::printf("  %s qd %u rep %u raw    write %.3f GB/s (%s)\n  %s qd %u rep %u raw    read  %.3f GB/s (%s)\n"
-                        "  %s qd %u rep %u engine write %.3f GB/s (%s)\n  %s qd %u rep %u engine read  %.3f GB/s (%s)\n",
-                        size, depth, rep, gb / raw_w, raw_wc.c_str(), size, depth, rep, gb / raw_r, raw_rc.c_str(),
-                        size, depth, rep, gb / eng_w, eng_wc.c_str(), size, depth, rep, gb / eng_r, eng_rc.c_str());
+            std::printf(
+                "  %s qd %u rep %u raw    write %.3f GB/s (%s)\n  %s qd %u rep %u raw    read  %.3f GB/s (%s)\n"
+                "  %s qd %u rep %u engine write %.3f GB/s (%s)\n  %s qd %u rep %u engine read  %.3f GB/s (%s)\n",
+                size, depth, rep, gb / raw_w, raw_wc.c_str(), size, depth, rep, gb / raw_r, raw_rc.c_str(), size, depth,
+                rep, gb / eng_w, eng_wc.c_str(), size, depth, rep, gb / eng_r, eng_rc.c_str());
             std::printf("  %s qd %u rep %u engine write %s\n  %s qd %u rep %u engine read  %s\n", size, depth, rep,
                         eng.StreamNote(true).c_str(), size, depth, rep, eng.StreamNote(false).c_str());
           }
@@ -1611,10 +1660,11 @@ int RunBenchIo(int argc, char** argv) {
     }
     const std::string mark_w = bw.label == "t1/whole" ? "*" : "", mark_r = br.label == "t1/whole" ? "*" : "";
     tv.AddRow({FormatSize(r.chunk), std::to_string(r.depth), "t1/whole", Fixed(rw, 3) + mark_w, Fixed(rr, 3) + mark_r});
-    std::string json_variants = "{\"variant\": \"t1/whole\", \"threads\": 1, \"request_bytes\": null, "
-                                "\"write_gbps\": " + arr(r.raw_w) + ", \"read_gbps\": " + arr(r.raw_r) +
-                                ", \"median_write_gbps\": " + JsonNumber(rw) + ", \"median_read_gbps\": " +
-                                JsonNumber(rr) + "}";
+    std::string json_variants =
+        "{\"variant\": \"t1/whole\", \"threads\": 1, \"request_bytes\": null, "
+        "\"write_gbps\": " +
+        arr(r.raw_w) + ", \"read_gbps\": " + arr(r.raw_r) + ", \"median_write_gbps\": " + JsonNumber(rw) +
+        ", \"median_read_gbps\": " + JsonNumber(rr) + "}";
     for (const RawVariant& v : r.variants) {
       any_variants = true;
       const double vw = Median(v.write_gbps), vr = Median(v.read_gbps);
@@ -1646,63 +1696,61 @@ int RunBenchIo(int argc, char** argv) {
                  ", \"raw_best_read\": " + best_json(br) + ", \"read_ratio_to_best\": " + JsonNumber(rbest) +
                  ", \"raw_variants\": [" + json_variants + "], \"raw_variants_skipped\": [" + json_skipped + "]" +
                  json_verify;
-    json_rows += ", \"files\": " + std::to_string(r.files) +
-                 ", \"file_bytes\": " + std::to_string(kHeaderBytes + r.chunk) +
-                 ", \"pool_bytes\": " + std::to_string(r.pool) + ", \"raw_write_gbps\": " + arr(r.raw_w) +
-                 ", \"engine_write_gbps\": " + arr(r.eng_w) + ", \"raw_read_gbps\": " + arr(r.raw_r) +
-                 ", \"engine_read_gbps\": " + arr(r.eng_r) + ", \"median_raw_write_gbps\": " + JsonNumber(rw) +
-                 ", \"median_engine_write_gbps\": " + JsonNumber(ew) + ", \"write_ratio\": " + JsonNumber(wratio) +
-                 ", \"write_ratio_of_medians\": " + JsonNumber(ew / rw) +
-                 ", \"median_raw_read_gbps\": " + JsonNumber(rr) + ", \"median_engine_read_gbps\": " +
-                 JsonNumber(er) + ", \"read_ratio\": " + JsonNumber(rratio) +
-                 ", \"read_ratio_of_medians\": " + JsonNumber(er / rr) +
-                 (r.rest_w_eng.empty()
-                      ? std::string()
-                      : ", \"writes_at_rest\": {\"raw_gbps\": " + arr(r.rest_w_raw) +
-                            ", \"raw_touch_gbps\": " + arr(r.rest_w_touch) + ", \"engine_gbps\": " +
-                            arr(r.rest_w_eng) + ", \"engine_over_raw_ratio\": " +
-                            JsonNumber(PairedRatio(r.rest_w_eng, r.rest_w_raw)) +
-                            ", \"raw_touch_over_raw_ratio\": " + JsonNumber(PairedRatio(r.rest_w_touch, r.rest_w_raw)) +
-                            ", \"engine_over_raw_touch_ratio\": " +
-                            JsonNumber(PairedRatio(r.rest_w_eng, r.rest_w_touch)) + "}") +
-                 (r.cross_r.empty() ? std::string()
-                                    : ", \"raw_reads_engine_files_gbps\": " + arr(r.cross_r)) +
-                 (r.at_rest_eng.empty()
-                      ? std::string()
-                      : ", \"at_rest\": {\"raw_own_files_gbps\": " + arr(r.at_rest_own) +
-                            ", \"raw_engine_files_gbps\": " + arr(r.at_rest_cross) +
-                            ", \"engine_gbps\": " + arr(r.at_rest_eng) +
-                            ", \"engine_over_raw_ratio\": " + JsonNumber(PairedRatio(r.at_rest_eng, r.at_rest_own)) +
-                            ", \"engine_over_raw_same_files_ratio\": " +
-                            JsonNumber(PairedRatio(r.at_rest_eng, r.at_rest_cross)) +
-                            (r.at_rest_touch.empty()
-                                 ? std::string()
-                                 : ", \"raw_touch_engine_files_gbps\": " + arr(r.at_rest_touch) +
-                                       ", \"raw_touch_over_raw_same_files_ratio\": " +
-                                       JsonNumber(PairedRatio(r.at_rest_touch, r.at_rest_cross)) +
-                                       ", \"engine_over_raw_touch_same_files_ratio\": " +
-                                       JsonNumber(PairedRatio(r.at_rest_eng, r.at_rest_touch))) +
-                            "}") +
-                 "}";
+    json_rows +=
+        ", \"files\": " + std::to_string(r.files) + ", \"file_bytes\": " + std::to_string(kHeaderBytes + r.chunk) +
+        ", \"pool_bytes\": " + std::to_string(r.pool) + ", \"raw_write_gbps\": " + arr(r.raw_w) +
+        ", \"engine_write_gbps\": " + arr(r.eng_w) + ", \"raw_read_gbps\": " + arr(r.raw_r) +
+        ", \"engine_read_gbps\": " + arr(r.eng_r) + ", \"median_raw_write_gbps\": " + JsonNumber(rw) +
+        ", \"median_engine_write_gbps\": " + JsonNumber(ew) + ", \"write_ratio\": " + JsonNumber(wratio) +
+        ", \"write_ratio_of_medians\": " + JsonNumber(ew / rw) + ", \"median_raw_read_gbps\": " + JsonNumber(rr) +
+        ", \"median_engine_read_gbps\": " + JsonNumber(er) + ", \"read_ratio\": " + JsonNumber(rratio) +
+        ", \"read_ratio_of_medians\": " + JsonNumber(er / rr) +
+        (r.rest_w_eng.empty()
+             ? std::string()
+             : ", \"writes_at_rest\": {\"raw_gbps\": " + arr(r.rest_w_raw) +
+                   ", \"raw_touch_gbps\": " + arr(r.rest_w_touch) + ", \"engine_gbps\": " + arr(r.rest_w_eng) +
+                   ", \"engine_over_raw_ratio\": " + JsonNumber(PairedRatio(r.rest_w_eng, r.rest_w_raw)) +
+                   ", \"raw_touch_over_raw_ratio\": " + JsonNumber(PairedRatio(r.rest_w_touch, r.rest_w_raw)) +
+                   ", \"engine_over_raw_touch_ratio\": " + JsonNumber(PairedRatio(r.rest_w_eng, r.rest_w_touch)) +
+                   "}") +
+        (r.cross_r.empty() ? std::string() : ", \"raw_reads_engine_files_gbps\": " + arr(r.cross_r)) +
+        (r.at_rest_eng.empty()
+             ? std::string()
+             : ", \"at_rest\": {\"raw_own_files_gbps\": " + arr(r.at_rest_own) +
+                   ", \"raw_engine_files_gbps\": " + arr(r.at_rest_cross) + ", \"engine_gbps\": " + arr(r.at_rest_eng) +
+                   ", \"engine_over_raw_ratio\": " + JsonNumber(PairedRatio(r.at_rest_eng, r.at_rest_own)) +
+                   ", \"engine_over_raw_same_files_ratio\": " +
+                   JsonNumber(PairedRatio(r.at_rest_eng, r.at_rest_cross)) +
+                   (r.at_rest_touch.empty() ? std::string()
+                                            : ", \"raw_touch_engine_files_gbps\": " + arr(r.at_rest_touch) +
+                                                  ", \"raw_touch_over_raw_same_files_ratio\": " +
+                                                  JsonNumber(PairedRatio(r.at_rest_touch, r.at_rest_cross)) +
+                                                  ", \"engine_over_raw_touch_same_files_ratio\": " +
+                                                  JsonNumber(PairedRatio(r.at_rest_eng, r.at_rest_touch))) +
+                   "}") +
+        "}";
   }
   std::fputs(t.Render().c_str(), stdout);
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   const uint64_t peak_rss = static_cast<uint64_t>(ru.ru_maxrss) * 1024;
-  std::printf("GB/s: medians of %llu repetitions, 10^9 file bytes (4KiB header + chunk, same files on both sides) "
-              "per s; ratio: median over repetitions of engine/raw in the same repetition\n",
-              static_cast<unsigned long long>(repeat));
-  std::printf("raw best: the best median of the single-thread raw baseline (t1/whole) and the multi-threaded one "
-              "(tT/REQUEST: T threads, requests of REQUEST or whole files; --raw-queue %s); ratio to best: median "
-              "over repetitions of engine/(that variant) in the same repetition\n",
-              ceiling.per_thread_queue ? "per-thread: the depth on each thread" : "total: the depth over all threads");
+  std::printf(
+      "GB/s: medians of %llu repetitions, 10^9 file bytes (4KiB header + chunk, same files on both sides) "
+      "per s; ratio: median over repetitions of engine/raw in the same repetition\n",
+      static_cast<unsigned long long>(repeat));
+  std::printf(
+      "raw best: the best median of the single-thread raw baseline (t1/whole) and the multi-threaded one "
+      "(tT/REQUEST: T threads, requests of REQUEST or whole files; --raw-queue %s); ratio to best: median "
+      "over repetitions of engine/(that variant) in the same repetition\n",
+      ceiling.per_thread_queue ? "per-thread: the depth on each thread" : "total: the depth over all threads");
   if (any_variants) {
     std::printf("raw baseline variants, GB/s (medians; * the best of the cell):\n");
     std::fputs(tv.Render().c_str(), stdout);
   }
   if (any_verify) {
-    std::printf("raw+xxh3 best (--raw-verify): the best raw variant that also hashes every byte with XXH3, the "
-                "engine's per-byte work (K1); ratio: median over repetitions of engine/(that variant):\n");
+    std::printf(
+        "raw+xxh3 best (--raw-verify): the best raw variant that also hashes every byte with XXH3, the "
+        "engine's per-byte work (K1); ratio: median over repetitions of engine/(that variant):\n");
     std::fputs(tverify.Render().c_str(), stdout);
   }
   if (!skipped_notes.empty()) {
@@ -1710,25 +1758,29 @@ int RunBenchIo(int argc, char** argv) {
                 skipped_notes.c_str());
   }
   if (repeat % 2 != 0) {
-    std::printf("note: an odd --repeat lets the raw side go first once more than the engine; the phase that goes "
-                "second is often faster on a virtual disk (see docs/performance.md), so use an even count\n");
+    std::printf(
+        "note: an odd --repeat lets the raw side go first once more than the engine; the phase that goes "
+        "second is often faster on a virtual disk (see docs/performance.md), so use an even count\n");
   }
   if (reread > 0) {
-    std::vector<std::string> cols = {"chunk", "depth", "raw on its files", "raw on engine's files", "engine",
-                                     "engine/raw", "engine/raw same files"};
+    std::vector<std::string> cols = {"chunk",  "depth",      "raw on its files",     "raw on engine's files",
+                                     "engine", "engine/raw", "engine/raw same files"};
     if (touch) {
       cols.insert(cols.end(), {"raw+touch on engine's files", "raw+touch/raw same files", "engine/(raw+touch)"});
     }
     Table at_rest(cols);
     for (const Row& r : rows) {
-      std::vector<std::string> cells = {FormatSize(r.chunk), std::to_string(r.depth), Fixed(Median(r.at_rest_own), 3),
-                                        Fixed(Median(r.at_rest_cross), 3), Fixed(Median(r.at_rest_eng), 3),
+      std::vector<std::string> cells = {FormatSize(r.chunk),
+                                        std::to_string(r.depth),
+                                        Fixed(Median(r.at_rest_own), 3),
+                                        Fixed(Median(r.at_rest_cross), 3),
+                                        Fixed(Median(r.at_rest_eng), 3),
                                         Fixed(PairedRatio(r.at_rest_eng, r.at_rest_own), 3),
                                         Fixed(PairedRatio(r.at_rest_eng, r.at_rest_cross), 3)};
       if (touch) {
-        cells.insert(cells.end(), {Fixed(Median(r.at_rest_touch), 3),
-                                   Fixed(PairedRatio(r.at_rest_touch, r.at_rest_cross), 3),
-                                   Fixed(PairedRatio(r.at_rest_eng, r.at_rest_touch), 3)});
+        cells.insert(cells.end(),
+                     {Fixed(Median(r.at_rest_touch), 3), Fixed(PairedRatio(r.at_rest_touch, r.at_rest_cross), 3),
+                      Fixed(PairedRatio(r.at_rest_eng, r.at_rest_touch), 3)});
       }
       at_rest.AddRow(cells);
     }
@@ -1745,26 +1797,31 @@ int RunBenchIo(int argc, char** argv) {
                  Fixed(PairedRatio(r.rest_w_eng, r.rest_w_raw), 3), Fixed(PairedRatio(r.rest_w_touch, r.rest_w_raw), 3),
                  Fixed(PairedRatio(r.rest_w_eng, r.rest_w_touch), 3)});
     }
-    std::printf("writes at rest (--touch: %llu rotations of three writers, each writer's files removed before the "
-                "next writes; raw+touch reads every byte before writing it), GB/s:\n",
-                static_cast<unsigned long long>(reread));
+    std::printf(
+        "writes at rest (--touch: %llu rotations of three writers, each writer's files removed before the "
+        "next writes; raw+touch reads every byte before writing it), GB/s:\n",
+        static_cast<unsigned long long>(reread));
     std::fputs(tw.Render().c_str(), stdout);
     std::printf("GB/s: medians over rotations; ratios: medians over rotations, within one rotation\n");
   }
   std::printf("engine: %s\n", engine_described.c_str());
-  std::printf("the engine's transfers went through JobClient over StreamPump (vLLM's path: OpenStore/OpenLoad, "
-              "copier lanes %s each ready slot and ack it)\n",
-              host_copier ? "filling or copying out (the host copier, one thread per lane)" : "only acking");
+  std::printf(
+      "the engine's transfers went through JobClient over StreamPump (vLLM's path: OpenStore/OpenLoad, "
+      "copier lanes %s each ready slot and ack it)\n",
+      host_copier ? "filling or copying out (the host copier, one thread per lane)" : "only acking");
   const std::string xxh3(detail::Xxh3Variant());
   if (host_copier) {
-    std::printf("the engine also copies every chunk between host memory and its staging slot and checksums it "
-                "(XXH3, %s build); the raw baseline does neither. SPEC target: ratio to best >= 0.9 on a fast "
-                "device, 0.95 on a virtual disk\n", xxh3.c_str());
+    std::printf(
+        "the engine also copies every chunk between host memory and its staging slot and checksums it "
+        "(XXH3, %s build); the raw baseline does neither. SPEC target: ratio to best >= 0.9 on a fast "
+        "device, 0.95 on a virtual disk\n",
+        xxh3.c_str());
   } else {
-    std::printf("--copier none: the engine's disk path alone (no host copy; it still checksums stores and verifies "
-                "loads with XXH3, %s build); the raw baseline does neither. SPEC target: ratio to best >= 0.9 on a "
-                "fast device, 0.95 on a virtual disk\n",
-                xxh3.c_str());
+    std::printf(
+        "--copier none: the engine's disk path alone (no host copy; it still checksums stores and verifies "
+        "loads with XXH3, %s build); the raw baseline does neither. SPEC target: ratio to best >= 0.9 on a "
+        "fast device, 0.95 on a virtual disk\n",
+        xxh3.c_str());
   }
   std::printf("peak RSS %s (raw buffers %sdepth x file, engine pool 2 x depth slots + depth host buffers)\n",
               FormatSize(peak_rss).c_str(), touch ? "2 x " : "");
@@ -1775,19 +1832,17 @@ int RunBenchIo(int argc, char** argv) {
     WriteFile(args.Str("json"),
               "{\n  \"dir\": " + JsonString(dir) + ", \"block_device\": " + JsonString(BlockDeviceName(g_disk)) +
                   ", \"cores\": " + std::to_string(std::thread::hardware_concurrency()) +
-                  ", \"mode\": " + JsonString(mode_s) +
-                  ", \"backend\": " + JsonString(backend_s) + ", \"raw_buffers\": " + JsonString(raw_memory) +
-                  ", \"copier\": " + JsonString(host_copier ? "host" : "none") +
-                  ", \"path\": \"stream\"" +
+                  ", \"mode\": " + JsonString(mode_s) + ", \"backend\": " + JsonString(backend_s) +
+                  ", \"raw_buffers\": " + JsonString(raw_memory) +
+                  ", \"copier\": " + JsonString(host_copier ? "host" : "none") + ", \"path\": \"stream\"" +
                   ", \"raw_threads\": [" + raw_threads_json + "], \"raw_split_bytes\": [" + raw_split_json +
                   "], \"raw_queue\": " + JsonString(ceiling.per_thread_queue ? "per-thread" : "total") +
                   ", \"reactors_option\": " + std::to_string(reactors) +
                   ", \"read_piece_bytes\": " + std::to_string(read_piece) + ", \"xxh3\": " + JsonString(xxh3) +
-                  ", \"total_bytes\": " + std::to_string(total) +
-                  ", \"repeat\": " + std::to_string(repeat) + ", \"page_cache_dropped\": " +
-                  (drop_ok ? "true" : "false") + ", \"peak_rss_bytes\": " + std::to_string(peak_rss) +
-                  ",\n  \"engine\": " + JsonString(engine_described) + ",\n  \"results\": [\n    " + json_rows +
-                  "\n  ]\n}\n");
+                  ", \"total_bytes\": " + std::to_string(total) + ", \"repeat\": " + std::to_string(repeat) +
+                  ", \"page_cache_dropped\": " + (drop_ok ? "true" : "false") + ", \"peak_rss_bytes\": " +
+                  std::to_string(peak_rss) + ",\n  \"engine\": " + JsonString(engine_described) +
+                  ",\n  \"results\": [\n    " + json_rows + "\n  ]\n}\n");
   }
   return 0;
 }

@@ -129,8 +129,8 @@ class MetaBench {
         std::vector<ChunkTransfer> batch;
         const uint64_t end = std::min<uint64_t>(n, next + kBatch);
         for (; next < end; ++next) {
-          batch.push_back(ChunkTransfer{MakeKey(salt_, next), 0, 0,
-                                        {CopySegment{0, reinterpret_cast<uint64_t>(&byte_), 1}}});
+          batch.push_back(
+              ChunkTransfer{MakeKey(salt_, next), 0, 0, {CopySegment{0, reinterpret_cast<uint64_t>(&byte_), 1}}});
         }
         auto id = jobs.SubmitStore(std::move(batch));
         if (!id.ok()) throw CliError("engine: submit: " + id.status().message());
@@ -255,8 +255,7 @@ int RunBenchMeta(int argc, char** argv) {
   std::vector<Result_> results;
   try {
     for (uint64_t n : entries) {
-      MetaBench b(base + "/" + std::to_string(n), static_cast<uint32_t>(depth), mode, args.Has("progress"),
-                  salt + n);
+      MetaBench b(base + "/" + std::to_string(n), static_cast<uint32_t>(depth), mode, args.Has("progress"), salt + n);
       results.push_back(b.Run(n));
     }
   } catch (...) {
@@ -276,8 +275,9 @@ int RunBenchMeta(int argc, char** argv) {
               Fixed(r.open_warm_s, 2), Rate(r.evict_rate), std::to_string(r.evicted)});
     json += std::string(json.empty() ? "" : ",\n    ") + "{\"entries\": " + std::to_string(r.entries) +
             ", \"publish_per_s\": " + JsonNumber(r.publish_rate) + ", \"publish_s\": " + JsonNumber(r.publish_s) +
-            ", \"lookup_hit_per_s\": " + JsonNumber(r.hit_rate) + ", \"lookup_miss_stat_per_s\": " +
-            JsonNumber(r.miss_stat_rate) + ", \"lookup_miss_negative_cache_per_s\": " + JsonNumber(r.miss_neg_rate) +
+            ", \"lookup_hit_per_s\": " + JsonNumber(r.hit_rate) +
+            ", \"lookup_miss_stat_per_s\": " + JsonNumber(r.miss_stat_rate) +
+            ", \"lookup_miss_negative_cache_per_s\": " + JsonNumber(r.miss_neg_rate) +
             ", \"open_cold_s\": " + (r.cold ? JsonNumber(r.open_cold_s) : "null") +
             ", \"open_warm_s\": " + JsonNumber(r.open_warm_s) + ", \"evict_per_s\": " + JsonNumber(r.evict_rate) +
             ", \"evicted\": " + std::to_string(r.evicted) + "}";
@@ -285,11 +285,12 @@ int RunBenchMeta(int argc, char** argv) {
   std::fputs(t.Render().c_str(), stdout);
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
-  std::printf("8KiB entries (1 block of 1 B), io_depth %llu, %u chunks per store job, %u jobs in flight; open = "
-              "temporary sweep + index rebuild (two tree walks)%s; peak RSS %s\n",
-              static_cast<unsigned long long>(depth), kBatch, kJobsInFlight,
-              results.empty() || results[0].cold ? "" : "; cold open not measured (drop_caches needs root)",
-              FormatSize(static_cast<uint64_t>(ru.ru_maxrss) * 1024).c_str());
+  std::printf(
+      "8KiB entries (1 block of 1 B), io_depth %llu, %u chunks per store job, %u jobs in flight; open = "
+      "temporary sweep + index rebuild (two tree walks)%s; peak RSS %s\n",
+      static_cast<unsigned long long>(depth), kBatch, kJobsInFlight,
+      results.empty() || results[0].cold ? "" : "; cold open not measured (drop_caches needs root)",
+      FormatSize(static_cast<uint64_t>(ru.ru_maxrss) * 1024).c_str());
   if (args.Has("json")) {
     WriteFile(args.Str("json"), "{\n  \"dir\": " + JsonString(dir) + ", \"depth\": " + std::to_string(depth) +
                                     ", \"mode\": " + JsonString(mode_s) + ",\n  \"results\": [\n    " + json +

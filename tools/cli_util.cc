@@ -299,8 +299,8 @@ void Progress::Draw(bool final) {
     const double frac = std::min(1.0, static_cast<double>(done_) / static_cast<double>(total_));
     constexpr int kWidth = 30;
     const int fill = static_cast<int>(frac * kWidth);
-    line += "[" + std::string(fill, '#') + std::string(kWidth - fill, '.') + "] " +
-            std::to_string(done_) + "/" + std::to_string(total_) + " " + Fixed(frac * 100, 0) + "%";
+    line += "[" + std::string(fill, '#') + std::string(kWidth - fill, '.') + "] " + std::to_string(done_) + "/" +
+            std::to_string(total_) + " " + Fixed(frac * 100, 0) + "%";
     if (!final && frac > 0.01 && secs > 1) line += " eta " + Fixed(secs / frac - secs, 0) + "s";
   } else {
     line += std::to_string(done_);

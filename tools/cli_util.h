@@ -50,8 +50,8 @@ class Args {
   // Values; `fallback` when absent. Throw UsageError "--name: ..." when the value does not parse.
   std::string Str(std::string_view name, std::string_view fallback = "") const;
   std::string RequiredStr(std::string_view name) const;
-  uint64_t Size(std::string_view name, uint64_t fallback) const;      // 28MiB, 2MiB, 1GiB, 4096, 1.5GiB, 64k...
-  uint64_t Uint(std::string_view name, uint64_t fallback) const;      // plain decimal
+  uint64_t Size(std::string_view name, uint64_t fallback) const;  // 28MiB, 2MiB, 1GiB, 4096, 1.5GiB, 64k...
+  uint64_t Uint(std::string_view name, uint64_t fallback) const;  // plain decimal
   double Double(std::string_view name, double fallback) const;
   std::vector<uint64_t> SizeList(std::string_view name, std::string_view fallback) const;  // "28MiB,2MiB"
   std::vector<uint64_t> UintList(std::string_view name, std::string_view fallback) const;  // "4,16"

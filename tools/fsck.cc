@@ -102,8 +102,8 @@ class Verifier {
     auto header = DecodeHeader(bytes, ns.fingerprint(), key, &geometry, key_);
     if (!header.ok()) {
       // K3: where the MANIFEST does not record the key, a header refused only for its keying is another secret's.
-      *other_secret = ns.checksum_key_record().empty() &&
-                      KeyedForAnotherReader(bytes, ns.fingerprint(), key, &geometry, key_);
+      *other_secret =
+          ns.checksum_key_record().empty() && KeyedForAnotherReader(bytes, ns.fingerprint(), key, &geometry, key_);
       return header.status();
     }
     KVTIER_RETURN_IF_ERROR(CheckFileSize(*header, file_bytes));
@@ -155,8 +155,10 @@ int RunFsck(int argc, char** argv) {
              {"namespace", "NS", "check only this namespace directory (ns-<16 hex>)", "all"},
              {"repair", "", "remove corrupt entries and stale temporaries", ""},
              {"temp-max-age", "SECONDS", "a temporary older than this is stale (a crashed writer's)", "600"},
-             {"checksum-secret", "SECRET", "the engines' checksum_secret (file:<path> or the secret): entries must "
-              "be keyed with it; a namespace whose MANIFEST records another key (or none) is refused, not checked", ""},
+             {"checksum-secret", "SECRET",
+              "the engines' checksum_secret (file:<path> or the secret): entries must "
+              "be keyed with it; a namespace whose MANIFEST records another key (or none) is refused, not checked",
+              ""},
              {"allow-insecure-root", "", kAllowInsecureRootHelp, ""},
              {"progress", "", "show a progress bar even when stderr is not a terminal", ""}});
   args.Parse(argc, argv);
@@ -167,10 +169,11 @@ int RunFsck(int argc, char** argv) {
   const std::string root = args.RequiredStr("root");
   const bool repair = args.Has("repair");
   const uint64_t temp_max_age_s = args.Uint("temp-max-age", 600);
-  // L5 (docs/file-format.md, "Creation"): with --repair, a namespace whose MANIFEST publication was cut is recovered first.
-  auto spaces = OpenRootNamespaces(root, args.Str("namespace"),
-                                   RootOpen{args.Has("allow-insecure-root"), repair,
-                                            std::chrono::seconds(temp_max_age_s)});
+  // L5 (docs/file-format.md, "Creation"): with --repair, a namespace whose MANIFEST publication was cut is recovered
+  // first.
+  auto spaces =
+      OpenRootNamespaces(root, args.Str("namespace"),
+                         RootOpen{args.Has("allow-insecure-root"), repair, std::chrono::seconds(temp_max_age_s)});
 
   uint64_t entries = 0, corrupt = 0, corrupt_left = 0, temporaries = 0, removed = 0, foreign = 0, young = 0;
   uint64_t other_secret = 0;
@@ -182,9 +185,8 @@ int RunFsck(int argc, char** argv) {
     checksum_key = std::make_unique<ChecksumKey>(k.value());
   }
   Verifier verifier(checksum_key.get());
-  const int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                             std::chrono::system_clock::now().time_since_epoch())
-                             .count();
+  const int64_t now_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   for (auto& r : spaces) {
     // The MANIFEST temporaries a recovery removed; those left are scanned below (or, namespace unopened, here).
     temporaries += r.ns ? r.recovery.removed : r.recovery.temporaries;
@@ -304,9 +306,10 @@ int RunFsck(int argc, char** argv) {
   }
   if (other_secret > 0) {
     // K3: not verified, so not certified either: exit 1 (docs/cli.md).
-    std::printf("other secret: %llu entr%s keyed for another checksum secret (or none) than --checksum-secret gives, "
-                "kept: their namespace's MANIFEST does not record its key\n",
-                static_cast<unsigned long long>(other_secret), other_secret == 1 ? "y" : "ies");
+    std::printf(
+        "other secret: %llu entr%s keyed for another checksum secret (or none) than --checksum-secret gives, "
+        "kept: their namespace's MANIFEST does not record its key\n",
+        static_cast<unsigned long long>(other_secret), other_secret == 1 ? "y" : "ies");
     rc = 1;
   }
   if (young > 0) {

@@ -106,16 +106,16 @@ int RunGc(int argc, char** argv) {
   const bool verbose = args.Has("verbose");
   const bool force_progress = args.Has("progress");
 
-  // L5 (docs/file-format.md, "Creation"): a namespace whose MANIFEST publication was cut is recovered (or its temporaries swept) first.
+  // L5 (docs/file-format.md, "Creation"): a namespace whose MANIFEST publication was cut is recovered (or its
+  // temporaries swept) first.
   auto spaces = OpenRootNamespaces(
       root, "", RootOpen{args.Has("allow-insecure-root"), !dry, std::chrono::seconds(temp_max_age_s)});
   int rc = 0;
   std::vector<PerNs> per(spaces.size());
   std::vector<Candidate> candidates;
   uint64_t total = 0;
-  const int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                             std::chrono::system_clock::now().time_since_epoch())
-                             .count();
+  const int64_t now_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   {
     Progress scan("scanning", 0, force_progress);
     for (uint32_t i = 0; i < spaces.size(); ++i) {
@@ -217,8 +217,8 @@ int RunGc(int argc, char** argv) {
       per[c.ns_index].removed_bytes += c.bytes;
       progress.Add(1);
       if (verbose) {
-        std::printf("%s %s/%s (%s, modified %s)\n", dry ? "would remove" : "remove", r.dir_name.c_str(),
-                    c.rel.c_str(), FormatSize(c.bytes).c_str(), FormatTime(c.mtime_ns).c_str());
+        std::printf("%s %s/%s (%s, modified %s)\n", dry ? "would remove" : "remove", r.dir_name.c_str(), c.rel.c_str(),
+                    FormatSize(c.bytes).c_str(), FormatTime(c.mtime_ns).c_str());
       }
     }
   }
@@ -231,9 +231,10 @@ int RunGc(int argc, char** argv) {
     if (!now_sum.settled || !(now_sum == per[i].records_before)) {
       // An engine stored or evicted during the scan, a record was unreadable or torn, or a dead one was being
       // folded: the tree and the records were not read at one moment, and a correction would be wrong.
-      std::printf("gc: %s: usage records changed during the scan, or one was unreadable or being folded: not "
-                  "reconciled; run gc again when the engines are idle\n",
-                  spaces[i].dir_name.c_str());
+      std::printf(
+          "gc: %s: usage records changed during the scan, or one was unreadable or being folded: not "
+          "reconciled; run gc again when the engines are idle\n",
+          spaces[i].dir_name.c_str());
       continue;
     }
     const int64_t committed = now_sum.committed;
@@ -264,12 +265,12 @@ int RunGc(int argc, char** argv) {
               std::to_string(p.swept) + " (" + FormatSize(p.swept_bytes) + ")"});
   }
   std::fputs(t.Render().c_str(), stdout);
-  std::printf("gc: %s before, %s after, budget %s (evict above %s down to %s): %s %llu entries (%s), %llu "
-              "temporaries (%s)\n",
-              FormatSize(before).c_str(), FormatSize(total).c_str(), FormatSize(budget).c_str(),
-              FormatSize(trigger).c_str(), FormatSize(target).c_str(), dry ? "would remove" : "removed",
-              static_cast<unsigned long long>(removed), FormatSize(removed_bytes).c_str(),
-              static_cast<unsigned long long>(swept), FormatSize(swept_bytes).c_str());
+  std::printf(
+      "gc: %s before, %s after, budget %s (evict above %s down to %s): %s %llu entries (%s), %llu "
+      "temporaries (%s)\n",
+      FormatSize(before).c_str(), FormatSize(total).c_str(), FormatSize(budget).c_str(), FormatSize(trigger).c_str(),
+      FormatSize(target).c_str(), dry ? "would remove" : "removed", static_cast<unsigned long long>(removed),
+      FormatSize(removed_bytes).c_str(), static_cast<unsigned long long>(swept), FormatSize(swept_bytes).c_str());
   if (failed > 0 || total > budget) {
     std::fprintf(stderr, "kvtier: error: the root is still over budget (%s > %s)%s\n", FormatSize(total).c_str(),
                  FormatSize(budget).c_str(), failed ? "; some entries could not be removed" : "");

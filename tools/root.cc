@@ -21,8 +21,7 @@ std::string WithFlag(std::string msg) {
 
 }  // namespace
 
-std::vector<RootNamespace> OpenRootNamespaces(const std::string& root, const std::string& only,
-                                              const RootOpen& how) {
+std::vector<RootNamespace> OpenRootNamespaces(const std::string& root, const std::string& only, const RootOpen& how) {
   auto names = ListNamespaces(root);
   if (!names.ok()) throw CliError(names.status().message());
   // K2: the engine's root check (the namespace directories' own checks stay the engine's).

@@ -11,10 +11,10 @@
 namespace kvtier::cli {
 
 struct RootNamespace {
-  std::string dir_name;          // "ns-<16 hex>"
-  std::optional<Namespace> ns;   // empty when it could not be opened
-  std::string error;             // why not (MANIFEST missing, corrupt, another format version...)
-  ManifestRecovery recovery;     // a cut MANIFEST publication found (and with RootOpen::recover, repaired)
+  std::string dir_name;         // "ns-<16 hex>"
+  std::optional<Namespace> ns;  // empty when it could not be opened
+  std::string error;            // why not (MANIFEST missing, corrupt, another format version...)
+  ManifestRecovery recovery;    // a cut MANIFEST publication found (and with RootOpen::recover, repaired)
 };
 
 struct RootOpen {
@@ -23,8 +23,8 @@ struct RootOpen {
   // usage/, both fan-out levels) the engine would refuse (CheckNamespaceTree): that namespace is returned with
   // `error` set, untouched.
   bool allow_insecure = false;
-  // L5 (docs/file-format.md, "Creation"): recover a namespace whose MANIFEST publication was cut (RecoverManifest, temporaries older than
-  // temp_max_age removed) before opening it; otherwise such a namespace is only reported.
+  // L5 (docs/file-format.md, "Creation"): recover a namespace whose MANIFEST publication was cut (RecoverManifest,
+  // temporaries older than temp_max_age removed) before opening it; otherwise such a namespace is only reported.
   bool recover = false;
   std::chrono::seconds temp_max_age{600};
 };

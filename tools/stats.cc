@@ -32,8 +32,9 @@ struct NsStats {
 
 std::string IdentityJson(const NamespaceIdentity& id) {
   return "{\"model\": " + JsonString(id.model) + ", \"revision\": " + JsonString(id.revision) +
-         ", \"kv_dtype\": " + JsonString(id.kv_dtype) + ", \"tokens_per_chunk\": " +
-         std::to_string(id.tokens_per_chunk) + ", \"blocks_per_chunk\": " + std::to_string(id.blocks_per_chunk) +
+         ", \"kv_dtype\": " + JsonString(id.kv_dtype) +
+         ", \"tokens_per_chunk\": " + std::to_string(id.tokens_per_chunk) +
+         ", \"blocks_per_chunk\": " + std::to_string(id.blocks_per_chunk) +
          ", \"block_bytes\": " + std::to_string(id.block_bytes) + ", \"tp_size\": " + std::to_string(id.tp_size) +
          ", \"pp_size\": " + std::to_string(id.pp_size) + ", \"layout_tag\": " + JsonString(id.layout_tag) +
          ", \"format_version\": " + std::to_string(id.format_version) + "}";
@@ -118,10 +119,11 @@ int RunStats(int argc, char** argv) {
       if (!s.fingerprint.empty()) {
         o += ", \"fingerprint\": " + JsonString(s.fingerprint) + ", \"identity\": " + IdentityJson(s.id) +
              ", \"entries\": " + std::to_string(s.entries) + ", \"bytes\": " + std::to_string(s.bytes) +
-             ", \"temporaries\": " + std::to_string(s.temporaries) + ", \"temporary_bytes\": " +
-             std::to_string(s.temp_bytes) + ", \"foreign\": " + std::to_string(s.foreign) +
-             ", \"oldest_mtime_ns\": " + std::to_string(s.oldest_ns) + ", \"newest_mtime_ns\": " +
-             std::to_string(s.newest_ns) + ", \"usage_sum\": " + std::to_string(s.usage_sum) + ", \"usage\": [";
+             ", \"temporaries\": " + std::to_string(s.temporaries) +
+             ", \"temporary_bytes\": " + std::to_string(s.temp_bytes) + ", \"foreign\": " + std::to_string(s.foreign) +
+             ", \"oldest_mtime_ns\": " + std::to_string(s.oldest_ns) +
+             ", \"newest_mtime_ns\": " + std::to_string(s.newest_ns) +
+             ", \"usage_sum\": " + std::to_string(s.usage_sum) + ", \"usage\": [";
         for (size_t j = 0; j < s.usage.size(); ++j) {
           const LedgerRecord& u = s.usage[j];
           o += (j ? ", " : "") + std::string("{\"name\": ") + JsonString(u.name) +

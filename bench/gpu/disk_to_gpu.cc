@@ -42,13 +42,13 @@ namespace {
 using namespace kvtier;
 using Clock = std::chrono::steady_clock;
 
-#define CHECK_CUDA(expr)                                                                              \
-  do {                                                                                                \
-    cudaError_t e_ = (expr);                                                                          \
-    if (e_ != cudaSuccess) {                                                                          \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e_));      \
-      std::exit(2);                                                                                   \
-    }                                                                                                 \
+#define CHECK_CUDA(expr)                                                                         \
+  do {                                                                                           \
+    cudaError_t e_ = (expr);                                                                     \
+    if (e_ != cudaSuccess) {                                                                     \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e_)); \
+      std::exit(2);                                                                              \
+    }                                                                                            \
   } while (0)
 
 [[noreturn]] void Die(const std::string& what) {
@@ -99,8 +99,8 @@ struct Kv {
 };
 
 // Segments of chunk blocks [first, first+n) to/from GPU blocks ids[first..first+n) (offsets relative to block first).
-std::vector<CopySegment> Segments(const Kv& kv, uint64_t block_stride, const std::vector<uint32_t>& ids,
-                                  uint32_t first, uint32_t n) {
+std::vector<CopySegment> Segments(const Kv& kv, uint64_t block_stride, const std::vector<uint32_t>& ids, uint32_t first,
+                                  uint32_t n) {
   std::vector<CopySegment> segs;
   for (uint32_t b = 0; b < n; ++b) {
     for (uint32_t l = 0; l < kv.g.layers; ++l) {
@@ -233,14 +233,22 @@ int main(int argc, char** argv) {
       if (i + 1 >= argc) Die("missing value for " + k);
       return argv[++i];
     };
-    if (k == "--root") a.root = val();
-    else if (k == "--model") a.model = val();
-    else if (k == "--chunks") a.chunks = std::stoul(val());
-    else if (k == "--io-depth") a.io_depth = std::stoul(val());
-    else if (k == "--passes") a.passes = std::stoul(val());
-    else if (k == "--mode") a.mode = val();
-    else if (k == "--no-store") a.store = false;
-    else Die("unknown flag " + k);
+    if (k == "--root")
+      a.root = val();
+    else if (k == "--model")
+      a.model = val();
+    else if (k == "--chunks")
+      a.chunks = std::stoul(val());
+    else if (k == "--io-depth")
+      a.io_depth = std::stoul(val());
+    else if (k == "--passes")
+      a.passes = std::stoul(val());
+    else if (k == "--mode")
+      a.mode = val();
+    else if (k == "--no-store")
+      a.store = false;
+    else
+      Die("unknown flag " + k);
   }
   if (a.root.empty()) Die("--root is required");
   const Geometry g = ModelGeometry(a.model);
@@ -288,16 +296,16 @@ int main(int argc, char** argv) {
 
   std::ostringstream js;
   js << "{\"model\":\"" << a.model << "\",\"mode\":\"" << a.mode << "\",\"chunks\":" << a.chunks
-     << ",\"chunk_payload_bytes\":" << chunk_payload << ",\"segments_per_chunk\":"
-     << kBlocksPerChunk * g.layers << ",\"segment_bytes\":" << g.layer_block_bytes() << ",\"io_depth\":"
-     << a.io_depth << ",\"describe\":\"" << b.engine->Describe() << "\"";
+     << ",\"chunk_payload_bytes\":" << chunk_payload << ",\"segments_per_chunk\":" << kBlocksPerChunk * g.layers
+     << ",\"segment_bytes\":" << g.layer_block_bytes() << ",\"io_depth\":" << a.io_depth << ",\"describe\":\""
+     << b.engine->Describe() << "\"";
 
   // 1. Store from scattered GPU blocks.
   if (a.store) {
     std::vector<ChunkTransfer> st;
     for (uint32_t c = 0; c < a.chunks; ++c) {
-      st.push_back(ChunkTransfer{KeyOf(a.model, c), 0, 0, Segments(kv, stride, store_ids, c * kBlocksPerChunk,
-                                                                     kBlocksPerChunk)});
+      st.push_back(ChunkTransfer{KeyOf(a.model, c), 0, 0,
+                                 Segments(kv, stride, store_ids, c * kBlocksPerChunk, kBlocksPerChunk)});
     }
     const auto t0 = Clock::now();
     JobResult r = RunJob(b, b.jobs->SubmitStore(std::move(st)));
@@ -322,8 +330,8 @@ int main(int argc, char** argv) {
       const uint32_t first = c % 3 == 1 ? 5 : 0;
       const uint32_t n = c % 3 == 1 ? 7 : kBlocksPerChunk;
       ranges.push_back({first, n});
-      ld.push_back(ChunkTransfer{KeyOf(a.model, c), first, n,
-                                 Segments(kv, stride, load_ids, c * kBlocksPerChunk + first, n)});
+      ld.push_back(
+          ChunkTransfer{KeyOf(a.model, c), first, n, Segments(kv, stride, load_ids, c * kBlocksPerChunk + first, n)});
     }
     JobResult r = RunJob(b, b.jobs->SubmitLoad(std::move(ld)));
     for (auto& c : r.chunks)
@@ -343,7 +351,10 @@ int main(int argc, char** argv) {
             ++checked_blocks;
           } else {  // blocks outside the partial range stay poisoned
             for (uint64_t i = 0; i < lb; ++i)
-              if (back[dst * lb + i] != 0xA5) { exact = false; break; }
+              if (back[dst * lb + i] != 0xA5) {
+                exact = false;
+                break;
+              }
           }
         }
       }
@@ -363,8 +374,8 @@ int main(int argc, char** argv) {
   auto full_load = [&]() {
     std::vector<ChunkTransfer> ld;
     for (uint32_t c = 0; c < a.chunks; ++c) {
-      ld.push_back(ChunkTransfer{KeyOf(a.model, c), 0, 0,
-                                 Segments(kv, stride, load_ids, c * kBlocksPerChunk, kBlocksPerChunk)});
+      ld.push_back(
+          ChunkTransfer{KeyOf(a.model, c), 0, 0, Segments(kv, stride, load_ids, c * kBlocksPerChunk, kBlocksPerChunk)});
     }
     const auto t0 = Clock::now();
     JobResult r = RunJob(b, b.jobs->SubmitLoad(std::move(ld)));

@@ -42,11 +42,12 @@ int main(int argc, char** argv) {
   }
   const std::string kind = argv[1];
   const double duty = std::atof(argv[2]);
-  const std::set<std::string> kinds = {"memcpy", "read", "sread", "write", "stream", "cached",
-                                       "avx",    "scalar", "alu", "spin"};
+  const std::set<std::string> kinds = {"memcpy", "read", "sread",  "write", "stream",
+                                       "cached", "avx",  "scalar", "alu",   "spin"};
   if (!kinds.count(kind) || !(duty > 0 && duty <= 1)) {
-    std::fprintf(stderr, "hog: kind must be memcpy, read, sread, write, stream, cached, avx, scalar, alu or spin; "
-                         "duty in (0, 1]\n");
+    std::fprintf(stderr,
+                 "hog: kind must be memcpy, read, sread, write, stream, cached, avx, scalar, alu or spin; "
+                 "duty in (0, 1]\n");
     return 2;
   }
   constexpr size_t kBytes = 64u << 20, kBlock = 2u << 20;

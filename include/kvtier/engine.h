@@ -94,8 +94,7 @@ class Engine {
   // shows them beside the promotions they made: a load job started, and one that ended (all_ok: every chunk
   // loaded; chunks_loaded of them; bytes_needed: the payload bytes its chunks asked for; latency_ns: submit to end).
   virtual void CountClientLoadStarted() = 0;
-  virtual void CountClientLoadEnded(bool all_ok, uint32_t chunks_loaded, uint64_t bytes_needed,
-                                    int64_t latency_ns) = 0;
+  virtual void CountClientLoadEnded(bool all_ok, uint32_t chunks_loaded, uint64_t bytes_needed, int64_t latency_ns) = 0;
 
   // Enforce the disk budget now (down to the low watermark). Returns bytes evicted.
   virtual Result<uint64_t> EvictToBudget() = 0;
@@ -107,7 +106,7 @@ class Engine {
   virtual std::string pool_name() const = 0;
   virtual uint64_t chunk_payload_bytes() const = 0;  // blocks_per_chunk * block stride
   virtual uint64_t block_stride() const = 0;
-  // Reactor threads this engine runs (EngineOptions::reactors resolved: auto, option or KVTIER_TEST_REACTORS).
+  // Reactor threads this engine runs (EngineOptions::reactors resolved: auto, or the option).
   virtual uint32_t reactors() const = 0;
   // Whether the open found the root on a file system several hosts mount (layout/shared_fs.h, M1): young bad
   // entries are then misses rather than removed, and publication syncs before linking.

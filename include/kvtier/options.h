@@ -19,9 +19,9 @@ namespace kvtier {
 // What the cached KV bytes mean (L1). Two engines share entries only when every field is equal; a storage root
 // whose namespace manifest differs is refused, never reused.
 struct CacheIdentity {
-  std::string model;            // model name
-  std::string revision;         // weights revision, or a hash given by the user
-  std::string kv_dtype;         // "bfloat16", "float16", "fp8_e4m3", ...
+  std::string model;     // model name
+  std::string revision;  // weights revision, or a hash given by the user
+  std::string kv_dtype;  // "bfloat16", "float16", "fp8_e4m3", ...
   uint32_t tokens_per_chunk = 0;
   uint32_t blocks_per_chunk = 0;  // GPU blocks per chunk (tokens_per_chunk / tokens per GPU block)
   uint64_t block_bytes = 0;       // bytes of one GPU block as stored: all layers and all TP ranks
@@ -30,13 +30,13 @@ struct CacheIdentity {
   std::string layout_tag = "kvtier-block-major-v1";  // per-block byte order inside the payload
 };
 
-enum class IoMode { kAuto, kDirect, kBuffered };      // kAuto: O_DIRECT where the filesystem allows it (I2)
-enum class IoBackend { kAuto, kUring, kPosix };       // kAuto: io_uring where the kernel allows it (I3)
+enum class IoMode { kAuto, kDirect, kBuffered };  // kAuto: O_DIRECT where the filesystem allows it (I2)
+enum class IoBackend { kAuto, kUring, kPosix };   // kAuto: io_uring where the kernel allows it (I3)
 
 inline constexpr uint32_t kMaxReactors = 64;
 
 struct EngineOptions {
-  std::string root;             // storage root: an existing, writable directory (L1)
+  std::string root;  // storage root: an existing, writable directory (L1)
   CacheIdentity identity;
 
   // Staging pool (S1, S2): pool_bytes / slot size slots, one chunk payload each.
@@ -46,16 +46,16 @@ struct EngineOptions {
   // by dram_policy ("lru" or "arc"). In-use slots (pinned, loading, filling, writing) are never evicted.
   std::string dram_policy = "lru";
   uint32_t dram_max_slots = 0;
-  std::string pool_name;              // POSIX shm name; empty: a unique one
-  bool pool_populate = true;          // fault the whole pool in at open: memory is committed up front (the pool
-                                      // is the bound anyway), no page faults on the I/O path, larger DMA segments
+  std::string pool_name;      // POSIX shm name; empty: a unique one
+  bool pool_populate = true;  // fault the whole pool in at open: memory is committed up front (the pool
+                              // is the bound anyway), no page faults on the I/O path, larger DMA segments
 
   // I/O (I1-I4).
   IoBackend backend = IoBackend::kAuto;
   IoMode io_mode = IoMode::kAuto;
-  uint32_t io_depth = 16;             // chunks whose reads/writes are at the disk at once (bounds bytes in
-                                      // flight); a job holds at most 2 x io_depth slots: io_depth at the disk
-                                      // while as many more are opened, verified or copied
+  uint32_t io_depth = 16;  // chunks whose reads/writes are at the disk at once (bounds bytes in
+                           // flight); a job holds at most 2 x io_depth slots: io_depth at the disk
+                           // while as many more are opened, verified or copied
   // Reactor threads (I1): each drives its own io_uring ring (or POSIX engine) and handles the chunks placed on it
   // (a new chunk goes where its key's unfinished chunks are, else to the reactor with the fewest unfinished chunks),
   // from open through verification and publication, so the per-byte work (verification, checksums,
@@ -63,14 +63,14 @@ struct EngineOptions {
   // over cores. io_depth is shared among them (ceil(io_depth / reactors) chunks at the disk each); a job's slot
   // bound (2 x io_depth) holds across all of them. 0: auto, one per core this process may use, at least 2 and at
   // most 16 (the device is not probed). 1: the single-reactor engine. Never more than io_depth, whatever is asked
-  // (each reactor keeps at least one chunk at the disk). Tests may set KVTIER_TEST_REACTORS=N to replace auto.
+  // (each reactor keeps at least one chunk at the disk).
   uint32_t reactors = 0;
   // K1/I1: a load reads a chunk's blocks in pieces of about this many bytes (whole blocks, at least one), each
   // reactor keeping 2 x its share of io_depth piece reads at the disk, oldest chunk first (docs/architecture.md,
   // "Reads in pieces"), and verifies each piece as it lands while its bytes are still in the CPU's cache (the last
   // piece once the disk has the next chunk's reads), instead of reading the whole chunk and then checksumming it
   // from memory. 0: one read per chunk.
-  uint64_t read_piece_bytes = 1 << 20;  // tests: KVTIER_TEST_READ_PIECE_BYTES replaces this default
+  uint64_t read_piece_bytes = 1 << 20;
   uint32_t posix_threads = 4;
   uint32_t op_timeout_ms = 10000;     // per-operation deadline (I4): a late read becomes a miss
   bool fsync_on_publish = false;      // L4: off by default; a torn entry after power loss fails its checksum
@@ -78,12 +78,12 @@ struct EngineOptions {
                                       // nothing); false: named temporaries (create, write, link, unlink)
 
   // Capacity (C1, C2).
-  uint64_t disk_budget_bytes = 0;     // 0: unlimited
-  double high_watermark = 0.95;       // evict when usage > high * budget ...
-  double low_watermark = 0.85;        // ... down to low * budget
+  uint64_t disk_budget_bytes = 0;  // 0: unlimited
+  double high_watermark = 0.95;    // evict when usage > high * budget ...
+  double low_watermark = 0.85;     // ... down to low * budget
 
   // Security (K2, K3).
-  mode_t dir_mode = 0750;             // files get the same mode without execute bits
+  mode_t dir_mode = 0750;  // files get the same mode without execute bits
   // Open refuses a root that is world-writable without the sticky bit, or owned by a user other than this process's
   // effective user or root: anyone who can write there could plant entries or symlinks. true skips that check.
   bool allow_insecure_root = false;
@@ -104,9 +104,9 @@ struct EngineOptions {
   // per entry per interval), so that the mtime is "last used" on every host: gc and every engine's eviction order
   // by it (least recently used across hosts, not first in first out). 0: never touch.
   uint32_t touch_interval_s = 60;
-  uint32_t temp_max_age_s = 600;      // L5: temporaries older than this are swept at open
+  uint32_t temp_max_age_s = 600;  // L5: temporaries older than this are swept at open
 
-  std::string trace_path;             // O2: Chrome trace JSON; empty: off
+  std::string trace_path;  // O2: Chrome trace JSON; empty: off
 
   Status Validate() const;
 };
@@ -114,10 +114,10 @@ struct EngineOptions {
 // --- The options schema --------------------------------------------------------------------------------------------
 
 enum class OptionType {
-  kString,    // any string; min: the shortest length accepted
-  kPath,      // a directory that must exist (a string; min: the shortest length)
-  kSecret,    // checksum_secret's rule: "" (off), "file:<path>", or at least 16 bytes
-  kChoice,    // one of `choices`
+  kString,  // any string; min: the shortest length accepted
+  kPath,    // a directory that must exist (a string; min: the shortest length)
+  kSecret,  // checksum_secret's rule: "" (off), "file:<path>", or at least 16 bytes
+  kChoice,  // one of `choices`
   kBool,
   kCount,     // an unsigned integer in [min, max]
   kBytes,     // a byte count in [min, max] (front ends accept sizes like "512MiB")
@@ -128,8 +128,8 @@ enum class OptionType {
 using OptionValue = std::variant<bool, uint64_t, double, std::string>;
 
 struct OptionSpec {
-  const char* field;     // the EngineOptions member ("io_depth", "identity.model")
-  const char* name;      // its name in options dicts ("io_depth", "model")
+  const char* field;  // the EngineOptions member ("io_depth", "identity.model")
+  const char* name;   // its name in options dicts ("io_depth", "model")
   OptionType type;
   double min, max;       // kCount, kBytes, kFraction: the accepted range; kString, kPath: min = shortest length
   const char* choices;   // kChoice: "a|b|c"

@@ -61,8 +61,8 @@ struct StatsSnapshot {
   // Stores (X2).
   uint64_t stores_started = 0;
   uint64_t stores_completed = 0;
-  uint64_t stores_dropped = 0;        // not written: pool full, ENOSPC after retry, below the benefit threshold
-  uint64_t stores_deduplicated = 0;   // already on disk (EEXIST at publication, or found before writing)
+  uint64_t stores_dropped = 0;       // not written: pool full, ENOSPC after retry, below the benefit threshold
+  uint64_t stores_deduplicated = 0;  // already on disk (EEXIST at publication, or found before writing)
 
   // Bytes. Read amplification = bytes_read / bytes_needed (see read_amplification()).
   uint64_t bytes_read = 0;

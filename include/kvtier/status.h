@@ -36,16 +36,16 @@ namespace kvtier {
 
 enum class StatusCode : int {
   kOk = 0,
-  kInvalidArgument,   // bad option, key or request: the caller must change something
-  kNotFound,          // the thing asked for does not exist (used by admin calls, never for cache misses)
+  kInvalidArgument,  // bad option, key or request: the caller must change something
+  kNotFound,         // the thing asked for does not exist (used by admin calls, never for cache misses)
   kAlreadyExists,
-  kCorrupt,           // bytes on disk fail verification (header, checksum, namespace)
-  kIoError,           // the OS refused or failed an operation; errno() says why
-  kNoSpace,           // ENOSPC / EDQUOT, or the disk budget cannot be met
-  kTimedOut,          // an operation passed its deadline
-  kResourceExhausted, // staging pool or queue full; retry later
-  kFailedPrecondition,// state does not allow the call (namespace mismatch, engine shut down, ...)
-  kUnsupported,       // capability missing on this kernel or filesystem
+  kCorrupt,             // bytes on disk fail verification (header, checksum, namespace)
+  kIoError,             // the OS refused or failed an operation; errno() says why
+  kNoSpace,             // ENOSPC / EDQUOT, or the disk budget cannot be met
+  kTimedOut,            // an operation passed its deadline
+  kResourceExhausted,   // staging pool or queue full; retry later
+  kFailedPrecondition,  // state does not allow the call (namespace mismatch, engine shut down, ...)
+  kUnsupported,         // capability missing on this kernel or filesystem
   kInternal,
 };
 
@@ -82,8 +82,8 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}                       // NOLINT(google-explicit-constructor)
-  Result(Status status)                                           // NOLINT(google-explicit-constructor)
+  Result(T value) : v_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(Status status)                      // NOLINT(google-explicit-constructor)
       : v_(status.ok() ? Status(StatusCode::kInternal, "Result built from an OK status") : std::move(status)) {}
 
   bool ok() const { return std::holds_alternative<T>(v_); }
@@ -110,10 +110,10 @@ class [[nodiscard]] Result {
   std::variant<T, Status> v_;
 };
 
-#define KVTIER_RETURN_IF_ERROR(expr)        \
-  do {                                      \
-    ::kvtier::Status _kvtier_s = (expr);    \
-    if (!_kvtier_s.ok()) return _kvtier_s;  \
+#define KVTIER_RETURN_IF_ERROR(expr)       \
+  do {                                     \
+    ::kvtier::Status _kvtier_s = (expr);   \
+    if (!_kvtier_s.ok()) return _kvtier_s; \
   } while (0)
 
 }  // namespace kvtier

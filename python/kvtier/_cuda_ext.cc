@@ -26,15 +26,10 @@ namespace {
   switch (s.code()) {
     case StatusCode::kInvalidArgument:
     case StatusCode::kFailedPrecondition:
-    case StatusCode::kAlreadyExists:
-      throw nb::value_error(msg.c_str());
-    case StatusCode::kNotFound:
-      throw nb::key_error(msg.c_str());
-    case StatusCode::kTimedOut:
-      PyErr_SetString(PyExc_TimeoutError, msg.c_str());
-      throw nb::python_error();
-    default:
-      throw std::runtime_error(msg);
+    case StatusCode::kAlreadyExists: throw nb::value_error(msg.c_str());
+    case StatusCode::kNotFound: throw nb::key_error(msg.c_str());
+    case StatusCode::kTimedOut: PyErr_SetString(PyExc_TimeoutError, msg.c_str()); throw nb::python_error();
+    default: throw std::runtime_error(msg);
   }
 }
 
@@ -141,25 +136,71 @@ NB_MODULE(_kvtier_cuda, m) {
   nb::class_<PyCudaCopier>(m, "CudaCopier")
       .def(nb::init<int, const std::string&, uint32_t, uint32_t>(), "device"_a = 0, "mode"_a = "auto",
            "kernel_threads"_a = 256, "kernel_blocks_per_sm"_a = 4)
-      .def("register_host", [](PyCudaCopier& c, uint64_t a, uint64_t b) { c.copier(); c.RegisterHost(a, b); },
-           "address"_a, "bytes"_a)
-      .def("is_registered", [](PyCudaCopier& c, uint64_t a, uint64_t b) { c.copier(); return c.IsRegistered(a, b); },
-           "address"_a, "bytes"_a)
-      .def("copy_batch",
-           [](PyCudaCopier& c, const std::string& d, kvtier::cuda::U64Array dst, kvtier::cuda::U64Array src,
-              kvtier::cuda::U64Array sizes, uint64_t stream) {
+      .def(
+          "register_host",
+          [](PyCudaCopier& c, uint64_t a, uint64_t b) {
+            c.copier();
+            c.RegisterHost(a, b);
+          },
+          "address"_a, "bytes"_a)
+      .def(
+          "is_registered",
+          [](PyCudaCopier& c, uint64_t a, uint64_t b) {
+            c.copier();
+            return c.IsRegistered(a, b);
+          },
+          "address"_a, "bytes"_a)
+      .def(
+          "copy_batch",
+          [](PyCudaCopier& c, const std::string& d, kvtier::cuda::U64Array dst, kvtier::cuda::U64Array src,
+             kvtier::cuda::U64Array sizes, uint64_t stream) {
+            c.copier();
+            return c.CopyBatch(d, dst, src, sizes, stream);
+          },
+          "direction"_a, "dst"_a, "src"_a, "sizes"_a, "stream"_a = 0)
+      .def(
+          "record",
+          [](PyCudaCopier& c, const std::string& d) {
+            c.copier();
+            return c.Record(d);
+          },
+          "direction"_a)
+      .def(
+          "query",
+          [](PyCudaCopier& c, uint64_t t) {
+            c.copier();
+            return c.Query(t);
+          },
+          "ticket"_a)
+      .def(
+          "wait",
+          [](PyCudaCopier& c, uint64_t t) {
+            c.copier();
+            c.Wait(t);
+          },
+          "ticket"_a)
+      .def(
+          "stream_wait",
+          [](PyCudaCopier& c, uint64_t t, uint64_t s) {
+            c.copier();
+            c.StreamWait(t, s);
+          },
+          "ticket"_a, "stream"_a)
+      .def_prop_ro("mode",
+                   [](PyCudaCopier& c) {
+                     c.copier();
+                     return c.Mode();
+                   })
+      .def_prop_ro("device",
+                   [](PyCudaCopier& c) {
+                     c.copier();
+                     return c.Device();
+                   })
+      .def("describe",
+           [](PyCudaCopier& c) {
              c.copier();
-             return c.CopyBatch(d, dst, src, sizes, stream);
-           },
-           "direction"_a, "dst"_a, "src"_a, "sizes"_a, "stream"_a = 0)
-      .def("record", [](PyCudaCopier& c, const std::string& d) { c.copier(); return c.Record(d); }, "direction"_a)
-      .def("query", [](PyCudaCopier& c, uint64_t t) { c.copier(); return c.Query(t); }, "ticket"_a)
-      .def("wait", [](PyCudaCopier& c, uint64_t t) { c.copier(); c.Wait(t); }, "ticket"_a)
-      .def("stream_wait", [](PyCudaCopier& c, uint64_t t, uint64_t s) { c.copier(); c.StreamWait(t, s); },
-           "ticket"_a, "stream"_a)
-      .def_prop_ro("mode", [](PyCudaCopier& c) { c.copier(); return c.Mode(); })
-      .def_prop_ro("device", [](PyCudaCopier& c) { c.copier(); return c.Device(); })
-      .def("describe", [](PyCudaCopier& c) { c.copier(); return c.Describe(); })
+             return c.Describe();
+           })
       .def("close", &PyCudaCopier::Close)
       .def("__enter__", [](nb::handle self) { return self; })
       .def("__exit__", [](PyCudaCopier& c, nb::args) { c.Close(); });

@@ -40,8 +40,8 @@
 #include "kvtier/stats.h"
 #include "kvtier/status.h"
 #include "layout/chunk_format.h"
-#include "policy/preload_planner.h"
 #include "policy/job_client.h"
+#include "policy/preload_planner.h"
 #include "policy/stream_pump.h"
 #include "staging/staging_pool.h"
 #include "transfer/device_copier.h"
@@ -59,9 +59,7 @@ namespace {
   const std::string msg = s.ToString();
   switch (s.code()) {
     case StatusCode::kInvalidArgument:
-    case StatusCode::kFailedPrecondition:
-      PyErr_SetString(PyExc_ValueError, msg.c_str());
-      break;
+    case StatusCode::kFailedPrecondition: PyErr_SetString(PyExc_ValueError, msg.c_str()); break;
     case StatusCode::kIoError:
     case StatusCode::kNotFound:
     case StatusCode::kNoSpace:
@@ -74,12 +72,8 @@ namespace {
         PyErr_SetString(PyExc_OSError, msg.c_str());
       }
       break;
-    case StatusCode::kTimedOut:
-      PyErr_SetString(PyExc_TimeoutError, msg.c_str());
-      break;
-    default:
-      PyErr_SetString(PyExc_RuntimeError, msg.c_str());
-      break;
+    case StatusCode::kTimedOut: PyErr_SetString(PyExc_TimeoutError, msg.c_str()); break;
+    default: PyErr_SetString(PyExc_RuntimeError, msg.c_str()); break;
   }
   throw nb::python_error();
 }
@@ -99,9 +93,7 @@ std::vector<ChunkKey> KeysFromList(const std::vector<nb::bytes>& list) {
   return keys;
 }
 
-nb::bytes KeyToBytes(const ChunkKey& key) {
-  return nb::bytes(reinterpret_cast<const char*>(key.data()), key.size());
-}
+nb::bytes KeyToBytes(const ChunkKey& key) { return nb::bytes(reinterpret_cast<const char*>(key.data()), key.size()); }
 
 // --- Options -------------------------------------------------------------------------------------------------------
 
@@ -135,9 +127,8 @@ OptionValue OptionFromPython(const OptionSpec& spec, nb::handle v) {
       const unsigned long long x = PyLong_AsUnsignedLongLong(v.ptr());
       if (x == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
         PyErr_Clear();  // OverflowError: negative or wider than 64 bits
-        throw nb::value_error(("kvtier option '" + name + "' must be a non-negative int; accepted: " +
-                               OptionAccepted(spec))
-                                  .c_str());
+        throw nb::value_error(
+            ("kvtier option '" + name + "' must be a non-negative int; accepted: " + OptionAccepted(spec)).c_str());
       }
       return static_cast<uint64_t>(x);
     }
@@ -207,7 +198,7 @@ nb::list OptionSchemaForPython() {
     if (integral) {
       row["min"] = nb::int_(static_cast<uint64_t>(s.min));
       row["max"] = s.max >= 18446744073709551615.0 ? nb::int_(std::numeric_limits<uint64_t>::max())
-                                                  : nb::int_(static_cast<uint64_t>(s.max));
+                                                   : nb::int_(static_cast<uint64_t>(s.max));
     } else if (s.type == OptionType::kFraction) {
       row["min"] = nb::float_(s.min);
       row["max"] = nb::float_(s.max);
@@ -399,7 +390,10 @@ class PyEngine {
       {
         nb::gil_scoped_release unlocked;
         std::shared_lock lock(mu_);
-        if (engine_) fn(*engine_); else closed = true;
+        if (engine_)
+          fn(*engine_);
+        else
+          closed = true;
       }
       if (closed) throw nb::value_error("kvtier Engine is closed");
     } else {
@@ -407,7 +401,10 @@ class PyEngine {
       {
         nb::gil_scoped_release unlocked;
         std::shared_lock lock(mu_);
-        if (engine_) out.emplace(fn(*engine_)); else closed = true;
+        if (engine_)
+          out.emplace(fn(*engine_));
+        else
+          closed = true;
       }
       if (closed) throw nb::value_error("kvtier Engine is closed");
       return std::move(*out);
@@ -455,7 +452,8 @@ class PyEngine {
   policy::StreamPump& PumpLocked(Engine& e) {
     if (!pump_) {
       auto pool = staging::StagingPool::Attach(e.pool_name());
-      if (!pool.ok()) throw std::runtime_error("kvtier: cannot map the pool's stream board: " + pool.status().message());
+      if (!pool.ok())
+        throw std::runtime_error("kvtier: cannot map the pool's stream board: " + pool.status().message());
       policy::StreamOptions o;
       o.max_window = std::max<uint32_t>(1, 2 * e.options().io_depth);
       pump_ = std::make_unique<policy::StreamPump>(&e, std::move(pool.value()), o);
@@ -607,8 +605,10 @@ class PyEngine {
     std::vector<std::optional<std::tuple<uint32_t, uint32_t>>> out;
     out.reserve(r.value().size());
     for (const std::optional<SlotRef>& ref : r.value()) {
-      if (ref) out.emplace_back(std::make_tuple(ref->slot, ref->generation));
-      else out.emplace_back(std::nullopt);
+      if (ref)
+        out.emplace_back(std::make_tuple(ref->slot, ref->generation));
+      else
+        out.emplace_back(std::nullopt);
     }
     return out;
   }
@@ -662,15 +662,21 @@ class PyEngine {
     return JobResultToDict(r.value());
   }
 
-  nb::dict stats() { return StatsToDict(Call([](Engine& e) { return e.Stats(); })); }
+  nb::dict stats() {
+    return StatsToDict(Call([](Engine& e) { return e.Stats(); }));
+  }
 
   std::string stats_prometheus(const std::string& prefix) {
     return Call([&](Engine& e) { return e.Stats().ToPrometheus(prefix); });
   }
 
-  std::string describe() { return Call([](Engine& e) { return e.Describe(); }); }
+  std::string describe() {
+    return Call([](Engine& e) { return e.Describe(); });
+  }
 
-  bool shared_root() { return Call([](Engine& e) { return e.shared_root(); }); }
+  bool shared_root() {
+    return Call([](Engine& e) { return e.shared_root(); });
+  }
 
   uint64_t evict_to_budget() {
     auto r = Call([](Engine& e) { return e.EvictToBudget(); });
@@ -686,14 +692,19 @@ class PyEngine {
   // (block stride, blocks per chunk, block bytes): how a chunk's contiguous host bytes map onto a slot payload.
   std::tuple<uint64_t, uint32_t, uint64_t> Geometry() {
     return Call([](Engine& e) {
-      return std::make_tuple(e.block_stride(), e.options().identity.blocks_per_chunk,
-                             e.options().identity.block_bytes);
+      return std::make_tuple(e.block_stride(), e.options().identity.blocks_per_chunk, e.options().identity.block_bytes);
     });
   }
 
-  std::string pool_name() { return Call([](Engine& e) { return e.pool_name(); }); }
-  uint64_t block_stride() { return Call([](Engine& e) { return e.block_stride(); }); }
-  uint64_t chunk_payload_bytes() { return Call([](Engine& e) { return e.chunk_payload_bytes(); }); }
+  std::string pool_name() {
+    return Call([](Engine& e) { return e.pool_name(); });
+  }
+  uint64_t block_stride() {
+    return Call([](Engine& e) { return e.block_stride(); });
+  }
+  uint64_t chunk_payload_bytes() {
+    return Call([](Engine& e) { return e.chunk_payload_bytes(); });
+  }
   // Slots one stream (or, with streaming off, one request's verified promotions) holds at most: 2 x io_depth, and
   // never more than the pool (policy/stream_pump.h).
   uint32_t stream_window() {
@@ -705,7 +716,7 @@ class PyEngine {
 
  private:
   std::shared_mutex mu_;
-  std::unique_ptr<Engine> engine_;  // null once closed
+  std::unique_ptr<Engine> engine_;                   // null once closed
   std::unique_ptr<policy::PreloadPlanner> planner_;  // null until preload_configure; reset before engine_
   std::mutex pump_mu_;
   std::unique_ptr<policy::StreamPump> pump_;  // null until the first stream; reset before engine_
@@ -753,9 +764,8 @@ class PyPool {
 
   void CheckSlot(staging::StagingPool& p, int64_t slot) {
     if (slot < 0 || slot >= static_cast<int64_t>(p.num_slots())) {
-      throw nb::index_error(("slot " + std::to_string(slot) + " outside a pool of " + std::to_string(p.num_slots()) +
-                             " slots")
-                                .c_str());
+      throw nb::index_error(
+          ("slot " + std::to_string(slot) + " outside a pool of " + std::to_string(p.num_slots()) + " slots").c_str());
     }
   }
 
@@ -786,8 +796,10 @@ class PyPool {
     {
       nb::gil_scoped_release unlocked;
       std::shared_lock lock(mu_);
-      if (pool_) w = pool_->WaitReady(static_cast<uint32_t>(slot), generation, timeout);
-      else closed = true;
+      if (pool_)
+        w = pool_->WaitReady(static_cast<uint32_t>(slot), generation, timeout);
+      else
+        closed = true;
     }
     if (closed) throw nb::value_error("kvtier Pool is closed");
     return WaitOutcomeLabel(w);
@@ -961,7 +973,8 @@ NB_MODULE(_kvtier, m) {
       .def("stream_close", &PyEngine::stream_close, "stream_id"_a)
       .def("stream_progress", &PyEngine::stream_progress, "stream_id"_a)
       .def("stream_stats", &PyEngine::stream_stats)
-      .def("stored", [](PyEngine& self, const nb::bytes& key) { return self.stored(key); }, "key"_a)
+      .def(
+          "stored", [](PyEngine& self, const nb::bytes& key) { return self.stored(key); }, "key"_a)
       .def("reserve_for_store", &PyEngine::reserve_for_store, "keys"_a)
       .def("commit_store", &PyEngine::commit_store, "keys"_a, "success"_a)
       .def("store", &PyEngine::store, "items"_a)
@@ -973,7 +986,8 @@ NB_MODULE(_kvtier, m) {
       .def("shared_root", &PyEngine::shared_root)
       .def("evict_to_budget", &PyEngine::evict_to_budget)
       .def("close", &PyEngine::close)
-      .def("__enter__", [](nb::handle self) { return self; }, nb::rv_policy::reference)
+      .def(
+          "__enter__", [](nb::handle self) { return self; }, nb::rv_policy::reference)
       .def("__exit__", [](PyEngine& self, nb::args) { self.close(); })
       .def_prop_ro("pool_name", &PyEngine::pool_name)
       .def_prop_ro("block_stride", &PyEngine::block_stride)
@@ -996,7 +1010,8 @@ NB_MODULE(_kvtier, m) {
       .def("worker_bell", &PyPool::worker_bell)
       .def("wait_worker_bell", &PyPool::wait_worker_bell, "seen"_a, "timeout_s"_a)
       .def("close", &PyPool::close)
-      .def("__enter__", [](nb::handle self) { return self; }, nb::rv_policy::reference)
+      .def(
+          "__enter__", [](nb::handle self) { return self; }, nb::rv_policy::reference)
       .def("__exit__", [](PyPool& self, nb::args) { self.close(); });
 
   m.def("option_schema", &kvtier::OptionSchemaForPython,

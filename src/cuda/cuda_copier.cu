@@ -1,6 +1,4 @@
 // CudaCopier: batched copies between registered host memory and GPU memory (cuda_copier.h is the contract).
-#include "cuda/cuda_copier.h"
-
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -12,6 +10,8 @@
 #include <string>
 #include <unordered_map>
 #include <vector>
+
+#include "cuda/cuda_copier.h"
 
 namespace kvtier::cuda {
 
@@ -148,10 +148,10 @@ struct CudaCopier::Impl {
   CudaCopyMode mode = CudaCopyMode::kKernel;
   int sm_count = 0;
   std::string device_name;
-  cudaStream_t streams[2] = {nullptr, nullptr};     // indexed by CudaCopyDirection
+  cudaStream_t streams[2] = {nullptr, nullptr};    // indexed by CudaCopyDirection
   cudaEvent_t dependency[2] = {nullptr, nullptr};  // recorded on the caller's stream, waited on by ours
 
-  mutable std::mutex mu;  // guards everything below
+  mutable std::mutex mu;      // guards everything below
   std::vector<Range> ranges;  // sorted by host address
   uint64_t registered_bytes = 0;
   std::vector<Slab> slabs;
@@ -169,8 +169,8 @@ struct CudaCopier::Impl {
 
   // The registered range containing addr, or nullptr. Call with mu held.
   const Range* Find(uintptr_t addr) const {
-    auto it = std::upper_bound(ranges.begin(), ranges.end(), addr,
-                               [](uintptr_t a, const Range& r) { return a < r.host; });
+    auto it =
+        std::upper_bound(ranges.begin(), ranges.end(), addr, [](uintptr_t a, const Range& r) { return a < r.host; });
     if (it == ranges.begin()) return nullptr;
     --it;
     return addr < it->host + it->bytes ? &*it : nullptr;
@@ -285,8 +285,7 @@ struct CudaCopier::Impl {
   }
 
   // Splits the segments into kernel pieces, host side translated to mapped device addresses.
-  Status BuildPieces(CudaCopyDirection d, const uint64_t* dst, const uint64_t* src, const uint64_t* sizes,
-                     size_t n) {
+  Status BuildPieces(CudaCopyDirection d, const uint64_t* dst, const uint64_t* src, const uint64_t* sizes, size_t n) {
     pieces.clear();
     const uint64_t max_piece = options.kernel_piece_bytes;
     const bool host_is_src = d == CudaCopyDirection::kHostToDevice;
@@ -297,9 +296,9 @@ struct CudaCopier::Impl {
       while (left > 0) {
         const Range* r = Find(host);
         if (!r) {
-          return Status(StatusCode::kInvalidArgument,
-                        "copy segment " + std::to_string(i) + ": host address not in a registered range "
-                        "(kernel mode needs RegisterHost)");
+          return Status(StatusCode::kInvalidArgument, "copy segment " + std::to_string(i) +
+                                                          ": host address not in a registered range "
+                                                          "(kernel mode needs RegisterHost)");
         }
         const uint64_t take = std::min({left, max_piece, r->host + r->bytes - host});
         const uint64_t mapped = r->dev + (host - r->host);
@@ -338,8 +337,7 @@ struct CudaCopier::Impl {
     batch_sizes.clear();
     for (size_t i = 0; i < n; ++i) {
       // Adjacent segments (both sides contiguous) become one copy: fewer descriptors for the copy engines.
-      if (!batch_sizes.empty() &&
-          reinterpret_cast<uint64_t>(batch_dst.back()) + batch_sizes.back() == dst[i] &&
+      if (!batch_sizes.empty() && reinterpret_cast<uint64_t>(batch_dst.back()) + batch_sizes.back() == dst[i] &&
           reinterpret_cast<uint64_t>(batch_src.back()) + batch_sizes.back() == src[i]) {
         batch_sizes.back() += sizes[i];
         continue;
@@ -354,14 +352,13 @@ struct CudaCopier::Impl {
     attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
     size_t attr_index = 0;
 #if CUDART_VERSION >= 13000
-    KVTIER_CUDA_RETURN(cudaMemcpyBatchAsync(batch_dst.data(), batch_src.data(), batch_sizes.data(),
-                                            batch_sizes.size(), &attr, &attr_index, 1, stream(d)),
+    KVTIER_CUDA_RETURN(cudaMemcpyBatchAsync(batch_dst.data(), batch_src.data(), batch_sizes.data(), batch_sizes.size(),
+                                            &attr, &attr_index, 1, stream(d)),
                        "cudaMemcpyBatchAsync");
 #else
     size_t fail_index = 0;
-    KVTIER_CUDA_RETURN(cudaMemcpyBatchAsync(batch_dst.data(), const_cast<void**>(batch_src.data()),
-                                            batch_sizes.data(), batch_sizes.size(), &attr, &attr_index, 1,
-                                            &fail_index, stream(d)),
+    KVTIER_CUDA_RETURN(cudaMemcpyBatchAsync(batch_dst.data(), const_cast<void**>(batch_src.data()), batch_sizes.data(),
+                                            batch_sizes.size(), &attr, &attr_index, 1, &fail_index, stream(d)),
                        "cudaMemcpyBatchAsync");
 #endif
     return Status::Ok();
@@ -396,12 +393,11 @@ Result<std::unique_ptr<CudaCopier>> CudaCopier::Create(const CudaCopierOptions& 
   const bool batch_api = BatchApiAvailable();
   switch (options.mode) {
     case CudaCopyMode::kBatchApi:
-      if (!batch_api) return Status(StatusCode::kUnsupported, "cudaMemcpyBatchAsync needs CUDA 12.8+ runtime and driver");
+      if (!batch_api)
+        return Status(StatusCode::kUnsupported, "cudaMemcpyBatchAsync needs CUDA 12.8+ runtime and driver");
       impl->mode = CudaCopyMode::kBatchApi;
       break;
-    case CudaCopyMode::kKernel:
-      impl->mode = CudaCopyMode::kKernel;
-      break;
+    case CudaCopyMode::kKernel: impl->mode = CudaCopyMode::kKernel; break;
     case CudaCopyMode::kAuto:
       // The kernel: measured on the H200 (docs/gpu.md) at full PCIe speed for 64 KiB segments in both directions.
       impl->mode = CudaCopyMode::kKernel;

@@ -33,7 +33,7 @@ namespace kvtier::cuda {
 enum class CudaCopyMode { kAuto, kBatchApi, kKernel };
 enum class CudaCopyDirection { kHostToDevice, kDeviceToHost };
 
-std::string_view CudaCopyModeName(CudaCopyMode mode);       // "auto" | "batch_api" | "kernel"
+std::string_view CudaCopyModeName(CudaCopyMode mode);        // "auto" | "batch_api" | "kernel"
 Result<CudaCopyMode> ParseCudaCopyMode(std::string_view s);  // the names above; kInvalidArgument otherwise
 
 // The caller's stream handle: copies wait for the work queued on it so far. 0 is the legacy default stream.

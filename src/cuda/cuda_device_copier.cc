@@ -97,8 +97,8 @@ class CudaDeviceCopier final : public DeviceCopier {
     }
     if (f.ids.empty()) return;
     pending_ += f.ids.size();
-    auto ticket = copier_->CopyBatch(cuda_dir, dst_.data(), src_.data(), sizes_.data(), sizes_.size(),
-                                     kNoStreamDependency);
+    auto ticket =
+        copier_->CopyBatch(cuda_dir, dst_.data(), src_.data(), sizes_.data(), sizes_.size(), kNoStreamDependency);
     if (!ticket.ok()) {
       pending_ -= f.ids.size();
       for (uint64_t id : f.ids) Fail(id, ticket.status());

@@ -38,31 +38,20 @@ bool LegalChunkTransition(JobKind kind, ChunkState from, ChunkState to) {
     return false;
   };
   switch (to) {
-    case S::kQueued:
-      return false;
-    case S::kOpening:
-      return load && from == S::kQueued;
+    case S::kQueued: return false;
+    case S::kOpening: return load && from == S::kQueued;
     case S::kMakingDir:
     case S::kCreating:
       return store && from_any({S::kQueued, S::kMakingDir, S::kCreating, S::kTransferring, S::kLinking});
-    case S::kWaitingForDisk:
-      return (load && from == S::kOpening) || (store && from == S::kCreating);
-    case S::kTransferring:
-      return from == S::kWaitingForDisk;
-    case S::kVerifying:
-      return load && from == S::kTransferring;
-    case S::kSyncing:
-      return store && from == S::kTransferring;
-    case S::kClosing:
-      return store && from_any({S::kTransferring, S::kSyncing});
-    case S::kLinking:
-      return store && from_any({S::kTransferring, S::kSyncing, S::kClosing, S::kMakingDir});
-    case S::kSucceeded:
-      return load ? from == S::kVerifying : from_any({S::kQueued, S::kLinking});
-    case S::kFailed:
-      return !IsFinished(from);
-    case S::kReleased:
-      return from == S::kSucceeded || from == S::kFailed;
+    case S::kWaitingForDisk: return (load && from == S::kOpening) || (store && from == S::kCreating);
+    case S::kTransferring: return from == S::kWaitingForDisk;
+    case S::kVerifying: return load && from == S::kTransferring;
+    case S::kSyncing: return store && from == S::kTransferring;
+    case S::kClosing: return store && from_any({S::kTransferring, S::kSyncing});
+    case S::kLinking: return store && from_any({S::kTransferring, S::kSyncing, S::kClosing, S::kMakingDir});
+    case S::kSucceeded: return load ? from == S::kVerifying : from_any({S::kQueued, S::kLinking});
+    case S::kFailed: return !IsFinished(from);
+    case S::kReleased: return from == S::kSucceeded || from == S::kFailed;
   }
   return false;
 }

@@ -22,7 +22,7 @@ namespace kvtier {
 
 enum class ChunkState : uint8_t {
   kQueued,          // in its part, not started (a store waiting for the job's share of the reactor's writes)
-  kOpening,         // load: the entry's open in flight
+  kOpening,         // load: the entry's open, then its statx, in flight
   kMakingDir,       // store: a fan-out mkdir in flight
   kCreating,        // store: the temporary's open in flight
   kWaitingForDisk,  // file open, queued for a place at the disk (io_depth)

@@ -130,7 +130,7 @@ class DiskIndex {
 
   mutable Mutex mu_;
   std::unordered_map<ChunkKey, Entry, ChunkKeyHash> index_ GUARDED_BY(mu_);
-  std::list<ChunkKey> lru_ GUARDED_BY(mu_);  // most recently used at the back
+  std::list<ChunkKey> lru_ GUARDED_BY(mu_);                                       // most recently used at the back
   std::unordered_map<ChunkKey, int64_t, ChunkKeyHash> negative_ GUARDED_BY(mu_);  // key -> expiry (ns)
   std::unordered_map<ChunkKey, int, ChunkKeyHash> pending_stores_ GUARDED_BY(mu_);
   // Taken as victims, unlink not yet back: lookups must not re-index them from the filesystem.

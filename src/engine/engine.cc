@@ -2,15 +2,15 @@
 // (promotions, committed stores: one part per reactor), capacity and the DRAM tier. The reactors' loop is in
 // reactor.cc; engine_impl.h has threads and ownership.
 #include <fcntl.h>
-#include <sched.h>
 #include <linux/openat2.h>
+#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
-#include <cinttypes>
 #include <cstring>
 #include <optional>
 #include <sstream>
@@ -23,14 +23,6 @@
 namespace kvtier {
 
 namespace {
-// fraction x bytes as bytes; a product at or above 2^64 (a budget near the top of its range) is the largest value
-// instead of an undefined conversion.
-uint64_t FractionOf(uint64_t bytes, double fraction) {
-  const double v = static_cast<double>(bytes) * fraction;
-  return v >= 18446744073709551615.0 ? UINT64_MAX : static_cast<uint64_t>(v);
-}
-
-
 constexpr int64_t kMsToNs = 1000000;
 
 NamespaceIdentity ToNamespaceIdentity(const CacheIdentity& c) {
@@ -85,15 +77,14 @@ std::optional<io::DirectIoInfo> ProbeDirectIoBeforeOpen(const EngineOptions& o) 
 
 }  // namespace
 
-Result<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& options) {
-  return EngineImpl::Create(options);
-}
+Result<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& options) { return EngineImpl::Create(options); }
 
 Result<std::unique_ptr<Engine>> EngineImpl::Create(const EngineOptions& options, std::unique_ptr<io::IoEngine> io) {
   if (!io) return Create(options, IoFactory());
   auto given = std::make_shared<std::unique_ptr<io::IoEngine>>(std::move(io));
   auto engine = std::make_unique<EngineImpl>(Passkey{});
-  Status s = engine->Init(options, [given](uint32_t) { return std::move(*given); }, /*forced_reactors=*/1);
+  Status s = engine->Init(
+      options, [given](uint32_t) { return std::move(*given); }, /*forced_reactors=*/1);
   if (!s.ok()) return s;
   return std::unique_ptr<Engine>(std::move(engine));
 }
@@ -105,6 +96,17 @@ Result<std::unique_ptr<Engine>> EngineImpl::Create(const EngineOptions& options,
   return std::unique_ptr<Engine>(std::move(engine));
 }
 
+namespace {
+// SetTestDefaults'.
+std::atomic<uint32_t> test_reactors{0};
+std::atomic<uint64_t> test_read_piece_bytes{0};
+}  // namespace
+
+void EngineImpl::SetTestDefaults(const TestDefaults& d) {
+  test_reactors.store(d.reactors, std::memory_order_relaxed);
+  test_read_piece_bytes.store(d.read_piece_bytes, std::memory_order_relaxed);
+}
+
 uint32_t EngineImpl::ResolveReactors(const EngineOptions& options, std::string* why) {
   // I1/S1: never more reactors than io_depth: each reactor keeps at least one chunk at the disk, so more would put
   // more than io_depth chunks there.
@@ -113,12 +115,9 @@ uint32_t EngineImpl::ResolveReactors(const EngineOptions& options, std::string* 
     if (why) *why = options.reactors > most ? "by option, at most io_depth" : "by option";
     return std::min(options.reactors, most);
   }
-  if (const char* env = getenv("KVTIER_TEST_REACTORS"); env && *env) {
-    const long v = strtol(env, nullptr, 10);
-    if (v >= 1 && v <= static_cast<long>(kMaxReactors)) {
-      if (why) *why = "KVTIER_TEST_REACTORS";
-      return std::min(static_cast<uint32_t>(v), most);
-    }
+  if (const uint32_t v = test_reactors.load(std::memory_order_relaxed); v >= 1 && v <= kMaxReactors) {
+    if (why) *why = "the test binary's default";
+    return std::min(v, most);
   }
   // I1 auto: one reactor per core this process may run on, at least 2 so a fast device's per-byte work spreads, at
   // most 16 and at most io_depth (a reactor with no chunk at the disk has nothing to do). A reactor waiting on its
@@ -169,11 +168,9 @@ void EngineImpl::UnplaceChunk(const ChunkKey& key) {
 Status EngineImpl::Init(const EngineOptions& options, IoFactory io_factory, uint32_t forced_reactors) {
   KVTIER_RETURN_IF_ERROR(options.Validate());
   options_ = options;
-  // Tests: KVTIER_TEST_READ_PIECE_BYTES=N replaces the default read_piece_bytes (scripts/test.sh runs the sanitizer
-  // suites with pieces of one block, so that every load there lands in several verified pieces).
-  if (const char* env = getenv("KVTIER_TEST_READ_PIECE_BYTES");
-      env && *env && options.read_piece_bytes == EngineOptions{}.read_piece_bytes) {
-    options_.read_piece_bytes = strtoull(env, nullptr, 10);
+  if (const uint64_t v = test_read_piece_bytes.load(std::memory_order_relaxed);
+      v != 0 && options.read_piece_bytes == EngineOptions{}.read_piece_bytes) {
+    options_.read_piece_bytes = v;
   }
   file_mode_ = options.dir_mode & 0666;
   KVTIER_RETURN_IF_ERROR(CheckRootOwnership(options));
@@ -243,9 +240,9 @@ Status EngineImpl::Init(const EngineOptions& options, IoFactory io_factory, uint
   pool_opts.alignment = 4096;
   uint64_t slots = options.pool_bytes / RoundUp(slot_bytes_, 4096);
   if (slots == 0) {
-    return Status(StatusCode::kInvalidArgument,
-                  "option pool_bytes: " + std::to_string(options.pool_bytes) + " B holds no chunk of " +
-                      std::to_string(slot_bytes_) + " B; raise pool_bytes");
+    return Status(StatusCode::kInvalidArgument, "option pool_bytes: " + std::to_string(options.pool_bytes) +
+                                                    " B holds no chunk of " + std::to_string(slot_bytes_) +
+                                                    " B; raise pool_bytes");
   }
   pool_opts.num_slots = static_cast<uint32_t>(std::min<uint64_t>(slots, 1u << 20));
   pool_opts.demand_reserve = options.demand_reserve_slots != 0
@@ -281,8 +278,8 @@ Status EngineImpl::Init(const EngineOptions& options, IoFactory io_factory, uint
     trace_ = std::move(trace.value());
   }
 
-  // V4 (docs/file-format.md, "Creation"): everything above fails without writing under the root (options, the key file, the pool, the trace);
-  // the namespace is created (or opened) only now, so a failed open leaves the root as it was.
+  // V4 (docs/file-format.md, "Creation"): everything above fails without writing under the root (options, the key file,
+  // the pool, the trace); the namespace is created (or opened) only now, so a failed open leaves the root as it was.
   NamespaceOpenOptions ns_opts;
   ns_opts.create = true;
   ns_opts.dir_mode = options.dir_mode;
@@ -325,22 +322,12 @@ Status EngineImpl::Init(const EngineOptions& options, IoFactory io_factory, uint
   index_opts.shared_root = shared_root_;
   disk_ = std::make_unique<DiskIndex>(*ns_, index_opts, stats_);
   KVTIER_RETURN_IF_ERROR(disk_->Rescan(/*drop_absent=*/false));  // at open: the whole LRU order, by mtime
-  // C1 across instances. The first engine to hold the namespace's counter sets it from this scan (which also
-  // repairs drift); later ones join it as it is (see usage_counter.h).
-  // M2: on a shared root, the per-engine usage records in the namespace directory instead (every host sees them);
-  // where they cannot be written, the host's counter (this host's engines only).
-  std::string usage_why;
-  if (shared_root_) {
-    auto ledger = UsageLedger::Open(*ns_, disk_->bytes());
-    if (ledger.ok()) {
-      ledger_ = std::move(ledger.value());
-    } else {
-      usage_why = ledger.status().ToString();
-    }
-  }
-  if (!ledger_) {
-    if (auto usage = SharedUsage::Open(*ns_, disk_->bytes()); usage.ok()) usage_ = std::move(usage.value());
-  }
+  DiskBudget::Options budget_opts;
+  budget_opts.budget_bytes = options.disk_budget_bytes;
+  budget_opts.high_watermark = options.high_watermark;
+  budget_opts.low_watermark = options.low_watermark;
+  budget_opts.shared_root = shared_root_;
+  budget_ = std::make_unique<DiskBudget>(*ns_, *disk_, budget_opts);
 
   std::ostringstream d;
   d << "root " << options.root << " namespace " << ns_->path() << "; I/O " << reactors_[0]->io->name() << " ("
@@ -349,17 +336,13 @@ Status EngineImpl::Init(const EngineOptions& options, IoFactory io_factory, uint
     << (tmpfile_publish_ ? (shared_root_ ? "O_TMPFILE + fsync + linkat" : "O_TMPFILE + linkat")
                          : "named temporary + close + link")
     << ", filesystem " << fs_kind.name << (shared_root_ ? " (shared: young bad entries are misses, not removed)" : "")
-    << ", opens via "
-    << (open_resolve_ ? "openat2 (RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS)" : "openat (O_NOFOLLOW)")
-    << (checksum_key_ ? ", keyed checksums" : "") << "; pool " << pool_->name() << " "
-    << pool_->num_slots() << " slots x " << slot_bytes_ << " B (reserve " << pool_opts.demand_reserve
-    << "), DRAM tier " << tier::DramPolicyName(resident_->policy()) << " " << resident_->max_slots()
-    << " slots; index " << disk_->entries() << " entries, " << disk_->bytes()
-    << " B";
+    << ", opens via " << (open_resolve_ ? "openat2 (RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS)" : "openat (O_NOFOLLOW)")
+    << (checksum_key_ ? ", keyed checksums" : "") << "; pool " << pool_->name() << " " << pool_->num_slots()
+    << " slots x " << slot_bytes_ << " B (reserve " << pool_opts.demand_reserve << "), DRAM tier "
+    << tier::DramPolicyName(resident_->policy()) << " " << resident_->max_slots() << " slots; index "
+    << disk_->entries() << " entries, " << disk_->bytes() << " B";
   if (options.disk_budget_bytes) d << "; budget " << options.disk_budget_bytes << " B";
-  d << "; usage " << (ledger_ ? "records in " + ns_->path() + "/usage (all hosts)"
-                      : usage_ ? std::string("this host's counter") : std::string("this engine's index"));
-  if (!usage_why.empty()) d << " (usage records unavailable: " << usage_why << ")";
+  d << "; usage " << budget_->Describe();
   if (orphan_pools_removed_) d << "; removed " << orphan_pools_removed_ << " orphaned pools of dead engines";
   describe_ = d.str();
 
@@ -367,17 +350,12 @@ Status EngineImpl::Init(const EngineOptions& options, IoFactory io_factory, uint
     Reactor* rp = r.get();
     r->thread = std::thread([this, rp] { ReactorMain(*rp); });
   }
-  if (HasSharedUsage()) maintenance_ = std::thread([this] { MaintenanceMain(); });
+  budget_->StartMaintenance();
   return Status::Ok();
 }
 
 EngineImpl::~EngineImpl() {
-  {
-    MutexLock lock(maint_mu_);
-    maint_stop_ = true;
-  }
-  maint_cv_.NotifyAll();
-  if (maintenance_.joinable()) maintenance_.join();
+  if (budget_) budget_->StopMaintenance();
   {
     MutexLock lock(cmd_mu_);
     stop_ = true;
@@ -391,7 +369,6 @@ EngineImpl::~EngineImpl() {
   reactors_.clear();
 }
 
-
 // ---------------------------------------------------------------------------------------------------------------
 // Lookup (caller threads)
 
@@ -399,25 +376,15 @@ ChunkLocation EngineImpl::Lookup(const ChunkKey& key) {
   stats_.lookups.Add(1);
   const int64_t now = io::NowNs();
   switch (resident_->Lookup(key)) {
-    case ResidentSet::Hit::kReady:
-      stats_.lookup_hits_dram.Add(1);
-      return ChunkLocation::kDram;
-    case ResidentSet::Hit::kFilling:
-      return ChunkLocation::kPending;
-    case ResidentSet::Hit::kNone:
-      break;
+    case ResidentSet::Hit::kReady: stats_.lookup_hits_dram.Add(1); return ChunkLocation::kDram;
+    case ResidentSet::Hit::kFilling: return ChunkLocation::kPending;
+    case ResidentSet::Hit::kNone: break;
   }
   switch (disk_->Lookup(key, now)) {
-    case DiskIndex::Known::kPresent:
-      stats_.lookup_hits_disk.Add(1);
-      return ChunkLocation::kDisk;
-    case DiskIndex::Known::kPending:
-      return ChunkLocation::kPending;
-    case DiskIndex::Known::kAbsent:
-      stats_.lookup_misses.Add(1);
-      return ChunkLocation::kAbsent;
-    case DiskIndex::Known::kUnknown:
-      break;
+    case DiskIndex::Known::kPresent: stats_.lookup_hits_disk.Add(1); return ChunkLocation::kDisk;
+    case DiskIndex::Known::kPending: return ChunkLocation::kPending;
+    case DiskIndex::Known::kAbsent: stats_.lookup_misses.Add(1); return ChunkLocation::kAbsent;
+    case DiskIndex::Known::kUnknown: break;
   }
   // Not known here: another instance (or process) may have published it under the same root. M1: exactly a
   // chunk's size (DiskIndex::Probe).
@@ -502,128 +469,24 @@ Status EngineImpl::Enqueue(JobKind kind, std::vector<ChunkKey> keys, std::vector
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// Capacity (C1)
+// Capacity (C1, M2: src/engine/disk_budget.h)
 
-uint64_t EngineImpl::UnlinkVictims(const std::vector<Victim>& victims) {
-  // A reader that opened the file before the unlink keeps reading valid bytes; new readers miss.
-  uint64_t freed = 0;
-  for (const Victim& v : victims) {
-    const bool unlinked = unlinkat(ns_->dirfd(), ChunkRelPath(v.key).c_str(), 0) == 0;
-    const bool still_on_disk = !unlinked && errno != ENOENT;  // and counted: a later eviction retries it
-    if (unlinked) UsageAdd(-static_cast<int64_t>(v.bytes));
-    if (!still_on_disk) {
-      freed += v.bytes;
-      PruneFanoutDir(ns_->dirfd(), FanoutDir(v.key));  // C1: reactors' fan-out caches learn it at their next store
-    }
-    disk_->EndEviction(v, still_on_disk);
-  }
-  return freed;
-}
-
-Result<uint64_t> EngineImpl::EvictToBudget() {
-  if (options_.disk_budget_bytes == 0) return uint64_t{0};
-  const auto low = FractionOf(options_.disk_budget_bytes, options_.low_watermark);
-  const uint64_t used = Usage();
-  if (used <= low) return uint64_t{0};
-  return UnlinkVictims(disk_->TakeExcess(ExcessToTake(used - low)));
-}
-
-uint64_t EngineImpl::ExcessToTake(uint64_t excess) {
-  // M2: every host over the watermark evicts its share, so hosts evicting at once free the excess about once.
-  if (ledger_) excess = excess / std::max<uint32_t>(1, ledger_->live_engines()) + 1;
-  // The index knows too little (entries of other instances): merge the tree into it first, at most every 500 ms.
-  int64_t last = last_merge_ns_.load();
-  const int64_t now = io::NowNs();
-  if (HasSharedUsage() && excess > disk_->bytes() && now - last > 500 * kMsToNs &&
-      last_merge_ns_.compare_exchange_strong(last, now)) {
-    static_cast<void>(disk_->Rescan(/*drop_absent=*/false));  // best effort: a failed rescan leaves the index as it was
-  }
-  return excess;
-}
-
-int64_t EngineImpl::UsageOthers() const {
-  const uint64_t total = ledger_ ? ledger_->Total() : usage_ ? usage_->Load() : 0;
-  return static_cast<int64_t>(total) - own_usage_delta_.load(std::memory_order_relaxed);
-}
-
-void EngineImpl::MaintenanceMain() {
-  constexpr auto kCheckEvery = std::chrono::seconds(1);
-  constexpr int64_t kMinRescanGapNs = 2'000'000'000;
-  int64_t last_others = UsageOthers();
-  int64_t last_rescan_ns = 0;
-  bool stale = false;
-  MutexLock lock(maint_mu_);
-  while (!maint_cv_.WaitFor(maint_mu_, kCheckEvery, [this] {
-    maint_mu_.AssertHeld();
-    return maint_stop_;
-  })) {
-    lock.Unlock();
-    // The namespace's usage counts every engine's and gc's changes; what this engine did not change itself going
-    // down means someone removed entries, maybe some this index holds. Usage below the index's own bytes means
-    // the index holds entries that are gone.
-    const int64_t others = UsageOthers();
-    stale |= others < last_others || Usage() < disk_->bytes();
-    last_others = others;
-    const int64_t now = io::NowNs();
-    if (stale && now - last_rescan_ns >= kMinRescanGapNs) {
-      stale = false;
-      last_rescan_ns = now;
-      static_cast<void>(disk_->Rescan(/*drop_absent=*/true));  // best effort: a failed scan changes nothing
-      last_others = UsageOthers();
-    }
-    lock.Lock();
-  }
-}
+Result<uint64_t> EngineImpl::EvictToBudget() { return budget_->UnlinkVictims(budget_->TakeDownToLowWatermark()); }
 
 void EngineImpl::PublishIndexed(Reactor& r, const ChunkKey& key, uint64_t bytes, bool linked) {
-  if (linked) UsageAdd(static_cast<int64_t>(bytes));
+  if (linked) budget_->Add(static_cast<int64_t>(bytes));
   // M3: our own publication; its mtime is about now (a touch by another host comes later than that).
-  disk_->Publish(key, bytes,
-                 std::chrono::duration_cast<std::chrono::nanoseconds>(
-                     std::chrono::system_clock::now().time_since_epoch())
-                     .count());
+  disk_->Publish(
+      key, bytes,
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count());
   EvictAboveHighWatermark(r);
 }
 
-void EngineImpl::UsageReserve(uint64_t bytes) {
-  own_usage_delta_.fetch_add(static_cast<int64_t>(bytes), std::memory_order_relaxed);
-  if (ledger_) ledger_->Reserve(bytes);
-  if (usage_) usage_->Add(static_cast<int64_t>(bytes));
-}
-
-void EngineImpl::UsageCommitReserved(uint64_t bytes) {
-  if (ledger_) ledger_->Commit(bytes);  // the host counter counted it at the reservation already
-}
-
-void EngineImpl::UsageRelease(uint64_t bytes) {
-  own_usage_delta_.fetch_sub(static_cast<int64_t>(bytes), std::memory_order_relaxed);
-  if (ledger_) ledger_->Release(bytes);
-  if (usage_) usage_->Add(-static_cast<int64_t>(bytes));
-}
-
-void EngineImpl::UsageAdd(int64_t bytes) {
-  own_usage_delta_.fetch_add(bytes, std::memory_order_relaxed);
-  if (ledger_) ledger_->Add(bytes);
-  if (usage_) usage_->Add(bytes);
-}
-
 void EngineImpl::EvictAboveHighWatermark(Reactor& r) {
-  if (!options_.disk_budget_bytes) return;
-  // C1/M2: bytes whose unlinks are still in flight are on disk until the unlink returns (on a FUSE or network
-  // filesystem that can take milliseconds each), so they count toward the high watermark: the budget bounds what
-  // the filesystem holds. They are not taken again: what to free is what stays after the unlinks in flight
-  // (DiskIndex::TakeAboveWatermark).
-  const auto high = FractionOf(options_.disk_budget_bytes, options_.high_watermark);
-  const auto low = FractionOf(options_.disk_budget_bytes, options_.low_watermark);
-  const uint64_t on_disk = Usage();
-  if (on_disk <= high) return;
-  const uint64_t staying = on_disk - std::min(on_disk, disk_->evicting_bytes());
-  if (staying <= low) return;
-  ExcessToTake(staying - low);  // merges the tree into the index first when it knows too little
-  const uint32_t sharing = ledger_ ? std::max<uint32_t>(1, ledger_->live_engines()) : 0;
-  std::vector<Victim> victims = disk_->TakeAboveWatermark(Usage(), high, low, sharing);
-  // On the reactor: unlink through its I/O engine so eviction never stalls other I/O.
-  for (const Victim& v : victims) {
+  // On the reactor: unlink through its I/O engine so eviction never stalls other I/O; OnUnlinkEvictedDone reports
+  // each to the budget.
+  for (const DiskBudget::Victim& v : budget_->TakeAboveHighWatermark()) {
     io::IoOp op;
     op.code = io::OpCode::kUnlinkAt;
     op.dirfd = ns_->dirfd();
@@ -664,7 +527,6 @@ void EngineImpl::RecordStoreOutcome(const ChunkKey& key, const Status& status) {
   auto it = store_outcomes_.find(key);
   if (it != store_outcomes_.end() && !it->second.has_value()) it->second = status;
 }
-
 
 void EngineImpl::WakeWaiters(std::atomic<uint64_t>& mask) {
   if (mask.load() == 0) return;
@@ -742,8 +604,6 @@ StatsSnapshot EngineImpl::Stats() const {
 std::string EngineImpl::Describe() const { return describe_; }
 std::string EngineImpl::pool_name() const { return pool_->name(); }
 
-int64_t EngineImpl::Deadline() const {
-  return io::NowNs() + static_cast<int64_t>(options_.op_timeout_ms) * kMsToNs;
-}
+int64_t EngineImpl::Deadline() const { return io::NowNs() + static_cast<int64_t>(options_.op_timeout_ms) * kMsToNs; }
 
 }  // namespace kvtier

@@ -15,6 +15,8 @@
 // - resident_ (ResidentSet, src/engine/resident_set.h) is the DRAM tier (resident map, replacement policy, preload
 //   accounting) with a mutex of its own, and hands out every pool slot; it never sees the engine. Neither class is
 //   called with the other's lock held.
+// - budget_ (DiskBudget, src/engine/disk_budget.h) holds the namespace's usage against the budget, chooses eviction
+//   victims from the index and runs the maintenance thread; it never sees the engine.
 // - outcome_mu_ guards the outcomes of watched committed stores (WatchStore); the reactor that finishes a store
 //   chunk records it. Taken with no other lock held.
 // - pool_ is shared memory: slot data is touched by the reactors (I/O buffers) and by the consumers that copy out of
@@ -37,6 +39,7 @@
 #include <vector>
 
 #include "engine/chunk_state.h"
+#include "engine/disk_budget.h"
 #include "engine/disk_index.h"
 #include "engine/resident_set.h"
 #include "io/io_engine.h"
@@ -44,8 +47,6 @@
 #include "layout/chunk_format.h"
 #include "layout/chunk_path.h"
 #include "layout/namespace.h"
-#include "layout/usage_counter.h"
-#include "layout/usage_ledger.h"
 #include "staging/staging_pool.h"
 #include "stats/stats.h"
 #include "tier/dram_tier.h"
@@ -80,8 +81,17 @@ class EngineImpl final : public Engine {
   // io_factory(r): reactor r's I/O engine (tests with several reactors: one fault-injecting engine each).
   using IoFactory = std::function<std::unique_ptr<io::IoEngine>(uint32_t reactor)>;
   static Result<std::unique_ptr<Engine>> Create(const EngineOptions& options, IoFactory io_factory);
-  // The reactor count an engine with these options runs (options.reactors, else KVTIER_TEST_REACTORS, else auto).
+  // The reactor count an engine with these options runs (options.reactors, else the test default, else auto).
   static uint32_t ResolveReactors(const EngineOptions& options, std::string* why = nullptr);
+  // What a test binary sets for every engine it opens (tests/support/test_defaults.cc, from the environment
+  // scripts/test.sh gives a whole suite run: KVTIER_TEST_REACTORS, KVTIER_TEST_READ_PIECE_BYTES); the engine reads
+  // no environment itself. 0: unset. reactors replaces the automatic count (options.reactors 0); read_piece_bytes
+  // replaces the default read_piece_bytes (an option set to another value keeps it). Set before engines open.
+  struct TestDefaults {
+    uint32_t reactors = 0;
+    uint64_t read_piece_bytes = 0;
+  };
+  static void SetTestDefaults(const TestDefaults& defaults);
   // I1: the reactor for a new chunk of `key`: the one its key's unfinished chunks run on (first-writer-wins stores
   // are per reactor), else the one with the fewest unfinished chunks, so that a job's
   // chunks spread evenly (by key hash, the busiest of 16 reactors got about twice the mean of a 73-chunk job and
@@ -126,7 +136,20 @@ class EngineImpl final : public Engine {
   // completion handler (on_done), which OnCompletion calls after the bookkeeping every op shares (error counters,
   // the chunk's ops in flight) and before the chunk's place at the disk and resources are settled.
   enum class OpRole {  // names the op in traces and deadline messages
-    kOpen, kRead, kWrite, kFsync, kClose, kCloseBeforeLink, kLink, kUnlinkTmp, kUnlinkEvicted, kMkdir, kRmdirFanout
+    kOpen,
+    kStatx,
+    kRead,
+    kWrite,
+    kFsync,
+    kClose,
+    kCloseBeforeLink,
+    kLink,
+    kUnlinkTmp,
+    kUnlinkEvicted,
+    kMkdir,
+    kRmdirFanout,
+    kChmod,
+    kTouch
   };
   struct OpCtx;
   // A completion handler: a member function of the engine, called on the op's reactor with the op's context and
@@ -135,16 +158,17 @@ class EngineImpl final : public Engine {
   using OpHandler = void (EngineImpl::*)(Reactor& r, const OpCtx& ctx, int64_t res);
   struct OpCtx {
     OpRole role;
-    Chunk* chunk = nullptr;  // null for ops of no chunk (evictions, directory removals, fire-and-forget)
+    Chunk* chunk = nullptr;       // null for ops of no chunk (evictions, directory removals, fire-and-forget)
     OpHandler on_done = nullptr;  // null: nothing to do when it is back (a close, a temporary's unlink)
     uint8_t* buf = nullptr;
-    uint64_t len = 0;        // bytes still to transfer; kMkdir, kRmdirFanout: the fan-out level (1: "ab", 2: "ab/cd")
+    uint64_t len = 0;  // bytes still to transfer; kMkdir, kRmdirFanout, a fan-out kStatx or kChmod: the fan-out
+                       // level (1: "ab", 2: "ab/cd")
     uint64_t offset = 0;
     int64_t deadline_ns = 0;
-    std::string path;        // kOpen / kLink (old) / kUnlink*
-    std::string path2;       // kLink (new)
-    ChunkKey key;            // kUnlinkEvicted, kRmdirFanout
-    bool late = false;       // passed its deadline; the chunk already failed
+    std::string path;                 // kOpen / kLink (old) / kUnlink*
+    std::string path2;                // kLink (new)
+    ChunkKey key;                     // kUnlinkEvicted, kRmdirFanout
+    bool late = false;                // passed its deadline; the chunk already failed
     bool errors_are_answers = false;  // a failure is not an I/O error (an rmdir's ENOTEMPTY)
     int64_t start_ns = 0;
     // kRead of a load: the blocks this read brings, relative to the chunk's first_block (piece_blocks 0: the
@@ -178,6 +202,13 @@ class EngineImpl final : public Engine {
   void OnCompletion(Reactor& r, const io::IoCompletion& cqe);
   // The ops' completion handlers (OpHandler).
   void OnOpenDone(Reactor& r, const OpCtx& ctx, int64_t res);
+  // statx through the I/O engine into c.statx_buf (a synchronous fstat on the reactor stalled every chunk's I/O
+  // on a slow mount): of c's open file (path empty: a load's, then OnStatxDone runs CheckOpenedChunk) or of a
+  // fan-out directory at `level` (OnFanoutStatxDone).
+  void SubmitStatx(Chunk& c, OpHandler on_done, std::string path = {}, uint64_t level = 0);
+  void OnStatxDone(Reactor& r, const OpCtx& ctx, int64_t res);
+  // K2: a store's temporary chmod'ed to file_mode_ where the umask strips bits of it, before it is written.
+  void OnTemporaryChmodDone(Reactor& r, const OpCtx& ctx, int64_t res);
   void OnReadDone(Reactor& r, const OpCtx& ctx, int64_t res);
   void OnWriteDone(Reactor& r, const OpCtx& ctx, int64_t res);
   void OnFsyncDone(Reactor& r, const OpCtx& ctx, int64_t res);
@@ -195,6 +226,12 @@ class EngineImpl final : public Engine {
   // OnMkdirDone continues with the next level, then OpenTemporary.
   void SubmitMkdir(Chunk& c, int level);
   void OnMkdirDone(Reactor& r, const OpCtx& ctx, int64_t res);
+  // After mkdir: the new directory chmod'ed to dir_mode where the umask strips bits (K2); or, where it existed,
+  // its statx: a real directory others cannot write to (K2), else asked again (M1) or refused.
+  void OnFanoutChmodDone(Reactor& r, const OpCtx& ctx, int64_t res);
+  void OnFanoutStatxDone(Reactor& r, const OpCtx& ctx, int64_t res);
+  // Fan-out level `level` (1: "ab", 2: "ab/cd") exists and is checked: the next level, or the temporary.
+  void FanoutLevelReady(Chunk& c, int level);
   static constexpr uint8_t kMkdirRetries = 5;
   // C1, M1: a store whose fan-out directory vanished under it (eviction or gc removed it empty, here or on another
   // host: ENOENT at mkdir, open or link, EPERM for O_TMPFILE in a directory being removed) creates it again and
@@ -239,9 +276,10 @@ class EngineImpl final : public Engine {
   bool YoungOnSharedRoot(const Chunk& c) const;
   // M3: how long a miss is remembered (shorter on a shared root: other hosts publish there).
   int64_t NegativeTtlNs() const;
-  // M3: a verified load of an entry whose mtime is older than touch_interval_s sets it to now (utimensat), and the
-  // index learns the new mtime.
+  // M3: a verified load of an entry whose mtime is older than touch_interval_s sets it to now (kUtimensAt), and
+  // the index learns the new mtime (OnTouchDone).
   void MaybeTouchEntry(const Chunk& c);
+  void OnTouchDone(Reactor& r, const OpCtx& ctx, int64_t res);
   // Moves c to state `to`; in debug builds an illegal move (LegalChunkTransition) aborts naming both states.
   void SetState(Chunk& c, ChunkState to);
   // Finishes c as failed (kFailed) with status; a no-op for a finished chunk.
@@ -256,40 +294,15 @@ class EngineImpl final : public Engine {
   // trace_reactor: the reactor whose trace row gets the corrupt_entry mark.
   void QuarantineCorrupt(uint32_t trace_reactor, const ChunkKey& key, const std::string& rel_path, const Status& why,
                          uint64_t opened_ino = 0);
-  // A load's freshly opened chunk: a regular file of exactly a chunk's size (else kCorrupt); clears the
-  // O_NONBLOCK the open used.
-  Status CheckOpenedChunk(int fd, struct stat* st) const;
+  // A load's freshly opened chunk (sx: its statx): a regular file of exactly a chunk's size (else kCorrupt);
+  // clears the O_NONBLOCK the open used.
+  Status CheckOpenedChunk(int fd, const struct statx& sx) const;
   bool RetryStoreAfterEnospc(Chunk& c);
-  // linked: this engine's link() created the entry and its bytes were not reserved in usage_ yet (see
+  // linked: this engine's link() created the entry and its bytes were not reserved in the budget's usage yet (see
   // Chunk::usage_reserved); false: EEXIST (another writer's entry) or already reserved.
   void PublishIndexed(Reactor& r, const ChunkKey& key, uint64_t bytes, bool linked = true);
   // C1: usage above the high watermark evicts LRU entries down to the low one (unlinks through r's ring).
   void EvictAboveHighWatermark(Reactor& r);
-  // Disk usage compared with the budget: the namespace's usage records on a shared root (M2), else its shared
-  // counter on this host (C1), else the index's.
-  uint64_t Usage() const { return ledger_ ? ledger_->Total() : usage_ ? usage_->Load() : disk_->bytes(); }
-  // The shared usage, whichever kind this root has (usage_ or ledger_; none: no-ops). Reserve when a store starts
-  // writing; CommitReserved when its link made the entry; Release when it ends without one; Add for entries linked
-  // without a reservation (+) and for every unlink that removed an entry (-).
-  bool HasSharedUsage() const { return usage_ || ledger_; }
-  void UsageReserve(uint64_t bytes);
-  void UsageCommitReserved(uint64_t bytes);
-  void UsageRelease(uint64_t bytes);
-  void UsageAdd(int64_t bytes);
-  // The namespace's shared usage less what this engine changed in it (own_usage_delta_): the others' part.
-  int64_t UsageOthers() const;
-  // The maintenance thread (runs where the root has shared usage): every second it compares the shared usage with
-  // what this engine changed; when the others' part went down (gc, another engine's evictions) or the usage is below
-  // the index's own bytes, it rescans the tree and drops the entries that are gone (DiskIndex::Rescan(true)), at
-  // most every 2 s. disk_bytes_used and disk_entries follow within ~3 s.
-  void MaintenanceMain();
-  using Victim = DiskIndex::Victim;
-  // What to evict of `excess` bytes over the low watermark: this engine's share of it on a shared root (M2); when
-  // the index knows less than that (entries of other instances), the tree is merged into it first (at most every
-  // 500 ms).
-  uint64_t ExcessToTake(uint64_t excess);
-  // Unlinks victims synchronously (not on the reactor's hot path) and ends their evictions; the bytes freed.
-  uint64_t UnlinkVictims(const std::vector<Victim>& victims);
   void PumpData(Reactor& r);
   // Asks the disk for more pieces of the reactor's loads, oldest chunk first, while fewer than its piece budget of
   // reads are at the disk (docs/architecture.md, "Reads in pieces").
@@ -308,11 +321,9 @@ class EngineImpl final : public Engine {
   std::unique_ptr<TraceRecorder> trace_;
   mutable kvtier::Stats stats_;
   uint64_t block_stride_ = 0;
-  uint64_t slot_bytes_ = 0;  // kHeaderBytes + payload
-  int open_flags_extra_ = 0;  // O_DIRECT when direct I/O is on
-  uint64_t open_resolve_ = 0; // RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS where the kernel has openat2 (K2)
-  std::unique_ptr<SharedUsage> usage_;  // C1: the namespace's usage shared by every engine on this host
-  std::unique_ptr<UsageLedger> ledger_;  // M2: instead of usage_ on a shared root: shared by every host
+  uint64_t slot_bytes_ = 0;    // kHeaderBytes + payload
+  int open_flags_extra_ = 0;   // O_DIRECT when direct I/O is on
+  uint64_t open_resolve_ = 0;  // RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS where the kernel has openat2 (K2)
   std::unique_ptr<ChecksumKey> checksum_key_;  // K3: set when options.checksum_secret is
   mode_t file_mode_ = 0640;
   bool fchmod_files_ = false;  // the process umask strips bits of file_mode_: chmod each new temporary
@@ -343,13 +354,8 @@ class EngineImpl final : public Engine {
 
   // The disk index (C1): published entries, LRU, negative cache, pending stores, evictions in flight.
   std::unique_ptr<DiskIndex> disk_;
-  std::atomic<int64_t> last_merge_ns_{0};  // ExcessToTake's last merge of the tree into the index
-  // What this engine's own Usage* calls changed in the shared usage (UsageOthers).
-  std::atomic<int64_t> own_usage_delta_{0};
-  Mutex maint_mu_;
-  CondVar maint_cv_;
-  bool maint_stop_ GUARDED_BY(maint_mu_) = false;
-  std::thread maintenance_;
+  // Capacity (C1, M2): the usage against the budget, eviction's arithmetic, the maintenance thread.
+  std::unique_ptr<DiskBudget> budget_;
 
   // The DRAM tier (T1): the resident map, its replacement policy and the preload accounting; every pool slot the
   // engine takes comes through it.
@@ -369,9 +375,9 @@ struct EngineImpl::Job {
   JobKind kind = JobKind::kLoad;
   int64_t start_ns = 0;
   std::vector<std::unique_ptr<Chunk>> chunks;  // request order; chunk i is touched only by its reactor
-  std::atomic<uint32_t> slots_held{0};  // stores: chunks started, <= 2 x io_depth over all reactors (I1, S1)
-  std::atomic<uint64_t> slot_waiters{0};  // reactors (bit r) that found slots_held at its limit
-  std::atomic<uint32_t> unfinished{0};  // the reactor that brings it to 0 publishes the result
+  std::atomic<uint32_t> slots_held{0};         // stores: chunks started, <= 2 x io_depth over all reactors (I1, S1)
+  std::atomic<uint64_t> slot_waiters{0};       // reactors (bit r) that found slots_held at its limit
+  std::atomic<uint32_t> unfinished{0};         // the reactor that brings it to 0 publishes the result
   std::atomic<uint64_t> bytes{0};
 };
 
@@ -389,39 +395,40 @@ struct EngineImpl::Chunk {
   Reactor* reactor = nullptr;
   size_t index = 0;
   ChunkKey key;
-  uint32_t first_block = 0;     // loads: the blocks read (a promotion reads the whole chunk)
+  uint32_t first_block = 0;  // loads: the blocks read (a promotion reads the whole chunk)
   uint32_t num_blocks = 0;
   ChunkState state = ChunkState::kQueued;  // changed only by EngineImpl::SetState (src/engine/chunk_state.h)
-  Status status;                // set when the chunk fails (kFailed); Ok otherwise
+  Status status;                           // set when the chunk fails (kFailed); Ok otherwise
   // The DRAM tier's slot (T1): a load reads into it, a store writes from it; it stays resident either way.
   uint32_t slot = 0;
-  uint32_t slot_gen = 0;        // loads: the fill's generation (StagingPool::BeginFill)
-  bool ready = false;           // loads: verified and published ready in the slot
-  bool counts_job_slot = false; // this chunk counts against job->slots_held and part->slots_held
+  uint32_t slot_gen = 0;          // loads: the fill's generation (StagingPool::BeginFill)
+  bool ready = false;             // loads: verified and published ready in the slot
+  bool counts_job_slot = false;   // this chunk counts against job->slots_held and part->slots_held
   bool counts_committed = false;  // a committed store counted in its reactor's committed_started
-  bool pinned = false;          // loads: index entry pinned against eviction
+  bool pinned = false;            // loads: index entry pinned against eviction
   int fd = -1;
   uint32_t ops_in_flight = 0;
   std::string rel_path;
   std::string tmp_path;
-  bool tmp_exists = false;      // a named temporary to remove
-  bool tmp_anonymous = false;   // O_TMPFILE: the fd is the only name until linkat
+  bool tmp_exists = false;     // a named temporary to remove
+  bool tmp_anonymous = false;  // O_TMPFILE: the fd is the only name until linkat
   bool enospc_retried = false;
   bool usage_reserved = false;  // C1: a store's bytes are counted in the shared usage from its first write on,
                                 // so instances evict before the files exist rather than after
   uint8_t dir_retries = 0;      // RetryAfterVanishedDir
   uint8_t mkdir_retries = 0;    // M1: EEXIST from mkdir, then ENOENT from stat (another host's mkdir in flight)
-  uint64_t opened_ino = 0;      // loads: the file's inode and mtime at open (M1)
+  std::unique_ptr<struct statx> statx_buf;  // SubmitStatx's answer: a load's open file, a store's fan-out dir
+  uint64_t opened_ino = 0;                  // loads: the file's inode and mtime at open (M1)
   int64_t opened_mtime_ns = 0;
-  bool data_phase = false;      // holds a place at the disk: counted in its reactor's data_in_flight
+  bool data_phase = false;  // holds a place at the disk: counted in its reactor's data_in_flight
   int64_t started_ns = 0;
-  uint64_t admitted = 0;        // its reactor's admission order: the disk serves older chunks first (FillPieces)
+  uint64_t admitted = 0;  // its reactor's admission order: the disk serves older chunks first (FillPieces)
   // Loads read in pieces (read_piece_bytes): blocks are relative to first_block.
-  uint32_t piece_blocks = 0;     // blocks per piece
-  uint32_t next_piece = 0;       // the first block not yet asked of the disk
-  uint32_t pieces_at_disk = 0;   // piece reads in flight (short reads continue in the same piece)
-  std::unique_ptr<ChunkHeader> header;      // decoded once it landed and checked (null: not yet, or bad)
-  std::vector<bool> verified;               // per block: its checksum was checked as its piece landed
+  uint32_t piece_blocks = 0;            // blocks per piece
+  uint32_t next_piece = 0;              // the first block not yet asked of the disk
+  uint32_t pieces_at_disk = 0;          // piece reads in flight (short reads continue in the same piece)
+  std::unique_ptr<ChunkHeader> header;  // decoded once it landed and checked (null: not yet, or bad)
+  std::vector<bool> verified;           // per block: its checksum was checked as its piece landed
   std::vector<std::pair<uint32_t, uint32_t>> landed_unverified;  // pieces that landed before the header
 };
 
@@ -443,9 +450,9 @@ struct EngineImpl::Reactor {
   std::deque<Chunk*> data_queue;   // chunks whose file is open, waiting for a data slot at the disk
   std::deque<Chunk*> piece_queue;  // loads in their data phase with pieces not yet asked for
   uint64_t next_admission = 1;
-  uint32_t reads_at_disk = 0;      // reads submitted and not yet completed (FillPieces keeps <= 2 x depth)
-  std::vector<Chunk*> read_done;   // loads whose reads finished this iteration, waiting for VerifyReadChunks
-  uint32_t data_in_flight = 0;     // chunks with data reads/writes at the disk: <= depth (I1)
+  uint32_t reads_at_disk = 0;     // reads submitted and not yet completed (FillPieces keeps <= 2 x depth)
+  std::vector<Chunk*> read_done;  // loads whose reads finished this iteration, waiting for VerifyReadChunks
+  uint32_t data_in_flight = 0;    // chunks with data reads/writes at the disk: <= depth (I1)
   // Committed stores (CommitStore) started and not yet settled, over all jobs: <= 2 x depth, so that many small
   // commits are checksummed no further ahead of the disk than one large one (StartStoreChunk).
   uint32_t committed_started = 0;

@@ -1,12 +1,13 @@
 // The options schema (include/kvtier/options.h) and EngineOptions::Validate. One row per settable field: adding
 // an option is its member in EngineOptions plus one KVTIER_OPTION row here; the extension's options dict, the vLLM
 // adapter's kvtier_* keys (python/kvtier/vllm/config.py) and their table in docs/vllm-integration.md follow.
+#include "kvtier/options.h"
+
 #include <cmath>
 #include <cstdio>
 #include <limits>
 #include <type_traits>
 
-#include "kvtier/options.h"
 #include "layout/chunk_format.h"
 
 namespace kvtier {
@@ -67,11 +68,12 @@ constexpr const char* FieldName(const char* field) {
 }
 
 // One row: the member, its type, range (or shortest length), choices, vLLM key, documentation.
-#define KVTIER_OPTION(member, type, min, max, choices, vllm_key, doc)                                     \
-  OptionSpec {                                                                                            \
-    #member, FieldName(#member), OptionType::type, min, max, choices, vllm_key, doc,                      \
-        [](const EngineOptions& o) { return ToValue(o.member); },                                         \
-        [](EngineOptions& o, const OptionValue& v) { FromValue(&o.member, v); }                           \
+#define KVTIER_OPTION(member, type, min, max, choices, vllm_key, doc)                                                \
+  OptionSpec {                                                                                                       \
+#member, FieldName(#member), OptionType::type, min, max, choices, vllm_key, doc,                                 \
+        [](const EngineOptions& o) { return ToValue(o.member); },                                                    \
+                                                               [](EngineOptions & o,                                 \
+                                                                  const OptionValue& v) { FromValue(&o.member, v); } \
   }
 
 const std::vector<OptionSpec> kSchema = {
@@ -82,8 +84,7 @@ const std::vector<OptionSpec> kSchema = {
     KVTIER_OPTION(identity.revision, kString, 0, 0, nullptr, nullptr, "weights revision in the cache identity"),
     KVTIER_OPTION(identity.kv_dtype, kString, 1, 0, nullptr, nullptr, "KV cache dtype in the cache identity"),
     KVTIER_OPTION(identity.tokens_per_chunk, kCount, 1, kU32Max, nullptr, nullptr, "tokens per chunk (one file)"),
-    KVTIER_OPTION(identity.blocks_per_chunk, kCount, 1, kMaxBlocksPerChunk, nullptr, nullptr,
-                  "GPU blocks per chunk"),
+    KVTIER_OPTION(identity.blocks_per_chunk, kCount, 1, kMaxBlocksPerChunk, nullptr, nullptr, "GPU blocks per chunk"),
     KVTIER_OPTION(identity.block_bytes, kCount, 1, 4294967296.0, nullptr, nullptr,
                   "bytes of one GPU block as stored: all layers and all TP ranks"),
     KVTIER_OPTION(identity.tp_size, kCount, 1, kU32Max, nullptr, nullptr, "tensor-parallel size"),
@@ -226,7 +227,8 @@ std::string OptionAccepted(const OptionSpec& s) {
     case OptionType::kCount:
     case OptionType::kBytes:
     case OptionType::kFraction: return Number(s.min) + ".." + Number(s.max);
-    case OptionType::kMode: return "a permission mode (at most 0777, not world-writable) that gives the owner rwx, e.g. 0750";
+    case OptionType::kMode:
+      return "a permission mode (at most 0777, not world-writable) that gives the owner rwx, e.g. 0750";
     case OptionType::kSecret: return "'' (off), 'file:<path of a key file>', or a secret of at least 16 bytes";
     case OptionType::kString:
     case OptionType::kPath: return s.min > 0 ? "a non-empty string" : "a string";

@@ -24,8 +24,8 @@ namespace kvtier {
 
 namespace {
 constexpr int64_t kReapWaitNs = 20 * 1000 * 1000;  // bounds how late a deadline (posix) is noticed
-constexpr uint32_t kReadsPerDataPlace = 2;  // a reactor's piece budget: reads at the disk per place (its depth)
-}
+constexpr uint32_t kReadsPerDataPlace = 2;         // a reactor's piece budget: reads at the disk per place (its depth)
+}  // namespace
 
 void EngineImpl::InsertByAdmission(std::deque<Chunk*>& q, Chunk* c) {
   auto at = q.end();
@@ -121,8 +121,9 @@ void EngineImpl::PumpData(Reactor& r) {
     if (c->job->kind == JobKind::kLoad) {
       uint8_t* base = pool_->SlotData(c->slot);
       const uint64_t piece = options_.read_piece_bytes;
-      c->piece_blocks = piece == 0 ? c->num_blocks
-                                   : static_cast<uint32_t>(std::clamp<uint64_t>(piece / block_stride_, 1, c->num_blocks));
+      c->piece_blocks = piece == 0
+                            ? c->num_blocks
+                            : static_cast<uint32_t>(std::clamp<uint64_t>(piece / block_stride_, 1, c->num_blocks));
       c->next_piece = 0;
       c->pieces_at_disk = 1;
       c->header.reset();
@@ -151,8 +152,7 @@ void EngineImpl::StartWaitingChunks(Reactor& r) {
     }
     while (part->next_to_start < part->chunks.size()) {
       Chunk& c = *part->chunks[part->next_to_start];
-      const bool started =
-          part->job->kind == JobKind::kLoad ? StartLoadChunk(*part, c) : StartStoreChunk(*part, c);
+      const bool started = part->job->kind == JobKind::kLoad ? StartLoadChunk(*part, c) : StartStoreChunk(*part, c);
       if (!started) break;  // out of slots for this job (or globally); try again after a release
       ++part->next_to_start;
     }
@@ -293,9 +293,7 @@ void EngineImpl::OnCompletion(Reactor& r, const io::IoCompletion& cqe) {
 
 void EngineImpl::OnUnlinkEvictedDone(Reactor& r, const OpCtx& ctx, int64_t res) {
   if (res == 0 || res == -ENOENT) SubmitRmdirFanout(r, ctx.key, 2);
-  if (res == 0) UsageAdd(-static_cast<int64_t>(ctx.len));
-  // Still on disk (it failed, not ENOENT): back in the index, a later eviction retries it.
-  disk_->EndEviction(Victim{ctx.key, ctx.len}, res < 0 && res != -ENOENT);
+  budget_->Unlinked(DiskBudget::Victim{ctx.key, ctx.len}, static_cast<int>(res));
 }
 
 void EngineImpl::OnRmdirFanoutDone(Reactor& r, const OpCtx& ctx, int64_t res) {
@@ -310,13 +308,7 @@ void EngineImpl::OnOpenDone(Reactor& r, const OpCtx& ctx, int64_t res) {
   Chunk* c = ctx.chunk;
   if (res >= 0) {
     c->fd = static_cast<int>(res);
-    if (c->job->kind == JobKind::kStore) {
-      c->tmp_exists = !c->tmp_anonymous;
-      // K2: the umask stripped bits of file_mode_ (e.g. group write of a 0770 deployment): set it exactly.
-      if (fchmod_files_ && c->state != ChunkState::kFailed && fchmod(c->fd, file_mode_) != 0) {
-        stats_.io_errors.Add(1);
-      }
-    }
+    if (c->job->kind == JobKind::kStore) c->tmp_exists = !c->tmp_anonymous;
   }
   if (c->state == ChunkState::kFailed) return;  // late: Settle() closes the fd
   if (res < 0) {
@@ -327,7 +319,8 @@ void EngineImpl::OnOpenDone(Reactor& r, const OpCtx& ctx, int64_t res) {
         // Something other than a regular file or a real directory path (K1, K2): never followed, removed.
         Status why(StatusCode::kCorrupt,
                    "open " + c->rel_path + " refused (" + std::string(strerror(static_cast<int>(-res))) +
-                       "): a symlink or special file where a chunk belongs", static_cast<int>(-res));
+                       "): a symlink or special file where a chunk belongs",
+                   static_cast<int>(-res));
         QuarantineCorrupt(c->reactor->index, c->key, c->rel_path, why);
         FailChunk(*c, why);
       } else if (res == -ENOENT) {
@@ -338,8 +331,7 @@ void EngineImpl::OnOpenDone(Reactor& r, const OpCtx& ctx, int64_t res) {
       }
     } else if ((res == -ENOSPC || res == -EDQUOT) && RetryStoreAfterEnospc(*c)) {
       // retried
-    } else if ((res == -ENOENT || res == -ESTALE || (res == -EPERM && c->tmp_anonymous)) &&
-               RetryAfterVanishedDir(*c)) {
+    } else if ((res == -ENOENT || res == -ESTALE || (res == -EPERM && c->tmp_anonymous)) && RetryAfterVanishedDir(*c)) {
       // the fan-out directory went away (eviction, gc): created again
     } else {
       FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "create " + c->tmp_path));
@@ -347,24 +339,71 @@ void EngineImpl::OnOpenDone(Reactor& r, const OpCtx& ctx, int64_t res) {
     return;
   }
   if (c->job->kind == JobKind::kLoad) {
-    struct stat st {};
-    Status shape = CheckOpenedChunk(c->fd, &st);
-    c->opened_ino = st.st_ino;
-    c->opened_mtime_ns = S_ISREG(st.st_mode) ? int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec : 0;
-    if (!shape.ok()) {
-      if (shape.code() != StatusCode::kCorrupt) {
-        // fstat itself failed (EIO, ESTALE): the filesystem did not answer, which says nothing about the entry
-      } else if (YoungOnSharedRoot(*c)) {
-        ForgetEntry(c->key);  // M1: maybe another host's entry whose data is not visible here yet
-      } else {
-        QuarantineCorrupt(c->reactor->index, c->key, c->rel_path, shape, c->opened_ino);
-      }
-      FailChunk(*c, shape.WithContext(c->rel_path));
-      return;
-    }
+    SubmitStatx(*c, &EngineImpl::OnStatxDone);  // checks the file's shape, then queues the chunk for the disk
+    return;
+  }
+  if (fchmod_files_) {
+    // K2: the umask stripped bits of file_mode_ (e.g. group write of a 0770 deployment): set it exactly, before
+    // the temporary is written and linked.
+    io::IoOp op;
+    op.code = io::OpCode::kFchmod;
+    op.fd = c->fd;
+    op.mode = file_mode_;
+    OpCtx chmod{OpRole::kChmod, c, &EngineImpl::OnTemporaryChmodDone};
+    chmod.deadline_ns = Deadline();
+    SubmitOp(r, std::move(chmod), op);
+    return;
   }
   SetState(*c, ChunkState::kWaitingForDisk);
   InsertByAdmission(r.data_queue, c);  // PumpData starts its reads or writes when the disk has room (io_depth)
+}
+
+void EngineImpl::OnTemporaryChmodDone(Reactor& r, const OpCtx& ctx, int64_t res) {
+  Chunk* c = ctx.chunk;
+  if (c->state == ChunkState::kFailed) return;
+  // A failed chmod is counted (an I/O error) and the store goes on: the entry is published with the umask's mode.
+  static_cast<void>(res);
+  SetState(*c, ChunkState::kWaitingForDisk);
+  InsertByAdmission(r.data_queue, c);
+}
+
+void EngineImpl::SubmitStatx(Chunk& c, OpHandler on_done, std::string path, uint64_t level) {
+  if (!c.statx_buf) c.statx_buf = std::make_unique<struct statx>();
+  io::IoOp op;
+  op.code = io::OpCode::kStatx;
+  op.fd = c.fd;
+  op.dirfd = ns_->dirfd();
+  op.buf = c.statx_buf.get();  // the chunk outlives its ops (Settle waits for them)
+  op.len = sizeof(struct statx);
+  OpCtx ctx{OpRole::kStatx, &c, on_done};
+  ctx.path = std::move(path);  // empty: the open file's (SubmitOp passes no path)
+  ctx.len = level;
+  ctx.deadline_ns = Deadline();
+  SubmitOp(*c.reactor, std::move(ctx), op);
+}
+
+void EngineImpl::OnStatxDone(Reactor& r, const OpCtx& ctx, int64_t res) {
+  Chunk* c = ctx.chunk;
+  if (c->state == ChunkState::kFailed) return;
+  const struct statx& sx = *c->statx_buf;
+  Status shape = res < 0 ? Status::FromErrno(static_cast<int>(-res), "statx") : CheckOpenedChunk(c->fd, sx);
+  if (res >= 0) {
+    c->opened_ino = sx.stx_ino;
+    c->opened_mtime_ns = S_ISREG(sx.stx_mode) ? int64_t(sx.stx_mtime.tv_sec) * 1000000000 + sx.stx_mtime.tv_nsec : 0;
+  }
+  if (!shape.ok()) {
+    if (shape.code() != StatusCode::kCorrupt) {
+      // statx itself failed (EIO, ESTALE): the filesystem did not answer, which says nothing about the entry
+    } else if (YoungOnSharedRoot(*c)) {
+      ForgetEntry(c->key);  // M1: maybe another host's entry whose data is not visible here yet
+    } else {
+      QuarantineCorrupt(c->reactor->index, c->key, c->rel_path, shape, c->opened_ino);
+    }
+    FailChunk(*c, shape.WithContext(c->rel_path));
+    return;
+  }
+  SetState(*c, ChunkState::kWaitingForDisk);
+  InsertByAdmission(r.data_queue, c);
 }
 
 void EngineImpl::TraceTransfer(Reactor& r, const OpCtx& ctx, int64_t res, const char* name) {
@@ -385,8 +424,7 @@ void EngineImpl::OnReadDone(Reactor& r, const OpCtx& ctx, int64_t res) {
       ForgetEntry(c->key);  // M1: see YoungOnSharedRoot
     } else {
       QuarantineCorrupt(c->reactor->index, c->key, c->rel_path,
-                        Status(StatusCode::kCorrupt, "file shorter than its header says"),
-                        c->opened_ino);
+                        Status(StatusCode::kCorrupt, "file shorter than its header says"), c->opened_ino);
     }
     FailChunk(*c, Status(StatusCode::kCorrupt, "truncated chunk file " + c->rel_path));
   } else {
@@ -446,7 +484,7 @@ void EngineImpl::OnLinkDone(Reactor& r, const OpCtx& ctx, int64_t res) {
     // disk, so it is counted and indexed (C1, M2), or the shared usage would miss its bytes until a gc.
     if (res == 0) {
       const bool reserved = c->usage_reserved;
-      if (reserved) UsageCommitReserved(slot_bytes_);
+      if (reserved) budget_->CommitReserved(slot_bytes_);
       c->usage_reserved = false;
       PublishIndexed(r, c->key, slot_bytes_, /*linked=*/!reserved);
     }
@@ -455,8 +493,8 @@ void EngineImpl::OnLinkDone(Reactor& r, const OpCtx& ctx, int64_t res) {
   if (res == 0 || res == -EEXIST) {
     // EEXIST: another writer published the same key first; its bytes are equally valid (L4).
     if (res == -EEXIST) stats_.stores_deduplicated.Add(1);
-    if (res != 0 && c->usage_reserved) UsageRelease(slot_bytes_);  // not ours
-    if (res == 0 && c->usage_reserved) UsageCommitReserved(slot_bytes_);
+    if (res != 0 && c->usage_reserved) budget_->Release(slot_bytes_);  // not ours
+    if (res == 0 && c->usage_reserved) budget_->CommitReserved(slot_bytes_);
     PublishIndexed(r, c->key, kHeaderBytes + uint64_t(options_.identity.blocks_per_chunk) * block_stride_,
                    /*linked=*/res == 0 && !c->usage_reserved);
     c->usage_reserved = false;
@@ -502,7 +540,7 @@ bool EngineImpl::StartLoadChunk(Part&, Chunk& c) {
   op.dirfd = ns_->dirfd();
   // K2: no symlink anywhere on the path and nothing outside the namespace (openat2; O_NOFOLLOW where the kernel
   // lacks it). O_NONBLOCK: a FIFO planted under a chunk's name must not block the open (it is cleared again once
-  // fstat has shown a regular file, since io_uring would return EAGAIN for reads of a non-blocking file).
+  // statx has shown a regular file, since io_uring would return EAGAIN for reads of a non-blocking file).
   op.flags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | open_flags_extra_;
   op.resolve = open_resolve_;
   OpCtx ctx{OpRole::kOpen, &c, &EngineImpl::OnOpenDone};
@@ -535,8 +573,8 @@ void EngineImpl::SubmitNextPiece(Chunk& c) {
 void EngineImpl::PieceLanded(Chunk& c, const OpCtx& ctx) {
   if (ctx.with_header) {
     const ChunkGeometry geometry = ns_->geometry();
-    auto header = DecodeHeader(std::span<const uint8_t>(pool_->SlotData(c.slot), kHeaderBytes),
-                               ns_->fingerprint(), c.key, &geometry, checksum_key_.get());
+    auto header = DecodeHeader(std::span<const uint8_t>(pool_->SlotData(c.slot), kHeaderBytes), ns_->fingerprint(),
+                               c.key, &geometry, checksum_key_.get());
     if (!header.ok()) {
       FailVerification(c, header.status());
       return;
@@ -570,8 +608,8 @@ Status EngineImpl::VerifyPiece(Chunk& c, uint32_t first, uint32_t n) {
 bool EngineImpl::OtherSecret(const Chunk& c) const {
   if (c.header || !ns_->checksum_key_record().empty()) return false;
   const ChunkGeometry geometry = ns_->geometry();
-  return KeyedForAnotherReader(std::span<const uint8_t>(pool_->SlotData(c.slot), kHeaderBytes),
-                               ns_->fingerprint(), c.key, &geometry, checksum_key_.get());
+  return KeyedForAnotherReader(std::span<const uint8_t>(pool_->SlotData(c.slot), kHeaderBytes), ns_->fingerprint(),
+                               c.key, &geometry, checksum_key_.get());
 }
 
 void EngineImpl::FailVerification(Chunk& c, const Status& verdict) {
@@ -581,7 +619,8 @@ void EngineImpl::FailVerification(Chunk& c, const Status& verdict) {
     ForgetEntry(c.key);
     FailChunk(c, Status(StatusCode::kFailedPrecondition,
                         verdict.message() + " (this namespace's MANIFEST does not record its checksum key: the entry "
-                                            "is kept, a miss for this engine)").WithContext(c.rel_path));
+                                            "is kept, a miss for this engine)")
+                     .WithContext(c.rel_path));
     return;
   }
   if (YoungOnSharedRoot(c)) {
@@ -672,9 +711,9 @@ void EngineImpl::BeginStoreWrite(Chunk& c) {
   h.key = c.key;
   h.num_blocks = bpc;
   h.block_bytes = bb;
-  h.created_unix_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                                std::chrono::system_clock::now().time_since_epoch())
-                                                .count());
+  h.created_unix_ns = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count());
   if (block_stride_ > bb) {  // deterministic padding between blocks
     for (uint32_t b = 0; b < bpc; ++b) {
       std::memset(base + kHeaderBytes + uint64_t(b) * block_stride_ + bb, 0, block_stride_ - bb);
@@ -689,8 +728,8 @@ void EngineImpl::BeginStoreWrite(Chunk& c) {
     FailChunk(c, s);
     return;
   }
-  if (HasSharedUsage() && options_.disk_budget_bytes && !c.usage_reserved) {
-    UsageReserve(slot_bytes_);
+  if (budget_->shared() && budget_->has_budget() && !c.usage_reserved) {
+    budget_->Reserve(slot_bytes_);
     c.usage_reserved = true;
     EvictAboveHighWatermark(r);
   }
@@ -760,49 +799,25 @@ mode_t ProcessUmask() {
 void EngineImpl::OnMkdirDone(Reactor& r, const OpCtx& ctx, int64_t res) {
   Chunk& c = *ctx.chunk;
   if (c.state == ChunkState::kFailed) return;
-  const int dirfd = ns_->dirfd();
-  const char* path = ctx.path.c_str();
   if (res == 0) {
     // mkdir applied the umask; group-shared deployments need the configured mode exactly (K2). Rare: only where
     // the umask strips bits of dir_mode.
     if ((options_.dir_mode & ProcessUmask()) != 0) {
-      const int fd = openat(dirfd, path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-      const bool ok = fd >= 0 && fchmod(fd, options_.dir_mode) == 0;
-      const int err = errno;
-      if (fd >= 0) close(fd);
-      if (!ok) {
-        FailChunk(c, Status::FromErrno(err, std::string("chmod ") + path));
-        return;
-      }
+      io::IoOp op;
+      op.code = io::OpCode::kFchmod;
+      op.dirfd = ns_->dirfd();
+      op.mode = options_.dir_mode;
+      OpCtx chmod{OpRole::kChmod, &c, &EngineImpl::OnFanoutChmodDone};
+      chmod.path = ctx.path;
+      chmod.len = ctx.len;
+      chmod.deadline_ns = Deadline();
+      SubmitOp(r, std::move(chmod), op);
+      return;
     }
   } else if (res == -EEXIST) {
     // Another chunk or instance made it; it must be a real directory (a symlink or file there: refuse, K2).
-    struct stat st;
-    if (fstatat(dirfd, path, &st, AT_SYMLINK_NOFOLLOW) != 0) {
-      // M1: on a distributed filesystem another client's mkdir of the same directory can make ours fail with
-      // EEXIST before this client can see it (GlusterFS, two hosts storing the same keys): ask again, a few times.
-      if (errno == ENOENT && c.mkdir_retries < kMkdirRetries) {
-        c.mkdir_retries++;
-        SubmitMkdir(c, static_cast<int>(ctx.len));
-        return;
-      }
-      FailChunk(c, Status::FromErrno(errno, std::string("stat ") + path));
-      return;
-    }
-    if (!S_ISDIR(st.st_mode)) {
-      FailChunk(c, Status(StatusCode::kFailedPrecondition,
-                          std::string("fan-out path ") + path + " exists but is not a directory (symlink or file)"));
-      return;
-    }
-    // K2: a fan-out directory others can write to is refused as the root and the namespace directory are
-    // (Namespace::Open checks the first level at open; this is where a second-level one is first met).
-    if (!options_.allow_insecure_root) {
-      Status trusted = CheckTrustedDirectory(st, "fan-out directory " + ns_->path() + "/" + path, true);
-      if (!trusted.ok()) {
-        FailChunk(c, std::move(trusted));
-        return;
-      }
-    }
+    SubmitStatx(c, &EngineImpl::OnFanoutStatxDone, ctx.path, ctx.len);
+    return;
   } else if (res == -ESTALE && c.mkdir_retries < kMkdirRetries) {
     // M1: another client's mkdir of the same directory (or of its parent) can leave this client's handle stale
     // for an instant (GlusterFS, two hosts storing the same keys): look the path up again by asking again.
@@ -815,14 +830,64 @@ void EngineImpl::OnMkdirDone(Reactor& r, const OpCtx& ctx, int64_t res) {
   } else if ((res == -ENOENT || res == -ESTALE) && ctx.len == 2 && RetryAfterVanishedDir(c)) {
     return;  // the first level went away behind our back (eviction, gc): created again
   } else {
-    FailChunk(c, Status::FromErrno(static_cast<int>(-res), std::string("mkdir ") + path));
+    FailChunk(c, Status::FromErrno(static_cast<int>(-res), "mkdir " + ctx.path));
     return;
   }
-  if (ctx.len == 1) {
+  FanoutLevelReady(c, static_cast<int>(ctx.len));
+}
+
+void EngineImpl::OnFanoutChmodDone(Reactor&, const OpCtx& ctx, int64_t res) {
+  Chunk& c = *ctx.chunk;
+  if (c.state == ChunkState::kFailed) return;
+  if (res < 0) {
+    FailChunk(c, Status::FromErrno(static_cast<int>(-res), "chmod " + ctx.path));
+    return;
+  }
+  FanoutLevelReady(c, static_cast<int>(ctx.len));
+}
+
+void EngineImpl::OnFanoutStatxDone(Reactor&, const OpCtx& ctx, int64_t res) {
+  Chunk& c = *ctx.chunk;
+  if (c.state == ChunkState::kFailed) return;
+  if (res < 0) {
+    // M1: on a distributed filesystem another client's mkdir of the same directory can make ours fail with
+    // EEXIST before this client can see it (GlusterFS, two hosts storing the same keys): ask again, a few times.
+    if (res == -ENOENT && c.mkdir_retries < kMkdirRetries) {
+      c.mkdir_retries++;
+      SubmitMkdir(c, static_cast<int>(ctx.len));
+      return;
+    }
+    FailChunk(c, Status::FromErrno(static_cast<int>(-res), "stat " + ctx.path));
+    return;
+  }
+  const struct statx& sx = *c.statx_buf;
+  if (!S_ISDIR(sx.stx_mode)) {
+    FailChunk(c, Status(StatusCode::kFailedPrecondition,
+                        "fan-out path " + ctx.path + " exists but is not a directory (symlink or file)"));
+    return;
+  }
+  // K2: a fan-out directory others can write to is refused as the root and the namespace directory are
+  // (Namespace::Open checks the first level at open; this is where a second-level one is first met).
+  if (!options_.allow_insecure_root) {
+    struct stat st {};
+    st.st_mode = sx.stx_mode;
+    st.st_uid = sx.stx_uid;
+    st.st_gid = sx.stx_gid;
+    Status trusted = CheckTrustedDirectory(st, "fan-out directory " + ns_->path() + "/" + ctx.path, true);
+    if (!trusted.ok()) {
+      FailChunk(c, std::move(trusted));
+      return;
+    }
+  }
+  FanoutLevelReady(c, static_cast<int>(ctx.len));
+}
+
+void EngineImpl::FanoutLevelReady(Chunk& c, int level) {
+  if (level == 1) {
     SubmitMkdir(c, 2);
     return;
   }
-  r.fanout_cache.Add(c.key);
+  c.reactor->fanout_cache.Add(c.key);
   if (c.tmp_anonymous && c.fd >= 0) {
     SubmitLink(c);  // RetryAfterVanishedDir from a link: the temporary is open and written
   } else {
@@ -926,10 +991,24 @@ void EngineImpl::MaybeTouchEntry(const Chunk& c) {
   clock_gettime(CLOCK_REALTIME, &now);
   const int64_t now_ns = int64_t(now.tv_sec) * 1000000000 + now.tv_nsec;
   if (now_ns - c.opened_mtime_ns < int64_t(options_.touch_interval_s) * 1000000000) return;
-  // Both times "now" (nullptr): write permission suffices, as in group-shared deployments (K2). Not following a
-  // symlink as the last component; the fan-out directories were checked when created (docs/operations.md, K2).
-  if (utimensat(ns_->dirfd(), c.rel_path.c_str(), nullptr, AT_SYMLINK_NOFOLLOW) != 0) return;
-  disk_->SetMtime(c.key, now_ns);
+  // Both times "now": write permission suffices, as in group-shared deployments (K2). Not following a symlink as
+  // the last component; the fan-out directories were checked when created (docs/operations.md, K2). Through the
+  // ring's side (no synchronous utimensat on the reactor); OnTouchDone tells the index.
+  io::IoOp op;
+  op.code = io::OpCode::kUtimensAt;
+  op.dirfd = ns_->dirfd();
+  OpCtx ctx{OpRole::kTouch, nullptr, &EngineImpl::OnTouchDone};
+  ctx.errors_are_answers = true;  // a root mounted read-only or without write permission: no touch, no error
+  ctx.path = c.rel_path;
+  ctx.key = c.key;
+  SubmitOp(*c.reactor, std::move(ctx), op);
+}
+
+void EngineImpl::OnTouchDone(Reactor&, const OpCtx& ctx, int64_t res) {
+  if (res != 0) return;
+  struct timespec now {};
+  clock_gettime(CLOCK_REALTIME, &now);  // at or just after the touch: never ahead of what another host sees
+  disk_->SetMtime(ctx.key, int64_t(now.tv_sec) * 1000000000 + now.tv_nsec);
 }
 
 bool EngineImpl::YoungOnSharedRoot(const Chunk& c) const {
@@ -956,7 +1035,7 @@ bool EngineImpl::RetryStoreAfterEnospc(Chunk& c) {
     c.tmp_exists = false;
   }
   // Synchronously: the retry needs the space now.
-  UnlinkVictims(disk_->TakeExcess(std::max<uint64_t>(4 * slot_bytes_, disk_->bytes() / 10)));
+  budget_->UnlinkVictims(budget_->TakeForSpace(4 * slot_bytes_));
   OpenTemporary(c);
   return true;
 }
@@ -1038,7 +1117,7 @@ void EngineImpl::Settle(Chunk& c) {
   }
   if (c.job->kind == JobKind::kStore) {
     if (c.usage_reserved) {  // dropped: its bytes never became an entry
-      UsageRelease(slot_bytes_);
+      budget_->Release(slot_bytes_);
       c.usage_reserved = false;
     }
     resident_->Written(c.key);  // written or not, the slot's bytes stay valid in the DRAM tier
@@ -1055,21 +1134,21 @@ void EngineImpl::Settle(Chunk& c) {
   ReturnJobSlot(c);
 }
 
-Status EngineImpl::CheckOpenedChunk(int fd, struct stat* out) const {
-  struct stat& st = *out;
-  if (fstat(fd, &st) != 0) return Status::FromErrno(errno, "fstat");
-  if (!S_ISREG(st.st_mode)) {
+Status EngineImpl::CheckOpenedChunk(int fd, const struct statx& sx) const {
+  const mode_t mode = sx.stx_mode;
+  if (!S_ISREG(mode)) {
     return Status(StatusCode::kCorrupt,
-                  std::string("not a regular file (") + (S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode)
-                                                                                   ? "a FIFO"
-                                                                                   : "a special file") +
+                  std::string("not a regular file (") +
+                      (S_ISDIR(mode)    ? "a directory"
+                       : S_ISFIFO(mode) ? "a FIFO"
+                                        : "a special file") +
                       ") where a chunk belongs",
-                  S_ISDIR(st.st_mode) ? EISDIR : 0);
+                  S_ISDIR(mode) ? EISDIR : 0);
   }
-  if (static_cast<uint64_t>(st.st_size) != slot_bytes_) {
-    return Status(StatusCode::kCorrupt, "file has " + std::to_string(st.st_size) + " bytes, a chunk has " +
+  if (sx.stx_size != slot_bytes_) {
+    return Status(StatusCode::kCorrupt, "file has " + std::to_string(sx.stx_size) + " bytes, a chunk has " +
                                             std::to_string(slot_bytes_) +
-                                            (static_cast<uint64_t>(st.st_size) < slot_bytes_ ? " (truncated)" : ""));
+                                            (sx.stx_size < slot_bytes_ ? " (truncated)" : ""));
   }
   const int fl = fcntl(fd, F_GETFL);
   if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) return Status::FromErrno(errno, "fcntl");
@@ -1077,8 +1156,7 @@ Status EngineImpl::CheckOpenedChunk(int fd, struct stat* out) const {
 }
 
 void EngineImpl::QuarantineCorrupt(uint32_t trace_reactor, const ChunkKey& key, const std::string& rel_path,
-                                   const Status& why,
-                                   uint64_t opened_ino) {
+                                   const Status& why, uint64_t opened_ino) {
   // K1: a bad entry is removed so no reader sees it again; the miss and the counter tell the operator.
   stats_.corrupt_entries.Add(1);
   ForgetEntry(key);
@@ -1113,7 +1191,7 @@ void EngineImpl::QuarantineCorrupt(uint32_t trace_reactor, const ChunkKey& key, 
     } else if (named && S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) == slot_bytes_) {
       // C1, M2: a file of a chunk's size was counted in the usage when it was linked; it leaves it now. (A file of
       // another size never was one of ours: a lookup requires the exact size; gc reconciles anything else.)
-      UsageAdd(-static_cast<int64_t>(slot_bytes_));
+      budget_->Add(-static_cast<int64_t>(slot_bytes_));
     }
     close(dfd);
     PruneFanoutDir(ns_->dirfd(), dir);  // C1
@@ -1123,9 +1201,7 @@ void EngineImpl::QuarantineCorrupt(uint32_t trace_reactor, const ChunkKey& key, 
   }
 }
 
-void EngineImpl::ForgetEntry(const ChunkKey& key) {
-  disk_->Forget(key);
-}
+void EngineImpl::ForgetEntry(const ChunkKey& key) { disk_->Forget(key); }
 
 void EngineImpl::SetState(Chunk& c, ChunkState to) {
 #ifndef NDEBUG
@@ -1152,6 +1228,9 @@ const char* EngineImpl::OpRoleName(OpRole r) {
     case OpRole::kUnlinkEvicted: return "unlink";
     case OpRole::kMkdir: return "mkdir";
     case OpRole::kRmdirFanout: return "rmdir";
+    case OpRole::kStatx: return "statx";
+    case OpRole::kChmod: return "chmod";
+    case OpRole::kTouch: return "touch";
   }
   return "op";
 }

@@ -59,8 +59,8 @@ std::optional<uint32_t> ResidentSet::BeginLoad(const ChunkKey& key, bool specula
                                     /*for_resident=*/true);
       if (!slot) return std::nullopt;
       order_->Insert(key);
-      resident_.emplace(key, Resident{*slot, 0, State::kLoading, 0, speculative,
-                                      speculative ? 0 : now_ns + kAwaitedProtectionNs});
+      resident_.emplace(
+          key, Resident{*slot, 0, State::kLoading, 0, speculative, speculative ? 0 : now_ns + kAwaitedProtectionNs});
       if (speculative) unused_preloads_++;
       stats_.dram_entries.Set(resident_.size());
       *result = PromoteResult{PromoteState::kPending, {}};
@@ -144,8 +144,8 @@ Result<std::vector<std::optional<SlotRef>>> ResidentSet::ReserveForStore(std::sp
     if (!slot) {
       for (size_t j : taken) EraseLocked(resident_.find(keys[j]), /*evicted=*/false);
       stats_.dram_entries.Set(resident_.size());
-      return Status(StatusCode::kResourceExhausted, "staging pool has no free slot for " +
-                                                        std::to_string(keys.size()) + " chunks; retry later");
+      return Status(StatusCode::kResourceExhausted,
+                    "staging pool has no free slot for " + std::to_string(keys.size()) + " chunks; retry later");
     }
     const uint32_t gen = pool_.BeginFill(*slot);
     order_->Insert(k);

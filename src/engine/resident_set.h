@@ -80,8 +80,7 @@ class ResidentSet {
   // its key and slot are appended to *keys and *slots for the engine to write. A failure frees the slot (counted in
   // stores_dropped). Keys not being filled are skipped.
   void Commit(std::span<const ChunkKey> keys, bool success, std::vector<ChunkKey>* written,
-              std::vector<uint32_t>* slots)
-      EXCLUDES(mu_);
+              std::vector<uint32_t>* slots) EXCLUDES(mu_);
   // A write-through store ended (written or not): the entry is ready again, and the tier is trimmed back to its
   // bound (stores cannot be evicted while written and may have taken it over).
   void Written(const ChunkKey& key) EXCLUDES(mu_);
@@ -100,7 +99,7 @@ class ResidentSet {
     uint32_t generation = 0;
     State state = State::kLoading;
     uint32_t pins = 0;
-    bool speculative = false;    // a preload no demand load has used yet (R3: preload_used/wasted)
+    bool speculative = false;      // a preload no demand load has used yet (R3: preload_used/wasted)
     int64_t awaited_until_ns = 0;  // kAwaitedProtectionNs
   };
   static bool Readable(const Resident& r) { return r.state == State::kReady || r.state == State::kWriting; }

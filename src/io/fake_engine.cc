@@ -124,8 +124,8 @@ void FakeEngine::ReleaseAll() {
 bool FakeEngine::Release(uint64_t user_data) {
   {
     std::lock_guard lock(mu_);
-    auto it = std::find_if(held_.begin(), held_.end(),
-                           [&](const Held& h) { return h.completion.user_data == user_data; });
+    auto it =
+        std::find_if(held_.begin(), held_.end(), [&](const Held& h) { return h.completion.user_data == user_data; });
     if (it == held_.end()) return false;
     ready_.push_back(it->completion);
     held_.erase(it);

@@ -51,9 +51,7 @@ int FaultInjectingEngine::Submit(const IoOp& op) {
         delayed_.push_back(Delayed{op.user_data, op.deadline_ns});
         ++counters_.delayed;
         break;
-      case FaultRule::Kind::kShortTransfer:
-        forwarded.len = hit->max_bytes;
-        break;
+      case FaultRule::Kind::kShortTransfer: forwarded.len = hit->max_bytes; break;
     }
   }
   if (hit == nullptr || hit->kind == FaultRule::Kind::kShortTransfer) {

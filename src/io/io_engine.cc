@@ -23,6 +23,9 @@ std::string_view OpCodeName(OpCode code) {
     case OpCode::kLinkAt: return "linkat";
     case OpCode::kUnlinkAt: return "unlinkat";
     case OpCode::kMkdirAt: return "mkdirat";
+    case OpCode::kStatx: return "statx";
+    case OpCode::kFchmod: return "fchmod";
+    case OpCode::kUtimensAt: return "utimensat";
   }
   return "unknown";
 }
@@ -80,17 +83,19 @@ int ValidateOp(const IoOp& op) {
   switch (op.code) {
     case OpCode::kOpenAt:
     case OpCode::kUnlinkAt:
-    case OpCode::kMkdirAt:
-      return op.path != nullptr ? 0 : -EINVAL;
-    case OpCode::kLinkAt:
-      return op.path != nullptr && op.path2 != nullptr ? 0 : -EINVAL;
+    case OpCode::kMkdirAt: return op.path != nullptr ? 0 : -EINVAL;
+    case OpCode::kLinkAt: return op.path != nullptr && op.path2 != nullptr ? 0 : -EINVAL;
     case OpCode::kRead:
     case OpCode::kWrite:
       if (op.fd < 0) return -EINVAL;
       return op.buf != nullptr || op.len == 0 ? 0 : -EINVAL;
     case OpCode::kFsync:
-    case OpCode::kClose:
-      return op.fd >= 0 ? 0 : -EINVAL;
+    case OpCode::kClose: return op.fd >= 0 ? 0 : -EINVAL;
+    case OpCode::kStatx:
+      if (op.path == nullptr && op.fd < 0) return -EINVAL;
+      return op.buf != nullptr && op.len >= sizeof(struct statx) ? 0 : -EINVAL;
+    case OpCode::kFchmod: return op.path != nullptr || op.fd >= 0 ? 0 : -EINVAL;
+    case OpCode::kUtimensAt: return op.path != nullptr ? 0 : -EINVAL;
   }
   return -EINVAL;
 }
@@ -124,16 +129,33 @@ int64_t ExecuteBlocking(const IoOp& op) {
       if (r != -ESPIPE) return r;
       return retry([&] { return int64_t{::write(op.fd, op.buf, op.len)}; });
     }
-    case OpCode::kFsync:
-      return retry([&] { return int64_t{::fsync(op.fd)}; });
-    case OpCode::kClose:
-      return ::close(op.fd) == 0 ? 0 : -errno;
+    case OpCode::kFsync: return retry([&] { return int64_t{::fsync(op.fd)}; });
+    case OpCode::kClose: return ::close(op.fd) == 0 ? 0 : -errno;
     case OpCode::kLinkAt:
       return retry([&] { return int64_t{::linkat(op.dirfd, op.path, op.dirfd, op.path2, op.flags)}; });
-    case OpCode::kUnlinkAt:
-      return retry([&] { return int64_t{::unlinkat(op.dirfd, op.path, op.flags)}; });
-    case OpCode::kMkdirAt:
-      return retry([&] { return int64_t{::mkdirat(op.dirfd, op.path, op.mode)}; });
+    case OpCode::kUnlinkAt: return retry([&] { return int64_t{::unlinkat(op.dirfd, op.path, op.flags)}; });
+    case OpCode::kMkdirAt: return retry([&] { return int64_t{::mkdirat(op.dirfd, op.path, op.mode)}; });
+    case OpCode::kStatx: {
+      auto* out = static_cast<struct statx*>(op.buf);
+      if (op.path == nullptr) {
+        return retry(
+            [&] { return int64_t{::statx(op.fd, "", AT_EMPTY_PATH | AT_STATX_SYNC_AS_STAT, STATX_BASIC_STATS, out)}; });
+      }
+      return retry([&] {
+        return int64_t{::statx(op.dirfd, op.path, AT_SYMLINK_NOFOLLOW | AT_STATX_SYNC_AS_STAT, STATX_BASIC_STATS, out)};
+      });
+    }
+    case OpCode::kFchmod: {
+      if (op.path == nullptr) return retry([&] { return int64_t{::fchmod(op.fd, op.mode)}; });
+      const int64_t fd =
+          retry([&] { return int64_t{::openat(op.dirfd, op.path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)}; });
+      if (fd < 0) return fd;
+      const int64_t r = retry([&] { return int64_t{::fchmod(static_cast<int>(fd), op.mode)}; });
+      ::close(static_cast<int>(fd));
+      return r;
+    }
+    case OpCode::kUtimensAt:
+      return retry([&] { return int64_t{::utimensat(op.dirfd, op.path, nullptr, AT_SYMLINK_NOFOLLOW)}; });
   }
   return -EINVAL;
 }

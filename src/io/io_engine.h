@@ -30,18 +30,25 @@
 namespace kvtier::io {
 
 enum class OpCode : uint8_t {
-  kOpenAt,    // openat(dirfd, path, flags, mode) -> fd; with resolve != 0: openat2(dirfd, path, {flags, mode,
-              // resolve}) -> fd (-ENOSYS where the kernel lacks openat2: see Openat2Available())
-  kRead,      // pread(fd, buf, len, offset) -> bytes (may be short)
-  kWrite,     // pwrite(fd, buf, len, offset) -> bytes (may be short)
-  kFsync,     // fsync(fd) -> 0
-  kClose,     // close(fd) -> 0
-  kLinkAt,    // linkat(dirfd, path, dirfd, path2, flags) -> 0 (flags: 0 or AT_SYMLINK_FOLLOW)
-  kUnlinkAt,  // unlinkat(dirfd, path, flags) -> 0
-  kMkdirAt,   // mkdirat(dirfd, path, mode) -> 0 (the umask applies)
+  kOpenAt,     // openat(dirfd, path, flags, mode) -> fd; with resolve != 0: openat2(dirfd, path, {flags, mode,
+               // resolve}) -> fd (-ENOSYS where the kernel lacks openat2: see Openat2Available())
+  kRead,       // pread(fd, buf, len, offset) -> bytes (may be short)
+  kWrite,      // pwrite(fd, buf, len, offset) -> bytes (may be short)
+  kFsync,      // fsync(fd) -> 0
+  kClose,      // close(fd) -> 0
+  kLinkAt,     // linkat(dirfd, path, dirfd, path2, flags) -> 0 (flags: 0 or AT_SYMLINK_FOLLOW)
+  kUnlinkAt,   // unlinkat(dirfd, path, flags) -> 0
+  kMkdirAt,    // mkdirat(dirfd, path, mode) -> 0 (the umask applies)
+  kStatx,      // without path: statx(fd, "", AT_EMPTY_PATH, ...), the open file's; with path: statx(dirfd, path,
+               // AT_SYMLINK_NOFOLLOW, ...), never following a final symlink. STATX_BASIC_STATS (type, mode, owner,
+               // size, inode, mtime) into buf, a struct statx of len >= sizeof(struct statx) bytes -> 0
+  kFchmod,     // without path: fchmod(fd, mode); with path: the file or directory at dirfd/path opened O_NOFOLLOW |
+               // O_NONBLOCK (a symlink is refused with ELOOP, a FIFO does not block), fchmod'ed and closed -> 0
+  kUtimensAt,  // utimensat(dirfd, path, nullptr, AT_SYMLINK_NOFOLLOW): both times now (write permission suffices)
+               // -> 0
 };
 // How many op codes there are: size per-code tables with it (a new code must extend them).
-inline constexpr size_t kNumOpCodes = static_cast<size_t>(OpCode::kMkdirAt) + 1;
+inline constexpr size_t kNumOpCodes = static_cast<size_t>(OpCode::kUtimensAt) + 1;
 
 std::string_view OpCodeName(OpCode code);
 
@@ -49,18 +56,19 @@ std::string_view OpCodeName(OpCode code);
 // been returned by Reap, even if the op passed its deadline.
 struct IoOp {
   OpCode code = OpCode::kRead;
-  uint64_t user_data = 0;        // returned unchanged in the completion
-  int dirfd = AT_FDCWD;          // kOpenAt, kLinkAt, kUnlinkAt, kMkdirAt
-  int fd = -1;                   // kRead, kWrite, kFsync, kClose
-  const char* path = nullptr;    // kOpenAt, kLinkAt (old), kUnlinkAt, kMkdirAt
-  const char* path2 = nullptr;   // kLinkAt (new)
-  int flags = 0;                 // kOpenAt open flags, kLinkAt and kUnlinkAt flags
-  mode_t mode = 0;               // kOpenAt (must be 0 with resolve unless flags has O_CREAT or O_TMPFILE), kMkdirAt
-  uint64_t resolve = 0;          // kOpenAt: RESOLVE_* flags (linux/openat2.h), e.g. RESOLVE_BENEATH |
-                                 // RESOLVE_NO_SYMLINKS: no path component may be a symlink or leave dirfd (K2)
-  void* buf = nullptr;           // kRead, kWrite
-  uint32_t len = 0;              // kRead, kWrite
-  uint64_t offset = 0;           // kRead, kWrite
+  uint64_t user_data = 0;       // returned unchanged in the completion
+  int dirfd = AT_FDCWD;         // kOpenAt, kLinkAt, kUnlinkAt, kMkdirAt, kUtimensAt; kStatx, kFchmod with path
+  int fd = -1;                  // kRead, kWrite, kFsync, kClose; kStatx, kFchmod without path
+  const char* path = nullptr;   // kOpenAt, kLinkAt (old), kUnlinkAt, kMkdirAt, kUtimensAt; kStatx, kFchmod (optional)
+  const char* path2 = nullptr;  // kLinkAt (new)
+  int flags = 0;                // kOpenAt open flags, kLinkAt and kUnlinkAt flags
+  mode_t mode = 0;              // kOpenAt (must be 0 with resolve unless flags has O_CREAT or O_TMPFILE), kMkdirAt,
+                                // kFchmod (exactly: no umask)
+  uint64_t resolve = 0;         // kOpenAt: RESOLVE_* flags (linux/openat2.h), e.g. RESOLVE_BENEATH |
+                                // RESOLVE_NO_SYMLINKS: no path component may be a symlink or leave dirfd (K2)
+  void* buf = nullptr;          // kRead, kWrite, kStatx
+  uint32_t len = 0;             // kRead, kWrite, kStatx
+  uint64_t offset = 0;          // kRead, kWrite
   // Absolute CLOCK_MONOTONIC nanoseconds (see NowNs()); 0 means no deadline. A backend that can cancel an op
   // (io_uring, via a linked timeout) completes it with -ETIMEDOUT once the deadline passes, unless it already
   // finished; an op that cannot be interrupted in the kernel (an openat under way) may still return its real
@@ -104,8 +112,8 @@ enum class EngineKind { kAuto, kUring, kPosix };
 
 struct EngineConfig {
   EngineKind kind = EngineKind::kAuto;
-  uint32_t depth = 16;          // ops in flight
-  uint32_t posix_threads = 4;   // PosixEngine worker threads
+  uint32_t depth = 16;         // ops in flight
+  uint32_t posix_threads = 4;  // PosixEngine worker threads
 };
 
 // kAuto probes io_uring (creating a ring and running a NOP) and falls back to POSIX when the kernel refuses it

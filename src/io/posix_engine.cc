@@ -99,16 +99,16 @@ class PosixEngine final : public IoEngine {
   }
 
   const uint32_t depth_;
-  uint32_t in_flight_ = 0;       // issuer thread only
-  std::vector<IoOp> pending_;    // issuer thread only: submitted, not yet flushed
+  uint32_t in_flight_ = 0;     // issuer thread only
+  std::vector<IoOp> pending_;  // issuer thread only: submitted, not yet flushed
 
   std::mutex mu_;
   std::condition_variable work_cv_;
   std::condition_variable done_cv_;
-  std::deque<IoOp> work_;            // guarded by mu_
-  std::deque<IoCompletion> done_;    // guarded by mu_
-  bool wake_ = false;                // guarded by mu_
-  bool stopping_ = false;            // guarded by mu_
+  std::deque<IoOp> work_;          // guarded by mu_
+  std::deque<IoCompletion> done_;  // guarded by mu_
+  bool wake_ = false;              // guarded by mu_
+  bool stopping_ = false;          // guarded by mu_
   std::vector<std::thread> workers_;
 };
 

@@ -4,14 +4,22 @@
 // (< depth), which holds the caller's user_data and whether a deadline was attached; link timeouts, the wake read
 // and the shutdown cancel carry reserved tags above every slot index. That keeps caller user_data unrestricted and
 // lets Reap swallow internal CQEs.
-#include <linux/openat2.h>
+//
+// Ops io_uring has no opcode for (kFchmod, kUtimensAt) run on one side thread of the engine with the blocking
+// syscall, as the POSIX engine runs every op (a deadline is not enforced there: the real result arrives late). The
+// side thread hands its completions to Drain and wakes a waiting Reap through the wake eventfd.
 #include <liburing.h>
+#include <linux/openat2.h>
 #include <sys/eventfd.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
 
 #include "io/io_engine.h"
 #include "io/op_exec.h"
@@ -67,6 +75,7 @@ class UringEngine final : public IoEngine {
   }
 
   ~UringEngine() override {
+    StopSide();
     if (!ring_ok_) {
       if (wake_fd_ >= 0) close(wake_fd_);
       return;
@@ -108,6 +117,12 @@ class UringEngine final : public IoEngine {
     free_slots_.pop_back();
     Slot& slot = slots_[index];
     slot.user_data = op.user_data;
+    if (op.code == OpCode::kFchmod || op.code == OpCode::kUtimensAt) {
+      slot.has_deadline = false;  // not cancelled: its real result comes back
+      SubmitToSide(index, op);
+      ++in_flight_;
+      return 0;
+    }
     slot.has_deadline = op.deadline_ns > 0;
 
     io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
@@ -131,6 +146,17 @@ class UringEngine final : public IoEngine {
       case OpCode::kLinkAt: io_uring_prep_linkat(sqe, op.dirfd, op.path, op.dirfd, op.path2, op.flags); break;
       case OpCode::kUnlinkAt: io_uring_prep_unlinkat(sqe, op.dirfd, op.path, op.flags); break;
       case OpCode::kMkdirAt: io_uring_prep_mkdirat(sqe, op.dirfd, op.path, op.mode); break;
+      case OpCode::kStatx:
+        if (op.path == nullptr) {
+          io_uring_prep_statx(sqe, op.fd, "", AT_EMPTY_PATH | AT_STATX_SYNC_AS_STAT, STATX_BASIC_STATS,
+                              static_cast<struct statx*>(op.buf));
+        } else {
+          io_uring_prep_statx(sqe, op.dirfd, op.path, AT_SYMLINK_NOFOLLOW | AT_STATX_SYNC_AS_STAT, STATX_BASIC_STATS,
+                              static_cast<struct statx*>(op.buf));
+        }
+        break;
+      case OpCode::kFchmod:
+      case OpCode::kUtimensAt: break;  // the side thread's (above)
     }
     sqe->user_data = index;
     if (slot.has_deadline) {
@@ -206,7 +232,7 @@ class UringEngine final : public IoEngine {
     // Ops the kernel cannot complete inline (opens, links, extending O_DIRECT writes) go to io_uring's worker
     // threads, by default at most 4 per CPU: 8 on a 2-core machine, fewer than the ops we keep in flight. Allow
     // one worker per op in flight. The limit belongs to the issuing thread, which is why it is set here.
-    unsigned workers[2] = {depth_, 0};  // bounded (regular file I/O), unbounded (unchanged)
+    unsigned workers[2] = {depth_, 0};                    // bounded (regular file I/O), unbounded (unchanged)
     io_uring_register_iowq_max_workers(&ring_, workers);  // best effort: older kernels keep their default
     ArmWake();
     return 0;
@@ -233,7 +259,7 @@ class UringEngine final : public IoEngine {
 
   // Moves every available CQE into *out (caller ops) or internal state (wake, timeouts). Returns ops appended.
   int Drain(std::vector<IoCompletion>* out, bool* woke) {
-    int appended = 0;
+    int appended = DrainSide(out);
     io_uring_cqe* cqes[kCqeBatch];
     for (;;) {
       unsigned n = io_uring_peek_batch_cqe(&ring_, cqes, kCqeBatch);
@@ -260,6 +286,74 @@ class UringEngine final : public IoEngine {
     return appended;
   }
 
+  // The side thread (see the top of the file).
+  void SubmitToSide(uint32_t index, const IoOp& op) {
+    {
+      std::lock_guard lock(side_mu_);
+      side_work_.push_back(SideOp{index, op});
+    }
+    ++side_in_flight_;
+    if (!side_.joinable()) side_ = std::thread([this] { SideLoop(); });
+    side_cv_.notify_one();
+  }
+
+  void SideLoop() {
+    std::unique_lock lock(side_mu_);
+    for (;;) {
+      side_cv_.wait(lock, [this] { return side_stop_ || !side_work_.empty(); });
+      if (side_stop_) return;
+      SideOp work = side_work_.front();
+      side_work_.pop_front();
+      lock.unlock();
+      const int64_t result = internal::ExecuteBlocking(work.op);
+      lock.lock();
+      side_done_.push_back(std::make_pair(work.index, result));
+      Wake();
+    }
+  }
+
+  // Moves the side thread's completions into *out (issuer thread). Returns ops appended.
+  int DrainSide(std::vector<IoCompletion>* out) {
+    if (side_in_flight_ == 0) return 0;
+    std::vector<std::pair<uint32_t, int64_t>> done;
+    {
+      std::lock_guard lock(side_mu_);
+      done.swap(side_done_);
+    }
+    for (const auto& [index, result] : done) {
+      out->push_back(IoCompletion{slots_[index].user_data, result});
+      free_slots_.push_back(index);
+      --in_flight_;
+      --side_in_flight_;
+    }
+    return static_cast<int>(done.size());
+  }
+
+  // Finishes the side thread's op under way; ops it has not started are dropped (their callers reap no more).
+  void StopSide() {
+    if (!side_.joinable()) return;
+    {
+      std::lock_guard lock(side_mu_);
+      side_stop_ = true;
+    }
+    side_cv_.notify_all();
+    side_.join();
+    in_flight_ -= side_in_flight_;
+    side_in_flight_ = 0;
+  }
+
+  struct SideOp {
+    uint32_t index;
+    IoOp op;
+  };
+  std::mutex side_mu_;
+  std::condition_variable side_cv_;
+  std::deque<SideOp> side_work_;                         // guarded by side_mu_
+  std::vector<std::pair<uint32_t, int64_t>> side_done_;  // guarded by side_mu_: (slot index, result)
+  bool side_stop_ = false;                               // guarded by side_mu_
+  uint32_t side_in_flight_ = 0;                          // issuer thread only
+  std::thread side_;                                     // started by the first side op
+
   io_uring ring_{};
   bool ring_ok_ = false;
   bool needs_enable_ = false;
@@ -268,7 +362,7 @@ class UringEngine final : public IoEngine {
   uint32_t in_flight_ = 0;
   std::vector<Slot> slots_;
   std::vector<uint32_t> free_slots_;
-  int wake_fd_ = -1;     // written by Wake() from any thread; read only through the ring
+  int wake_fd_ = -1;  // written by Wake() from any thread; read only through the ring
   bool wake_armed_ = false;
   uint64_t wake_buf_ = 0;
 };
@@ -296,7 +390,7 @@ bool UringAvailable(std::string* why) {
   bool ok = true;
   if (io_uring_probe* probe = io_uring_get_probe_ring(&ring)) {
     for (int op : {IORING_OP_OPENAT, IORING_OP_READ, IORING_OP_WRITE, IORING_OP_FSYNC, IORING_OP_CLOSE,
-                   IORING_OP_LINKAT, IORING_OP_UNLINKAT, IORING_OP_MKDIRAT, IORING_OP_LINK_TIMEOUT}) {
+                   IORING_OP_LINKAT, IORING_OP_UNLINKAT, IORING_OP_MKDIRAT, IORING_OP_LINK_TIMEOUT, IORING_OP_STATX}) {
       if (!io_uring_opcode_supported(probe, op)) {
         say("io_uring lacks opcode " + std::to_string(op) + " (kernel too old)");
         ok = false;

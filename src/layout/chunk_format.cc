@@ -51,8 +51,7 @@ std::string HexOf(std::span<const uint8_t> bytes) {
 }
 
 // Geometry rules shared by encode (kInvalidArgument) and decode (kCorrupt).
-std::string GeometryProblem(uint32_t num_blocks, uint64_t block_bytes, uint64_t block_stride,
-                            uint64_t payload_bytes) {
+std::string GeometryProblem(uint32_t num_blocks, uint64_t block_bytes, uint64_t block_stride, uint64_t payload_bytes) {
   if (num_blocks == 0 || num_blocks > kMaxBlocksPerChunk) {
     return "num_blocks " + std::to_string(num_blocks) + " is outside 1.." + std::to_string(kMaxBlocksPerChunk);
   }
@@ -60,12 +59,12 @@ std::string GeometryProblem(uint32_t num_blocks, uint64_t block_bytes, uint64_t 
     return "block_bytes " + std::to_string(block_bytes) + " is outside 1.." + std::to_string(kMaxBlockBytes);
   }
   if (block_stride != BlockStride(block_bytes)) {
-    return "block_stride " + std::to_string(block_stride) + " is not round_up(block_bytes, 4096) = " +
-           std::to_string(BlockStride(block_bytes));
+    return "block_stride " + std::to_string(block_stride) +
+           " is not round_up(block_bytes, 4096) = " + std::to_string(BlockStride(block_bytes));
   }
   if (payload_bytes != uint64_t{num_blocks} * block_stride) {
-    return "payload_bytes " + std::to_string(payload_bytes) + " is not num_blocks * block_stride = " +
-           std::to_string(uint64_t{num_blocks} * block_stride);
+    return "payload_bytes " + std::to_string(payload_bytes) +
+           " is not num_blocks * block_stride = " + std::to_string(uint64_t{num_blocks} * block_stride);
   }
   return {};
 }
@@ -76,8 +75,8 @@ std::array<uint8_t, 32> HmacSha256(std::span<const uint8_t> key, std::string_vie
   unsigned int out_len = 0;
   std::string msg(label);
   if (data != nullptr) msg.append(reinterpret_cast<const char*>(data), len);
-  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), reinterpret_cast<const uint8_t*>(msg.data()),
-       msg.size(), out.data(), &out_len);
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), reinterpret_cast<const uint8_t*>(msg.data()), msg.size(),
+       out.data(), &out_len);
   return out;
 }
 
@@ -105,9 +104,7 @@ Result<ChecksumKey> DeriveChecksumKey(std::string_view secret) {
   return out;
 }
 
-uint64_t BlockChecksum(const void* data, size_t len, uint64_t seed) {
-  return detail::Xxh3Seeded(data, len, seed);
-}
+uint64_t BlockChecksum(const void* data, size_t len, uint64_t seed) { return detail::Xxh3Seeded(data, len, seed); }
 
 uint64_t BlockChecksumSeed(const ChunkHeader& header, uint32_t index) {
   // Binding the seed to namespace, key and position makes a block copied from another file, another namespace or
@@ -134,17 +131,17 @@ Status FillPayloadFields(ChunkHeader* header, const uint8_t* payload, const Chec
   header->block_checksums.fill(0);
   for (uint32_t i = 0; i < header->num_blocks; ++i) {
     const uint8_t* block = payload + uint64_t{i} * header->block_stride;
-    header->block_checksums[i] = key != nullptr ? KeyedBlockChecksum(*header, i, block, *key)
-                                                : BlockChecksum(block, header->block_bytes, BlockChecksumSeed(*header, i));
+    header->block_checksums[i] = key != nullptr
+                                     ? KeyedBlockChecksum(*header, i, block, *key)
+                                     : BlockChecksum(block, header->block_bytes, BlockChecksumSeed(*header, i));
   }
   return Status::Ok();
 }
 
 Status EncodeHeader(const ChunkHeader& h, std::span<uint8_t> out, const ChecksumKey* key) {
   if (out.size() != kHeaderBytes) {
-    return Status(StatusCode::kInvalidArgument,
-                  "chunk header buffer has " + std::to_string(out.size()) + " bytes, not " +
-                      std::to_string(kHeaderBytes));
+    return Status(StatusCode::kInvalidArgument, "chunk header buffer has " + std::to_string(out.size()) +
+                                                    " bytes, not " + std::to_string(kHeaderBytes));
   }
   if (h.key.empty()) return Status(StatusCode::kInvalidArgument, "chunk header: key is empty");
   std::string problem = GeometryProblem(h.num_blocks, h.block_bytes, h.block_stride, h.payload_bytes);
@@ -189,8 +186,8 @@ namespace {
 // DecodeHeader; without check_keying, the header's keying is not checked against the reader's key (the kind against
 // whether there is a key, and the MAC), everything else is.
 Result<ChunkHeader> Decode(std::span<const uint8_t> bytes, std::span<const uint8_t, 16> expected_fingerprint,
-                           const ChunkKey& expected_key, const ChunkGeometry* expected,
-                           const ChecksumKey* checksum_key, bool check_keying) {
+                           const ChunkKey& expected_key, const ChunkGeometry* expected, const ChecksumKey* checksum_key,
+                           bool check_keying) {
   if (bytes.size() != kHeaderBytes) {
     return Corrupt("chunk header has " + std::to_string(bytes.size()) + " bytes, expected " +
                    std::to_string(kHeaderBytes) + " (truncated file?)");
@@ -232,8 +229,8 @@ Result<ChunkHeader> Decode(std::span<const uint8_t> bytes, std::span<const uint8
     }
   }
   if (std::memcmp(p + kOffFingerprint, expected_fingerprint.data(), 16) != 0) {
-    return Corrupt("chunk header: foreign namespace (fingerprint " +
-                   HexOf({p + kOffFingerprint, 16}) + ", expected " + HexOf(expected_fingerprint) + ")");
+    return Corrupt("chunk header: foreign namespace (fingerprint " + HexOf({p + kOffFingerprint, 16}) + ", expected " +
+                   HexOf(expected_fingerprint) + ")");
   }
   size_t key_size = p[kOffKeySize];
   if (key_size == 0 || key_size > ChunkKey::kMaxBytes) {

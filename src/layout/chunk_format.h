@@ -39,30 +39,30 @@ inline constexpr uint32_t kChecksumXxh3Seeded = 1;
 inline constexpr uint32_t kChecksumKeyed = 2;
 
 // Byte offsets inside the header (see docs/file-format.md). All integers little-endian.
-inline constexpr size_t kOffMagic = 0;            // 8 bytes
-inline constexpr size_t kOffVersion = 8;          // u32
-inline constexpr size_t kOffHeaderBytes = 12;     // u32, == kHeaderBytes
-inline constexpr size_t kOffFingerprint = 16;     // 16 bytes
-inline constexpr size_t kOffKeySize = 32;         // u8, then 7 zero bytes
-inline constexpr size_t kOffKey = 40;             // 64 bytes, zero padded
-inline constexpr size_t kOffNumBlocks = 104;      // u32
-inline constexpr size_t kOffChecksumKind = 108;   // u32
-inline constexpr size_t kOffBlockBytes = 112;     // u64
-inline constexpr size_t kOffBlockStride = 120;    // u64
-inline constexpr size_t kOffPayloadBytes = 128;   // u64
-inline constexpr size_t kOffCreatedNs = 136;      // u64
-inline constexpr size_t kOffBlockChecksums = 144; // kMaxBlocksPerChunk x u64 (unused slots zero)
+inline constexpr size_t kOffMagic = 0;             // 8 bytes
+inline constexpr size_t kOffVersion = 8;           // u32
+inline constexpr size_t kOffHeaderBytes = 12;      // u32, == kHeaderBytes
+inline constexpr size_t kOffFingerprint = 16;      // 16 bytes
+inline constexpr size_t kOffKeySize = 32;          // u8, then 7 zero bytes
+inline constexpr size_t kOffKey = 40;              // 64 bytes, zero padded
+inline constexpr size_t kOffNumBlocks = 104;       // u32
+inline constexpr size_t kOffChecksumKind = 108;    // u32
+inline constexpr size_t kOffBlockBytes = 112;      // u64
+inline constexpr size_t kOffBlockStride = 120;     // u64
+inline constexpr size_t kOffPayloadBytes = 128;    // u64
+inline constexpr size_t kOffCreatedNs = 136;       // u64
+inline constexpr size_t kOffBlockChecksums = 144;  // kMaxBlocksPerChunk x u64 (unused slots zero)
 inline constexpr size_t kOffReservedBegin = kOffBlockChecksums + 8 * kMaxBlocksPerChunk;  // 2192: zeros up to...
 inline constexpr size_t kOffHeaderMac = kOffReservedBegin;  // kind 2 only: 32 bytes HMAC-SHA256 of [0, 2192)
 inline constexpr size_t kHeaderMacBytes = 32;
-inline constexpr size_t kOffHeaderChecksum = kHeaderBytes - 8;                            // 4088: u64
+inline constexpr size_t kOffHeaderChecksum = kHeaderBytes - 8;  // 4088: u64
 
 using Fingerprint16 = std::array<uint8_t, 16>;
 
 // The keys of checksum_kind 2, derived once from the operator's secret (EngineOptions::checksum_secret).
 struct ChecksumKey {
-  std::array<uint8_t, 32> mac_key{};        // HMAC-SHA256(secret, "kvtier-k3-header-mac")
-  std::array<uint8_t, 192> xxh3_secret{};   // HMAC-SHA256(secret, "kvtier-k3-block-secret-<i>"), i = 0..5
+  std::array<uint8_t, 32> mac_key{};       // HMAC-SHA256(secret, "kvtier-k3-header-mac")
+  std::array<uint8_t, 192> xxh3_secret{};  // HMAC-SHA256(secret, "kvtier-k3-block-secret-<i>"), i = 0..5
   // The first 16 bytes of HMAC-SHA256(secret, "kvtier-k3-key-id"): names the secret in a namespace's MANIFEST
   // (checksum_key=k3:<hex>, docs/file-format.md) without revealing it, so an engine given another secret is refused
   // at open instead of taking every entry for corrupt (K3).
@@ -86,7 +86,7 @@ struct ChunkHeader {
   uint32_t checksum_kind = kChecksumXxh3Seeded;
   std::array<uint64_t, kMaxBlocksPerChunk> block_checksums{};  // [i] for i < num_blocks; zero beyond
   std::array<uint8_t, kHeaderMacBytes> header_mac{};           // kind 2: filled by EncodeHeader
-  uint64_t header_checksum = 0;  // filled by EncodeHeader, verified by DecodeHeader
+  uint64_t header_checksum = 0;                                // filled by EncodeHeader, verified by DecodeHeader
 };
 
 // Expected geometry of the chunks of a namespace (blocks_per_chunk and block_bytes of its identity).

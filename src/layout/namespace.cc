@@ -138,9 +138,10 @@ Result<int> OpenRoot(const std::string& given) {
   if (lstat(root.c_str(), &st) != 0) {
     if (errno == ENOENT) return Status(StatusCode::kNotFound, "storage root " + root + " does not exist");
     if (errno == EACCES) {
-      return Status(StatusCode::kFailedPrecondition,
-                    "storage root " + root + " is not accessible by this process (uid " +
-                        std::to_string(geteuid()) + ")", EACCES);
+      return Status(
+          StatusCode::kFailedPrecondition,
+          "storage root " + root + " is not accessible by this process (uid " + std::to_string(geteuid()) + ")",
+          EACCES);
     }
     return Status::FromErrno(errno, "storage root " + root);
   }
@@ -164,9 +165,8 @@ bool InOurGroups(gid_t gid) {
 }
 
 bool IsFanoutName(std::string_view name) {
-  return name.size() == 2 && std::all_of(name.begin(), name.end(), [](char c) {
-           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-         });
+  return name.size() == 2 &&
+         std::all_of(name.begin(), name.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
 // K2: the directories directly under dir_fd (path) that kvtier made: fan-out directories ("ab"), and with usage
@@ -291,18 +291,22 @@ Status PublishManifest(int ns_fd, const std::string& ns_path, const std::string&
 Status KeyMismatch(const std::string& ns_path, const std::string& have, const std::string& want) {
   std::string why;
   if (have == "none") {
-    why = "its entries are written without a checksum secret, and this process has one (checksum_secret): open it "
-          "without the secret";
+    why =
+        "its entries are written without a checksum secret, and this process has one (checksum_secret): open it "
+        "without the secret";
   } else if (want == "none") {
-    why = "its entries are keyed (checksum_key=" + have + " in its MANIFEST), and this process has no checksum secret: "
+    why = "its entries are keyed (checksum_key=" + have +
+          " in its MANIFEST), and this process has no checksum secret: "
           "give checksum_secret the secret its writers use";
   } else {
-    why = "its entries are keyed with another checksum secret (MANIFEST checksum_key=" + have + ", this process's "
-          "secret gives " + want + "): give checksum_secret the secret its writers use";
+    why = "its entries are keyed with another checksum secret (MANIFEST checksum_key=" + have +
+          ", this process's "
+          "secret gives " +
+          want + "): give checksum_secret the secret its writers use";
   }
-  return Status(StatusCode::kFailedPrecondition,
-                "namespace " + ns_path + ": " + why + ", or rotate the secret (docs/operations.md, \"Rotating the "
-                "checksum secret\"); refusing to open it (nothing was removed)");
+  return Status(StatusCode::kFailedPrecondition, "namespace " + ns_path + ": " + why +
+                                                     ", or rotate the secret (docs/operations.md, \"Rotating the "
+                                                     "checksum secret\"); refusing to open it (nothing was removed)");
 }
 
 // Compares a MANIFEST's text with the identity and checksum key record asked for.
@@ -314,10 +318,10 @@ Status CompareManifest(const std::string& ns_path, const std::string& text, cons
   std::vector<Field> wanted = Fields(want);
   for (size_t i = 0; i < have.size(); ++i) {
     if (have[i].value != wanted[i].value) {
-      return Status(StatusCode::kFailedPrecondition,
-                    "namespace " + ns_path + " belongs to another identity: field " + have[i].name + " is '" +
-                        Escape(have[i].value) + "' in its MANIFEST, '" + Escape(wanted[i].value) +
-                        "' requested (refusing to reuse it)");
+      return Status(StatusCode::kFailedPrecondition, "namespace " + ns_path + " belongs to another identity: field " +
+                                                         have[i].name + " is '" + Escape(have[i].value) +
+                                                         "' in its MANIFEST, '" + Escape(wanted[i].value) +
+                                                         "' requested (refusing to reuse it)");
     }
   }
   if (text != ManifestText(want, *have_key)) {
@@ -378,10 +382,11 @@ Status ValidateIdentity(const NamespaceIdentity& id) {
   auto bad = [](const char* field, std::string why) {
     return Status(StatusCode::kInvalidArgument, std::string("namespace identity: ") + field + " " + why);
   };
-  // docs/file-format.md ("MANIFEST"): a bound on each string keeps every MANIFEST under kMaxManifestBytes even when fully escaped (4 x 3 x
-  // 4096 B), so no identity is accepted whose MANIFEST could be written but not read back.
+  // docs/file-format.md ("MANIFEST"): a bound on each string keeps every MANIFEST under kMaxManifestBytes even when
+  // fully escaped (4 x 3 x 4096 B), so no identity is accepted whose MANIFEST could be written but not read back.
   for (const auto& [field, value] : {std::pair<const char*, const std::string*>{"model", &id.model},
-                                     {"revision", &id.revision}, {"kv_dtype", &id.kv_dtype},
+                                     {"revision", &id.revision},
+                                     {"kv_dtype", &id.kv_dtype},
                                      {"layout_tag", &id.layout_tag}}) {
     if (value->size() > kMaxIdentityStringBytes) {
       return bad(field, "is " + std::to_string(value->size()) + " bytes long; at most " +
@@ -444,10 +449,9 @@ Result<NamespaceIdentity> ParseManifest(std::string_view text, std::string* chec
   // The identity's fields, then checksum_key (K3), the one optional field.
   constexpr size_t kNumFields = 11;
   constexpr size_t kChecksumKeyField = 10;
-  static constexpr const char* kNames[kNumFields] = {"format_version", "model",       "revision", "kv_dtype",
-                                                     "tokens_per_chunk", "blocks_per_chunk", "block_bytes",
-                                                     "tp_size",        "pp_size",     "layout_tag",
-                                                     "checksum_key"};
+  static constexpr const char* kNames[kNumFields] = {
+      "format_version", "model",   "revision", "kv_dtype",   "tokens_per_chunk", "blocks_per_chunk",
+      "block_bytes",    "tp_size", "pp_size",  "layout_tag", "checksum_key"};
   std::string checksum_key;
   bool seen[kNumFields] = {};
   if (!text.empty() && text.back() != '\n') {
@@ -489,8 +493,10 @@ Result<NamespaceIdentity> ParseManifest(std::string_view text, std::string* chec
       default: {
         auto s = Unescape(key, value);
         if (!s.ok()) return s.status();
-        std::string* dst = index == 1 ? &id.model : index == 2 ? &id.revision : index == 3 ? &id.kv_dtype
-                                                                                           : &id.layout_tag;
+        std::string* dst = index == 1   ? &id.model
+                           : index == 2 ? &id.revision
+                           : index == 3 ? &id.kv_dtype
+                                        : &id.layout_tag;
         *dst = std::move(s).value();
       }
     }
@@ -655,9 +661,9 @@ Result<Namespace> Namespace::OpenExisting(const std::string& root, const std::st
   auto parsed = ParseManifest(text.value(), &ns.checksum_key_);
   if (!parsed.ok()) return parsed.status().WithContext(ns.path_ + "/MANIFEST");
   if (parsed->format_version != kFormatVersion) {
-    return Status(StatusCode::kFailedPrecondition,
-                  ns.path_ + " uses format version " + std::to_string(parsed->format_version) +
-                      "; this build reads " + std::to_string(kFormatVersion));
+    return Status(StatusCode::kFailedPrecondition, ns.path_ + " uses format version " +
+                                                       std::to_string(parsed->format_version) + "; this build reads " +
+                                                       std::to_string(kFormatVersion));
   }
   Status valid = ValidateIdentity(parsed.value());
   if (!valid.ok()) return Status(StatusCode::kCorrupt, ns.path_ + "/MANIFEST: " + valid.message());

@@ -27,15 +27,15 @@
 namespace kvtier {
 
 struct NamespaceIdentity {
-  std::string model;        // model name, e.g. "Qwen/Qwen2.5-7B-Instruct"
-  std::string revision;     // weights revision, or a hash given by the user
-  std::string kv_dtype;     // e.g. "bfloat16", "fp8_e4m3"
+  std::string model;     // model name, e.g. "Qwen/Qwen2.5-7B-Instruct"
+  std::string revision;  // weights revision, or a hash given by the user
+  std::string kv_dtype;  // e.g. "bfloat16", "fp8_e4m3"
   uint32_t tokens_per_chunk = 0;
   uint32_t blocks_per_chunk = 0;  // 1..kMaxBlocksPerChunk
   uint64_t block_bytes = 0;       // bytes of one GPU block as stored, all layers and all TP ranks
   uint32_t tp_size = 1;
   uint32_t pp_size = 1;
-  std::string layout_tag;   // free text describing per-block byte order, e.g. "vllm-canonical-v1"
+  std::string layout_tag;  // free text describing per-block byte order, e.g. "vllm-canonical-v1"
   uint32_t format_version = kFormatVersion;
 };
 
@@ -76,8 +76,8 @@ std::string NamespaceDirName(const NamespaceIdentity& id);
 bool IsNamespaceDirName(std::string_view name);
 
 struct NamespaceOpenOptions {
-  bool create = true;       // create the directory and MANIFEST if missing; also requires write access
-  mode_t dir_mode = 0750;   // mode of every directory kvtier creates; files get dir_mode without the x bits
+  bool create = true;      // create the directory and MANIFEST if missing; also requires write access
+  mode_t dir_mode = 0750;  // mode of every directory kvtier creates; files get dir_mode without the x bits
   // K2: accept namespace directories that CheckTrustedDirectory refuses (EngineOptions::allow_insecure_root).
   bool allow_insecure = false;
   // K3: ChecksumKeyRecord of the opener's key: written into a new MANIFEST and required of an existing one.
@@ -92,9 +92,9 @@ struct NamespaceOpenOptions {
 // (docs/operations.md), and that user can write nothing there that the group cannot.
 Status CheckTrustedDirectory(const struct stat& st, const std::string& what, bool group_shared);
 
-// K2 (docs/file-format.md): root without its trailing "/" and "/." components ("L/", "L/." and "L/./" are "L"; "/" stays "/"), so
-// that the root checks see a symlink L as one (a trailing "/" makes the kernel resolve it first). Every function
-// here that takes a root applies it.
+// K2 (docs/file-format.md): root without its trailing "/" and "/." components ("L/", "L/." and "L/./" are "L"; "/"
+// stays "/"), so that the root checks see a symlink L as one (a trailing "/" makes the kernel resolve it first). Every
+// function here that takes a root applies it.
 std::string CanonicalRootPath(std::string_view root);
 
 class Namespace {
@@ -129,7 +129,7 @@ class Namespace {
   Namespace& operator=(const Namespace&) = delete;
   ~Namespace();
 
-  int dirfd() const { return fd_; }            // O_DIRECTORY|O_NOFOLLOW fd of the namespace directory
+  int dirfd() const { return fd_; }                  // O_DIRECTORY|O_NOFOLLOW fd of the namespace directory
   const std::string& path() const { return path_; }  // "<root>/ns-<hex>"
   const std::string& dir_name() const { return dir_name_; }
   const NamespaceIdentity& identity() const { return id_; }
@@ -152,8 +152,8 @@ class Namespace {
   mode_t dir_mode_ = 0750;
 };
 
-// L5 (docs/file-format.md, "Creation"): a namespace directory whose MANIFEST publication was cut (its creator killed between writing
-// .tmp.MANIFEST.* and linking it) holds temporaries and no MANIFEST.
+// L5 (docs/file-format.md, "Creation"): a namespace directory whose MANIFEST publication was cut (its creator killed
+// between writing .tmp.MANIFEST.* and linking it) holds temporaries and no MANIFEST.
 struct ManifestRecovery {
   uint64_t temporaries = 0, temporary_bytes = 0;  // .tmp.MANIFEST.* regular files found
   bool recoverable = false;  // one of them is whole: parses, is canonical and valid, and hashes to the directory

@@ -89,7 +89,7 @@ class Walker {
   Status WalkFirstLevel(int parent_fd, const char* a) {
     DirHandle dir;
     if (int err = dir.Open(parent_fd, a); err != 0) {
-      if (err == ENOENT) return Status::Ok();                              // removed by gc meanwhile
+      if (err == ENOENT) return Status::Ok();                                      // removed by gc meanwhile
       if (err == ENOTDIR || err == ELOOP) return Leaf(parent_fd, "", a, nullptr);  // a file or symlink
       return Status::FromErrno(err, "open " + ns_.path() + "/" + a);
     }

@@ -40,8 +40,8 @@ struct SweepReport {
   uint64_t temporaries_seen = 0;
   uint64_t removed = 0;
   uint64_t removed_bytes = 0;
-  uint64_t kept_young = 0;       // younger than min_age: possibly a live writer's
-  uint64_t remove_failed = 0;    // unlink failed for a reason other than ENOENT
+  uint64_t kept_young = 0;     // younger than min_age: possibly a live writer's
+  uint64_t remove_failed = 0;  // unlink failed for a reason other than ENOENT
 };
 
 // Removes temporaries whose mtime is at least min_age old (a writer's temporary is younger than its write

@@ -14,14 +14,13 @@ struct Known {
 };
 // linux/magic.h and the filesystems' own sources (GPFS, Lustre, BeeGFS define theirs outside the kernel tree).
 constexpr Known kKnown[] = {
-    {0xEF53, "ext4", false},        {0x58465342, "xfs", false},     {0x9123683E, "btrfs", false},
-    {0x01021994, "tmpfs", false},   {0x2FC12FC1, "zfs", false},     {0xF2F52010, "f2fs", false},
-    {0x794C7630, "overlayfs", false},
-    {0x65735546, "fuse", true},     {0x6969, "nfs", true},          {0x00C36400, "cephfs", true},
-    {0x0BD00BD0, "lustre", true},   {0x47504653, "gpfs", true},     {0xFF534D42, "cifs", true},
-    {0xFE534D42, "smb2", true},     {0x01021997, "9p", true},       {0x01161970, "gfs2", true},
-    {0x7461636F, "ocfs2", true},    {0x19830326, "beegfs", true},   {0x5346414F, "afs", true},
-    {0x6B414653, "afs", true},      {0x73757245, "coda", true},
+    {0xEF53, "ext4", false},          {0x58465342, "xfs", false},   {0x9123683E, "btrfs", false},
+    {0x01021994, "tmpfs", false},     {0x2FC12FC1, "zfs", false},   {0xF2F52010, "f2fs", false},
+    {0x794C7630, "overlayfs", false}, {0x65735546, "fuse", true},   {0x6969, "nfs", true},
+    {0x00C36400, "cephfs", true},     {0x0BD00BD0, "lustre", true}, {0x47504653, "gpfs", true},
+    {0xFF534D42, "cifs", true},       {0xFE534D42, "smb2", true},   {0x01021997, "9p", true},
+    {0x01161970, "gfs2", true},       {0x7461636F, "ocfs2", true},  {0x19830326, "beegfs", true},
+    {0x5346414F, "afs", true},        {0x6B414653, "afs", true},    {0x73757245, "coda", true},
 };
 }  // namespace
 

@@ -12,10 +12,10 @@
 namespace kvtier {
 
 struct FilesystemKind {
-  uint64_t magic = 0;     // statfs f_type
-  std::string name;       // "ext4", "fuse", "nfs", ... or "0x<hex>"
-  bool shared = false;    // mounted by several hosts (network, cluster, FUSE)
-  bool probed = false;    // statfs succeeded
+  uint64_t magic = 0;   // statfs f_type
+  std::string name;     // "ext4", "fuse", "nfs", ... or "0x<hex>"
+  bool shared = false;  // mounted by several hosts (network, cluster, FUSE)
+  bool probed = false;  // statfs succeeded
 };
 
 FilesystemKind ProbeFilesystem(int dirfd);

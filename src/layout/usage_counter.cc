@@ -47,7 +47,8 @@ void SweepStale(const std::string& keep) {
     }
     char path[kPathMax + 1] = {};
     const ssize_t n = pread(fd, path, kPathMax, kPathOffset);
-    struct stat mine {}, named {};
+    struct stat mine {
+    }, named{};
     // The name must still be this object: an opener may have replaced an object swept a moment ago.
     const bool same = fstat(fd, &mine) == 0 && stat(("/dev/shm" + name).c_str(), &named) == 0 &&
                       mine.st_ino == named.st_ino && mine.st_dev == named.st_dev;
@@ -134,10 +135,10 @@ SharedUsage::~SharedUsage() {
   // still refers to the object locked. An opener that shm_open'ed it meanwhile finds the name gone or another
   // object after its lock and starts again. A killed engine skips this; SweepStale removes its counter once the
   // namespace is gone.
-  struct stat mine {}, named {};
+  struct stat mine {
+  }, named{};
   if (flock(fd_, LOCK_EX | LOCK_NB) == 0 && !name_.empty() && fstat(fd_, &mine) == 0 &&
-      stat(("/dev/shm" + name_).c_str(), &named) == 0 && mine.st_ino == named.st_ino &&
-      mine.st_dev == named.st_dev) {
+      stat(("/dev/shm" + name_).c_str(), &named) == 0 && mine.st_ino == named.st_ino && mine.st_dev == named.st_dev) {
     shm_unlink(name_.c_str());
   }
   close(fd_);  // drops the lock

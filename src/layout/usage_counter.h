@@ -16,8 +16,9 @@
 // from a scan): the last holder removes it when it closes (its exclusive lock succeeds), so a counter does not
 // outlive its engines or its root, and Open sweeps those a killed engine left whose namespace is gone. Either
 // unlinks one only while holding its exclusive lock, and an opener re-checks after locking that the name still
-// refers to the object it locked, so no two live engines ever count in different objects. (Directory inodes are reused: a new namespace may get the name of a
-// deleted one's counter, which is harmless because the first holder resets it and rewrites the path.)
+// refers to the object it locked, so no two live engines ever count in different objects. (Directory inodes are reused:
+// a new namespace may get the name of a deleted one's counter, which is harmless because the first holder resets it and
+// rewrites the path.)
 //
 // Limits: shared only by processes of one host (and one /dev/shm: containers with private /dev/shm each count
 // their own); hosts sharing a network filesystem each see their own writers. A process killed between its write
@@ -62,7 +63,7 @@ class SharedUsage {
   bool first_holder() const { return first_holder_; }
 
  private:
-  int fd_ = -1;  // held open with a shared flock for the counter's lifetime
+  int fd_ = -1;       // held open with a shared flock for the counter's lifetime
   std::string name_;  // ShmName() at Open: the destructor of the last holder unlinks it
   bool first_holder_ = false;
   std::atomic<int64_t>* counter_ = nullptr;  // in the shared mapping

@@ -277,7 +277,7 @@ void UsageLedger::ReadPeers(bool relist) {
     peer_names_.erase(std::remove(peer_names_.begin(), peer_names_.end(), name_), peer_names_.end());
     for (auto it = peers_.begin(); it != peers_.end();) {  // folded or removed meanwhile
       it = std::find(peer_names_.begin(), peer_names_.end(), it->first) == peer_names_.end() ? peers_.erase(it)
-                                                                                               : std::next(it);
+                                                                                             : std::next(it);
     }
   }
   int64_t others = 0;

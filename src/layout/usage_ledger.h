@@ -44,12 +44,12 @@
 namespace kvtier {
 
 struct LedgerOptions {
-  int64_t write_interval_ms = 10;   // own record rewritten at most this often while it changes
-  int64_t read_interval_ms = 10;    // the others' records re-read this often
-  int64_t list_interval_ms = 100;   // the usage directory re-listed this often (engines that joined)
-  int64_t heartbeat_ms = 1000;      // own record rewritten at least this often (liveness)
-  int64_t dead_after_ms = 30000;    // a record unchanged this long is a dead engine's: reclaimed
-  std::string host;                 // host name in the record's file name; empty: gethostname()
+  int64_t write_interval_ms = 10;  // own record rewritten at most this often while it changes
+  int64_t read_interval_ms = 10;   // the others' records re-read this often
+  int64_t list_interval_ms = 100;  // the usage directory re-listed this often (engines that joined)
+  int64_t heartbeat_ms = 1000;     // own record rewritten at least this often (liveness)
+  int64_t dead_after_ms = 30000;   // a record unchanged this long is a dead engine's: reclaimed
+  std::string host;                // host name in the record's file name; empty: gethostname()
 };
 
 // One record as read from the usage directory (kvtier stats, tests).
@@ -114,8 +114,8 @@ class UsageLedger {
     bool seen = false;
   };
   void Run();
-  bool CreateOwn();         // a new record file under a new name (name_, fd_, own_ino_); false: errno says why
-  void ReclaimIfFolded();   // the record was renamed away by a peer that judged this engine dead: start anew
+  bool CreateOwn();        // a new record file under a new name (name_, fd_, own_ino_); false: errno says why
+  void ReclaimIfFolded();  // the record was renamed away by a peer that judged this engine dead: start anew
   void WriteOwn(bool closed);
   void ReadPeers(bool relist);
   void Fold(const std::string& peer_name);

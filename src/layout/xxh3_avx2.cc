@@ -1,7 +1,7 @@
 // XXH3 with AVX2 for the payload checksums. Debian's libxxhash is built for baseline x86-64 (SSE2), which hashes
 // ~19 GB/s per thread on the machines we test on; the same algorithm from the package's own header compiled with
-// AVX2 does ~30 GB/s on 64 MiB (`kvtier bench io --verbose` prints both). The results are bit-identical (XXH3's vector paths are
-// interchangeable), so this only changes how much CPU a load's verification or a store's checksums take.
+// AVX2 does ~30 GB/s on 64 MiB (`kvtier bench io --verbose` prints both). The results are bit-identical (XXH3's vector
+// paths are interchangeable), so this only changes how much CPU a load's verification or a store's checksums take.
 // CMake compiles this file with -mavx2 and defines KVTIER_XXH3_AVX2 on x86-64; xxh3_dispatch.cc calls it only when
 // the CPU reports AVX2 at run time.
 #if defined(KVTIER_XXH3_AVX2)

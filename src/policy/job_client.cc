@@ -28,15 +28,15 @@ Status ValidateTransfer(JobKind kind, const ChunkTransfer& t, uint32_t blocks_pe
   const uint32_t n = t.num_blocks ? t.num_blocks : bpc - std::min(t.first_block, bpc);
   if (t.first_block >= bpc || n == 0 || t.first_block + n > bpc) {
     return Status(StatusCode::kInvalidArgument, "block range [" + std::to_string(t.first_block) + ", +" +
-                                                    std::to_string(n) + ") outside a chunk of " +
-                                                    std::to_string(bpc) + " blocks");
+                                                    std::to_string(n) + ") outside a chunk of " + std::to_string(bpc) +
+                                                    " blocks");
   }
   const uint64_t span = static_cast<uint64_t>(n) * block_stride;
   for (const CopySegment& s : t.segments) {
     if (s.bytes == 0 || s.slot_offset + s.bytes > span || s.address == 0) {
-      return Status(StatusCode::kInvalidArgument,
-                    "copy segment (offset " + std::to_string(s.slot_offset) + ", " + std::to_string(s.bytes) +
-                        " B) outside the " + std::to_string(span) + " B transferred, or null address");
+      return Status(StatusCode::kInvalidArgument, "copy segment (offset " + std::to_string(s.slot_offset) + ", " +
+                                                      std::to_string(s.bytes) + " B) outside the " +
+                                                      std::to_string(span) + " B transferred, or null address");
     }
   }
   return Status::Ok();
@@ -68,8 +68,8 @@ Result<std::unique_ptr<JobClient>> JobClient::Create(Engine* engine, std::unique
     if (!lane) break;  // this kind makes no lanes: one copier for everything
     lanes.push_back(std::move(lane));
   }
-  return std::make_unique<JobClient>(Passkey{}, engine, std::move(view).value(), std::move(own), pump,
-                                     std::move(lanes), 2 * so.max_window + 64);
+  return std::make_unique<JobClient>(Passkey{}, engine, std::move(view).value(), std::move(own), pump, std::move(lanes),
+                                     2 * so.max_window + 64);
 }
 
 JobClient::JobClient(Passkey, Engine* engine, std::unique_ptr<staging::StagingPool> view,
@@ -238,8 +238,7 @@ bool JobClient::Advance() {
 
 void JobClient::OpenPartLocked(Job& job) {
   if (job.chunks.empty()) return;
-  const uint32_t count =
-      std::min<uint32_t>(kMaxPartChunks, static_cast<uint32_t>(job.chunks.size()) - job.part_first);
+  const uint32_t count = std::min<uint32_t>(kMaxPartChunks, static_cast<uint32_t>(job.chunks.size()) - job.part_first);
   std::vector<ChunkKey> keys;
   keys.reserve(count);
   for (uint32_t i = 0; i < count; ++i) keys.push_back(job.chunks[job.part_first + i].key);
@@ -266,8 +265,7 @@ void JobClient::ObserveLocked(Job& job, std::vector<std::vector<CopyTask>>* batc
       continue;
     }
     if (v.state != EntryState::kReady) {
-      OutcomeLocked(job, i, Status(StatusCode::kNotFound, "chunk not loaded (absent, corrupt, late or unreadable)"),
-                    0);
+      OutcomeLocked(job, i, Status(StatusCode::kNotFound, "chunk not loaded (absent, corrupt, late or unreadable)"), 0);
       continue;
     }
     const uint64_t first = job.kind == JobKind::kLoad ? uint64_t{t.first_block} * block_stride_ : 0;
@@ -299,7 +297,7 @@ void JobClient::CopyEndedLocked(Job& job, uint32_t i, const Status& status) {
     OutcomeLocked(job, i, Status(status.code(), "copy into the slot failed: " + status.message()), 0);
     return;
   }
-  engine_->WatchStore(t.key);             // before the commit: the engine keeps its outcome for SettleWritesLocked
+  engine_->WatchStore(t.key);            // before the commit: the engine keeps its outcome for SettleWritesLocked
   view_->AckEntry(entry, job.span.tag);  // the pump commits it
   job.steps[i] = Step::kCommitted;
 }

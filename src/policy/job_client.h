@@ -46,8 +46,8 @@ using JobId = uint64_t;
 // One chunk of a job: which key, which of its blocks (loads), and where its bytes go to or come from.
 struct ChunkTransfer {
   ChunkKey key;
-  uint32_t first_block = 0;   // loads: first GPU block of the chunk needed; stores: must be 0
-  uint32_t num_blocks = 0;    // 0: through the end of the chunk; stores always write whole chunks
+  uint32_t first_block = 0;  // loads: first GPU block of the chunk needed; stores: must be 0
+  uint32_t num_blocks = 0;   // 0: through the end of the chunk; stores always write whole chunks
   std::vector<CopySegment> segments;
 };
 
@@ -118,7 +118,7 @@ class JobClient {
     std::vector<ChunkTransfer> chunks;
     std::vector<Step> steps;
     JobResult result;
-    uint64_t copy_bytes = 0;  // loads: every segment's bytes (CopyTask::job_bytes)
+    uint64_t copy_bytes = 0;    // loads: every segment's bytes (CopyTask::job_bytes)
     uint64_t bytes_needed = 0;  // loads: the payload bytes of the blocks asked for (Engine::CountClientLoadEnded)
     // The part of the job open as a stream: chunks [part_first, part_first + span.count).
     uint32_t part_first = 0;
@@ -127,7 +127,6 @@ class JobClient {
     uint32_t settled = 0;  // chunks of the part before it are copied (or failed): the scan starts here
     uint32_t done = 0;     // chunks with an outcome
   };
-
 
   Result<JobId> Submit(JobKind kind, std::vector<ChunkTransfer> chunks);
   void Run();
@@ -143,7 +142,7 @@ class JobClient {
 
   Engine* const engine_;
   const std::unique_ptr<staging::StagingPool> view_;  // the consumer's mapping of the pool (a vLLM worker's)
-  std::unique_ptr<StreamPump> own_pump_;  // null when the client was given one
+  std::unique_ptr<StreamPump> own_pump_;              // null when the client was given one
   StreamPump* const pump_;
   std::vector<std::unique_ptr<DeviceCopier>> lanes_;  // Submit/Poll on the copy thread only
   const uint32_t scan_window_;  // board entries past `settled` worth observing (the pump's window bounds them)

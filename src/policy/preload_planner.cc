@@ -102,8 +102,10 @@ PromoteResult PreloadPlanner::Demand(const ChunkKey& key) {
 void PreloadPlanner::RetireLocked() {
   for (auto* set : {&spec_inflight_, &demand_inflight_}) {
     for (auto it = set->begin(); it != set->end();) {
-      if (engine_->Residency(*it) != PromoteState::kPending) it = set->erase(it);
-      else ++it;
+      if (engine_->Residency(*it) != PromoteState::kPending)
+        it = set->erase(it);
+      else
+        ++it;
     }
   }
 }

@@ -39,19 +39,19 @@
 namespace kvtier::policy {
 
 struct PlannerOptions {
-  uint32_t max_inflight = 1;       // speculative chunk reads in flight at once (preload_max_inflight); 0: off
-  int64_t max_queue_age_ms = 0;    // queued reads older than this are dropped; 0: never
+  uint32_t max_inflight = 1;     // speculative chunk reads in flight at once (preload_max_inflight); 0: off
+  int64_t max_queue_age_ms = 0;  // queued reads older than this are dropped; 0: never
 };
 
 struct PlannerStats {
-  uint64_t enqueued = 0;           // chunk keys queued for preload
-  uint64_t started = 0;            // speculative promotions started (reads issued)
-  uint64_t already_resident = 0;   // queued keys found resident or being read: nothing to do
-  uint64_t joined_in_flight = 0;   // demand arrived while this planner's speculative read of the key was in flight
-  uint64_t deferred_for_demand = 0;// pumps that started nothing because demand reads were in flight
-  uint64_t refused_no_room = 0;    // pumps that found no slot a preload may take (retried on a later pump)
-  uint64_t dropped = 0;            // queued keys dropped: forgotten request, stale, or absent prefix
-  uint64_t demand_promotions = 0;  // Demand() calls that started or joined a read
+  uint64_t enqueued = 0;             // chunk keys queued for preload
+  uint64_t started = 0;              // speculative promotions started (reads issued)
+  uint64_t already_resident = 0;     // queued keys found resident or being read: nothing to do
+  uint64_t joined_in_flight = 0;     // demand arrived while this planner's speculative read of the key was in flight
+  uint64_t deferred_for_demand = 0;  // pumps that started nothing because demand reads were in flight
+  uint64_t refused_no_room = 0;      // pumps that found no slot a preload may take (retried on a later pump)
+  uint64_t dropped = 0;              // queued keys dropped: forgotten request, stale, or absent prefix
+  uint64_t demand_promotions = 0;    // Demand() calls that started or joined a read
 };
 
 class PreloadPlanner {
@@ -78,8 +78,8 @@ class PreloadPlanner {
   // Retire finished reads and start speculative ones within the bounds. Call once per scheduler step.
   void Pump();
 
-  size_t inflight() const;         // speculative reads in flight
-  size_t demand_pending() const;   // demand reads in flight
+  size_t inflight() const;        // speculative reads in flight
+  size_t demand_pending() const;  // demand reads in flight
   size_t queued() const;
   PlannerStats stats() const;
   const PlannerOptions& options() const { return options_; }

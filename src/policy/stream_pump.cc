@@ -41,8 +41,8 @@ Result<StreamSpan> StreamPump::Open(std::span<const ChunkKey> keys, uint32_t con
   std::optional<uint32_t> first = AllocateEntriesLocked(static_cast<uint32_t>(keys.size()));
   if (!first) {
     stats_.board_full++;
-    return Status(StatusCode::kResourceExhausted, "the stream board has no room for " +
-                                                      std::to_string(keys.size()) + " more entries");
+    return Status(StatusCode::kResourceExhausted,
+                  "the stream board has no room for " + std::to_string(keys.size()) + " more entries");
   }
   Stream s;
   s.span = StreamSpan{next_id_++, *first, static_cast<uint32_t>(keys.size()), next_tag_++};

@@ -65,14 +65,14 @@ struct StreamProgress {
 struct StreamStats {
   uint64_t loads_opened = 0;
   uint64_t stores_opened = 0;
-  uint64_t chunks_loaded = 0;   // load chunks acked by every consumer
-  uint64_t chunks_failed = 0;   // load chunks that failed mid-stream, store chunks dropped
-  uint64_t chunks_stored = 0;   // store chunks committed
+  uint64_t chunks_loaded = 0;  // load chunks acked by every consumer
+  uint64_t chunks_failed = 0;  // load chunks that failed mid-stream, store chunks dropped
+  uint64_t chunks_stored = 0;  // store chunks committed
   uint64_t chunks_skipped = 0;
-  uint64_t slot_waits = 0;      // a stream found no slot for its next chunk (it waits; not a failure)
-  uint64_t board_full = 0;      // opens refused: the board had no room
-  uint32_t peak_window = 0;     // most slots one stream held at once
-  uint32_t open = 0;            // streams open now
+  uint64_t slot_waits = 0;   // a stream found no slot for its next chunk (it waits; not a failure)
+  uint64_t board_full = 0;   // opens refused: the board had no room
+  uint32_t peak_window = 0;  // most slots one stream held at once
+  uint32_t open = 0;         // streams open now
 };
 
 class StreamPump {
@@ -112,9 +112,9 @@ class StreamPump {
     bool load = true;
     uint32_t consumers = 1;
     std::vector<Chunk> chunks;
-    uint32_t next = 0;   // first chunk not started yet
+    uint32_t next = 0;        // first chunk not started yet
     uint32_t first_open = 0;  // chunks before it are done: the settle pass starts here
-    uint32_t held = 0;   // chunks holding a slot: promoting, or published and not yet acked by every consumer
+    uint32_t held = 0;        // chunks holding a slot: promoting, or published and not yet acked by every consumer
     StreamProgress progress;
   };
 
@@ -139,8 +139,8 @@ class StreamPump {
   const StreamOptions options_;
 
   std::mutex mu_;
-  std::map<uint64_t, Stream> streams_;          // by id: open order
-  std::map<uint32_t, uint32_t> board_used_;      // first entry -> count
+  std::map<uint64_t, Stream> streams_;       // by id: open order
+  std::map<uint32_t, uint32_t> board_used_;  // first entry -> count
   uint64_t next_id_ = 1;
   uint32_t next_tag_ = 1;
   StreamStats stats_;

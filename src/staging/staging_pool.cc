@@ -1,13 +1,13 @@
 #include "staging/staging_pool.h"
 
 #include <dirent.h>
-#include <linux/futex.h>
-#include <sys/syscall.h>
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -75,12 +75,13 @@ Status ValidateName(const std::string& name) {
                   "staging pool name '" + name + "' must start with '/' and have at least one more character");
   }
   if (name.find('/', 1) != std::string::npos) {
-    return Status(StatusCode::kInvalidArgument, "staging pool name '" + name + "' must not contain '/' after the first");
+    return Status(StatusCode::kInvalidArgument,
+                  "staging pool name '" + name + "' must not contain '/' after the first");
   }
   if (name.size() - 1 > NAME_MAX) {
-    return Status(StatusCode::kInvalidArgument,
-                  "staging pool name is " + std::to_string(name.size()) + " characters; at most " +
-                      std::to_string(NAME_MAX + 1) + " are allowed");
+    return Status(StatusCode::kInvalidArgument, "staging pool name is " + std::to_string(name.size()) +
+                                                    " characters; at most " + std::to_string(NAME_MAX + 1) +
+                                                    " are allowed");
   }
   return Status::Ok();
 }
@@ -89,8 +90,7 @@ std::string RandomName() {
   std::random_device rd;
   uint64_t r = (uint64_t{rd()} << 32) ^ rd();
   char buf[64];
-  std::snprintf(buf, sizeof(buf), "/kvtier-%d-%016llx", static_cast<int>(getpid()),
-                static_cast<unsigned long long>(r));
+  std::snprintf(buf, sizeof(buf), "/kvtier-%d-%016llx", static_cast<int>(getpid()), static_cast<unsigned long long>(r));
   return buf;
 }
 
@@ -130,9 +130,9 @@ Result<Geometry> ComputeGeometry(const StagingPoolOptions& o) {
   // num_slots < 2^32 and slot_stride <= 2^40 + alignment, so the product fits in 64 bits.
   uint64_t data_bytes = uint64_t{o.num_slots} * g.slot_stride;
   if (data_bytes > kMaxPoolBytes) {
-    return Status(StatusCode::kInvalidArgument,
-                  "staging pool of " + std::to_string(o.num_slots) + " slots x " + std::to_string(g.slot_stride) +
-                      " bytes (" + std::to_string(data_bytes) + " bytes) exceeds the 1 TiB limit");
+    return Status(StatusCode::kInvalidArgument, "staging pool of " + std::to_string(o.num_slots) + " slots x " +
+                                                    std::to_string(g.slot_stride) + " bytes (" +
+                                                    std::to_string(data_bytes) + " bytes) exceeds the 1 TiB limit");
   }
   g.mapped_bytes = g.data_offset + data_bytes;
   return g;
@@ -221,8 +221,7 @@ void FutexWait(const std::atomic<uint32_t>* word, uint32_t seen, std::chrono::na
   if (timeout.count() <= 0) return;
   timespec ts{static_cast<time_t>(timeout.count() / 1'000'000'000), static_cast<long>(timeout.count() % 1'000'000'000)};
   // Spurious wake-ups, EAGAIN (the bell moved) and EINTR all return: callers re-check what they wait for.
-  syscall(SYS_futex, const_cast<uint32_t*>(reinterpret_cast<const uint32_t*>(word)), FUTEX_WAIT, seen, &ts, nullptr,
-          0);
+  syscall(SYS_futex, const_cast<uint32_t*>(reinterpret_cast<const uint32_t*>(word)), FUTEX_WAIT, seen, &ts, nullptr, 0);
 }
 }  // namespace
 
@@ -371,9 +370,8 @@ Result<std::unique_ptr<StagingPool>> StagingPool::Attach(const std::string& name
   if (size < sizeof(PoolHeader)) {
     close(fd);
     // The owner creates the object empty and sizes it before writing the header.
-    return Status(StatusCode::kFailedPrecondition,
-                  "attach staging pool " + name + ": only " + std::to_string(size) +
-                      " bytes; not initialized yet, or not a kvtier staging pool");
+    return Status(StatusCode::kFailedPrecondition, "attach staging pool " + name + ": only " + std::to_string(size) +
+                                                       " bytes; not initialized yet, or not a kvtier staging pool");
   }
   void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   int e = errno;

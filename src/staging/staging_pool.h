@@ -78,9 +78,9 @@ namespace kvtier::staging {
 // alignment. Larger alignments come from the options (the engine passes the root's probed DIO alignment).
 inline constexpr uint32_t kMinAlignment = 4096;
 // A pool larger than this is refused: it is certainly a configuration error.
-inline constexpr uint64_t kMaxPoolBytes = uint64_t{1} << 40;  // 1 TiB
+inline constexpr uint64_t kMaxPoolBytes = uint64_t{1} << 40;   // 1 TiB
 inline constexpr uint64_t kPoolMagic = 0x4c4f4f5052544b56ULL;  // "VKTRPOOL" little-endian
-inline constexpr uint32_t kPoolVersion = 2;  // 2: the stream board
+inline constexpr uint32_t kPoolVersion = 2;                    // 2: the stream board
 
 struct StagingPoolOptions {
   uint32_t num_slots = 0;       // > 0

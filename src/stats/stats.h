@@ -16,12 +16,12 @@ namespace kvtier {
 
 // The counter and gauge fields of StatsSnapshot, in order: X(name, kind, help). One list drives the Stats members,
 // Snapshot(), and every rendering, so a field cannot be added to one and forgotten in another.
-#define KVTIER_STATS_FIELDS(X)                                                                              \
-  X(lookups, Counter, "Lookups of a chunk key")                                                            \
-  X(lookup_hits_dram, Counter, "Lookups served from the DRAM tier")                                        \
-  X(lookup_hits_disk, Counter, "Lookups served from disk")                                                 \
-  X(lookup_misses, Counter, "Lookups that found nothing")                                                  \
-  X(declined_loads, Counter, "Hits declined by the break-even gate (recomputed instead)")                  \
+#define KVTIER_STATS_FIELDS(X)                                                                            \
+  X(lookups, Counter, "Lookups of a chunk key")                                                           \
+  X(lookup_hits_dram, Counter, "Lookups served from the DRAM tier")                                       \
+  X(lookup_hits_disk, Counter, "Lookups served from disk")                                                \
+  X(lookup_misses, Counter, "Lookups that found nothing")                                                 \
+  X(declined_loads, Counter, "Hits declined by the break-even gate (recomputed instead)")                 \
   X(loads_started, Counter, "Load jobs started (the job API's)")                                          \
   X(loads_completed, Counter, "Load jobs completed with every chunk loaded")                              \
   X(loads_failed, Counter, "Load jobs with a chunk that could not be loaded")                             \
@@ -29,18 +29,18 @@ namespace kvtier {
   X(stores_started, Counter, "Committed stores started")                                                  \
   X(stores_completed, Counter, "Committed stores completed")                                              \
   X(stores_dropped, Counter, "Stores dropped (pool full, no space, below the benefit threshold)")         \
-  X(stores_deduplicated, Counter, "Stores of chunks that were already stored")                           \
+  X(stores_deduplicated, Counter, "Stores of chunks that were already stored")                            \
   X(bytes_read, Counter, "Bytes read from disk")                                                          \
   X(bytes_written, Counter, "Bytes written to disk")                                                      \
   X(bytes_needed, Counter, "Bytes the job API's loads asked for")                                         \
-  X(preload_started, Counter, "Speculative preloads started")                                            \
+  X(preload_started, Counter, "Speculative preloads started")                                             \
   X(preload_used, Counter, "Preloads joined by a demand load")                                            \
   X(preload_wasted, Counter, "Preloads dropped before any demand load used them")                         \
   X(evictions, Counter, "Entries evicted from disk")                                                      \
   X(evicted_bytes, Counter, "Bytes evicted from disk")                                                    \
-  X(corrupt_entries, Counter, "Entries that failed verification")                                        \
-  X(other_secret_misses, Counter,                                                                          \
-    "Loads missed on an entry keyed for another checksum secret, kept (a MANIFEST without checksum_key)")  \
+  X(corrupt_entries, Counter, "Entries that failed verification")                                         \
+  X(other_secret_misses, Counter,                                                                         \
+    "Loads missed on an entry keyed for another checksum secret, kept (a MANIFEST without checksum_key)") \
   X(io_errors, Counter, "I/O operations that failed")                                                     \
   X(timeouts, Counter, "Operations that passed their deadline")                                           \
   X(enospc_events, Counter, "Writes refused for lack of space")                                           \
@@ -51,10 +51,10 @@ namespace kvtier {
   X(pool_peak_slots, Gauge, "Most staging pool slots ever in use at once")                                \
   X(dram_entries, Gauge, "Chunks retained in the DRAM tier")
 
-#define KVTIER_STATS_HISTOGRAMS(X)                          \
-  X(load_latency_us, "Load job latency")                   \
-  X(store_latency_us, "Committed store latency")           \
-  X(read_latency_us, "Promotion latency")                  \
+#define KVTIER_STATS_HISTOGRAMS(X)               \
+  X(load_latency_us, "Load job latency")         \
+  X(store_latency_us, "Committed store latency") \
+  X(read_latency_us, "Promotion latency")        \
   X(write_latency_us, "Latency of one disk write")
 
 // A monotonically increasing count.

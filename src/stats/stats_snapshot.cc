@@ -61,8 +61,7 @@ void AppendHistogramJson(std::string& out, const HistogramSnapshot& h) {
   out += "{\"count\": " + std::to_string(h.count) + ", \"sum_us\": " + std::to_string(h.sum_us) +
          ", \"min_us\": " + std::to_string(h.min_us) + ", \"max_us\": " + std::to_string(h.max_us) +
          ", \"mean_us\": " + Format("%.3f", h.mean_us()) + ", \"p50_us\": " + std::to_string(h.p50_us) +
-         ", \"p95_us\": " + std::to_string(h.p95_us) + ", \"p99_us\": " + std::to_string(h.p99_us) +
-         ", \"buckets\": [";
+         ", \"p95_us\": " + std::to_string(h.p95_us) + ", \"p99_us\": " + std::to_string(h.p99_us) + ", \"buckets\": [";
   for (size_t i = 0; i < h.buckets.size(); ++i) {
     const HistogramBucket& b = h.buckets[i];
     if (i > 0) out += ", ";
@@ -83,8 +82,8 @@ std::string SanitizePrefix(std::string_view prefix) {
   std::string out(prefix);
   for (size_t i = 0; i < out.size(); ++i) {
     char c = out[i];
-    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == ':' ||
-              (i > 0 && c >= '0' && c <= '9');
+    bool ok =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == ':' || (i > 0 && c >= '0' && c <= '9');
     if (!ok) out[i] = '_';
   }
   return out;

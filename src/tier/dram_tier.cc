@@ -58,8 +58,10 @@ class LruTier final : public DramTier {
  public:
   explicit LruTier(size_t capacity) : capacity_(capacity) {}
   void Insert(const ChunkKey& k) override {
-    if (list_.Has(k)) list_.MoveToBack(k);
-    else list_.PushBack(k);
+    if (list_.Has(k))
+      list_.MoveToBack(k);
+    else
+      list_.PushBack(k);
   }
   void Touch(const ChunkKey& k) override { list_.MoveToBack(k); }
   void Evict(const ChunkKey& k) override { list_.Remove(k); }
@@ -99,17 +101,19 @@ class ArcTier final : public DramTier {
     TrimGhosts();
   }
   void Touch(const ChunkKey& k) override {
-    if (t1_.Remove(k)) t2_.PushBack(k);
-    else t2_.MoveToBack(k);
+    if (t1_.Remove(k))
+      t2_.PushBack(k);
+    else
+      t2_.MoveToBack(k);
   }
   void Evict(const ChunkKey& k) override {
-    if (t1_.Remove(k)) b1_.PushBack(k);
-    else if (t2_.Remove(k)) b2_.PushBack(k);
+    if (t1_.Remove(k))
+      b1_.PushBack(k);
+    else if (t2_.Remove(k))
+      b2_.PushBack(k);
     TrimGhosts();
   }
-  void Erase(const ChunkKey& k) override {
-    t1_.Remove(k) || t2_.Remove(k);
-  }
+  void Erase(const ChunkKey& k) override { t1_.Remove(k) || t2_.Remove(k); }
   std::optional<ChunkKey> Victim(const Evictable& ok) const override {
     // ARC's REPLACE: take from T1 while it is above its target p, else from T2; fall back to the other list when
     // every key of the preferred one is in use.

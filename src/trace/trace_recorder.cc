@@ -117,8 +117,8 @@ uint32_t TraceRecorder::CurrentThreadId() {
   return tid;
 }
 
-void TraceRecorder::RecordComplete(std::string_view name, std::string_view category, int64_t start_ns,
-                                   int64_t dur_ns, uint32_t tid, std::span<const TraceArg> args) {
+void TraceRecorder::RecordComplete(std::string_view name, std::string_view category, int64_t start_ns, int64_t dur_ns,
+                                   uint32_t tid, std::span<const TraceArg> args) {
   std::string& e = ScratchBuffer();
   e += "{\"name\":";
   AppendEscaped(e, name);
@@ -163,8 +163,8 @@ void TraceRecorder::RecordCounter(std::string_view name, int64_t ts_ns, std::spa
 
 void TraceRecorder::RecordThreadName(uint32_t tid, std::string_view name) {
   std::string& e = ScratchBuffer();
-  e += "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":" + std::to_string(pid_) + ",\"tid\":" +
-       std::to_string(tid) + ",\"args\":{\"name\":";
+  e += "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":" + std::to_string(pid_) + ",\"tid\":" + std::to_string(tid) +
+       ",\"args\":{\"name\":";
   AppendEscaped(e, name);
   e += "}}";
   Append(e);

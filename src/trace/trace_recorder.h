@@ -96,8 +96,8 @@ class TraceRecorder {
   static uint32_t CurrentThreadId();
 
   // The out-of-line halves of the inline calls above, for callers that hold their args in an array.
-  void RecordComplete(std::string_view name, std::string_view category, int64_t start_ns, int64_t dur_ns,
-                      uint32_t tid, std::span<const TraceArg> args);
+  void RecordComplete(std::string_view name, std::string_view category, int64_t start_ns, int64_t dur_ns, uint32_t tid,
+                      std::span<const TraceArg> args);
   void RecordInstant(std::string_view name, std::string_view category, int64_t ts_ns, uint32_t tid,
                      std::span<const TraceArg> args);
   void RecordCounter(std::string_view name, int64_t ts_ns, std::span<const TraceArg> args);
@@ -114,11 +114,11 @@ class TraceRecorder {
   int32_t pid_ = 0;
 
   std::mutex mu_;
-  int fd_ = -1;             // guarded by mu_; -1 once closed
-  std::string buffer_;      // guarded by mu_: events not yet written, each preceded by its separator
-  uint64_t data_end_ = 0;   // guarded by mu_: file offset where the trailer starts
+  int fd_ = -1;               // guarded by mu_; -1 once closed
+  std::string buffer_;        // guarded by mu_: events not yet written, each preceded by its separator
+  uint64_t data_end_ = 0;     // guarded by mu_: file offset where the trailer starts
   bool any_written_ = false;  // guarded by mu_: whether an event precedes the next one (needs a comma)
-  Status status_;           // guarded by mu_: the first write error
+  Status status_;             // guarded by mu_: the first write error
 };
 
 // Records one complete event for the lifetime of a scope:

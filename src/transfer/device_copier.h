@@ -1,8 +1,9 @@
 // DeviceCopier: the seam between staging slots and the memory a model reads KV from (X1, X2).
 //
 // The engine's reactor submits the copies that became ready since its last submission as one batch (one launch for
-// the CUDA copier; it submits up to three times per iteration of its loop), and polls for completions. Implementations: HostCopier (memcpy on a helper thread; vLLM's CPU
-// platform and tests), the CUDA copier (src/cuda, worker side), and test doubles.
+// the CUDA copier; it submits up to three times per iteration of its loop), and polls for completions. Implementations:
+// HostCopier (memcpy on a helper thread; vLLM's CPU platform and tests), the CUDA copier (src/cuda, worker side), and
+// test doubles.
 //
 // Threads: Submit and Poll are called by the reactor thread only. The wakeup callback is called from the
 // copier's own thread when a completion is ready; it must be cheap and thread-safe (the engine wakes its reactor).
@@ -24,10 +25,10 @@ enum class CopyDirection { kSlotToDevice, kDeviceToSlot };
 struct CopyTask {
   uint64_t id = 0;  // chosen by the engine, returned in CopyDone
   CopyDirection direction = CopyDirection::kSlotToDevice;
-  uint8_t* slot_data = nullptr;          // start of the bytes transferred in the slot
-  uint64_t slot_bytes = 0;               // bytes valid from slot_data (bounds for segments)
-  std::vector<CopySegment> segments;     // slot_offset relative to slot_data
-  uint64_t job_bytes = 0;                // loads: bytes the whole job copies out of slots (0: unknown); a hint
+  uint8_t* slot_data = nullptr;       // start of the bytes transferred in the slot
+  uint64_t slot_bytes = 0;            // bytes valid from slot_data (bounds for segments)
+  std::vector<CopySegment> segments;  // slot_offset relative to slot_data
+  uint64_t job_bytes = 0;             // loads: bytes the whole job copies out of slots (0: unknown); a hint
 };
 
 struct CopyDone {

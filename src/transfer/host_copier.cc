@@ -106,14 +106,11 @@ CopyOutMode ModeFromEnvironment() {
   return mode;
 }
 
-bool StreamCopyAvailable() {
-  return ModeFromEnvironment() != CopyOutMode::kMemcpy && CpuHasAvx2();
-}
+bool StreamCopyAvailable() { return ModeFromEnvironment() != CopyOutMode::kMemcpy && CpuHasAvx2(); }
 
 // The smallest chunk copied out of its slot with streaming stores.
 uint64_t StreamThreshold() {
-  static const uint64_t threshold =
-      ModeFromEnvironment() == CopyOutMode::kStream ? 0 : LastLevelCacheBytes() / 4;
+  static const uint64_t threshold = ModeFromEnvironment() == CopyOutMode::kStream ? 0 : LastLevelCacheBytes() / 4;
   return threshold;
 }
 #endif

@@ -3,9 +3,9 @@
 // builds, so the whole suite exercises the engine's side.
 #include "engine/chunk_state.h"
 
-#include <vector>
-
 #include <gtest/gtest.h>
+
+#include <vector>
 
 namespace kvtier {
 namespace {
@@ -21,19 +21,19 @@ void ExpectPath(JobKind kind, const std::vector<S>& path) {
 
 TEST(ChunkState, EveryDocumentedPathIsLegal) {
   const JobKind L = JobKind::kLoad, W = JobKind::kStore;
-  ExpectPath(L, {S::kQueued, S::kOpening, S::kWaitingForDisk, S::kTransferring, S::kVerifying, S::kSucceeded,
-                 S::kReleased});
+  ExpectPath(
+      L, {S::kQueued, S::kOpening, S::kWaitingForDisk, S::kTransferring, S::kVerifying, S::kSucceeded, S::kReleased});
   ExpectPath(W, {S::kQueued, S::kMakingDir, S::kMakingDir, S::kCreating, S::kWaitingForDisk, S::kTransferring,
                  S::kSyncing, S::kClosing, S::kLinking, S::kSucceeded, S::kReleased});
   ExpectPath(W, {S::kQueued, S::kCreating, S::kWaitingForDisk, S::kTransferring, S::kLinking, S::kMakingDir,
                  S::kLinking, S::kSucceeded});  // an anonymous temporary whose directory vanished before its link
   ExpectPath(W, {S::kQueued, S::kSucceeded, S::kReleased});  // deduplicated
-  ExpectPath(W, {S::kTransferring, S::kCreating});            // ENOSPC: evict and write again
+  ExpectPath(W, {S::kTransferring, S::kCreating});           // ENOSPC: evict and write again
   for (S s : {S::kQueued, S::kOpening, S::kWaitingForDisk, S::kTransferring, S::kVerifying}) {
     EXPECT_TRUE(LegalChunkTransition(L, s, S::kFailed)) << ChunkStateName(s);
   }
-  for (S s : {S::kQueued, S::kMakingDir, S::kCreating, S::kWaitingForDisk, S::kTransferring,
-              S::kSyncing, S::kClosing, S::kLinking}) {
+  for (S s : {S::kQueued, S::kMakingDir, S::kCreating, S::kWaitingForDisk, S::kTransferring, S::kSyncing, S::kClosing,
+              S::kLinking}) {
     EXPECT_TRUE(LegalChunkTransition(W, s, S::kFailed)) << ChunkStateName(s);
   }
   EXPECT_TRUE(LegalChunkTransition(L, S::kFailed, S::kReleased));

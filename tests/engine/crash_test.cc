@@ -1,6 +1,7 @@
 // Real writer processes killed with SIGKILL at random points, and real processes racing to publish the same keys.
 // After every crash, each published entry must verify and hold exactly the bytes written for its key; the
 // temporaries the dead writers left are swept.
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -10,8 +11,6 @@
 #include <filesystem>
 #include <random>
 #include <set>
-
-#include <gtest/gtest.h>
 
 #include "kvtier/engine.h"
 #include "layout/chunk_format.h"
@@ -136,8 +135,8 @@ TEST(CrashConsistency, WritersKilledAtRandomPointsNeverLeaveABadEntry) {
     ASSERT_EQ(waitpid(pid, &status, 0), pid);
     // Killed by our SIGKILL or done: any other end (an exit code, SIGSEGV, SIGABRT from a check) is a failure.
     ASSERT_TRUE((WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) || (WIFEXITED(status) && WEXITSTATUS(status) == 0))
-        << "writer failed: " << (WIFSIGNALED(status) ? strsignal(WTERMSIG(status)) : "exit code")
-        << " (status " << status << ")";
+        << "writer failed: " << (WIFSIGNALED(status) ? strsignal(WTERMSIG(status)) : "exit code") << " (status "
+        << status << ")";
   }
   size_t entries = 0;
   VerifyEveryEntry(dir.path(), 1100, &entries);  // its engine also reclaims the pools the killed writers left
@@ -162,8 +161,10 @@ TEST(CrashConsistency, WritersKilledAtRandomPointsNeverLeaveABadEntry) {
   EXPECT_EQ(temps, 0u);
   RecordProperty("kills", killed);
   RecordProperty("entries", static_cast<int>(entries));
-  std::printf("crash test: a full writer run takes %d us; %d rounds, %d killed mid-run, %zu entries verified, %llu temporaries swept\n", full_run_us, rounds,
-              killed, entries, static_cast<unsigned long long>(swept->removed));
+  std::printf(
+      "crash test: a full writer run takes %d us; %d rounds, %d killed mid-run, %zu entries verified, %llu temporaries "
+      "swept\n",
+      full_run_us, rounds, killed, entries, static_cast<unsigned long long>(swept->removed));
 }
 
 TEST(PublicationRace, TwoProcessesPublishingTheSameKeysBothSucceedWithOneValidEntryEach) {

@@ -3,14 +3,13 @@
 #include "engine/disk_index.h"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "layout/chunk_path.h"
 #include "layout/temp_dir.h"

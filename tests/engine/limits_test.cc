@@ -4,18 +4,17 @@
 // allowance (S1).
 #include <dirent.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
-#include <thread>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "engine/engine_impl.h"
 #include "io/fault_engine.h"
@@ -56,8 +55,8 @@ JobResult StoreKeys(Engine& e, uint64_t first, uint64_t n) {
   std::vector<std::vector<uint8_t>> data(n, std::vector<uint8_t>(kBlocks * kBlockBytes, 0x6b));
   std::vector<ChunkTransfer> t;
   for (uint64_t i = 0; i < n; ++i) {
-    t.push_back(ChunkTransfer{Key(first + i), 0, 0,
-                              {{0, reinterpret_cast<uint64_t>(data[i].data()), kBlocks * kBlockBytes}}});
+    t.push_back(
+        ChunkTransfer{Key(first + i), 0, 0, {{0, reinterpret_cast<uint64_t>(data[i].data()), kBlocks * kBlockBytes}}});
   }
   // Through a JobClient, the slot path (docs/architecture.md, "One data path").
   auto client = policy::JobClient::Create(&e);
@@ -174,7 +173,8 @@ class WriteGate final : public io::IoEngine {
   int Reap(std::vector<io::IoCompletion>* out, int64_t timeout_ns) override {
     Release();
     inner_->Flush();
-    const int64_t wait = held_.empty() ? timeout_ns : (timeout_ns < 0 ? 2000000 : std::min<int64_t>(timeout_ns, 2000000));
+    const int64_t wait =
+        held_.empty() ? timeout_ns : (timeout_ns < 0 ? 2000000 : std::min<int64_t>(timeout_ns, 2000000));
     return inner_->Reap(out, wait);
   }
   void Wake() override { inner_->Wake(); }

@@ -1,13 +1,12 @@
 // M1: a lookup is a hit only for a regular file of exactly a chunk's size. Another host's entry whose data is not
 // visible here yet is shorter (often 0 bytes, on FUSE filesystems a header page or so); a longer one is foreign.
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "kvtier/engine.h"
 #include "layout/chunk_format.h"

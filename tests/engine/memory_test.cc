@@ -1,12 +1,12 @@
 // S1: host memory is bounded by the staging pool, whatever the request size. Loads 10x the pool through it (the job
 // API as a client of the slot path, policy::JobClient: docs/architecture.md "One data path") and compares the
 // process's peak RSS growth (VmHWM, which counts the pool's shared-memory pages) with the pool size.
+#include <gtest/gtest.h>
+
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "kvtier/engine.h"
 #include "support/job_engine.h"
@@ -76,12 +76,13 @@ TEST(MemoryBound, LoadingTenTimesThePoolKeepsPeakRssAtThePoolSize) {
   const uint64_t after = PeakRssBytes();
   const uint64_t shmem = StatusBytes("RssShmem");
   const uint64_t loaded = uint64_t(kChunks) * kChunk;
-  std::printf("memory bound: loaded %llu MiB through a %llu MiB pool; peak RSS before the engine %llu MiB, "
-              "before the load %llu MiB, after %llu MiB (shared memory %llu MiB); peak slots %llu of %d\n",
-              static_cast<unsigned long long>(loaded >> 20), static_cast<unsigned long long>(o.pool_bytes >> 20),
-              static_cast<unsigned long long>(at_start >> 20), static_cast<unsigned long long>(before >> 20),
-              static_cast<unsigned long long>(after >> 20), static_cast<unsigned long long>(shmem >> 20),
-              static_cast<unsigned long long>(e->Stats().pool_peak_slots), kPoolSlots);
+  std::printf(
+      "memory bound: loaded %llu MiB through a %llu MiB pool; peak RSS before the engine %llu MiB, "
+      "before the load %llu MiB, after %llu MiB (shared memory %llu MiB); peak slots %llu of %d\n",
+      static_cast<unsigned long long>(loaded >> 20), static_cast<unsigned long long>(o.pool_bytes >> 20),
+      static_cast<unsigned long long>(at_start >> 20), static_cast<unsigned long long>(before >> 20),
+      static_cast<unsigned long long>(after >> 20), static_cast<unsigned long long>(shmem >> 20),
+      static_cast<unsigned long long>(e->Stats().pool_peak_slots), kPoolSlots);
   // The pool was faulted in at open (pool_populate), and the JobClient's view of it by the stores, so loading adds
   // nothing proportional to the bytes loaded (some KiB: the request's own description and result).
   // ThreadSanitizer's bookkeeping grows with every chunk's allocations and synchronizations (each chunk a promotion,

@@ -1,12 +1,12 @@
 // The options schema (include/kvtier/options.h, src/engine/options.cc): every row is reachable by name, its
 // default passes its own check, its range is enforced by CheckOption and by Validate, and SetOption stores what
 // it checked.
+#include "kvtier/options.h"
+
 #include <gtest/gtest.h>
 
 #include <set>
 #include <string>
-
-#include "kvtier/options.h"
 
 namespace kvtier {
 namespace {

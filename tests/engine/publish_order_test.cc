@@ -1,10 +1,10 @@
 // M1: a named temporary is closed, and the close has come back, before its link(): on network and FUSE filesystems
 // the close is where the client pushes the data, so an entry must not be published when it fails (and another host
 // must never see the name before the data: tests/multihost, case chase_while_storing, shows that on MooseFS).
+#include <gtest/gtest.h>
+
 #include <filesystem>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "engine/engine_impl.h"
 #include "io/fault_engine.h"

@@ -2,8 +2,10 @@
 // slot path (policy::JobClient, "One data path"): each chunk of a job is a promotion placed on a reactor. A job whose
 // chunks live on different reactors completes exactly once, when all of them have; misses are per chunk, in request
 // order; identical chunks of two jobs share one read (X4, through the DRAM tier); a job's window of slots (S1) and
-// the demand reserve (S2) hold across reactors; the reactor count is the option's, auto's or KVTIER_TEST_REACTORS's.
+// the demand reserve (S2) hold across reactors; the reactor count is the option's, auto's or the test binary's
+// default (KVTIER_TEST_REACTORS).
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -14,8 +16,6 @@
 #include <mutex>
 #include <thread>
 
-#include <gtest/gtest.h>
-
 #include "engine/engine_impl.h"
 #include "reliability/reliability_util.h"
 #include "support/job_engine.h"
@@ -25,10 +25,10 @@ namespace kvtier {
 namespace {
 
 using rel::ContentFor;
-using rel::Key;
 using rel::kBlockBytes;
 using rel::kBlocks;
 using rel::kChunkFileBytes;
+using rel::Key;
 
 // A real I/O engine whose reads are held back (queued, not submitted) while its gate is closed. Reap counts its
 // calls, so a test knows when the reactor has gone round its loop (and taken new commands) since some point.
@@ -66,7 +66,8 @@ class GatedEngine final : public io::IoEngine {
     Release();
     inner_->Flush();
     // While reads are held, come back often to notice the gate opening.
-    const int64_t wait = held_.empty() ? timeout_ns : (timeout_ns < 0 ? 2000000 : std::min<int64_t>(timeout_ns, 2000000));
+    const int64_t wait =
+        held_.empty() ? timeout_ns : (timeout_ns < 0 ? 2000000 : std::min<int64_t>(timeout_ns, 2000000));
     return inner_->Reap(out, wait);
   }
   void Wake() override { inner_->Wake(); }
@@ -204,9 +205,25 @@ TEST_F(ReactorsTest, TheCountIsTheOptionsOrAutosAndOneBehavesAsOne) {
   const uint32_t resolved = EngineImpl::ResolveReactors(o);
   EXPECT_GE(resolved, 1u);
   EXPECT_LE(resolved, 8u);
-  if (!getenv("KVTIER_TEST_REACTORS")) {
+  if (const char* n = getenv("KVTIER_TEST_REACTORS")) {
+    EXPECT_EQ(resolved, std::min<uint32_t>(static_cast<uint32_t>(strtoul(n, nullptr, 10)), o.io_depth))
+        << "the environment of the suite run did not reach the engine (tests/support/engine_defaults.cc)";
+  } else {
     EXPECT_GE(resolved, 2u);  // auto spreads per-byte work over cores
   }
+  // A test binary's default replaces auto, never the option (tests/support/engine_defaults.cc sets it from
+  // KVTIER_TEST_REACTORS); the engine reads no environment itself.
+  EngineImpl::SetTestDefaults({.reactors = 3, .read_piece_bytes = 0});
+  std::string why;
+  EXPECT_EQ(EngineImpl::ResolveReactors(o, &why), 3u);
+  EXPECT_EQ(why, "the test binary's default");
+  o.reactors = 2;
+  EXPECT_EQ(EngineImpl::ResolveReactors(o), 2u);
+  o.reactors = 0;
+  const char* env = getenv("KVTIER_TEST_REACTORS");
+  const char* pieces = getenv("KVTIER_TEST_READ_PIECE_BYTES");
+  EngineImpl::SetTestDefaults({.reactors = env ? static_cast<uint32_t>(strtoul(env, nullptr, 10)) : 0u,
+                               .read_piece_bytes = pieces ? strtoull(pieces, nullptr, 10) : 0u});
   o.reactors = kMaxReactors + 1;
   Status bad = o.Validate();
   EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);

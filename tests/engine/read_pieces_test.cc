@@ -5,17 +5,17 @@
 // slot path). Every piece size serves the same bytes, whole chunks and block ranges alike; a damaged block or header
 // anywhere is a miss that writes nothing to the destination; short reads continue inside their piece.
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <memory>
-#include <filesystem>
 #include <random>
+#include <set>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "engine/engine_impl.h"
 #include "io/fault_engine.h"
@@ -63,8 +63,8 @@ std::vector<uint8_t> ChunkBytes(uint64_t seed) {
 std::vector<CopySegment> Segments(std::vector<uint8_t>& host, uint64_t stride, uint32_t first, uint32_t n) {
   std::vector<CopySegment> s;
   for (uint32_t b = 0; b < n; ++b) {
-    s.push_back(CopySegment{b * stride, reinterpret_cast<uint64_t>(host.data() + (first + b) * kBlockBytes),
-                            kBlockBytes});
+    s.push_back(
+        CopySegment{b * stride, reinterpret_cast<uint64_t>(host.data() + (first + b) * kBlockBytes), kBlockBytes});
   }
   return s;
 }
@@ -207,8 +207,8 @@ TEST_P(ReadPieces, ShortReadsContinueInsideTheirPiece) {
 }
 
 // Forwards to a real I/O engine and logs, in submission order, which chunk each read is for and at what offset.
-// The first `hold_opens` opens to come back are held and then handed to the reactor all at once in reverse order,
-// as a filesystem may answer opens out of order.
+// The first `hold_opens` opened chunks' statx (the check of the open file that follows each open) to come back are
+// held and then handed to the reactor all at once in reverse order, as a filesystem may answer out of order.
 class ReadOrderEngine final : public io::IoEngine {
  public:
   struct Read {
@@ -227,6 +227,7 @@ class ReadOrderEngine final : public io::IoEngine {
     const int rc = inner_->Submit(op);
     if (rc != 0) return rc;
     if (op.code == io::OpCode::kOpenAt) opens_[op.user_data] = op.path;
+    if (op.code == io::OpCode::kStatx && op.path == nullptr) checks_.insert(op.user_data);
     if (op.code == io::OpCode::kRead) {
       auto it = fd_chunk_.find(op.fd);
       reads_->push_back(Read{it == fd_chunk_.end() ? -1 : it->second, op.offset});
@@ -244,6 +245,8 @@ class ReadOrderEngine final : public io::IoEngine {
       if (open != opens_.end()) {
         if (c.result >= 0) fd_chunk_[static_cast<int>(c.result)] = ChunkOf(open->second);
         opens_.erase(open);
+      }
+      if (checks_.erase(c.user_data) > 0) {
         if (hold_left_ > 0) {
           held_.push_back(c);
           if (--hold_left_ == 0) out->insert(out->end(), held_.rbegin(), held_.rend()), held_.clear();
@@ -268,26 +271,27 @@ class ReadOrderEngine final : public io::IoEngine {
   size_t hold_left_;
   std::vector<io::IoCompletion> held_;
   std::map<uint64_t, std::string> opens_;
+  std::set<uint64_t> checks_;  // the statx of an open chunk file, by user_data
   std::map<int, int> fd_chunk_;
   std::shared_ptr<std::vector<Read>> reads_;
 };
 
 // I1: a reactor gives the disk's reads to its loads oldest first, in the order the job named the chunks (the order
-// its stream promotes them), whatever order their opens came back in (docs/architecture.md, "Reads in pieces"): the
-// first chunks start first, and each chunk has every piece asked for before the next one gets more than its first.
+// its stream promotes them), whatever order their opens' checks came back in (docs/architecture.md, "Reads in pieces"):
+// the first chunks start first, and each chunk has every piece asked for before the next one gets more than its first.
 // So chunks finish one after another and the first one asked for is ready first (a promotion window refills at
 // once), and a job's last chunks keep the whole budget of reads. With two pieces per chunk as before, the pieces of
 // the chunks at the disk interleaved and the chunks finished together.
-TEST(ReadPiecesOrder, TheDiskServesTheOldestChunkFirstWhateverOrderItsOpenCameBackIn) {
+TEST(ReadPiecesOrder, TheDiskServesTheOldestChunkFirstWhateverOrderItsOpenCheckCameBackIn) {
   constexpr int kChunks = 6;
   test::TempDir dir;
   StoreChunks(dir.path(), kChunks);
   auto inner = io::CreateEngine(io::EngineConfig{io::EngineKind::kAuto, 64, 4});
   ASSERT_TRUE(inner.ok());
   EngineOptions o = Options(dir.path(), 1);  // a block per piece: eight pieces per chunk
-  o.io_depth = 2;  // two chunks at the disk, four reads
+  o.io_depth = 2;                            // two chunks at the disk, four reads
   // The job's stream holds 4 slots and promotes at most 3 chunks at once (StreamPump: reads at once are 3/4 of the
-  // window): the first 3 opens are all the job has out, held and handed back together.
+  // window): the first 3 opens are all the job has out; their checks are held and handed back together.
   const policy::JobClientOptions client{.max_window = 2 * o.io_depth};
   const size_t opens_at_once = client.max_window - client.max_window / 4;
   auto reads = std::make_shared<std::vector<ReadOrderEngine::Read>>();

@@ -2,11 +2,11 @@
 // it hands out, over a real staging pool.
 #include "engine/resident_set.h"
 
+#include <gtest/gtest.h>
+
 #include <atomic>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 namespace kvtier {
 namespace {

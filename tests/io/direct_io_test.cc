@@ -1,9 +1,8 @@
 // ProbeDirectIo (I2) and CreateEngine's choice (I3).
 #include <dirent.h>
 #include <fcntl.h>
-#include <unistd.h>
-
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
@@ -41,8 +40,8 @@ void ExpectProbeAgreesWithTheFilesystem(const std::string& base) {
   }
   DirectIoInfo info = ProbeDirectIo(dir.dirfd());
   ::testing::Test::RecordProperty("how", info.how);
-  std::printf("%s: supported=%d mem_align=%u offset_align=%u how=%s\n", base.c_str(), info.supported,
-              info.mem_align, info.offset_align, info.how.c_str());
+  std::printf("%s: supported=%d mem_align=%u offset_align=%u how=%s\n", base.c_str(), info.supported, info.mem_align,
+              info.offset_align, info.how.c_str());
   int fd = openat(dir.dirfd(), "check", O_CREAT | O_RDWR | O_DIRECT | O_CLOEXEC, 0644);
   if (!info.supported) {
     EXPECT_FALSE(info.how.empty()) << "an unsupported result says why";
@@ -116,6 +115,9 @@ TEST(OpCodeName, NamesEveryOpCode) {
   EXPECT_EQ(OpCodeName(OpCode::kOpenAt), "openat");
   EXPECT_EQ(OpCodeName(OpCode::kLinkAt), "linkat");
   EXPECT_EQ(OpCodeName(OpCode::kUnlinkAt), "unlinkat");
+  EXPECT_EQ(OpCodeName(OpCode::kStatx), "statx");
+  EXPECT_EQ(OpCodeName(OpCode::kFchmod), "fchmod");
+  EXPECT_EQ(OpCodeName(OpCode::kUtimensAt), "utimensat");
 }
 
 }  // namespace

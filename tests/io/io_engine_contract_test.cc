@@ -87,13 +87,13 @@ class IoEngineContract : public ::testing::TestWithParam<Backend> {
   ScratchDir dir_;
 };
 
-#define MAKE_ENGINE_OR_SKIP(var, depth)                                     \
-  if (NeedsUring()) {                                                       \
-    std::string why_;                                                       \
+#define MAKE_ENGINE_OR_SKIP(var, depth)                                           \
+  if (NeedsUring()) {                                                             \
+    std::string why_;                                                             \
     if (!UringAvailable(&why_)) GTEST_SKIP() << "io_uring unavailable: " << why_; \
-  }                                                                         \
-  std::unique_ptr<IoEngine> var = Make(depth);                              \
-  ASSERT_NE(var, nullptr);                                                  \
+  }                                                                               \
+  std::unique_ptr<IoEngine> var = Make(depth);                                    \
+  ASSERT_NE(var, nullptr);                                                        \
   ASSERT_TRUE(dir_.ok())
 
 TEST_P(IoEngineContract, CreateWriteFsyncCloseThenReadBackReturnsTheSameBytes) {
@@ -144,6 +144,108 @@ TEST_P(IoEngineContract, LinkAtOntoAnExistingNameReturnsEexistAndLeavesItUntouch
   struct stat st {};
   ASSERT_EQ(fstatat(dir_.dirfd(), "final", &st, 0), 0);
   EXPECT_EQ(st.st_size, 0) << "the first writer's file wins";
+}
+
+TEST_P(IoEngineContract, StatxOfAnOpenFileGivesItsTypeSizeInodeAndMtime) {
+  MAKE_ENGINE_OR_SKIP(engine, 8);
+  int64_t fd = RunOne(*engine, OpenOp(dir_.dirfd(), "sized", O_CREAT | O_RDWR, 1));
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(static_cast<int>(fd), 12345), 0);
+  struct statx sx {};
+  IoOp op = FdOp(OpCode::kStatx, static_cast<int>(fd), 2);
+  op.buf = &sx;
+  op.len = sizeof(sx);
+  ASSERT_EQ(RunOne(*engine, op), 0);
+  struct stat st {};
+  ASSERT_EQ(fstat(static_cast<int>(fd), &st), 0);
+  EXPECT_TRUE(S_ISREG(sx.stx_mode));
+  EXPECT_EQ(sx.stx_size, 12345u);
+  EXPECT_EQ(sx.stx_ino, st.st_ino);
+  EXPECT_EQ(sx.stx_mtime.tv_sec, st.st_mtim.tv_sec);
+  EXPECT_EQ(sx.stx_mtime.tv_nsec, static_cast<uint32_t>(st.st_mtim.tv_nsec));
+  EXPECT_EQ(RunOne(*engine, FdOp(OpCode::kClose, static_cast<int>(fd), 3)), 0);
+
+  int64_t dfd = RunOne(*engine, OpenOp(dir_.dirfd(), ".", O_RDONLY | O_DIRECTORY, 4));
+  ASSERT_GE(dfd, 0);
+  op = FdOp(OpCode::kStatx, static_cast<int>(dfd), 5);
+  op.buf = &sx;
+  op.len = sizeof(sx);
+  ASSERT_EQ(RunOne(*engine, op), 0);
+  EXPECT_TRUE(S_ISDIR(sx.stx_mode));
+  EXPECT_EQ(RunOne(*engine, FdOp(OpCode::kClose, static_cast<int>(dfd), 6)), 0);
+
+  op.len = sizeof(sx) - 1;
+  EXPECT_EQ(engine->Submit(op), -EINVAL) << "a buffer shorter than a struct statx is refused";
+  op.len = sizeof(sx);
+  op.buf = nullptr;
+  EXPECT_EQ(engine->Submit(op), -EINVAL);
+}
+
+TEST_P(IoEngineContract, StatxOfAPathNeverFollowsItsLastSymlink) {
+  MAKE_ENGINE_OR_SKIP(engine, 8);
+  ASSERT_EQ(mkdirat(dir_.dirfd(), "d", 0700), 0);
+  ASSERT_EQ(symlinkat("d", dir_.dirfd(), "link"), 0);
+  struct statx sx {};
+  IoOp op = PathOp(OpCode::kStatx, dir_.dirfd(), "d", nullptr, 1);
+  op.buf = &sx;
+  op.len = sizeof(sx);
+  ASSERT_EQ(RunOne(*engine, op), 0);
+  EXPECT_TRUE(S_ISDIR(sx.stx_mode));
+  EXPECT_EQ(sx.stx_mode & 07777, 0700u);
+  op.path = "link";
+  ASSERT_EQ(RunOne(*engine, op), 0);
+  EXPECT_TRUE(S_ISLNK(sx.stx_mode)) << "the link itself, not its target";
+  op.path = "absent";
+  EXPECT_EQ(RunOne(*engine, op), -ENOENT);
+}
+
+TEST_P(IoEngineContract, FchmodSetsTheModeExactlyByFdOrByPathAndRefusesASymlink) {
+  MAKE_ENGINE_OR_SKIP(engine, 8);
+  const mode_t old_umask = umask(077);  // the mode is set exactly, whatever the umask
+  int64_t fd = RunOne(*engine, OpenOp(dir_.dirfd(), "f", O_CREAT | O_RDWR, 1, 0600));
+  ASSERT_GE(fd, 0);
+  IoOp op = FdOp(OpCode::kFchmod, static_cast<int>(fd), 2);
+  op.mode = 0664;
+  EXPECT_EQ(RunOne(*engine, op), 0);
+  struct stat st {};
+  ASSERT_EQ(fstatat(dir_.dirfd(), "f", &st, 0), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0664u);
+  EXPECT_EQ(RunOne(*engine, FdOp(OpCode::kClose, static_cast<int>(fd), 3)), 0);
+
+  ASSERT_EQ(mkdirat(dir_.dirfd(), "d", 0777), 0);
+  ASSERT_EQ(symlinkat("d", dir_.dirfd(), "link"), 0);
+  op = PathOp(OpCode::kFchmod, dir_.dirfd(), "d", nullptr, 4);
+  op.mode = 02770;
+  EXPECT_EQ(RunOne(*engine, op), 0);
+  ASSERT_EQ(fstatat(dir_.dirfd(), "d", &st, 0), 0);
+  EXPECT_EQ(st.st_mode & 07777, 02770u);
+  op.path = "link";
+  op.mode = 0700;
+  EXPECT_EQ(RunOne(*engine, op), -ELOOP);
+  ASSERT_EQ(fstatat(dir_.dirfd(), "d", &st, 0), 0);
+  EXPECT_EQ(st.st_mode & 07777, 02770u) << "the symlink's target is untouched";
+  umask(old_umask);
+  EXPECT_EQ(engine->in_flight(), 0u);
+}
+
+TEST_P(IoEngineContract, UtimensAtSetsBothTimesToNowAndNeverFollowsASymlink) {
+  MAKE_ENGINE_OR_SKIP(engine, 8);
+  int64_t fd = RunOne(*engine, OpenOp(dir_.dirfd(), "old", O_CREAT | O_RDWR, 1));
+  ASSERT_GE(fd, 0);
+  const struct timespec long_ago[2] = {{1000000, 0}, {1000000, 0}};
+  ASSERT_EQ(futimens(static_cast<int>(fd), long_ago), 0);
+  EXPECT_EQ(RunOne(*engine, FdOp(OpCode::kClose, static_cast<int>(fd), 2)), 0);
+  ASSERT_EQ(symlinkat("old", dir_.dirfd(), "link"), 0);
+  EXPECT_EQ(RunOne(*engine, PathOp(OpCode::kUtimensAt, dir_.dirfd(), "link", nullptr, 3)), 0);
+  struct stat st {};
+  ASSERT_EQ(fstatat(dir_.dirfd(), "old", &st, 0), 0);
+  EXPECT_EQ(st.st_mtim.tv_sec, 1000000) << "a symlink's target is not touched";
+  const time_t before = time(nullptr);
+  EXPECT_EQ(RunOne(*engine, PathOp(OpCode::kUtimensAt, dir_.dirfd(), "old", nullptr, 4)), 0);
+  ASSERT_EQ(fstatat(dir_.dirfd(), "old", &st, 0), 0);
+  EXPECT_GE(st.st_mtim.tv_sec, before - 1);
+  EXPECT_GE(st.st_atim.tv_sec, before - 1);
+  EXPECT_EQ(RunOne(*engine, PathOp(OpCode::kUtimensAt, dir_.dirfd(), "absent", nullptr, 5)), -ENOENT);
 }
 
 TEST_P(IoEngineContract, UnlinkAtRemovesTheNameAndAMissingNameReturnsEnoent) {
@@ -448,8 +550,8 @@ TEST_P(IoEngineContract, AnOpThatFinishesBeforeItsDeadlineReturnsItsRealResult) 
 }
 
 INSTANTIATE_TEST_SUITE_P(AllBackends, IoEngineContract,
-                         ::testing::Values(Backend::kUring, Backend::kPosix, Backend::kFake,
-                                           Backend::kFaultOverUring, Backend::kFaultOverPosix),
+                         ::testing::Values(Backend::kUring, Backend::kPosix, Backend::kFake, Backend::kFaultOverUring,
+                                           Backend::kFaultOverPosix),
                          [](const ::testing::TestParamInfo<Backend>& info) { return BackendName(info.param); });
 
 }  // namespace

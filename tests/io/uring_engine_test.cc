@@ -1,4 +1,5 @@
-// io_uring-specific behaviour beyond the shared contract: the issuer thread binding and shutdown with ops in flight.
+// io_uring-specific behaviour beyond the shared contract: the issuer thread binding, shutdown with ops in flight and
+// the side thread for ops without a ring opcode.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -16,10 +17,10 @@ using testing::ReadOp;
 using testing::RunOne;
 using testing::ScratchDir;
 
-#define REQUIRE_URING()                                                             \
-  do {                                                                              \
-    std::string why_;                                                               \
-    if (!UringAvailable(&why_)) GTEST_SKIP() << "io_uring unavailable: " << why_;   \
+#define REQUIRE_URING()                                                           \
+  do {                                                                            \
+    std::string why_;                                                             \
+    if (!UringAvailable(&why_)) GTEST_SKIP() << "io_uring unavailable: " << why_; \
   } while (0)
 
 TEST(UringEngine, MayBeCreatedOnOneThreadAndDrivenByAnother) {
@@ -69,6 +70,47 @@ TEST(UringEngine, DestroyingItOffTheIssuerThreadReturnsPromptly) {
   int64_t start = NowNs();
   engine.reset();
   EXPECT_LT(NowNs() - start, 2'000 * kMs);
+  close(pipefd[0]);
+  close(pipefd[1]);
+}
+
+TEST(UringEngine, AnOpWithoutARingOpcodeCompletesOnTheSideThreadAndWakesAWaitingReap) {
+  REQUIRE_URING();
+  auto created = CreateUringEngine(4);
+  ASSERT_TRUE(created.ok());
+  std::unique_ptr<IoEngine> engine = std::move(created).value();
+  ScratchDir dir;
+  const int fd = openat(dir.dirfd(), "f", O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  int pipefd[2];
+  ASSERT_EQ(pipe2(pipefd, O_CLOEXEC), 0);
+  char buf[8];
+  ASSERT_EQ(engine->Submit(ReadOp(pipefd[0], buf, sizeof(buf), 0, 1)), 0);  // on the ring, never completes
+  IoOp touch;
+  touch.code = OpCode::kUtimensAt;
+  touch.dirfd = dir.dirfd();
+  touch.path = "f";
+  touch.user_data = 2;
+  ASSERT_EQ(engine->Submit(touch), 0);
+  ASSERT_EQ(engine->Flush(), 0);
+  EXPECT_EQ(engine->in_flight(), 2u);
+  std::vector<IoCompletion> got;
+  const int64_t start = NowNs();
+  while (got.empty() && NowNs() - start < 5'000 * kMs) ASSERT_GE(engine->Reap(&got, 5'000 * kMs), 0);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].user_data, 2u);
+  EXPECT_EQ(got[0].result, 0);
+  EXPECT_LT(NowNs() - start, 2'000 * kMs) << "the side thread's completion woke the Reap";
+  EXPECT_EQ(engine->in_flight(), 1u);
+  // Destroyed with side ops queued and the ring's read stuck: returns promptly.
+  for (uint64_t i = 3; i < 5; ++i) {
+    touch.user_data = i;
+    ASSERT_EQ(engine->Submit(touch), 0);
+  }
+  const int64_t destroy = NowNs();
+  engine.reset();
+  EXPECT_LT(NowNs() - destroy, 2'000 * kMs);
   close(pipefd[0]);
   close(pipefd[1]);
 }

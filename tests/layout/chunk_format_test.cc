@@ -1,10 +1,7 @@
 #include "layout/chunk_format.h"
 
-#include <xxhash.h>
-
-#include <cstring>
-
 #include <gtest/gtest.h>
+#include <xxhash.h>
 
 #include <cstring>
 #include <vector>

@@ -37,7 +37,8 @@ TEST(ChunkKey, RejectsEmptyAndOversizedBytes) {
 }
 
 TEST(ChunkKey, FromHexRejectsOddLengthNonHexEmptyAndTooLong) {
-  for (std::string_view bad : std::initializer_list<std::string_view>{"", "a", "abc", "zz", "0g", "../..", "ab cd", std::string_view("a\0", 2)}) {
+  for (std::string_view bad : std::initializer_list<std::string_view>{"", "a", "abc", "zz", "0g", "../..", "ab cd",
+                                                                      std::string_view("a\0", 2)}) {
     EXPECT_EQ(ChunkKey::FromHex(bad).status().code(), StatusCode::kInvalidArgument) << bad;
   }
   EXPECT_FALSE(ChunkKey::FromHex(std::string(130, 'a')).ok());

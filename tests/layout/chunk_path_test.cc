@@ -58,9 +58,26 @@ TEST(ChunkPath, TempPathsAreUniquePerCall) {
 
 TEST(ChunkPath, ParseChunkFileNameRejectsTraps) {
   ChunkKey key;
-  for (std::string_view bad : std::initializer_list<std::string_view>{"", ".kvc", "a.kvc", "abc.kvc", "AB.kvc", "ab.KVC", "ab.kvc.tmp", "ab", "../ab.kvc", "ab/cd.kvc", "..",
-        ".", ".tmp.1.2.abcd", " ab.kvc", "ab .kvc", "ab.kvc ", "zz.kvc", "-1.kvc", "ab.kvcx",
-        std::string_view("ab\0.kvc", 7)}) {
+  for (std::string_view bad : std::initializer_list<std::string_view>{"",
+                                                                      ".kvc",
+                                                                      "a.kvc",
+                                                                      "abc.kvc",
+                                                                      "AB.kvc",
+                                                                      "ab.KVC",
+                                                                      "ab.kvc.tmp",
+                                                                      "ab",
+                                                                      "../ab.kvc",
+                                                                      "ab/cd.kvc",
+                                                                      "..",
+                                                                      ".",
+                                                                      ".tmp.1.2.abcd",
+                                                                      " ab.kvc",
+                                                                      "ab .kvc",
+                                                                      "ab.kvc ",
+                                                                      "zz.kvc",
+                                                                      "-1.kvc",
+                                                                      "ab.kvcx",
+                                                                      std::string_view("ab\0.kvc", 7)}) {
     EXPECT_FALSE(ParseChunkFileName(bad, &key)) << bad;
   }
   EXPECT_FALSE(ParseChunkFileName(std::string(130, 'a') + ".kvc", &key));

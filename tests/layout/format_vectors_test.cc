@@ -220,8 +220,9 @@ TEST_P(FormatVectorsTest, EveryFieldMatchesTheDocumentedRulesAndValues) {
     const uint8_t* data = f + 4096 + i * stride;
     for (uint64_t j = 0; j < kBlockBytes; ++j) ASSERT_EQ(data[j], PayloadByte(i, j)) << "block " << i << " byte " << j;
     for (uint64_t j = kBlockBytes; j < stride; ++j) ASSERT_EQ(data[j], 0) << "block " << i << " padding " << j;
-    const uint64_t sum = keyed ? XXH3_64bits_withSecret(data, kBlockBytes, xxh3_secret.data(), xxh3_secret.size()) ^ seed
-                               : XXH3_64bits_withSeed(data, kBlockBytes, seed);
+    const uint64_t sum = keyed
+                             ? XXH3_64bits_withSecret(data, kBlockBytes, xxh3_secret.data(), xxh3_secret.size()) ^ seed
+                             : XXH3_64bits_withSeed(data, kBlockBytes, seed);
     EXPECT_EQ(Le64(f + 144 + 8 * i), sum) << "block " << i;
     EXPECT_EQ(sum, keyed ? kKeyedChecksum[i] : kUnkeyedChecksum[i]) << "block " << i;
   }
@@ -279,7 +280,8 @@ TEST_P(FormatVectorsTest, KvtiersParserReadsThem) {
   EXPECT_TRUE(CheckFileSize(h.value(), s.size()).ok());
   EXPECT_TRUE(VerifyBlocks(h.value(), 0, kBlocks, f + kHeaderBytes, k).ok());
   // The other reader is refused: kind 1 under a secret, kind 2 without one.
-  EXPECT_FALSE(DecodeHeader({f, kHeaderBytes}, ns.value().fingerprint(), ck, &geometry, keyed ? nullptr : &key.value()).ok());
+  EXPECT_FALSE(
+      DecodeHeader({f, kHeaderBytes}, ns.value().fingerprint(), ck, &geometry, keyed ? nullptr : &key.value()).ok());
 }
 
 // The current code writes the committed bytes exactly (MANIFEST and chunk).
@@ -295,8 +297,7 @@ TEST_P(FormatVectorsTest, TheCodeStillWritesTheseBytes) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Vectors, FormatVectorsTest,
-                         ::testing::Values(Vector{"unkeyed", false}, Vector{"keyed", true}),
+INSTANTIATE_TEST_SUITE_P(Vectors, FormatVectorsTest, ::testing::Values(Vector{"unkeyed", false}, Vector{"keyed", true}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -29,7 +29,9 @@ bool Contains(const Status& s, std::string_view what) { return s.message().find(
 
 TEST(Manifest, CanonicalTextParsesBackToTheSameIdentity) {
   NamespaceIdentity id = TestIdentity();
-  id.model = "weird%name\nwith\ttabs=and\x7f" "end";
+  id.model =
+      "weird%name\nwith\ttabs=and\x7f"
+      "end";
   std::string text = CanonicalManifest(id);
   EXPECT_EQ(text.find('\0'), std::string::npos);
   EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 10);
@@ -60,11 +62,11 @@ TEST(Manifest, ParseIsStrict) {
     EXPECT_EQ(r.status().code(), StatusCode::kCorrupt);
     EXPECT_TRUE(Contains(r.status(), field)) << r.status().message();
   };
-  expect_corrupt(good + "color=blue\n", "color");                                  // unknown
-  expect_corrupt(good + "tp_size=2\n", "tp_size");                                 // duplicate
+  expect_corrupt(good + "color=blue\n", "color");   // unknown
+  expect_corrupt(good + "tp_size=2\n", "tp_size");  // duplicate
   std::string missing = good;
   missing.erase(missing.find("pp_size="), std::string("pp_size=1\n").size());
-  expect_corrupt(missing, "pp_size");                                              // missing
+  expect_corrupt(missing, "pp_size");  // missing
   auto replace = [&](std::string from, std::string to) {
     std::string t = good;
     t.replace(t.find(from), from.size(), to);
@@ -102,8 +104,8 @@ TEST(Manifest, TheChecksumKeyRecordIsAnOptionalLastLineOutsideTheFingerprint) {
   }
   EXPECT_EQ(ManifestText(id, record), CanonicalManifest(id) + "checksum_key=" + record + "\n");
   const std::string good = CanonicalManifest(id);
-  for (const char* bad : {"k3:", "k3:0123", "K3:0123456789abcdef0123456789abcdef", "k3:0123456789ABCDEF0123456789abcdef",
-                          "yes", ""}) {
+  for (const char* bad :
+       {"k3:", "k3:0123", "K3:0123456789abcdef0123456789abcdef", "k3:0123456789ABCDEF0123456789abcdef", "yes", ""}) {
     auto r = ParseManifest(good + "checksum_key=" + bad + "\n");
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_TRUE(Contains(r.status(), "checksum_key")) << r.status().message();

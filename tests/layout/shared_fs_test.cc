@@ -1,9 +1,8 @@
 #include "layout/shared_fs.h"
 
 #include <fcntl.h>
-#include <unistd.h>
-
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 namespace kvtier {
 namespace {

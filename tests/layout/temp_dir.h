@@ -32,9 +32,7 @@ class TempDir {
     // Directories made read-only are listed before being made writable: retry once.
     nftw(
         path_.c_str(),
-        [](const char* p, const struct stat*, int type, struct FTW*) {
-          return type == FTW_DP ? rmdir(p) : unlink(p);
-        },
+        [](const char* p, const struct stat*, int type, struct FTW*) { return type == FTW_DP ? rmdir(p) : unlink(p); },
         16, FTW_DEPTH | FTW_PHYS);
   }
   const std::string& path() const { return path_; }

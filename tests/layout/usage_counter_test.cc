@@ -49,7 +49,7 @@ TEST(SharedUsage, TheFirstHolderSetsTheCounterAndLaterHoldersJoinIt) {
   ASSERT_TRUE(a.ok()) << a.status().ToString();
   EXPECT_TRUE(a.value()->first_holder());
   EXPECT_EQ(a.value()->Load(), 1000u);
-  a.value()->Add(24);  // a running engine's reservation
+  a.value()->Add(24);                 // a running engine's reservation
   auto b = SharedUsage::Open(ns, 5);  // a second engine's scan must not erase it
   ASSERT_TRUE(b.ok());
   EXPECT_FALSE(b.value()->first_holder());

@@ -117,8 +117,8 @@ TEST(UsageLedger, AKilledEnginesReservationIsReclaimedAndItsEntriesStayCounted) 
   for (int i = 0; i < 400 && (a->Total() != 9000u || Records(ns) != 1); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  EXPECT_EQ(a->Total(), 9000u);   // the reservation is gone, the entries stay counted (now in a's record)
-  EXPECT_EQ(Records(ns), 1u);     // folded: only a's record is left
+  EXPECT_EQ(a->Total(), 9000u);  // the reservation is gone, the entries stay counted (now in a's record)
+  EXPECT_EQ(Records(ns), 1u);    // folded: only a's record is left
   EXPECT_EQ(a->live_engines(), 1u);
 }
 

@@ -1,5 +1,7 @@
 // The checksums' XXH3 variants must agree bit for bit with the libxxhash package's: a file written by a kvtier on
 // one CPU is verified by a kvtier on another (or by an older build that used the package's XXH3 only).
+#include "layout/xxh3_dispatch.h"
+
 #include <gtest/gtest.h>
 #include <xxhash.h>
 
@@ -9,7 +11,6 @@
 #include <vector>
 
 #include "layout/chunk_format.h"
-#include "layout/xxh3_dispatch.h"
 
 namespace kvtier {
 namespace {
@@ -21,7 +22,7 @@ std::vector<uint8_t> Bytes(size_t n, uint8_t salt) {
 }
 
 // XXH3 changes code path at 16, 128 and 240 bytes and at every 1 KiB stripe block; lengths around each.
-const std::vector<size_t> kLengths = {0,   1,   3,   4,    8,    9,    16,   17,    128,    129,       240,
+const std::vector<size_t> kLengths = {0,   1,   3,   4,    8,    9,    16,   17,    128,    129,           240,
                                       241, 255, 256, 1023, 1024, 1025, 4096, 65537, 131072, (1 << 20) + 13};
 
 TEST(Xxh3Dispatch, SeededMatchesTheLibraryAtEveryLengthAndAlignment) {

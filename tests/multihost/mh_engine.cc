@@ -3,7 +3,8 @@
 // Its stores and loads go through the job API as a client of the engine's slot path (policy::JobClient,
 // docs/architecture.md "One data path"), the way vLLM's workers move bytes.
 //
-//   kvtier_mh_engine --root DIR [--budget BYTES] [--block-kib N] [--blocks N] [--fsync 0|1] [--neg-ms N] [--shared-neg-ms N] [--touch-s N]
+//   kvtier_mh_engine --root DIR [--budget BYTES] [--block-kib N] [--blocks N] [--fsync 0|1] [--neg-ms N]
+//   [--shared-neg-ms N] [--touch-s N]
 //                    [--pool-chunks N] [--io-depth N] [--io-mode auto|direct|buffered] [--backend auto|uring|posix]
 //
 // Commands on stdin, one per line; one JSON line per command on stdout:
@@ -103,20 +104,34 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     const char* v = argv[i + 1];
-    if (a == "--root") o.root = v;
-    else if (a == "--budget") o.disk_budget_bytes = std::strtoull(v, nullptr, 0);
-    else if (a == "--block-kib") o.identity.block_bytes = std::strtoull(v, nullptr, 0) << 10;
-    else if (a == "--blocks") o.identity.blocks_per_chunk = static_cast<uint32_t>(std::atoi(v));
-    else if (a == "--fsync") o.fsync_on_publish = std::atoi(v) != 0;
-    else if (a == "--neg-ms") o.negative_cache_ms = static_cast<uint32_t>(std::atoi(v));
-    else if (a == "--shared-neg-ms") o.shared_negative_cache_ms = static_cast<uint32_t>(std::atoi(v));
-    else if (a == "--touch-s") o.touch_interval_s = static_cast<uint32_t>(std::atoi(v));
-    else if (a == "--pool-chunks") pool_chunks = static_cast<uint32_t>(std::atoi(v));
-    else if (a == "--io-depth") o.io_depth = static_cast<uint32_t>(std::atoi(v));
-    else if (a == "--io-mode") o.io_mode = std::string(v) == "buffered" ? IoMode::kBuffered
-                                           : std::string(v) == "direct" ? IoMode::kDirect : IoMode::kAuto;
-    else if (a == "--backend") o.backend = std::string(v) == "posix" ? IoBackend::kPosix
-                                           : std::string(v) == "uring" ? IoBackend::kUring : IoBackend::kAuto;
+    if (a == "--root")
+      o.root = v;
+    else if (a == "--budget")
+      o.disk_budget_bytes = std::strtoull(v, nullptr, 0);
+    else if (a == "--block-kib")
+      o.identity.block_bytes = std::strtoull(v, nullptr, 0) << 10;
+    else if (a == "--blocks")
+      o.identity.blocks_per_chunk = static_cast<uint32_t>(std::atoi(v));
+    else if (a == "--fsync")
+      o.fsync_on_publish = std::atoi(v) != 0;
+    else if (a == "--neg-ms")
+      o.negative_cache_ms = static_cast<uint32_t>(std::atoi(v));
+    else if (a == "--shared-neg-ms")
+      o.shared_negative_cache_ms = static_cast<uint32_t>(std::atoi(v));
+    else if (a == "--touch-s")
+      o.touch_interval_s = static_cast<uint32_t>(std::atoi(v));
+    else if (a == "--pool-chunks")
+      pool_chunks = static_cast<uint32_t>(std::atoi(v));
+    else if (a == "--io-depth")
+      o.io_depth = static_cast<uint32_t>(std::atoi(v));
+    else if (a == "--io-mode")
+      o.io_mode = std::string(v) == "buffered" ? IoMode::kBuffered
+                  : std::string(v) == "direct" ? IoMode::kDirect
+                                               : IoMode::kAuto;
+    else if (a == "--backend")
+      o.backend = std::string(v) == "posix"   ? IoBackend::kPosix
+                  : std::string(v) == "uring" ? IoBackend::kUring
+                                              : IoBackend::kAuto;
     else {
       std::fprintf(stderr, "kvtier_mh_engine: unknown option %s\n", a.c_str());
       return 2;
@@ -171,7 +186,8 @@ int main(int argc, char** argv) {
         std::vector<ChunkTransfer> chunks;
         for (uint64_t j = 0; j < n; ++j) {
           Fill(b + j, bufs[j].data(), payload);
-          chunks.push_back(ChunkTransfer{KeyOf(b + j), 0, 0, {{0, reinterpret_cast<uint64_t>(bufs[j].data()), payload}}});
+          chunks.push_back(
+              ChunkTransfer{KeyOf(b + j), 0, 0, {{0, reinterpret_cast<uint64_t>(bufs[j].data()), payload}}});
         }
         auto id = jobs->SubmitStore(std::move(chunks));
         if (!id.ok()) {
@@ -271,8 +287,8 @@ int main(int argc, char** argv) {
           const std::string file = ns_dir + "/" + ChunkRelPath(KeyOf(first + j));
           bad_seen += stat(file.c_str(), &st) == 0 && static_cast<uint64_t>(st.st_size) != chunk_file_bytes;
           const uint64_t reads_before = engine->Stats().read_latency_us.count;
-          auto id = jobs->SubmitLoad({ChunkTransfer{KeyOf(first + j), 0, 0,
-                                                    {{0, reinterpret_cast<uint64_t>(buf.data()), payload}}}});
+          auto id = jobs->SubmitLoad(
+              {ChunkTransfer{KeyOf(first + j), 0, 0, {{0, reinterpret_cast<uint64_t>(buf.data()), payload}}}});
           if (!id.ok()) continue;
           auto r = jobs->Wait(*id, 120000);
           if (!r.ok()) continue;
@@ -287,7 +303,8 @@ int main(int argc, char** argv) {
           done[j] = true;
         }
       }
-      out << "{\"op\":\"chase\",\"ok\":" << ok << ",\"wrong\":" << wrong << ",\"rounds\":" << rounds << ",\"bad_seen\":" << bad_seen;
+      out << "{\"op\":\"chase\",\"ok\":" << ok << ",\"wrong\":" << wrong << ",\"rounds\":" << rounds
+          << ",\"bad_seen\":" << bad_seen;
     } else if (cmd == "keys") {
       uint64_t first = 0, count = 0;
       in >> first >> count;

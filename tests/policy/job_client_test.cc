@@ -6,6 +6,7 @@
 #include "policy/job_client.h"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,8 +14,6 @@
 #include <filesystem>
 #include <random>
 #include <thread>
-
-#include <gtest/gtest.h>
 
 #include "engine/engine_impl.h"
 #include "io/fault_engine.h"
@@ -66,8 +65,8 @@ struct HostChunk {
   std::vector<CopySegment> Segments(uint64_t stride, uint32_t first = 0, uint32_t n = kBlocks) {
     std::vector<CopySegment> s;
     for (uint32_t b = 0; b < n; ++b) {
-      s.push_back(CopySegment{b * stride, reinterpret_cast<uint64_t>(bytes.data() + (first + b) * kBlockBytes),
-                              kBlockBytes});
+      s.push_back(
+          CopySegment{b * stride, reinterpret_cast<uint64_t>(bytes.data() + (first + b) * kBlockBytes), kBlockBytes});
     }
     return s;
   }

@@ -2,11 +2,10 @@
 // reads in flight so the bounds can be checked exactly; an injected clock ages queued work.
 #include "policy/preload_planner.h"
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <random>
-
-#include <gtest/gtest.h>
 
 #include "engine/engine_impl.h"
 #include "io/fake_engine.h"

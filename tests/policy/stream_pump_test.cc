@@ -4,14 +4,13 @@
 #include "policy/stream_pump.h"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <thread>
-
-#include <gtest/gtest.h>
 
 #include "layout/chunk_format.h"
 #include "policy/job_client.h"

@@ -47,7 +47,10 @@ struct BadOption {
 TEST(BadInput, EveryEngineOptionWithAnInvalidValueIsRefusedNamingIt) {
   test::TempDir dir;
   const std::string file = dir.path() + "/plain-file";
-  { FILE* f = fopen(file.c_str(), "w"); if (f) fclose(f); }
+  {
+    FILE* f = fopen(file.c_str(), "w");
+    if (f) fclose(f);
+  }
   const std::vector<BadOption> table = {
       {"root", [](EngineOptions& o) { o.root = ""; }},
       {"does not exist", [](EngineOptions& o) { o.root = "/nonexistent/kvtier-root"; }},
@@ -73,7 +76,11 @@ TEST(BadInput, EveryEngineOptionWithAnInvalidValueIsRefusedNamingIt) {
       {"posix_threads", [](EngineOptions& o) { o.posix_threads = 0; }},
       {"posix_threads", [](EngineOptions& o) { o.posix_threads = 1000; }},
       {"op_timeout_ms", [](EngineOptions& o) { o.op_timeout_ms = 0; }},
-      {"watermark", [](EngineOptions& o) { o.low_watermark = 0.9; o.high_watermark = 0.8; }},
+      {"watermark",
+       [](EngineOptions& o) {
+         o.low_watermark = 0.9;
+         o.high_watermark = 0.8;
+       }},
       {"watermark", [](EngineOptions& o) { o.high_watermark = 1.5; }},
       {"watermark", [](EngineOptions& o) { o.low_watermark = 0; }},
       {"watermark", [](EngineOptions& o) { o.low_watermark = -1; }},
@@ -210,8 +217,9 @@ TEST(BadInput, CliMisuseExitsNonZeroNamingTheArgument) {
   for (const Case& c : table) {
     CliRun r = Cli(c.args);
     EXPECT_EQ(r.code, c.code) << "kvtier " << c.args << "\n" << r.out;
-    EXPECT_NE(r.out.find(c.mentions), std::string::npos) << "kvtier " << c.args << " does not name " << c.mentions
-                                                         << ":\n" << r.out;
+    EXPECT_NE(r.out.find(c.mentions), std::string::npos)
+        << "kvtier " << c.args << " does not name " << c.mentions << ":\n"
+        << r.out;
   }
   std::printf("bad input: %zu CLI misuses, each refused naming the argument\n", table.size());
 }

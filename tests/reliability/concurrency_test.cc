@@ -117,14 +117,15 @@ TEST(ConcurrencySuite, ProcessesAndThreadsOnOneRootNeverSeeAPartialEntryAndHoldT
   EXPECT_GT(sh->loads_ok.load(), 0u);
   EXPECT_GT(sh->stores_ok.load(), 0u);
   EXPECT_LE(max_bytes, budget + budget / 20) << "budget exceeded by more than 5%: " << max_bytes << " of " << budget;
-  std::printf("concurrency suite: %d processes x %d threads, %.0f s: %llu lookups, %llu stores ok, %llu stores "
-              "dropped/deduplicated, %llu loads ok (each compared byte for byte), %llu load misses; budget %llu B, "
-              "peak %llu B (%.1f%%) over %llu samples (%llu above 100%%); wrong: %llu\n",
-              kProcesses, kThreads, seconds, (unsigned long long)sh->lookups.load(),
-              (unsigned long long)sh->stores_ok.load(), (unsigned long long)sh->stores_other.load(),
-              (unsigned long long)sh->loads_ok.load(), (unsigned long long)sh->load_misses.load(),
-              (unsigned long long)budget, (unsigned long long)max_bytes, 100.0 * max_bytes / budget,
-              (unsigned long long)samples, (unsigned long long)over, (unsigned long long)sh->wrong.load());
+  std::printf(
+      "concurrency suite: %d processes x %d threads, %.0f s: %llu lookups, %llu stores ok, %llu stores "
+      "dropped/deduplicated, %llu loads ok (each compared byte for byte), %llu load misses; budget %llu B, "
+      "peak %llu B (%.1f%%) over %llu samples (%llu above 100%%); wrong: %llu\n",
+      kProcesses, kThreads, seconds, (unsigned long long)sh->lookups.load(), (unsigned long long)sh->stores_ok.load(),
+      (unsigned long long)sh->stores_other.load(), (unsigned long long)sh->loads_ok.load(),
+      (unsigned long long)sh->load_misses.load(), (unsigned long long)budget, (unsigned long long)max_bytes,
+      100.0 * max_bytes / budget, (unsigned long long)samples, (unsigned long long)over,
+      (unsigned long long)sh->wrong.load());
   munmap(sh, 4096);
 }
 

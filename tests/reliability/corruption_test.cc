@@ -51,10 +51,11 @@ std::vector<Damage> Damages(uint32_t seed) {
   // Header: one bit in each field region, and random header bits.
   for (uint64_t off : {0ull, 8ull, 12ull, 16ull, 33ull, 40ull, 104ull, 108ull, 112ull, 120ull, 128ull, 136ull, 144ull,
                        2191ull, 2192ull, 3000ull, 4088ull, 4095ull}) {
-    d.push_back({"header bit at " + std::to_string(off), [off](const EngineOptions& o, uint64_t i, uint64_t, test::JobEngine&) {
-                   FlipBit(ChunkFile(o, Key(i)), off, static_cast<int>(off % 8));
-                   return false;
-                 }});
+    d.push_back(
+        {"header bit at " + std::to_string(off), [off](const EngineOptions& o, uint64_t i, uint64_t, test::JobEngine&) {
+           FlipBit(ChunkFile(o, Key(i)), off, static_cast<int>(off % 8));
+           return false;
+         }});
   }
   for (int k = 0; k < 8; ++k) {
     const uint64_t off = std::uniform_int_distribution<uint64_t>(0, 4095)(rng);
@@ -79,21 +80,24 @@ std::vector<Damage> Damages(uint32_t seed) {
   for (int k = 0; k < 8; ++k) {
     const uint32_t b = std::uniform_int_distribution<uint32_t>(0, kBlocks - 1)(rng);
     const uint64_t off = 4096 + b * 20480ull + std::uniform_int_distribution<uint64_t>(0, kBlockBytes - 1)(rng);
-    d.push_back({"random payload bit at " + std::to_string(off), [off](const EngineOptions& o, uint64_t i, uint64_t,
-                                                                        test::JobEngine&) {
+    d.push_back({"random payload bit at " + std::to_string(off),
+                 [off](const EngineOptions& o, uint64_t i, uint64_t, test::JobEngine&) {
                    FlipBit(ChunkFile(o, Key(i)), off, 5);
                    return false;
                  }});
   }
   // Sizes.
-  for (uint64_t len : std::vector<uint64_t>{0, 1, 100, 4095, 4096, 4096 + 20480, kChunkFileBytes - 4096, kChunkFileBytes - 1}) {
-    d.push_back({"truncated to " + std::to_string(len), [len](const EngineOptions& o, uint64_t i, uint64_t, test::JobEngine&) {
-                   EXPECT_EQ(truncate(ChunkFile(o, Key(i)).c_str(), static_cast<off_t>(len)), 0);
-                   return false;
-                 }});
+  for (uint64_t len :
+       std::vector<uint64_t>{0, 1, 100, 4095, 4096, 4096 + 20480, kChunkFileBytes - 4096, kChunkFileBytes - 1}) {
+    d.push_back(
+        {"truncated to " + std::to_string(len), [len](const EngineOptions& o, uint64_t i, uint64_t, test::JobEngine&) {
+           EXPECT_EQ(truncate(ChunkFile(o, Key(i)).c_str(), static_cast<off_t>(len)), 0);
+           return false;
+         }});
   }
   for (uint64_t extra : {1ull, 4096ull}) {
-    d.push_back({"extended by " + std::to_string(extra), [extra](const EngineOptions& o, uint64_t i, uint64_t, test::JobEngine&) {
+    d.push_back({"extended by " + std::to_string(extra),
+                 [extra](const EngineOptions& o, uint64_t i, uint64_t, test::JobEngine&) {
                    EXPECT_EQ(truncate(ChunkFile(o, Key(i)).c_str(), static_cast<off_t>(kChunkFileBytes + extra)), 0);
                    return false;
                  }});
@@ -111,10 +115,11 @@ std::vector<Damage> Damages(uint32_t seed) {
                  ZeroRange(ChunkFile(o, Key(i)), 4096 + 2 * 20480, 20480);
                  return false;
                }});
-  d.push_back({"zero-filled last 4 KiB (torn tail)", [](const EngineOptions& o, uint64_t i, uint64_t, test::JobEngine&) {
-                 ZeroRange(ChunkFile(o, Key(i)), kChunkFileBytes - 4096, 4096);
-                 return false;
-               }});
+  d.push_back(
+      {"zero-filled last 4 KiB (torn tail)", [](const EngineOptions& o, uint64_t i, uint64_t, test::JobEngine&) {
+         ZeroRange(ChunkFile(o, Key(i)), kChunkFileBytes - 4096, 4096);
+         return false;
+       }});
   // Files of other entries and other namespaces.
   d.push_back({"swapped with another entry's file",
                [](const EngineOptions& o, uint64_t i, uint64_t j, test::JobEngine&) {
@@ -125,12 +130,13 @@ std::vector<Damage> Damages(uint32_t seed) {
                  return false;
                },
                /*partner_damaged=*/true});
-  d.push_back({"hard link to another entry's file", [](const EngineOptions& o, uint64_t i, uint64_t j, test::JobEngine&) {
-                 const std::string a = ChunkFile(o, Key(i));
-                 EXPECT_EQ(unlink(a.c_str()), 0);
-                 EXPECT_EQ(link(ChunkFile(o, Key(j)).c_str(), a.c_str()), 0);
-                 return false;
-               }});
+  d.push_back(
+      {"hard link to another entry's file", [](const EngineOptions& o, uint64_t i, uint64_t j, test::JobEngine&) {
+         const std::string a = ChunkFile(o, Key(i));
+         EXPECT_EQ(unlink(a.c_str()), 0);
+         EXPECT_EQ(link(ChunkFile(o, Key(j)).c_str(), a.c_str()), 0);
+         return false;
+       }});
   d.push_back({"copied from another namespace (same key)",
                [](const EngineOptions& o, uint64_t i, uint64_t, test::JobEngine& other) {
                  EXPECT_TRUE(StoreOne(other, i).ok());
@@ -218,7 +224,8 @@ TEST_P(CorruptionSuite, EveryDamagedEntryIsAMissCountedAndRemovedAndNoOtherBytes
       EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10)) << "a load hung";
       if (s.ok()) {
         ++served_wrong;  // any damage must be a miss
-        ADD_FAILURE() << "a damaged entry was served" << (got == ContentFor(i) ? " (bytes equal)" : " WITH OTHER BYTES");
+        ADD_FAILURE() << "a damaged entry was served"
+                      << (got == ContentFor(i) ? " (bytes equal)" : " WITH OTHER BYTES");
       } else {
         ++misses;
         EXPECT_TRUE(AllSentinel(got)) << "a miss wrote into the destination";
@@ -262,12 +269,12 @@ TEST_P(CorruptionSuite, EveryDamagedEntryIsAMissCountedAndRemovedAndNoOtherBytes
   ASSERT_TRUE(LoadOne(e, Key(2'000'000), &got).ok());
   EXPECT_EQ(got, ContentFor(2'000'000));
   EXPECT_EQ(served_wrong, 0u);
-  std::printf("corruption suite (%s): %llu damaged files tried (%zu kinds x %d rounds), %llu misses, %llu removed, "
-              "%llu corrupt_entries counted, %llu intact loads (%llu bytes compared), served wrong: %llu\n",
-              GetParam() == IoBackend::kUring ? "io_uring" : "posix", (unsigned long long)tried,
-              Damages(1).size(), rounds, (unsigned long long)misses, (unsigned long long)removed,
-              (unsigned long long)corrupt, (unsigned long long)control_loads,
-              (unsigned long long)bytes_compared, (unsigned long long)served_wrong);
+  std::printf(
+      "corruption suite (%s): %llu damaged files tried (%zu kinds x %d rounds), %llu misses, %llu removed, "
+      "%llu corrupt_entries counted, %llu intact loads (%llu bytes compared), served wrong: %llu\n",
+      GetParam() == IoBackend::kUring ? "io_uring" : "posix", (unsigned long long)tried, Damages(1).size(), rounds,
+      (unsigned long long)misses, (unsigned long long)removed, (unsigned long long)corrupt,
+      (unsigned long long)control_loads, (unsigned long long)bytes_compared, (unsigned long long)served_wrong);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, CorruptionSuite, ::testing::Values(IoBackend::kUring, IoBackend::kPosix),

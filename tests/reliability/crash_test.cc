@@ -181,7 +181,8 @@ TEST(CrashSuite, WritersFsckAndGcKilledAtRandomPointsLeaveOnlyEntriesWithTheirOw
       int status = 0;
       ASSERT_EQ(waitpid(pid, &status, 0), pid);
       // Killed by our SIGKILL or done: any other end (an exit code, SIGSEGV, SIGBUS, SIGABRT from a check) fails.
-      ASSERT_TRUE((WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) || (WIFEXITED(status) && WEXITSTATUS(status) == 0))
+      ASSERT_TRUE((WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) ||
+                  (WIFEXITED(status) && WEXITSTATUS(status) == 0))
           << "writer failed: "
           << (WIFSIGNALED(status) ? std::string("signal ") + strsignal(WTERMSIG(status))
                                   : "exit " + std::to_string(WEXITSTATUS(status)) +
@@ -201,9 +202,12 @@ TEST(CrashSuite, WritersFsckAndGcKilledAtRandomPointsLeaveOnlyEntriesWithTheirOw
   std::vector<ChunkKey> keys;
   size_t temps = 0, foreign = 0;
   ASSERT_TRUE(ScanEntries(ns.value(), [&](const EntryInfo& en) {
-                if (en.is_temporary) ++temps;
-                else if (en.is_foreign) ++foreign;
-                else keys.push_back(en.key);
+                if (en.is_temporary)
+                  ++temps;
+                else if (en.is_foreign)
+                  ++foreign;
+                else
+                  keys.push_back(en.key);
               }).ok());
   EXPECT_EQ(temps, 0u) << "the restart left temporaries";
   EXPECT_EQ(foreign, 0u);
@@ -225,13 +229,14 @@ TEST(CrashSuite, WritersFsckAndGcKilledAtRandomPointsLeaveOnlyEntriesWithTheirOw
                 "%.0f ms after the open began), %llu store jobs finished, %llu chunks stored, %llu chunk stores failed",
                 (unsigned long long)progress->opened.load(), progress->open_us_max.load() / 1000.0,
                 (unsigned long long)progress->open_failed.load(), progress->first_us_max.load() / 1000.0,
-                (unsigned long long)progress->jobs_done.load(),
-                (unsigned long long)progress->chunks_stored.load(), (unsigned long long)progress->chunks_failed.load());
+                (unsigned long long)progress->jobs_done.load(), (unsigned long long)progress->chunks_stored.load(),
+                (unsigned long long)progress->chunks_failed.load());
   EXPECT_GT(progress->chunks_stored.load(), 0u) << writers;
   EXPECT_GT(verified, 0u) << writers;
-  std::printf("crash suite: %d rounds, %d processes killed with SIGKILL (%d writers finished first), %zu entries "
-              "verified byte for byte, %zu temporaries left after restart, corrupt: %llu, served wrong: 0\n%s\n",
-              rounds, kills, exited, verified, temps, (unsigned long long)e.value()->Stats().corrupt_entries, writers);
+  std::printf(
+      "crash suite: %d rounds, %d processes killed with SIGKILL (%d writers finished first), %zu entries "
+      "verified byte for byte, %zu temporaries left after restart, corrupt: %llu, served wrong: 0\n%s\n",
+      rounds, kills, exited, verified, temps, (unsigned long long)e.value()->Stats().corrupt_entries, writers);
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
-// Fault injection through every engine path that goes through the I/O engine (open, read, write, fsync, link,
-// unlink, close) with EIO, ENOSPC, EACCES, EROFS and EINTR, short transfers and operations slower than their
-// deadline. The engine keeps serving: every job finishes (bounded), a load either returns the stored bytes or is
-// a miss that left the destination untouched, a store either publishes a verifying entry or is dropped and
+// Fault injection through every engine path that goes through the I/O engine (open, statx, read, write, fsync, link,
+// unlink, close, mkdir, fchmod, utimensat) with EIO, ENOSPC, EACCES, EROFS and EINTR, short transfers and operations
+// slower than their deadline. The engine keeps serving: every job finishes (bounded), a load either returns the stored
+// bytes or is a miss that left the destination untouched, a store either publishes a verifying entry or is dropped and
 // counted, and once the faults stop (FailNth rules) stores and loads succeed again. Leaks and races are the
 // sanitizer builds' part (asan, tsan presets run this suite).
 #include <fcntl.h>
@@ -73,17 +73,19 @@ struct Case {
   std::vector<FaultRule> rules;
   bool fsync = false;
   bool named_temporaries = false;
-  bool budget = false;      // eviction unlinks run during the stores
-  bool recovers = false;    // the rules stop matching: a final round trip must succeed
+  bool budget = false;        // eviction unlinks run during the stores
+  bool recovers = false;      // the rules stop matching: a final round trip must succeed
+  bool group_shared = false;  // dir_mode 0770: new fan-out directories and temporaries are chmod'ed (K2)
   uint32_t timeout_ms = 3000;
 };
 
 std::vector<Case> Cases() {
   std::vector<Case> cases;
-  const std::pair<OpCode, const char*> codes[] = {{OpCode::kOpenAt, "open"}, {OpCode::kRead, "read"},
-                                                  {OpCode::kWrite, "write"}, {OpCode::kFsync, "fsync"},
-                                                  {OpCode::kLinkAt, "link"}, {OpCode::kUnlinkAt, "unlink"},
-                                                  {OpCode::kClose, "close"}, {OpCode::kMkdirAt, "mkdir"}};
+  const std::pair<OpCode, const char*> codes[] = {
+      {OpCode::kOpenAt, "open"},   {OpCode::kRead, "read"},          {OpCode::kWrite, "write"},
+      {OpCode::kFsync, "fsync"},   {OpCode::kLinkAt, "link"},        {OpCode::kUnlinkAt, "unlink"},
+      {OpCode::kClose, "close"},   {OpCode::kMkdirAt, "mkdir"},      {OpCode::kStatx, "statx"},
+      {OpCode::kFchmod, "fchmod"}, {OpCode::kUtimensAt, "utimensat"}};
   const std::pair<int, const char*> errors[] = {
       {EIO, "EIO"}, {ENOSPC, "ENOSPC"}, {EACCES, "EACCES"}, {EROFS, "EROFS"}, {EINTR, "EINTR"}};
   for (auto [code, cname] : codes) {
@@ -92,6 +94,7 @@ std::vector<Case> Cases() {
       every.fsync = code == OpCode::kFsync;
       every.named_temporaries = code == OpCode::kUnlinkAt;
       every.budget = code == OpCode::kUnlinkAt;
+      every.group_shared = code == OpCode::kFchmod;
       cases.push_back(every);
       // Intermittent: every other op of the first 40 fails, then the disk is healthy again.
       Case some{std::string(cname) + " intermittent " + ename, {}};
@@ -99,6 +102,7 @@ std::vector<Case> Cases() {
       some.fsync = every.fsync;
       some.named_temporaries = every.named_temporaries;
       some.budget = every.budget;
+      some.group_shared = every.group_shared;
       some.recovers = true;
       cases.push_back(some);
     }
@@ -108,7 +112,8 @@ std::vector<Case> Cases() {
     cases.push_back({"short writes of " + std::to_string(k) + " B", {FaultRule::ShortTransfer(OpCode::kWrite, k)}});
   }
   for (auto [code, cname] : codes) {
-    if (code == OpCode::kClose || code == OpCode::kUnlinkAt) continue;  // the engine gives them no deadline
+    // The engine gives them no deadline.
+    if (code == OpCode::kClose || code == OpCode::kUnlinkAt || code == OpCode::kUtimensAt) continue;
     Case slow{std::string(cname) + " slower than its deadline", {FaultRule::DelayPastDeadline(code)}};
     slow.fsync = code == OpCode::kFsync;
     slow.timeout_ms = 150;
@@ -139,6 +144,7 @@ TEST_P(FaultSuite, EveryPathEveryErrorKeepsTheEngineServingWithNoWrongBytes) {
       o.op_timeout_ms = c.timeout_ms;
       o.temp_max_age_s = 0;
       if (c.budget) o.disk_budget_bytes = 6 * kChunkFileBytes;
+      if (c.group_shared) o.dir_mode = 0770;
       constexpr uint64_t kPreset = 5, kNew = 5;
       {
         // Entries for the loads, written without faults. Not under the case's deadline: a "slower than its
@@ -150,6 +156,9 @@ TEST_P(FaultSuite, EveryPathEveryErrorKeepsTheEngineServingWithNoWrongBytes) {
         for (uint64_t i = 0; i < kPreset; ++i) {
           Status st = StoreOne(clean.value(), i);
           ASSERT_TRUE(st.ok()) << "clean store " << i << ": " << st.ToString();
+          // M3: older than touch_interval_s, so that each load touches it (utimensat).
+          const struct timespec hour_ago[2] = {{time(nullptr) - 3600, 0}, {time(nullptr) - 3600, 0}};
+          ASSERT_EQ(utimensat(AT_FDCWD, ChunkFile(o, Key(i)).c_str(), hour_ago, AT_SYMLINK_NOFOLLOW), 0);
         }
       }
       o.disk_budget_bytes = c.budget ? 6 * kChunkFileBytes : 0;
@@ -236,15 +245,18 @@ TEST_P(FaultSuite, EveryPathEveryErrorKeepsTheEngineServingWithNoWrongBytes) {
     }
   }
   EXPECT_EQ(served_wrong, 0u);
+  for (const char* path : {"open", "statx", "read", "write", "mkdir", "fchmod", "utimensat"}) {
+    EXPECT_GT(faults_by_path[path], 0u) << "no fault reached the engine's " << path << " path";
+  }
   std::string per_path;
   for (auto& [path, n] : faults_by_path) per_path += " " + path + "=" + std::to_string(n);
-  std::printf("fault suite (%s, %u reactors): %zu cases x %d rounds, %llu jobs, faults seen per path:%s; loads ok "
-              "%llu, load "
-              "misses %llu, stores ok %llu, stores dropped %llu, served wrong: %llu\n",
-              GetParam() == IoBackend::kUring ? "io_uring" : "posix", reactors_seen, cases.size(), rounds,
-              (unsigned long long)jobs, per_path.c_str(), (unsigned long long)loads_ok,
-              (unsigned long long)load_misses, (unsigned long long)stores_ok, (unsigned long long)stores_dropped,
-              (unsigned long long)served_wrong);
+  std::printf(
+      "fault suite (%s, %u reactors): %zu cases x %d rounds, %llu jobs, faults seen per path:%s; loads ok "
+      "%llu, load "
+      "misses %llu, stores ok %llu, stores dropped %llu, served wrong: %llu\n",
+      GetParam() == IoBackend::kUring ? "io_uring" : "posix", reactors_seen, cases.size(), rounds,
+      (unsigned long long)jobs, per_path.c_str(), (unsigned long long)loads_ok, (unsigned long long)load_misses,
+      (unsigned long long)stores_ok, (unsigned long long)stores_dropped, (unsigned long long)served_wrong);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, FaultSuite, ::testing::Values(IoBackend::kUring, IoBackend::kPosix),

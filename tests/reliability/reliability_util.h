@@ -3,6 +3,7 @@
 #pragma once
 
 #include <dirent.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 
 #include <cstdlib>
@@ -10,8 +11,6 @@
 #include <random>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "engine/engine_impl.h"
 #include "io/io_engine.h"
@@ -122,7 +121,9 @@ inline std::string NsPath(const EngineOptions& o) {
   return o.root + "/" + NamespaceDirName(id);
 }
 
-inline std::string ChunkFile(const EngineOptions& o, const ChunkKey& key) { return NsPath(o) + "/" + ChunkRelPath(key); }
+inline std::string ChunkFile(const EngineOptions& o, const ChunkKey& key) {
+  return NsPath(o) + "/" + ChunkRelPath(key);
+}
 
 inline bool Exists(const std::string& path) {
   struct stat st;

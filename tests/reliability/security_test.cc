@@ -345,9 +345,7 @@ TEST(KeyedChecksums, WithoutAKeyRecordEntriesWrittenWithoutTheKeyOrWithAnotherAr
   with_b.checksum_secret = "another-secret-of-16+bytes";
   // Key file form: a file others cannot read.
   const std::string key_file = dir.path() + "/k3.key";
-  {
-    std::ofstream(key_file) << key_a << "\n";
-  }
+  { std::ofstream(key_file) << key_a << "\n"; }
   ASSERT_EQ(chmod(key_file.c_str(), 0600), 0);
   EngineOptions with_a_file = plain;
   with_a_file.checksum_secret = "file:" + key_file;
@@ -427,9 +425,7 @@ TEST(KeyedChecksums, BadSecretsAreRefusedAtOpenNamingTheOption) {
   ASSERT_FALSE(e.ok());
   EXPECT_NE(e.status().message().find("checksum_secret"), std::string::npos);
   const std::string key_file = dir.path() + "/open.key";
-  {
-    std::ofstream(key_file) << "0123456789abcdef0123";
-  }
+  { std::ofstream(key_file) << "0123456789abcdef0123"; }
   ASSERT_EQ(chmod(key_file.c_str(), 0644), 0);
   o.checksum_secret = "file:" + key_file;
   e = test::OpenWithJobs(o);

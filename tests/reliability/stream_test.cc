@@ -97,11 +97,11 @@ bool EverySlotCanBeHad(Engine& e, uint64_t fresh_first) {
 // --- A read held at the disk past its deadline -------------------------------------------------------------------
 
 struct SlowReads {
-  std::string rel_path;              // the chunk file whose reads are late (ChunkRelPath)
-  int64_t late_ns = 0;               // how long past its deadline a read waits before it goes to the disk
-  std::atomic<bool> on{true};        // off: the disk is healthy again
-  std::atomic<uint32_t> held{0};     // reads held
-  std::atomic<uint32_t> landed{0};   // held reads that ran (late) and came back
+  std::string rel_path;             // the chunk file whose reads are late (ChunkRelPath)
+  int64_t late_ns = 0;              // how long past its deadline a read waits before it goes to the disk
+  std::atomic<bool> on{true};       // off: the disk is healthy again
+  std::atomic<uint32_t> held{0};    // reads held
+  std::atomic<uint32_t> landed{0};  // held reads that ran (late) and came back
 };
 
 // Wraps a reactor's I/O engine: a read of the slow file is held until late_ns past its deadline, then submitted
@@ -146,7 +146,7 @@ class SlowReadEngine final : public io::IoEngine {
         continue;
       }
       io::IoOp late = it->op;
-      late.deadline_ns = 0;  // runs to the end, whatever the engine decided meanwhile
+      late.deadline_ns = 0;                  // runs to the end, whatever the engine decided meanwhile
       if (inner_->Submit(late) != 0) break;  // full: next time
       released_.insert(late.user_data);
       released = true;
@@ -181,7 +181,7 @@ class SlowReadEngine final : public io::IoEngine {
   SlowReads* slow_;
   std::set<uint64_t> opens_;        // opens of the slow file in flight (user_data)
   std::set<uint64_t> other_opens_;  // other opens in flight
-  std::set<int> slow_fds_;       // fds of the slow file
+  std::set<int> slow_fds_;          // fds of the slow file
   std::vector<Held> held_;
   std::set<uint64_t> released_;  // held reads submitted late, in flight
 };
@@ -321,13 +321,14 @@ TEST_P(StreamDeadline, AChunkReadPastItsDeadlineFailsAloneNeverReachesTheConsume
   pump->Close(again->id);
   EXPECT_TRUE(EverySlotCanBeHad(e, 2000));
   EXPECT_EQ(e.Stats().pool_slots_in_use, 0u);
-  std::printf("stream deadline (%s, %u reactors): %u chunks, op_timeout_ms %u, chunk %u's read held %u time(s) "
-              "and let through %.1f s past its deadline (%u landed); failed entry at %.2f s, %u chunks copied and "
-              "%u re-checked after the late read landed, wrong %u; timeouts %llu; again with a healthy disk: %u of "
-              "%u copied, wrong %u\n",
-              GetParam() == IoBackend::kUring ? "io_uring" : "posix", e.reactors(), kChunks, o.op_timeout_ms, kSlow,
-              slow.held.load(), slow.late_ns / 1e9, slow.landed.load(), failed_at_s, copied, rechecked, wrong,
-              (unsigned long long)timeouts, copied2, kChunks, wrong2);
+  std::printf(
+      "stream deadline (%s, %u reactors): %u chunks, op_timeout_ms %u, chunk %u's read held %u time(s) "
+      "and let through %.1f s past its deadline (%u landed); failed entry at %.2f s, %u chunks copied and "
+      "%u re-checked after the late read landed, wrong %u; timeouts %llu; again with a healthy disk: %u of "
+      "%u copied, wrong %u\n",
+      GetParam() == IoBackend::kUring ? "io_uring" : "posix", e.reactors(), kChunks, o.op_timeout_ms, kSlow,
+      slow.held.load(), slow.late_ns / 1e9, slow.landed.load(), failed_at_s, copied, rechecked, wrong,
+      (unsigned long long)timeouts, copied2, kChunks, wrong2);
   pump.reset();
 }
 
@@ -350,12 +351,12 @@ struct Command {
 
 struct Shared {
   std::atomic<uint32_t> acked{0};
-  std::atomic<uint32_t> copied{0};   // loads checked, or stores filled whole
+  std::atomic<uint32_t> copied{0};  // loads checked, or stores filled whole
   std::atomic<uint32_t> wrong{0};
   std::atomic<uint32_t> failed{0};
   std::atomic<uint32_t> skipped{0};
-  std::atomic<uint32_t> partial{0};  // entries the consumer was still copying (not acked) past its ack limit
-  std::atomic<uint32_t> finished{0}; // commands done
+  std::atomic<uint32_t> partial{0};   // entries the consumer was still copying (not acked) past its ack limit
+  std::atomic<uint32_t> finished{0};  // commands done
 };
 
 // The consumer process: maps the pool by name, serves commands until told to exit. Forked before the engine
@@ -421,8 +422,7 @@ struct Consumer {
   Shared* sh = nullptr;
 
   void Start() {
-    sh = static_cast<Shared*>(mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1,
-                                   0));
+    sh = static_cast<Shared*>(mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
     ASSERT_NE(sh, MAP_FAILED);
     new (sh) Shared();
     int fds[2];
@@ -573,11 +573,12 @@ TEST_F(KilledConsumer, OfALoadStreamTheOwnersCloseReleasesEveryPinAndTheKeysStre
   EXPECT_TRUE(EverySlotCanBeHad(*e, 2000));
   EXPECT_EQ(e->Stats().pool_slots_in_use, 0u);
   EXPECT_TRUE(survivor_.Exit());
-  std::printf("killed consumer, load stream: %u chunks through %u slots; consumer SIGKILLed after %u acks with %u "
-              "chunks published (%u pinned, being copied); after close every slot free; a second consumer process "
-              "copied %u of %u chunks, wrong %u\n",
-              kChunks, kSlots, kAcked, published_at_kill, published_at_kill - kAcked, survivor_.sh->copied.load(),
-              kChunks, survivor_.sh->wrong.load());
+  std::printf(
+      "killed consumer, load stream: %u chunks through %u slots; consumer SIGKILLed after %u acks with %u "
+      "chunks published (%u pinned, being copied); after close every slot free; a second consumer process "
+      "copied %u of %u chunks, wrong %u\n",
+      kChunks, kSlots, kAcked, published_at_kill, published_at_kill - kAcked, survivor_.sh->copied.load(), kChunks,
+      survivor_.sh->wrong.load());
 }
 
 TEST_F(KilledConsumer, OfAStoreStreamTheOwnersCloseStoresWhatWasAckedAndNothingHalfWritten) {
@@ -649,12 +650,13 @@ TEST_F(KilledConsumer, OfAStoreStreamTheOwnersCloseStoresWhatWasAckedAndNothingH
   EXPECT_EQ(e->Stats().pool_slots_in_use, 0u);
   EXPECT_EQ(e->Stats().corrupt_entries, 0u);
   EXPECT_TRUE(survivor_.Exit());
-  std::printf("killed consumer, store stream: %u chunks through %u slots; consumer SIGKILLed after %u acks with "
-              "%u slots granted (%u half filled); after close: %u stored byte for byte, %u half-written stored (0 "
-              "expected), every slot free; a second consumer process skipped %u and stored %u; %u of %u load back "
-              "byte for byte\n",
-              kChunks, kSlots, kAcked, published_at_kill, published_at_kill - kAcked, kAcked, half_written_stored,
-              survivor_.sh->skipped.load(), survivor_.sh->acked.load(), loaded, kChunks);
+  std::printf(
+      "killed consumer, store stream: %u chunks through %u slots; consumer SIGKILLed after %u acks with "
+      "%u slots granted (%u half filled); after close: %u stored byte for byte, %u half-written stored (0 "
+      "expected), every slot free; a second consumer process skipped %u and stored %u; %u of %u load back "
+      "byte for byte\n",
+      kChunks, kSlots, kAcked, published_at_kill, published_at_kill - kAcked, kAcked, half_written_stored,
+      survivor_.sh->skipped.load(), survivor_.sh->acked.load(), loaded, kChunks);
 }
 
 }  // namespace

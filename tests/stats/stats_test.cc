@@ -116,8 +116,8 @@ TEST(LatencyHistogram, PercentilesOfLogNormalDistributionAreWithinBucketError) {
 
 TEST(LatencyHistogram, BimodalTailIsVisibleInP99) {
   LatencyHistogram h;
-  for (int i = 0; i < 980; ++i) h.Record(100);     // fast DRAM hits
-  for (int i = 0; i < 20; ++i) h.Record(50000);    // slow disk reads
+  for (int i = 0; i < 980; ++i) h.Record(100);   // fast DRAM hits
+  for (int i = 0; i < 20; ++i) h.Record(50000);  // slow disk reads
   HistogramSnapshot s = h.Snapshot();
   ExpectSameBucket(s.p50_us, 100);
   ExpectSameBucket(s.p95_us, 100);

@@ -1,9 +1,9 @@
 // The DRAM tier's replacement policies (T1): victim order, in-use entries never chosen, ARC's scan resistance.
 #include "tier/dram_tier.h"
 
-#include <set>
-
 #include <gtest/gtest.h>
+
+#include <set>
 
 namespace kvtier::tier {
 namespace {
@@ -74,11 +74,11 @@ TEST(DramTierTest, ArcKeepsFrequentKeysThroughAScan) {
 TEST(DramTierTest, ArcGhostHitAdaptsTowardsRecency) {
   auto t = DramTier::Make(DramPolicy::kArc, 2);
   t->Insert(K(1));
-  t->Touch(K(1));  // T2
+  t->Touch(K(1));   // T2
   t->Insert(K(2));  // T1
   // T1 is above its target (p = 0): the one-time key goes first.
   EXPECT_EQ(t->Victim(kAll), K(2));
-  t->Evict(K(2));  // ghost in B1
+  t->Evict(K(2));   // ghost in B1
   t->Insert(K(2));  // a B1 ghost hit: p grows, the key comes back as frequent
   EXPECT_TRUE(t->Contains(K(2)));
   t->Insert(K(3));  // T1 = {3}, within its target of 1 now: the victim comes from T2

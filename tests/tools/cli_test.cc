@@ -1,6 +1,7 @@
 // The `kvtier` CLI end to end: runs the built binary (KVTIER_CLI_PATH, set by CMake; or $KVTIER_CLI) on roots
 // populated through the Engine API, and checks exit codes and output.
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -15,8 +16,6 @@
 #include <random>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "kvtier/engine.h"
 #include "layout/chunk_format.h"
@@ -139,8 +138,8 @@ class CliTest : public ::testing::Test {
   // Stores chunks first..first+n through the engine (a new one unless given), one job per chunk so modification
   // times follow key order.
   void StoreChunks(uint64_t first, uint64_t n, std::unique_ptr<Engine>* given = nullptr) {
-    auto opened = given ? Result<std::unique_ptr<Engine>>(Status(StatusCode::kNotFound, "unused"))
-                        : Engine::Open(Options(root_));
+    auto opened =
+        given ? Result<std::unique_ptr<Engine>>(Status(StatusCode::kNotFound, "unused")) : Engine::Open(Options(root_));
     ASSERT_TRUE(given || opened.ok()) << opened.status().ToString();
     std::unique_ptr<Engine>* e = given ? given : &opened.value();
     auto client = policy::JobClient::Create(e->get());  // the slot path (docs/architecture.md, "One data path")
@@ -151,8 +150,8 @@ class CliTest : public ::testing::Test {
       for (auto& b : host) b = static_cast<uint8_t>(rng());
       std::vector<CopySegment> segs;
       for (uint32_t b = 0; b < kBlocks; ++b) {
-        segs.push_back({b * (*e)->block_stride(), reinterpret_cast<uint64_t>(host.data() + b * kBlockBytes),
-                        kBlockBytes});
+        segs.push_back(
+            {b * (*e)->block_stride(), reinterpret_cast<uint64_t>(host.data() + b * kBlockBytes), kBlockBytes});
       }
       auto id = (*client)->SubmitStore({ChunkTransfer{Key(i), 0, 0, segs}});
       ASSERT_TRUE(id.ok());
@@ -194,8 +193,8 @@ TEST_F(CliTest, UnknownFlagExitsTwoNamingTheFlagAndTheAcceptedOnes) {
 TEST_F(CliTest, HelpListsEveryCommandWithItsDocs) {
   CliRun r = Kvtier("--help");
   ASSERT_EQ(r.rc, 0) << r.out;
-  for (const char* cmd : {"bench io ", "bench meta ", "bench longdoc ", "stats ", "fsck ", "gc ", "calibrate ",
-                          "replay "}) {
+  for (const char* cmd :
+       {"bench io ", "bench meta ", "bench longdoc ", "stats ", "fsck ", "gc ", "calibrate ", "replay "}) {
     const size_t at = r.out.find(std::string("\n  ") + cmd);
     ASSERT_NE(at, std::string::npos) << cmd << " missing from:\n" << r.out;
     const std::string line = r.out.substr(at + 1, r.out.find('\n', at + 1) - at - 1);
@@ -266,16 +265,14 @@ TEST_F(CliTest, FsckFindsCorruptEntriesAndStaleTemporariesAndRepairRemovesThem) 
 
   CliRun r = Kvtier("fsck --root " + root_);
   EXPECT_EQ(r.rc, 1) << r.out;
-  EXPECT_NE(r.out.find("fsck: 3 entries, 2 corrupt, 1 temporaries (0 removed), 0 foreign"), std::string::npos)
-      << r.out;
+  EXPECT_NE(r.out.find("fsck: 3 entries, 2 corrupt, 1 temporaries (0 removed), 0 foreign"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find(ChunkRelPath(Key(1))), std::string::npos) << r.out;
   EXPECT_NE(r.out.find(ChunkRelPath(Key(2))), std::string::npos) << r.out;
   EXPECT_TRUE(fs::exists(EntryPath(1)));  // no --repair: nothing removed
 
   r = Kvtier("fsck --root " + root_ + " --repair");
   EXPECT_EQ(r.rc, 0) << r.out;
-  EXPECT_NE(r.out.find("fsck: 3 entries, 2 corrupt, 1 temporaries (1 removed), 0 foreign"), std::string::npos)
-      << r.out;
+  EXPECT_NE(r.out.find("fsck: 3 entries, 2 corrupt, 1 temporaries (1 removed), 0 foreign"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(EntryPath(1)));
   EXPECT_FALSE(fs::exists(EntryPath(2)));
   EXPECT_FALSE(fs::exists(tmp));
@@ -283,8 +280,7 @@ TEST_F(CliTest, FsckFindsCorruptEntriesAndStaleTemporariesAndRepairRemovesThem) 
 
   r = Kvtier("fsck --root " + root_);
   EXPECT_EQ(r.rc, 0) << r.out;
-  EXPECT_NE(r.out.find("fsck: 1 entries, 0 corrupt, 0 temporaries (0 removed), 0 foreign"), std::string::npos)
-      << r.out;
+  EXPECT_NE(r.out.find("fsck: 1 entries, 0 corrupt, 0 temporaries (0 removed), 0 foreign"), std::string::npos) << r.out;
 }
 
 // K3: fsck given another secret than the one a namespace's MANIFEST records, or none, refuses that
@@ -325,7 +321,8 @@ TEST_F(CliTest, FsckRepairRecoversACutManifestPublicationFromAWholeTemporaryAndC
   r = Kvtier("fsck --repair --temp-max-age 0 --root " + root_);
   EXPECT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("recovered: " + NamespaceDirName(NsIdentity()) + "/MANIFEST from .tmp.MANIFEST.7."),
-            std::string::npos) << r.out;
+            std::string::npos)
+      << r.out;
   EXPECT_NE(r.out.find("fsck: 6 entries, 0 corrupt, 2 temporaries (2 removed)"), std::string::npos) << r.out;
   EXPECT_EQ(Slurp(ns_path_ + "/MANIFEST"), manifest);
   for (const auto& e : fs::directory_iterator(ns_path_)) {
@@ -494,8 +491,7 @@ TEST_F(CliTest, FsckReportsForeignFilesAndKeepsThem) {
   std::ofstream(foreign) << "hello";
   CliRun r = Kvtier("fsck --repair --root " + root_);
   EXPECT_EQ(r.rc, 0) << r.out;
-  EXPECT_NE(r.out.find("fsck: 1 entries, 0 corrupt, 0 temporaries (0 removed), 1 foreign"), std::string::npos)
-      << r.out;
+  EXPECT_NE(r.out.find("fsck: 1 entries, 0 corrupt, 0 temporaries (0 removed), 1 foreign"), std::string::npos) << r.out;
   EXPECT_TRUE(fs::exists(foreign));
 }
 
@@ -536,7 +532,7 @@ TEST_F(CliTest, GcPublishesNoUsageCorrectionWhenARecordIsUnreadable) {
   ASSERT_TRUE(ns.ok()) << ns.status().ToString();
   ASSERT_TRUE(UsageLedger::PublishCorrection(*ns, 2 * file).ok());  // one record holds 2 of the 4 entries ...
   const std::string torn = ns_path_ + "/" + UsageLedger::kDirName + "/otherhost.4242.00112233445566ff";
-  std::ofstream(torn) << std::string(64, 'x');                        // ... the other one is torn
+  std::ofstream(torn) << std::string(64, 'x');  // ... the other one is torn
   const size_t before = UsageLedger::ReadAll(*ns).value().size();
   CliRun r = Kvtier("gc --root " + root_ + " --budget " + std::to_string(100 * file));
   EXPECT_EQ(r.rc, 0) << r.out;
@@ -629,8 +625,10 @@ TEST_F(CliTest, BenchIoWithoutACopierMeasuresTheDiskPathAndNamesIt) {
 // named in the footer and the JSON; the job API is no longer a path of its own, so --path is an unknown flag.
 TEST_F(CliTest, BenchIoMeasuresTheStreamPathAndNamesIt) {
   const std::string json = dir_.path() + "/io-stream.json";
-  CliRun r = BenchIo("--total 16MiB --chunk-sizes 2MiB --depths 4 --repeat 2 --raw-threads 1 --raw-split none "
-                     "--json " + json);
+  CliRun r = BenchIo(
+      "--total 16MiB --chunk-sizes 2MiB --depths 4 --repeat 2 --raw-threads 1 --raw-split none "
+      "--json " +
+      json);
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("engine GB/s"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("ratio to best"), std::string::npos) << r.out;
@@ -656,8 +654,10 @@ TEST_F(CliTest, BenchIoMeasuresTheStreamPathAndNamesIt) {
 // work), reported as "raw+xxh3 best" with the engine's ratio to it, and kept out of "raw best" (the device's ceiling).
 TEST_F(CliTest, BenchIoRawVerifyAddsHashingVariantsAndTheirBestApartFromRawBest) {
   const std::string json = dir_.path() + "/io-verify.json";
-  CliRun r = BenchIo("--total 16MiB --chunk-sizes 2MiB --depths 4 --repeat 2 --raw-threads 1,2 --raw-split none "
-                     "--raw-verify --copier none --json " + json);
+  CliRun r = BenchIo(
+      "--total 16MiB --chunk-sizes 2MiB --depths 4 --repeat 2 --raw-threads 1,2 --raw-split none "
+      "--raw-verify --copier none --json " +
+      json);
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("raw+xxh3 best"), std::string::npos) << r.out;
   for (const char* v : {"t1/whole+xxh3", "t2/whole+xxh3", "t2/whole"}) {
@@ -673,7 +673,8 @@ TEST_F(CliTest, BenchIoRawVerifyAddsHashingVariantsAndTheirBestApartFromRawBest)
   ASSERT_NE(best, std::string::npos) << doc;
   EXPECT_EQ(doc.substr(best, doc.find('}', best) - best).find("xxh3"), std::string::npos) << doc;
   // Without the flag: no hashing variants.
-  r = BenchIo("--total 8MiB --chunk-sizes 2MiB --depths 4 --repeat 2 --raw-threads 1,2 --raw-split none --json " + json);
+  r = BenchIo("--total 8MiB --chunk-sizes 2MiB --depths 4 --repeat 2 --raw-threads 1,2 --raw-split none --json " +
+              json);
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_EQ(r.out.find("xxh3 best"), std::string::npos) << r.out;
   EXPECT_EQ(Slurp(json).find("\"verify\": true"), std::string::npos);
@@ -683,13 +684,15 @@ TEST_F(CliTest, BenchIoRawVerifyAddsHashingVariantsAndTheirBestApartFromRawBest)
 // The paired per-repetition ratio, the raw side on the engine's own slots, and the raw reader on the engine's files.
 TEST_F(CliTest, BenchIoPairsRepetitionsAndOffersThePoolAsRawMemoryAndCrossReads) {
   const std::string json = dir_.path() + "/io-pool.json";
-  CliRun r = BenchIo("--total 16MiB --chunk-sizes 2MiB --depths 4 --repeat 2 --raw-buffers pool --cross --verbose "
-                     "--json " + json);
+  CliRun r = BenchIo(
+      "--total 16MiB --chunk-sizes 2MiB --depths 4 --repeat 2 --raw-buffers pool --cross --verbose "
+      "--json " +
+      json);
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("raw reads the engine's files"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("median over repetitions of engine/raw in the same repetition"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("raw buffers pool"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("XXH3-64 ("), std::string::npos) << r.out;    // the checksum build is named
+  EXPECT_NE(r.out.find("XXH3-64 ("), std::string::npos) << r.out;  // the checksum build is named
   EXPECT_NE(r.out.find("host copier copy-out"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("odd --repeat"), std::string::npos) << r.out;  // 2 is even: no note
   const std::string doc = Slurp(json);
@@ -728,8 +731,10 @@ TEST_F(CliTest, BenchIoRereadsTheFilesAtRestWithTheReadersRotating) {
 TEST_F(CliTest, BenchIoTouchingReaderAndWritersJoinTheRotationsAtRest) {
   const std::string json = dir_.path() + "/io-touch.json";
   const std::string marks = dir_.path() + "/marks-touch.txt";
-  CliRun r = BenchIo("--total 8MiB --chunk-sizes 2MiB --depths 4 --repeat 2 --reread 2 --touch --verbose "
-                     "--raw-threads 1 --raw-split none --json " + json + " --trace-marks " + marks);
+  CliRun r = BenchIo(
+      "--total 8MiB --chunk-sizes 2MiB --depths 4 --repeat 2 --reread 2 --touch --verbose "
+      "--raw-threads 1 --raw-split none --json " +
+      json + " --trace-marks " + marks);
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("engine/(raw+touch)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("qd 4 reread 1: raw on its files"), std::string::npos) << r.out;
@@ -743,9 +748,9 @@ TEST_F(CliTest, BenchIoTouchingReaderAndWritersJoinTheRotationsAtRest) {
     if (at != std::string::npos && end != std::string::npos) phases.push_back(line.substr(at + 6, end - at - 6));
   }
   const std::vector<std::string> want = {
-      "raw_write",        "eng_write",        "raw_read",       "eng_read",          // rep 0
-      "eng_write",        "raw_write",        "eng_read",       "raw_read",          // rep 1
-      "rest_raw_read",    "rest_cross_read",  "rest_eng_read",  "rest_touch_read",   // reads, rotation 0
+      "raw_write",        "eng_write",        "raw_read",        "eng_read",         // rep 0
+      "eng_write",        "raw_write",        "eng_read",        "raw_read",         // rep 1
+      "rest_raw_read",    "rest_cross_read",  "rest_eng_read",   "rest_touch_read",  // reads, rotation 0
       "rest_cross_read",  "rest_eng_read",    "rest_touch_read", "rest_raw_read",    // reads, rotation 1
       "rest_raw_write",   "rest_touch_write", "rest_eng_write",                      // writes, rotation 0
       "rest_touch_write", "rest_eng_write",   "rest_raw_write"};                     // writes, rotation 1
@@ -764,8 +769,10 @@ TEST_F(CliTest, BenchIoTouchingReaderAndWritersJoinTheRotationsAtRest) {
 // a kernel trace can be cut into phases; an unwritable PATH is refused before anything runs.
 TEST_F(CliTest, BenchIoMarksEveryTimedPhase) {
   const std::string marks = dir_.path() + "/marks.txt";
-  CliRun r = BenchIo("--total 8MiB --chunk-sizes 2MiB --depths 4 --repeat 2 --cross --reread 1 --raw-threads 1 "
-                     "--raw-split none --trace-marks " + marks);
+  CliRun r = BenchIo(
+      "--total 8MiB --chunk-sizes 2MiB --depths 4 --repeat 2 --cross --reread 1 --raw-threads 1 "
+      "--raw-split none --trace-marks " +
+      marks);
   ASSERT_EQ(r.rc, 0) << r.out;
   std::vector<std::string> lines;
   std::istringstream in(Slurp(marks));
@@ -776,10 +783,9 @@ TEST_F(CliTest, BenchIoMarksEveryTimedPhase) {
   // Repetition 0 runs the raw side first, repetition 1 the engine; --cross follows both reads; the one rotation of
   // --reread (numbered after the repetitions) runs raw on its files, raw on the engine's, then the engine.
   std::vector<std::string> want;
-  const std::vector<std::vector<std::string>> order = {
-      {"raw_write", "eng_write", "raw_read", "eng_read", "cross_read"},
-      {"eng_write", "raw_write", "eng_read", "raw_read", "cross_read", "rest_raw_read", "rest_cross_read",
-       "rest_eng_read"}};
+  const std::vector<std::vector<std::string>> order = {{"raw_write", "eng_write", "raw_read", "eng_read", "cross_read"},
+                                                       {"eng_write", "raw_write", "eng_read", "raw_read", "cross_read",
+                                                        "rest_raw_read", "rest_cross_read", "rest_eng_read"}};
   for (int rep = 0; rep < 2; ++rep) {
     for (const std::string& phase : order[rep]) {
       const int n = phase.rfind("rest_", 0) == 0 ? 2 : rep;
@@ -799,8 +805,10 @@ TEST_F(CliTest, BenchIoMarksEveryTimedPhase) {
 TEST_F(CliTest, BenchIoMeasuresTheDevicesCeilingWithThreadsAndSplitRequests) {
   const std::string json = dir_.path() + "/io-ceiling.json";
   const std::string marks = dir_.path() + "/marks-ceiling.txt";
-  CliRun r = BenchIo("--total 8MiB --chunk-sizes 2MiB --depths 4 --repeat 2 --raw-threads 1,2,8 "
-                     "--raw-split 1MiB,4MiB --reactors 2 --verbose --json " + json + " --trace-marks " + marks);
+  CliRun r = BenchIo(
+      "--total 8MiB --chunk-sizes 2MiB --depths 4 --repeat 2 --raw-threads 1,2,8 "
+      "--raw-split 1MiB,4MiB --reactors 2 --verbose --json " +
+      json + " --trace-marks " + marks);
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("ratio to best"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("raw baseline variants, GB/s"), std::string::npos) << r.out;
@@ -836,12 +844,14 @@ TEST_F(CliTest, BenchIoMeasuresTheDevicesCeilingWithThreadsAndSplitRequests) {
   }
   ExpectNoBenchLeftovers();
   // One queue per thread: eight threads with four files each, nothing skipped.
-  r = BenchIo("--total 8MiB --chunk-sizes 2MiB --depths 4 --repeat 2 --raw-threads 8 --raw-split none "
-              "--raw-queue per-thread --json " + json);
+  r = BenchIo(
+      "--total 8MiB --chunk-sizes 2MiB --depths 4 --repeat 2 --raw-threads 8 --raw-split none "
+      "--raw-queue per-thread --json " +
+      json);
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_EQ(r.out.find("raw variants skipped"), std::string::npos) << r.out;
-  EXPECT_NE(Slurp(json).find("{\"variant\": \"t8/whole\", \"threads\": 8, \"request_bytes\": null"),
-            std::string::npos) << Slurp(json);
+  EXPECT_NE(Slurp(json).find("{\"variant\": \"t8/whole\", \"threads\": 8, \"request_bytes\": null"), std::string::npos)
+      << Slurp(json);
   EXPECT_NE(Slurp(json).find("\"raw_queue\": \"per-thread\""), std::string::npos) << Slurp(json);
   ExpectNoBenchLeftovers();
   ExpectBenchIoRefuses("--raw-threads 0", "--raw-threads");

@@ -78,13 +78,15 @@ class MiniJsonParser {
     }
     if (pos_ < s_.size() && s_[pos_] == '.') {
       ++pos_;
-      if (pos_ >= s_.size() || !std::isdigit(static_cast<unsigned char>(s_[pos_]))) return (Fail("bad fraction"), false);
+      if (pos_ >= s_.size() || !std::isdigit(static_cast<unsigned char>(s_[pos_])))
+        return (Fail("bad fraction"), false);
       while (pos_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[pos_]))) ++pos_;
     }
     if (pos_ < s_.size() && (s_[pos_] == 'e' || s_[pos_] == 'E')) {
       ++pos_;
       if (pos_ < s_.size() && (s_[pos_] == '+' || s_[pos_] == '-')) ++pos_;
-      if (pos_ >= s_.size() || !std::isdigit(static_cast<unsigned char>(s_[pos_]))) return (Fail("bad exponent"), false);
+      if (pos_ >= s_.size() || !std::isdigit(static_cast<unsigned char>(s_[pos_])))
+        return (Fail("bad exponent"), false);
       while (pos_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[pos_]))) ++pos_;
     }
     v.type = JsonValue::Type::kNumber;

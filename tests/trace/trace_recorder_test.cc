@@ -111,8 +111,10 @@ TEST_F(TraceRecorderTest, PythonJsonModuleAcceptsTheFile) {
     ASSERT_TRUE(opened.ok());
     for (int i = 0; i < 100; ++i) (*opened)->Complete("op\t\x01", "c", i * 1000, 500, 1, {{"i", uint64_t(i)}});
   }
-  std::string cmd = "python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); "
-                    "sys.exit(0 if len(d[\"traceEvents\"])==100 else 1)' " + path;
+  std::string cmd =
+      "python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); "
+      "sys.exit(0 if len(d[\"traceEvents\"])==100 else 1)' " +
+      path;
   EXPECT_EQ(std::system(cmd.c_str()), 0);
 }
 

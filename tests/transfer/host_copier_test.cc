@@ -3,8 +3,8 @@
 // cache), and not a byte written outside a segment.
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -48,8 +48,8 @@ struct Shape {
 // task says its job is larger than that); odd sizes leave a tail; misaligned ends on both sides. The streaming test
 // below reuses them in one large task.
 const std::vector<Shape> kShapes = {
-    {100, 0, 0},          {4096, 4096, 3},         {(64 << 10) - 1, 17, 5}, {64 << 10, 0, 0},
-    {(64 << 10) + 1, 33, 31}, {200003, 4096, 1},   {(1 << 20) + 77, 129, 32}, {(2 << 20), 0, 0},
+    {100, 0, 0},       {4096, 4096, 3},           {(64 << 10) - 1, 17, 5}, {64 << 10, 0, 0}, {(64 << 10) + 1, 33, 31},
+    {200003, 4096, 1}, {(1 << 20) + 77, 129, 32}, {(2 << 20), 0, 0},
 };
 
 std::unique_ptr<DeviceCopier> StartedHostCopier() {
