@@ -1,6 +1,6 @@
 // The engine's caller-side half: options, open (reactors, pool, index), lookups, the queueing of its own jobs
 // (promotions, committed stores: one part per reactor), capacity and the DRAM tier. The reactors' loop is in
-// reactor.cc; engine_impl.h has threads and ownership.
+// reactor.cc, the chunks' state machines in load.cc and store.cc; engine_impl.h has threads and ownership.
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <sched.h>

@@ -1,0 +1,351 @@
+// The load state machine (a promotion into the slot the DRAM tier granted; states: src/engine/chunk_state.h, data
+// flow: docs/architecture.md, "Data flow"): open (OnOpenDone, reactor.cc) -> statx: a regular file of exactly a
+// chunk's size -> a place at the disk -> the header and the blocks in pieces (FillPieces, reactor.cc) -> each piece
+// verified as it lands -> the slot ready (resident) -> released (Settle). A bad entry is removed (K1) unless it may be
+// another host's publication not visible yet (M1) or keyed for another secret (K3); a verified load of an old entry
+// touches it (M3). Runs on the chunk's reactor.
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "engine/engine_impl.h"
+#include "layout/chunk_path.h"
+
+namespace kvtier {
+
+void EngineImpl::SubmitStatx(Chunk& c, OpHandler on_done, std::string path, uint64_t level) {
+  if (!c.statx_buf) c.statx_buf = std::make_unique<struct statx>();
+  io::IoOp op;
+  op.code = io::OpCode::kStatx;
+  op.fd = c.fd;
+  op.dirfd = ns_->dirfd();
+  op.buf = c.statx_buf.get();  // the chunk outlives its ops (Settle waits for them)
+  op.len = sizeof(struct statx);
+  OpCtx ctx{OpRole::kStatx, &c, on_done};
+  ctx.path = std::move(path);  // empty: the open file's (SubmitOp passes no path)
+  ctx.len = level;
+  ctx.deadline_ns = Deadline();
+  SubmitOp(*c.reactor, std::move(ctx), op);
+}
+
+void EngineImpl::OnStatxDone(Reactor& r, const OpCtx& ctx, int64_t res) {
+  Chunk* c = ctx.chunk;
+  if (c->state == ChunkState::kFailed) return;
+  const struct statx& sx = *c->statx_buf;
+  Status shape = res < 0 ? Status::FromErrno(static_cast<int>(-res), "statx") : CheckOpenedChunk(c->fd, sx);
+  if (res >= 0) {
+    c->opened_ino = sx.stx_ino;
+    c->opened_mtime_ns = S_ISREG(sx.stx_mode) ? int64_t(sx.stx_mtime.tv_sec) * 1000000000 + sx.stx_mtime.tv_nsec : 0;
+  }
+  if (!shape.ok()) {
+    if (shape.code() != StatusCode::kCorrupt) {
+      // statx itself failed (EIO, ESTALE): the filesystem did not answer, which says nothing about the entry
+    } else if (YoungOnSharedRoot(*c)) {
+      ForgetEntry(c->key);  // M1: maybe another host's entry whose data is not visible here yet
+    } else {
+      QuarantineCorrupt(c->reactor->index, c->key, c->rel_path, shape, c->opened_ino);
+    }
+    FailChunk(*c, shape.WithContext(c->rel_path));
+    return;
+  }
+  SetState(*c, ChunkState::kWaitingForDisk);
+  InsertByAdmission(r.data_queue, c);
+}
+
+Status EngineImpl::CheckOpenedChunk(int fd, const struct statx& sx) const {
+  const mode_t mode = sx.stx_mode;
+  if (!S_ISREG(mode)) {
+    return Status(StatusCode::kCorrupt,
+                  std::string("not a regular file (") +
+                      (S_ISDIR(mode)    ? "a directory"
+                       : S_ISFIFO(mode) ? "a FIFO"
+                                        : "a special file") +
+                      ") where a chunk belongs",
+                  S_ISDIR(mode) ? EISDIR : 0);
+  }
+  if (sx.stx_size != slot_bytes_) {
+    return Status(StatusCode::kCorrupt, "file has " + std::to_string(sx.stx_size) + " bytes, a chunk has " +
+                                            std::to_string(slot_bytes_) +
+                                            (sx.stx_size < slot_bytes_ ? " (truncated)" : ""));
+  }
+  const int fl = fcntl(fd, F_GETFL);
+  if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) return Status::FromErrno(errno, "fcntl");
+  return Status::Ok();
+}
+
+bool EngineImpl::StartLoadChunk(Part&, Chunk& c) {
+  Reactor& r = *c.reactor;
+  c.started_ns = io::NowNs();
+  if (c.admitted == 0) c.admitted = r.next_admission++;
+  c.pinned = disk_->Pin(c.key);
+  c.slot_gen = pool_->BeginFill(c.slot);
+
+  io::IoOp op;
+  op.code = io::OpCode::kOpenAt;
+  op.dirfd = ns_->dirfd();
+  // K2: no symlink anywhere on the path and nothing outside the namespace (openat2; O_NOFOLLOW where the kernel
+  // lacks it). O_NONBLOCK: a FIFO planted under a chunk's name must not block the open (it is cleared again once
+  // statx has shown a regular file, since io_uring would return EAGAIN for reads of a non-blocking file).
+  op.flags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | open_flags_extra_;
+  op.resolve = open_resolve_;
+  OpCtx ctx{OpRole::kOpen, &c, &EngineImpl::OnOpenDone};
+  ctx.path = c.rel_path;
+  ctx.deadline_ns = Deadline();
+  SetState(c, ChunkState::kOpening);
+  SubmitOp(r, std::move(ctx), op);
+  return true;
+}
+
+void EngineImpl::OnReadDone(Reactor& r, const OpCtx& ctx, int64_t res) {
+  Chunk* c = ctx.chunk;
+  TraceTransfer(r, ctx, res, "read");
+  if (c->state == ChunkState::kFailed) return;
+  if (res < 0) {
+    FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "read " + c->rel_path));
+  } else if (res == 0) {
+    if (YoungOnSharedRoot(*c)) {
+      ForgetEntry(c->key);  // M1: see YoungOnSharedRoot
+    } else {
+      QuarantineCorrupt(c->reactor->index, c->key, c->rel_path,
+                        Status(StatusCode::kCorrupt, "file shorter than its header says"), c->opened_ino);
+    }
+    FailChunk(*c, Status(StatusCode::kCorrupt, "truncated chunk file " + c->rel_path));
+  } else {
+    stats_.bytes_read.Add(static_cast<uint64_t>(res));
+    if (static_cast<uint64_t>(res) < ctx.len) {  // short read: continue where it stopped, same piece
+      SubmitRead(*c, ctx.buf + res, ctx.len - res, ctx.offset + res, ctx.piece_first, ctx.piece_blocks,
+                 ctx.with_header);
+      return;
+    }
+    c->pieces_at_disk--;
+    PieceLanded(*c, ctx);  // the next pieces are asked for by FillPieces, after this round of completions
+    if (c->state == ChunkState::kFailed) return;
+    if (c->ops_in_flight == 0 && !PiecesToAsk(*c)) {
+      // The disk is done with this chunk: its place goes to the next opened chunk, whose read the reactor
+      // submits before verifying this one's last piece (VerifyReadChunks), so the disk never waits for
+      // checksums (the raw baseline re-arms a finished slot at once too).
+      EndDataPhase(*c);
+      SetState(*c, ChunkState::kVerifying);
+      r.read_done.push_back(c);
+    }
+  }
+}
+
+void EngineImpl::VerifyReadChunks(Reactor& r) {
+  if (r.read_done.empty()) return;
+  std::vector<Chunk*> done;
+  done.swap(r.read_done);
+  for (Chunk* c : done) {
+    if (c->state == ChunkState::kVerifying && c->ops_in_flight == 0) LoadReadsDone(*c);
+    Settle(*c);
+  }
+}
+
+void EngineImpl::SubmitNextPiece(Chunk& c) {
+  const uint32_t n = std::min(c.piece_blocks, c.num_blocks - c.next_piece);
+  uint8_t* base = pool_->SlotData(c.slot);
+  SubmitRead(c, base + kHeaderBytes + uint64_t(c.next_piece) * block_stride_, uint64_t(n) * block_stride_,
+             BlockRangeOffset(block_stride_, c.first_block + c.next_piece), c.next_piece, n, false);
+  c.next_piece += n;
+  c.pieces_at_disk++;
+}
+
+void EngineImpl::PieceLanded(Chunk& c, const OpCtx& ctx) {
+  if (ctx.with_header) {
+    const ChunkGeometry geometry = ns_->geometry();
+    auto header = DecodeHeader(std::span<const uint8_t>(pool_->SlotData(c.slot), kHeaderBytes), ns_->fingerprint(),
+                               c.key, &geometry, checksum_key_.get());
+    if (!header.ok()) {
+      FailVerification(c, header.status());
+      return;
+    }
+    c.header = std::make_unique<ChunkHeader>(*header);
+  }
+  if (ctx.piece_blocks > 0) c.landed_unverified.emplace_back(ctx.piece_first, ctx.piece_blocks);
+  // K1: while more of the chunk is still at the disk or to be asked for, a landed piece is checked now, its bytes
+  // still in the cache; the last one waits for LoadReadsDone, after the disk has the next chunk's reads.
+  const bool more = c.next_piece < c.num_blocks || c.pieces_at_disk > 0;
+  if (!more || !c.header) return;
+  for (const auto& [first, n] : c.landed_unverified) {
+    Status v = VerifyPiece(c, first, n);
+    if (!v.ok()) {
+      FailVerification(c, v);
+      return;
+    }
+  }
+  c.landed_unverified.clear();
+}
+
+Status EngineImpl::VerifyPiece(Chunk& c, uint32_t first, uint32_t n) {
+  const uint8_t* data = pool_->SlotData(c.slot) + kHeaderBytes + uint64_t(first) * block_stride_;
+  Status v = VerifyBlocks(*c.header, c.first_block + first, n, data, checksum_key_.get());
+  if (v.ok()) {
+    for (uint32_t j = first; j < first + n && j < c.verified.size(); ++j) c.verified[j] = true;
+  }
+  return v;
+}
+
+bool EngineImpl::OtherSecret(const Chunk& c) const {
+  if (c.header || !ns_->checksum_key_record().empty()) return false;
+  const ChunkGeometry geometry = ns_->geometry();
+  return KeyedForAnotherReader(std::span<const uint8_t>(pool_->SlotData(c.slot), kHeaderBytes), ns_->fingerprint(),
+                               c.key, &geometry, checksum_key_.get());
+}
+
+void EngineImpl::FailVerification(Chunk& c, const Status& verdict) {
+  if (OtherSecret(c)) {
+    // K3: never removed (it may be the good entry of every other engine on the root); a miss for this one.
+    stats_.other_secret_misses.Add(1);
+    ForgetEntry(c.key);
+    FailChunk(c, Status(StatusCode::kFailedPrecondition,
+                        verdict.message() + " (this namespace's MANIFEST does not record its checksum key: the entry "
+                                            "is kept, a miss for this engine)")
+                     .WithContext(c.rel_path));
+    return;
+  }
+  if (YoungOnSharedRoot(c)) {
+    ForgetEntry(c.key);  // M1: see YoungOnSharedRoot
+  } else {
+    QuarantineCorrupt(c.reactor->index, c.key, c.rel_path, verdict, c.opened_ino);
+  }
+  FailChunk(c, verdict.WithContext(c.rel_path));
+}
+
+void EngineImpl::LoadReadsDone(Chunk& c) {
+  Reactor& r = *c.reactor;
+  SubmitClose(r, c.fd);
+  c.fd = -1;
+  Status verdict;
+  if (!c.header) {  // not decoded as it landed (PieceLanded always does; kept for any path that did not)
+    const ChunkGeometry geometry = ns_->geometry();
+    auto header = DecodeHeader(std::span<const uint8_t>(pool_->SlotData(c.slot), kHeaderBytes), ns_->fingerprint(),
+                               c.key, &geometry, checksum_key_.get());
+    verdict = header.status();
+    if (verdict.ok()) c.header = std::make_unique<ChunkHeader>(*header);
+  }
+  if (c.verified.size() != c.num_blocks) c.verified.assign(c.num_blocks, false);
+  // K1: the blocks not checked as their pieces landed (the last piece; every block with one read per chunk).
+  for (uint32_t j = 0; verdict.ok() && j < c.num_blocks;) {
+    if (c.verified[j]) {
+      ++j;
+      continue;
+    }
+    uint32_t k = j;
+    while (k < c.num_blocks && !c.verified[k]) ++k;
+    verdict = VerifyPiece(c, j, k - j);
+    j = k;
+  }
+  if (!verdict.ok()) {
+    FailVerification(c, verdict);
+    return;
+  }
+  if (trace_ && trace_->enabled()) {
+    trace_->Complete("load_read", "load", c.started_ns, io::NowNs() - c.started_ns, r.trace_tid,
+                     {{"blocks", c.num_blocks}, {"job", c.job->id}});
+  }
+  MaybeTouchEntry(c);
+  c.ready = true;
+  pool_->PublishReady(c.slot, c.slot_gen);
+  resident_->Loaded(c.key, c.slot, c.slot_gen, true, io::NowNs());
+  pool_->RingEngine();  // a load stream waits for this read (policy/stream_pump.h)
+  c.job->bytes += uint64_t(c.num_blocks) * options_.identity.block_bytes;
+  FinishChunk(c);  // VerifyReadChunks settles it
+}
+
+int64_t EngineImpl::NegativeTtlNs() const {
+  const uint32_t ms = shared_root_ ? std::min(options_.negative_cache_ms, options_.shared_negative_cache_ms)
+                                   : options_.negative_cache_ms;
+  return static_cast<int64_t>(ms) * 1000000;
+}
+
+void EngineImpl::MaybeTouchEntry(const Chunk& c) {
+  if (options_.touch_interval_s == 0 || c.opened_mtime_ns == 0) return;
+  struct timespec now {};
+  clock_gettime(CLOCK_REALTIME, &now);
+  const int64_t now_ns = int64_t(now.tv_sec) * 1000000000 + now.tv_nsec;
+  if (now_ns - c.opened_mtime_ns < int64_t(options_.touch_interval_s) * 1000000000) return;
+  // Both times "now": write permission suffices, as in group-shared deployments (K2). Not following a symlink as
+  // the last component; the fan-out directories were checked when created (docs/operations.md, K2). Through the
+  // ring's side (no synchronous utimensat on the reactor); OnTouchDone tells the index.
+  io::IoOp op;
+  op.code = io::OpCode::kUtimensAt;
+  op.dirfd = ns_->dirfd();
+  OpCtx ctx{OpRole::kTouch, nullptr, &EngineImpl::OnTouchDone};
+  ctx.errors_are_answers = true;  // a root mounted read-only or without write permission: no touch, no error
+  ctx.path = c.rel_path;
+  ctx.key = c.key;
+  SubmitOp(*c.reactor, std::move(ctx), op);
+}
+
+void EngineImpl::OnTouchDone(Reactor&, const OpCtx& ctx, int64_t res) {
+  if (res != 0) return;
+  struct timespec now {};
+  clock_gettime(CLOCK_REALTIME, &now);  // at or just after the touch: never ahead of what another host sees
+  disk_->SetMtime(ctx.key, int64_t(now.tv_sec) * 1000000000 + now.tv_nsec);
+}
+
+bool EngineImpl::YoungOnSharedRoot(const Chunk& c) const {
+  if (!shared_root_ || c.opened_mtime_ns == 0) return false;  // only regular files seen at open
+  struct timespec now {};
+  clock_gettime(CLOCK_REALTIME, &now);
+  const int64_t now_ns = int64_t(now.tv_sec) * 1000000000 + now.tv_nsec;
+  // Writers' clocks may run ahead of ours: a future mtime is young too.
+  return now_ns - c.opened_mtime_ns < int64_t(options_.temp_max_age_s) * 1000000000;
+}
+
+void EngineImpl::QuarantineCorrupt(uint32_t trace_reactor, const ChunkKey& key, const std::string& rel_path,
+                                   const Status& why, uint64_t opened_ino) {
+  // K1: a bad entry is removed so no reader sees it again; the miss and the counter tell the operator.
+  stats_.corrupt_entries.Add(1);
+  ForgetEntry(key);
+  // Removed by name in its fan-out directory opened without following symlinks (K2): a symlink planted on the path
+  // is never followed to delete something outside the root. Synchronous: corrupt entries are rare. A directory is
+  // removed only when empty.
+  const std::string dir = FanoutDir(key);
+  int dfd = -1;
+  if (open_resolve_ != 0) {
+    open_how how{};
+    how.flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC;
+    how.resolve = open_resolve_;
+    dfd = static_cast<int>(syscall(SYS_openat2, ns_->dirfd(), dir.c_str(), &how, sizeof(how)));
+  } else {
+    const int first = openat(ns_->dirfd(), dir.substr(0, 2).c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (first >= 0) {
+      dfd = openat(first, dir.substr(3).c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      close(first);
+    }
+  }
+  if (dfd >= 0) {
+    const std::string name = rel_path.substr(rel_path.rfind('/') + 1);
+    struct stat st;
+    const bool named = fstatat(dfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
+    const bool directory = named && S_ISDIR(st.st_mode);
+    // M1: the name points at another file than the one that failed (a writer republished it): leave it. (A
+    // replacement between this check and the unlink is not excluded; it costs that writer's entry one miss.)
+    if (named && opened_ino != 0 && st.st_ino != opened_ino) {
+      // nothing to remove
+    } else if (unlinkat(dfd, name.c_str(), directory ? AT_REMOVEDIR : 0) != 0) {
+      if (errno != ENOENT && errno != ENOTEMPTY) stats_.io_errors.Add(1);
+    } else if (named && S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) == slot_bytes_) {
+      // C1, M2: a file of a chunk's size was counted in the usage when it was linked; it leaves it now. (A file of
+      // another size never was one of ours: a lookup requires the exact size; gc reconciles anything else.)
+      budget_->Add(-static_cast<int64_t>(slot_bytes_));
+    }
+    close(dfd);
+    PruneFanoutDir(ns_->dirfd(), dir);  // C1
+  }
+  if (trace_ && trace_->enabled()) {
+    trace_->Instant("corrupt_entry", "integrity", io::NowNs(), reactors_[trace_reactor]->trace_tid);
+  }
+}
+
+void EngineImpl::ForgetEntry(const ChunkKey& key) { disk_->Forget(key); }
+
+}  // namespace kvtier

@@ -1,0 +1,434 @@
+// The committed-store state machine (states: src/engine/chunk_state.h, data flow: docs/architecture.md, "Data
+// flow"): header and checksums over the filled slot -> the fan-out directories (mkdir, checked or chmod'ed, K2) ->
+// a temporary (O_TMPFILE, or named) -> a place at the disk -> write -> [fsync] -> [close before link, M1] -> link ->
+// the index (and eviction above the high watermark) -> released (the slot stays resident). ENOSPC evicts and
+// retries once (C2); a fan-out directory that vanished is made again (C1, M1). Runs on the chunk's reactor.
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "engine/engine_impl.h"
+#include "layout/chunk_path.h"
+
+namespace kvtier {
+
+bool EngineImpl::StartStoreChunk(Part& part, Chunk& c) {
+  Reactor& r = *c.reactor;
+  c.started_ns = io::NowNs();
+  if (c.admitted == 0) c.admitted = r.next_admission++;
+  if (disk_->Contains(c.key) || r.stores_in_flight.count(c.key)) {
+    // Already published (or being published by an earlier job): nothing to write.
+    stats_.stores_deduplicated.Add(1);
+    FinishChunk(c);
+    Settle(c);  // holds nothing; a resident slot is marked written
+    return true;
+  }
+  // A worker filled this resident slot (CommitStore): write it out as it is.
+  // I1/S1: at most the job's allowance (2 x io_depth) of its resident slots are checksummed and at the disk at once:
+  // started all at once, a large commit had its reactor checksum every chunk before the first write went out, and
+  // the disk waited. The reactor's own bound does the same for many small commits (vLLM commits a request's chunks
+  // each step), which each have an allowance of their own.
+  if (r.committed_started >= 2 * r.depth) return false;
+  if (!TakeJobSlot(part)) return false;
+  c.counts_job_slot = true;
+  c.counts_committed = true;
+  r.committed_started++;
+  r.stores_in_flight[c.key] = &c;
+  BeginStoreWrite(c);
+  return true;
+}
+
+void EngineImpl::BeginStoreWrite(Chunk& c) {
+  Reactor& r = *c.reactor;
+  uint8_t* base = pool_->SlotData(c.slot);
+  const uint32_t bpc = options_.identity.blocks_per_chunk;
+  const uint64_t bb = options_.identity.block_bytes;
+  ChunkHeader h;
+  h.fingerprint = ns_->fingerprint();
+  h.key = c.key;
+  h.num_blocks = bpc;
+  h.block_bytes = bb;
+  h.created_unix_ns = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count());
+  if (block_stride_ > bb) {  // deterministic padding between blocks
+    for (uint32_t b = 0; b < bpc; ++b) {
+      std::memset(base + kHeaderBytes + uint64_t(b) * block_stride_ + bb, 0, block_stride_ - bb);
+    }
+  }
+  if (Status fs = FillPayloadFields(&h, base + kHeaderBytes, checksum_key_.get()); !fs.ok()) {
+    FailChunk(c, fs);
+    return;
+  }
+  Status s = EncodeHeader(h, std::span<uint8_t>(base, kHeaderBytes), checksum_key_.get());
+  if (!s.ok()) {
+    FailChunk(c, s);
+    return;
+  }
+  if (budget_->shared() && budget_->has_budget() && !c.usage_reserved) {
+    budget_->Reserve(slot_bytes_);
+    c.usage_reserved = true;
+    EvictAboveHighWatermark(r);
+  }
+  OpenTemporary(c);
+}
+
+void EngineImpl::OpenTemporary(Chunk& c) {
+  Reactor& r = *c.reactor;
+  if (!r.fanout_cache.Has(c.key)) {
+    SubmitMkdir(c, r.fanout_cache.HasFirstLevel(c.key.data()[0]) ? 2 : 1);
+    return;
+  }
+  io::IoOp op;
+  op.code = io::OpCode::kOpenAt;
+  op.dirfd = ns_->dirfd();
+  op.mode = file_mode_;
+  OpCtx ctx{OpRole::kOpen, &c, &EngineImpl::OnOpenDone};
+  if (tmpfile_publish_) {
+    c.tmp_anonymous = true;
+    c.tmp_path = FanoutDir(c.key);
+    op.flags = O_TMPFILE | O_WRONLY | O_CLOEXEC | open_flags_extra_;
+  } else {
+    c.tmp_anonymous = false;
+    c.tmp_path = TempRelPath(c.key);
+    op.flags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW | open_flags_extra_;
+  }
+  op.resolve = open_resolve_;
+  ctx.path = c.tmp_path;
+  ctx.deadline_ns = Deadline();
+  SetState(c, ChunkState::kCreating);
+  SubmitOp(r, std::move(ctx), op);
+}
+
+void EngineImpl::SubmitMkdir(Chunk& c, int level) {
+  Reactor& r = *c.reactor;
+  io::IoOp op;
+  op.code = io::OpCode::kMkdirAt;
+  op.dirfd = ns_->dirfd();
+  op.mode = options_.dir_mode;
+  OpCtx ctx{OpRole::kMkdir, &c, &EngineImpl::OnMkdirDone};
+  ctx.path = FanoutDir(c.key);  // "ab/cd"
+  if (level == 1) ctx.path.resize(2);
+  ctx.len = static_cast<uint64_t>(level);
+  ctx.deadline_ns = Deadline();
+  SetState(c, ChunkState::kMakingDir);
+  SubmitOp(r, std::move(ctx), op);
+}
+
+namespace {
+// The process umask, read without changing it (umask(2) cannot be read atomically from a threaded process).
+mode_t ProcessUmask() {
+  static const mode_t mask = [] {
+    mode_t m = 022;
+    if (FILE* f = fopen("/proc/self/status", "re")) {
+      char line[256];
+      while (fgets(line, sizeof(line), f)) {
+        if (strncmp(line, "Umask:", 6) == 0) m = static_cast<mode_t>(strtoul(line + 6, nullptr, 8));
+      }
+      fclose(f);
+    }
+    return m;
+  }();
+  return mask;
+}
+}  // namespace
+
+void EngineImpl::OnMkdirDone(Reactor& r, const OpCtx& ctx, int64_t res) {
+  Chunk& c = *ctx.chunk;
+  if (c.state == ChunkState::kFailed) return;
+  if (res == 0) {
+    // mkdir applied the umask; group-shared deployments need the configured mode exactly (K2). Rare: only where
+    // the umask strips bits of dir_mode.
+    if ((options_.dir_mode & ProcessUmask()) != 0) {
+      io::IoOp op;
+      op.code = io::OpCode::kFchmod;
+      op.dirfd = ns_->dirfd();
+      op.mode = options_.dir_mode;
+      OpCtx chmod{OpRole::kChmod, &c, &EngineImpl::OnFanoutChmodDone};
+      chmod.path = ctx.path;
+      chmod.len = ctx.len;
+      chmod.deadline_ns = Deadline();
+      SubmitOp(r, std::move(chmod), op);
+      return;
+    }
+  } else if (res == -EEXIST) {
+    // Another chunk or instance made it; it must be a real directory (a symlink or file there: refuse, K2).
+    SubmitStatx(c, &EngineImpl::OnFanoutStatxDone, ctx.path, ctx.len);
+    return;
+  } else if (res == -ESTALE && c.mkdir_retries < kMkdirRetries) {
+    // M1: another client's mkdir of the same directory (or of its parent) can leave this client's handle stale
+    // for an instant (GlusterFS, two hosts storing the same keys): look the path up again by asking again.
+    c.mkdir_retries++;
+    r.fanout_cache.Forget(c.key);
+    SubmitMkdir(c, static_cast<int>(ctx.len));
+    return;
+  } else if ((res == -ENOSPC || res == -EDQUOT) && RetryStoreAfterEnospc(c)) {
+    return;
+  } else if ((res == -ENOENT || res == -ESTALE) && ctx.len == 2 && RetryAfterVanishedDir(c)) {
+    return;  // the first level went away behind our back (eviction, gc): created again
+  } else {
+    FailChunk(c, Status::FromErrno(static_cast<int>(-res), "mkdir " + ctx.path));
+    return;
+  }
+  FanoutLevelReady(c, static_cast<int>(ctx.len));
+}
+
+void EngineImpl::OnFanoutChmodDone(Reactor&, const OpCtx& ctx, int64_t res) {
+  Chunk& c = *ctx.chunk;
+  if (c.state == ChunkState::kFailed) return;
+  if (res < 0) {
+    FailChunk(c, Status::FromErrno(static_cast<int>(-res), "chmod " + ctx.path));
+    return;
+  }
+  FanoutLevelReady(c, static_cast<int>(ctx.len));
+}
+
+void EngineImpl::OnFanoutStatxDone(Reactor&, const OpCtx& ctx, int64_t res) {
+  Chunk& c = *ctx.chunk;
+  if (c.state == ChunkState::kFailed) return;
+  if (res < 0) {
+    // M1: on a distributed filesystem another client's mkdir of the same directory can make ours fail with
+    // EEXIST before this client can see it (GlusterFS, two hosts storing the same keys): ask again, a few times.
+    if (res == -ENOENT && c.mkdir_retries < kMkdirRetries) {
+      c.mkdir_retries++;
+      SubmitMkdir(c, static_cast<int>(ctx.len));
+      return;
+    }
+    FailChunk(c, Status::FromErrno(static_cast<int>(-res), "stat " + ctx.path));
+    return;
+  }
+  const struct statx& sx = *c.statx_buf;
+  if (!S_ISDIR(sx.stx_mode)) {
+    FailChunk(c, Status(StatusCode::kFailedPrecondition,
+                        "fan-out path " + ctx.path + " exists but is not a directory (symlink or file)"));
+    return;
+  }
+  // K2: a fan-out directory others can write to is refused as the root and the namespace directory are
+  // (Namespace::Open checks the first level at open; this is where a second-level one is first met).
+  if (!options_.allow_insecure_root) {
+    struct stat st {};
+    st.st_mode = sx.stx_mode;
+    st.st_uid = sx.stx_uid;
+    st.st_gid = sx.stx_gid;
+    Status trusted = CheckTrustedDirectory(st, "fan-out directory " + ns_->path() + "/" + ctx.path, true);
+    if (!trusted.ok()) {
+      FailChunk(c, std::move(trusted));
+      return;
+    }
+  }
+  FanoutLevelReady(c, static_cast<int>(ctx.len));
+}
+
+void EngineImpl::FanoutLevelReady(Chunk& c, int level) {
+  if (level == 1) {
+    SubmitMkdir(c, 2);
+    return;
+  }
+  c.reactor->fanout_cache.Add(c.key);
+  if (c.tmp_anonymous && c.fd >= 0) {
+    SubmitLink(c);  // RetryAfterVanishedDir from a link: the temporary is open and written
+  } else {
+    OpenTemporary(c);
+  }
+}
+
+bool EngineImpl::RetryAfterVanishedDir(Chunk& c) {
+  if (c.dir_retries >= kVanishedDirRetries) return false;
+  c.dir_retries++;
+  c.reactor->fanout_cache.Forget(c.key);
+  SubmitMkdir(c, 1);
+  return true;
+}
+
+void EngineImpl::OnTemporaryChmodDone(Reactor& r, const OpCtx& ctx, int64_t res) {
+  Chunk* c = ctx.chunk;
+  if (c->state == ChunkState::kFailed) return;
+  // A failed chmod is counted (an I/O error) and the store goes on: the entry is published with the umask's mode.
+  static_cast<void>(res);
+  SetState(*c, ChunkState::kWaitingForDisk);
+  InsertByAdmission(r.data_queue, c);
+}
+
+void EngineImpl::OnWriteDone(Reactor& r, const OpCtx& ctx, int64_t res) {
+  Chunk* c = ctx.chunk;
+  TraceTransfer(r, ctx, res, "write");
+  if (c->state == ChunkState::kFailed) return;
+  if (res < 0) {
+    if ((res == -ENOSPC || res == -EDQUOT) && RetryStoreAfterEnospc(*c)) return;
+    FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "write " + c->tmp_path));
+  } else if (res == 0) {
+    FailChunk(*c, Status(StatusCode::kIoError, "write made no progress on " + c->tmp_path));
+  } else {
+    stats_.bytes_written.Add(static_cast<uint64_t>(res));
+    if (static_cast<uint64_t>(res) < ctx.len) {
+      SubmitWrite(*c, ctx.buf + res, ctx.len - res, ctx.offset + res);
+    } else if (c->ops_in_flight == 0) {
+      StoreWritesDone(*c);
+    }
+  }
+}
+
+void EngineImpl::StoreWritesDone(Chunk& c) {
+  Reactor& r = *c.reactor;
+  // M1: an anonymous temporary on a shared root is made durable to the filesystem's other clients before linkat
+  // names it (it stays open until then, so its close cannot do it first).
+  const bool sync = options_.fsync_on_publish || (shared_root_ && c.tmp_anonymous);
+  if (sync && c.state == ChunkState::kTransferring) {
+    io::IoOp op;
+    op.code = io::OpCode::kFsync;
+    op.fd = c.fd;
+    OpCtx ctx{OpRole::kFsync, &c, &EngineImpl::OnFsyncDone};
+    ctx.deadline_ns = Deadline();
+    SetState(c, ChunkState::kSyncing);
+    SubmitOp(r, std::move(ctx), op);
+    return;
+  }
+  ReturnJobSlot(c);  // the bytes are in the file: the next resident slot of the job may start
+  if (c.tmp_anonymous) {
+    SubmitLink(c);
+  } else {
+    SubmitCloseBeforeLink(c);
+  }
+}
+
+void EngineImpl::OnFsyncDone(Reactor& r, const OpCtx& ctx, int64_t res) {
+  Chunk* c = ctx.chunk;
+  if (c->state == ChunkState::kFailed) return;
+  if (res < 0) {
+    FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "fsync " + c->tmp_path));
+  } else {
+    StoreWritesDone(*c);
+  }
+}
+
+void EngineImpl::SubmitCloseBeforeLink(Chunk& c) {
+  io::IoOp op;
+  op.code = io::OpCode::kClose;
+  op.fd = c.fd;
+  c.fd = -1;  // the close owns it now
+  OpCtx ctx{OpRole::kCloseBeforeLink, &c, &EngineImpl::OnCloseBeforeLinkDone};
+  ctx.deadline_ns = Deadline();
+  SetState(c, ChunkState::kClosing);
+  SubmitOp(*c.reactor, std::move(ctx), op);
+}
+
+void EngineImpl::OnCloseBeforeLinkDone(Reactor& r, const OpCtx& ctx, int64_t res) {
+  Chunk& c = *ctx.chunk;
+  if (c.state == ChunkState::kFailed) return;
+  if (res < 0) {  // NFS and FUSE report deferred write errors at close: the temporary's bytes are not all there
+    FailChunk(c, Status::FromErrno(static_cast<int>(-res), "close " + c.tmp_path));
+    return;
+  }
+  SubmitLink(c);
+}
+
+void EngineImpl::SubmitLink(Chunk& c) {
+  io::IoOp op;
+  op.code = io::OpCode::kLinkAt;
+  op.dirfd = ns_->dirfd();
+  OpCtx ctx{OpRole::kLink, &c, &EngineImpl::OnLinkDone};
+  if (c.tmp_anonymous) {
+    // The open fd is the file's only name: link it through /proc (AT_SYMLINK_FOLLOW, no privilege needed).
+    ctx.path = "/proc/self/fd/" + std::to_string(c.fd);
+    op.flags = AT_SYMLINK_FOLLOW;
+  } else {
+    ctx.path = c.tmp_path;
+  }
+  ctx.path2 = c.rel_path;
+  ctx.deadline_ns = Deadline();
+  SetState(c, ChunkState::kLinking);
+  SubmitOp(*c.reactor, std::move(ctx), op);
+}
+
+void EngineImpl::OnLinkDone(Reactor& r, const OpCtx& ctx, int64_t res) {
+  Chunk* c = ctx.chunk;
+  if (c->state == ChunkState::kFailed) {
+    // I4: the link came back after its deadline had failed the chunk, and made the entry all the same: it is on
+    // disk, so it is counted and indexed (C1, M2), or the shared usage would miss its bytes until a gc.
+    if (res == 0) {
+      const bool reserved = c->usage_reserved;
+      if (reserved) budget_->CommitReserved(slot_bytes_);
+      c->usage_reserved = false;
+      PublishIndexed(r, c->key, slot_bytes_, /*linked=*/!reserved);
+    }
+    return;
+  }
+  if (res == 0 || res == -EEXIST) {
+    // EEXIST: another writer published the same key first; its bytes are equally valid (L4).
+    if (res == -EEXIST) stats_.stores_deduplicated.Add(1);
+    if (res != 0 && c->usage_reserved) budget_->Release(slot_bytes_);  // not ours
+    if (res == 0 && c->usage_reserved) budget_->CommitReserved(slot_bytes_);
+    PublishIndexed(r, c->key, kHeaderBytes + uint64_t(options_.identity.blocks_per_chunk) * block_stride_,
+                   /*linked=*/res == 0 && !c->usage_reserved);
+    c->usage_reserved = false;
+    c->job->bytes += slot_bytes_;
+    if (c->fd >= 0) {  // an anonymous temporary's fd, kept open for linkat
+      SubmitClose(r, c->fd);
+      c->fd = -1;
+    }
+    FinishChunk(*c);  // Settle() removes a named temporary
+  } else if ((res == -ENOSPC || res == -EDQUOT) && RetryStoreAfterEnospc(*c)) {
+    // retried
+  } else if ((res == -ENOENT || res == -ESTALE) && c->tmp_anonymous && c->fd >= 0 && RetryAfterVanishedDir(*c)) {
+    // the final name's directory went away while the anonymous temporary was written: created again, then
+    // linked (OnMkdirDone)
+  } else {
+    FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "link " + c->rel_path));
+  }
+}
+
+// C2: on ENOSPC evict and retry once; the caller drops the store when this returns false.
+bool EngineImpl::RetryStoreAfterEnospc(Chunk& c) {
+  // The slot stays resident (not evictable) until the store ends (ResidentSet::Written): a retry rewrites from it.
+  if (c.enospc_retried || c.ops_in_flight > 0) return false;
+  c.enospc_retried = true;
+  EndDataPhase(c);
+  if (c.fd >= 0) {
+    close(c.fd);
+    c.fd = -1;
+  }
+  if (c.tmp_exists) {
+    unlinkat(ns_->dirfd(), c.tmp_path.c_str(), 0);
+    c.tmp_exists = false;
+  }
+  // Synchronously: the retry needs the space now.
+  budget_->UnlinkVictims(budget_->TakeForSpace(4 * slot_bytes_));
+  OpenTemporary(c);
+  return true;
+}
+
+void EngineImpl::OnUnlinkEvictedDone(Reactor& r, const OpCtx& ctx, int64_t res) {
+  if (res == 0 || res == -ENOENT) SubmitRmdirFanout(r, ctx.key, 2);
+  budget_->Unlinked(DiskBudget::Victim{ctx.key, ctx.len}, static_cast<int>(res));
+}
+
+void EngineImpl::SubmitRmdirFanout(Reactor& r, const ChunkKey& key, int level) {
+  io::IoOp op;
+  op.code = io::OpCode::kUnlinkAt;
+  op.dirfd = ns_->dirfd();
+  op.flags = AT_REMOVEDIR;
+  OpCtx ctx{OpRole::kRmdirFanout, nullptr, &EngineImpl::OnRmdirFanoutDone};
+  ctx.errors_are_answers = true;
+  ctx.path = FanoutDir(key);
+  if (level == 1) ctx.path.resize(2);
+  ctx.len = static_cast<uint64_t>(level);
+  ctx.key = key;
+  SubmitOp(r, std::move(ctx), op);
+}
+
+void EngineImpl::OnRmdirFanoutDone(Reactor& r, const OpCtx& ctx, int64_t res) {
+  // C1: ENOTEMPTY (the directory holds entries or a store's temporary) and ENOENT (gone already) are answers
+  // (OpCtx::errors_are_answers).
+  if (res != 0) return;
+  r.fanout_cache.Forget(ctx.key);
+  if (ctx.len == 2) SubmitRmdirFanout(r, ctx.key, 1);
+}
+
+}  // namespace kvtier
