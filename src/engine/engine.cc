@@ -131,39 +131,7 @@ uint32_t EngineImpl::ResolveReactors(const EngineOptions& options, std::string* 
   return std::min(std::clamp(cores, 2u, 16u), most);
 }
 
-uint32_t EngineImpl::PlaceChunk(const ChunkKey& key) {
-  auto [it, fresh] = placed_.try_emplace(key, 0u, 0u);
-  if (fresh) {
-    const auto n = static_cast<uint32_t>(reactors_.size());
-    uint32_t best = place_next_ % n;
-    for (uint32_t i = 1; i < n; ++i) {
-      const uint32_t r = (place_next_ + i) % n;
-      if (reactor_chunks_[r] < reactor_chunks_[best]) best = r;
-    }
-    place_next_ = best + 1;
-    it->second.first = best;
-  }
-  ++it->second.second;
-  ++reactor_chunks_[it->second.first];
-  return it->second.first;
-}
-
-std::optional<uint32_t> EngineImpl::PlacedReactor(const ChunkKey& key) {
-  if (reactors_.size() <= 1) return 0;
-  MutexLock lock(place_mu_);
-  auto it = placed_.find(key);
-  if (it == placed_.end()) return std::nullopt;
-  return it->second.first;
-}
-
-void EngineImpl::UnplaceChunk(const ChunkKey& key) {
-  if (reactors_.size() <= 1) return;
-  MutexLock lock(place_mu_);
-  auto it = placed_.find(key);
-  if (it == placed_.end()) return;
-  --reactor_chunks_[it->second.first];
-  if (--it->second.second == 0) placed_.erase(it);
-}
+std::optional<uint32_t> EngineImpl::PlacedReactor(const ChunkKey& key) { return placement_->Placed(key); }
 
 Status EngineImpl::Init(const EngineOptions& options, IoFactory io_factory, uint32_t forced_reactors) {
   KVTIER_RETURN_IF_ERROR(options.Validate());
@@ -197,7 +165,7 @@ Status EngineImpl::Init(const EngineOptions& options, IoFactory io_factory, uint
   std::optional<io::DirectIoInfo> dio = ProbeDirectIoBeforeOpen(options);
   if (dio && options.io_mode == IoMode::kDirect && !DirectIoUsable(*dio)) return DirectIoRefused(options, *dio);
 
-  // I1: several reactors, one ring and one issuer thread each; a chunk's reactor is PlaceChunk's choice.
+  // I1: several reactors, one ring and one issuer thread each; a chunk's reactor is ChunkPlacement's choice.
   const uint32_t nreactors = forced_reactors ? forced_reactors : ResolveReactors(options, &reactors_why_);
   if (forced_reactors) reactors_why_ = "given I/O engine";
   const uint32_t rdepth = (options.io_depth + nreactors - 1) / nreactors;
@@ -228,10 +196,7 @@ Status EngineImpl::Init(const EngineOptions& options, IoFactory io_factory, uint
     }
     reactors_.push_back(std::move(r));
   }
-  {
-    MutexLock lock(place_mu_);
-    reactor_chunks_.assign(reactors_.size(), 0);
-  }
+  placement_ = std::make_unique<ChunkPlacement>(static_cast<uint32_t>(reactors_.size()));
 
   block_stride_ = RoundUp(options.identity.block_bytes, kHeaderBytes);
   slot_bytes_ = kHeaderBytes + block_stride_ * options.identity.blocks_per_chunk;
@@ -432,11 +397,10 @@ Status EngineImpl::Enqueue(JobKind kind, std::vector<ChunkKey> keys, std::vector
   job->id = next_job_id_.fetch_add(1);
   // One part per reactor the job has chunks on (I1); an empty job goes to reactor 0, which finishes it.
   std::vector<std::unique_ptr<Part>> parts(reactors_.size());
-  std::vector<uint32_t> placed(job->chunks.size(), 0);
-  if (reactors_.size() > 1) {
-    MutexLock lock(place_mu_);
-    for (size_t i = 0; i < job->chunks.size(); ++i) placed[i] = PlaceChunk(job->chunks[i]->key);
-  }
+  std::vector<ChunkKey> job_keys;
+  job_keys.reserve(job->chunks.size());
+  for (const auto& c : job->chunks) job_keys.push_back(c->key);
+  const std::vector<uint32_t> placed = placement_->Place(job_keys);
   for (size_t i = 0; i < job->chunks.size(); ++i) {
     auto& c = job->chunks[i];
     const uint32_t ri = placed[i];
@@ -454,7 +418,7 @@ Status EngineImpl::Enqueue(JobKind kind, std::vector<ChunkKey> keys, std::vector
   }
   MutexLock cmd_lock(cmd_mu_);
   if (stop_) {
-    for (auto& c : job->chunks) UnplaceChunk(c->key);
+    for (auto& c : job->chunks) placement_->Unplace(c->key);
     return Status(StatusCode::kFailedPrecondition, "engine is shutting down");
   }
   if (kind == JobKind::kStore) {

@@ -4,7 +4,7 @@
 // - reactors_: one Reactor per thread. Reactor r alone touches its io, its parts (jobs), their chunks, its op
 //   contexts, in-flight stores and data queue. Jobs are the engine's own: a promotion (one load chunk read into the
 //   DRAM tier's slot) and a committed store (chunks written from theirs). A chunk's reactor is chosen when its job
-//   is queued (PlaceChunk: the reactor of the key's unfinished chunks if any, else the one with the fewest
+//   is queued (ChunkPlacement: the reactor of the key's unfinished chunks if any, else the one with the fewest
 //   unfinished chunks), so every step of a chunk runs on one thread, and every chunk of one key in flight on the
 //   same one. Other threads reach a reactor through its command queue (commands_, guarded by cmd_mu_) and
 //   io->Wake().
@@ -41,6 +41,7 @@
 #include "engine/chunk_state.h"
 #include "engine/disk_budget.h"
 #include "engine/disk_index.h"
+#include "engine/placement.h"
 #include "engine/resident_set.h"
 #include "io/io_engine.h"
 #include "kvtier/engine.h"
@@ -92,15 +93,8 @@ class EngineImpl final : public Engine {
     uint64_t read_piece_bytes = 0;
   };
   static void SetTestDefaults(const TestDefaults& defaults);
-  // I1: the reactor for a new chunk of `key`: the one its key's unfinished chunks run on (first-writer-wins stores
-  // are per reactor), else the one with the fewest unfinished chunks, so that a job's
-  // chunks spread evenly (by key hash, the busiest of 16 reactors got about twice the mean of a 73-chunk job and
-  // held up the job: docs/architecture.md, "Threads and ownership"). UnplaceChunk when the chunk finishes.
-  uint32_t PlaceChunk(const ChunkKey& key) REQUIRES(place_mu_);
-  // The reactor the unfinished chunks of `key` run on; none when it has none (tests). With one reactor nothing is
-  // tracked: always 0.
-  std::optional<uint32_t> PlacedReactor(const ChunkKey& key) EXCLUDES(place_mu_);
-  void UnplaceChunk(const ChunkKey& key) EXCLUDES(place_mu_);
+  // The reactor the unfinished chunks of `key` run on (ChunkPlacement::Placed; tests).
+  std::optional<uint32_t> PlacedReactor(const ChunkKey& key);
   ~EngineImpl() override;
 
   ChunkLocation Lookup(const ChunkKey& key) override;
@@ -345,12 +339,8 @@ class EngineImpl final : public Engine {
 
   std::vector<std::unique_ptr<Reactor>> reactors_;
   std::string reactors_why_;
-  // PlaceChunk's state (several reactors only): per key with unfinished chunks its reactor and their count, per
-  // reactor its unfinished chunks. Nothing else is locked while it is held.
-  Mutex place_mu_;
-  std::unordered_map<ChunkKey, std::pair<uint32_t, uint32_t>, ChunkKeyHash> placed_ GUARDED_BY(place_mu_);
-  std::vector<uint32_t> reactor_chunks_ GUARDED_BY(place_mu_);
-  uint32_t place_next_ GUARDED_BY(place_mu_) = 0;  // where the search for the fewest starts: ties rotate
+  // I1: which reactor runs each chunk in flight.
+  std::unique_ptr<ChunkPlacement> placement_;
 
   // The disk index (C1): published entries, LRU, negative cache, pending stores, evictions in flight.
   std::unique_ptr<DiskIndex> disk_;

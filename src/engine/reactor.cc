@@ -391,7 +391,7 @@ void EngineImpl::FinishChunk(Chunk& c) {
     disk_->EndPendingStore(c.key);
     RecordStoreOutcome(c.key, c.status);  // after the publish (or the drop) it reports
   }
-  UnplaceChunk(c.key);
+  placement_->Unplace(c.key);
   // Last, after every effect of this chunk (index, pending stores): the reactor whose chunk is the job's last one
   // publishes the result; acq_rel makes the other reactors' chunk outcomes visible to it.
   if (job.unfinished.fetch_sub(1, std::memory_order_acq_rel) == 1) PublishJob(job);
