@@ -469,28 +469,9 @@ PromoteState EngineImpl::Residency(const ChunkKey& key) { return resident_->Resi
 
 bool EngineImpl::Stored(const ChunkKey& key) { return disk_->Contains(key); }
 
-void EngineImpl::WatchStore(const ChunkKey& key) {
-  MutexLock lock(outcome_mu_);
-  store_outcomes_[key] = std::nullopt;
-  watched_.store(store_outcomes_.size());
-}
+void EngineImpl::WatchStore(const ChunkKey& key) { outcomes_.Watch(key); }
 
-std::optional<Status> EngineImpl::TakeStoreOutcome(const ChunkKey& key) {
-  MutexLock lock(outcome_mu_);
-  auto it = store_outcomes_.find(key);
-  if (it == store_outcomes_.end() || !it->second.has_value()) return std::nullopt;
-  std::optional<Status> outcome = std::move(it->second);
-  store_outcomes_.erase(it);
-  watched_.store(store_outcomes_.size());
-  return outcome;
-}
-
-void EngineImpl::RecordStoreOutcome(const ChunkKey& key, const Status& status) {
-  if (watched_.load() == 0) return;  // nobody watches a store: no lock on the reactor's way
-  MutexLock lock(outcome_mu_);
-  auto it = store_outcomes_.find(key);
-  if (it != store_outcomes_.end() && !it->second.has_value()) it->second = status;
-}
+std::optional<Status> EngineImpl::TakeStoreOutcome(const ChunkKey& key) { return outcomes_.Take(key); }
 
 void EngineImpl::WakeWaiters(std::atomic<uint64_t>& mask) {
   if (mask.load() == 0) return;
@@ -536,7 +517,7 @@ void EngineImpl::CommitStore(std::span<const ChunkKey> keys, bool success) {
   // A key this commit does not write (given up, or no reservation of it filling) is dropped for its watcher.
   for (const ChunkKey& k : keys) {
     if (std::find(written.begin(), written.end(), k) == written.end()) {
-      RecordStoreOutcome(k, Status(StatusCode::kFailedPrecondition, "not committed (given up, or no slot reserved)"));
+      outcomes_.Record(k, Status(StatusCode::kFailedPrecondition, "not committed (given up, or no slot reserved)"));
     }
   }
   if (written.empty()) return;
@@ -544,7 +525,7 @@ void EngineImpl::CommitStore(std::span<const ChunkKey> keys, bool success) {
   if (!Enqueue(JobKind::kStore, written, std::move(slots)).ok()) {
     for (const ChunkKey& k : written) {
       resident_->Written(k);  // shutting down: keep them resident, unwritten
-      RecordStoreOutcome(k, Status(StatusCode::kFailedPrecondition, "engine is shutting down"));
+      outcomes_.Record(k, Status(StatusCode::kFailedPrecondition, "engine is shutting down"));
     }
   }
 }

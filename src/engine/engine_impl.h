@@ -17,8 +17,9 @@
 //   called with the other's lock held.
 // - budget_ (DiskBudget, src/engine/disk_budget.h) holds the namespace's usage against the budget, chooses eviction
 //   victims from the index and runs the maintenance thread; it never sees the engine.
-// - outcome_mu_ guards the outcomes of watched committed stores (WatchStore); the reactor that finishes a store
-//   chunk records it. Taken with no other lock held.
+// - placement_ (ChunkPlacement, src/engine/placement.h) says which reactor runs each chunk in flight; outcomes_
+//   (StoreOutcomes, src/engine/store_outcomes.h) keeps the outcomes of watched committed stores (WatchStore), which
+//   the reactor that finishes a store chunk records. Each has a leaf mutex of its own.
 // - pool_ is shared memory: slot data is touched by the reactors (I/O buffers) and by the consumers that copy out of
 //   and into slots (vLLM's worker processes, policy::JobClient's copy thread); the slot state words say who may
 //   touch a slot when.
@@ -43,6 +44,7 @@
 #include "engine/disk_index.h"
 #include "engine/placement.h"
 #include "engine/resident_set.h"
+#include "engine/store_outcomes.h"
 #include "io/io_engine.h"
 #include "kvtier/engine.h"
 #include "layout/chunk_format.h"
@@ -351,12 +353,8 @@ class EngineImpl final : public Engine {
   // engine takes comes through it.
   std::unique_ptr<ResidentSet> resident_;
 
-  // Committed stores whose outcome a committer watches (WatchStore): nullopt while not ended, then the store's
-  // status. watched_ counts the entries, so a store nobody watches takes no lock.
-  void RecordStoreOutcome(const ChunkKey& key, const Status& status) EXCLUDES(outcome_mu_);
-  Mutex outcome_mu_;
-  std::unordered_map<ChunkKey, std::optional<Status>, ChunkKeyHash> store_outcomes_ GUARDED_BY(outcome_mu_);
-  std::atomic<size_t> watched_{0};
+  // The outcomes of committed stores a committer watches (WatchStore).
+  StoreOutcomes outcomes_;
 };
 
 // Shared by the job's parts (shared_ptr); what several reactors write is atomic, the rest is set before queueing.

@@ -389,7 +389,7 @@ void EngineImpl::FinishChunk(Chunk& c) {
     auto it = r.stores_in_flight.find(c.key);
     if (it != r.stores_in_flight.end() && it->second == &c) r.stores_in_flight.erase(it);
     disk_->EndPendingStore(c.key);
-    RecordStoreOutcome(c.key, c.status);  // after the publish (or the drop) it reports
+    outcomes_.Record(c.key, c.status);  // after the publish (or the drop) it reports
   }
   placement_->Unplace(c.key);
   // Last, after every effect of this chunk (index, pending stores): the reactor whose chunk is the job's last one
@@ -413,7 +413,7 @@ void EngineImpl::PublishJob(Job& job) {
                      {{"chunks", job.chunks.size()}, {"ok", ok}, {"bytes", job.bytes.load()}});
   }
   // Nobody waits for the result: promotions report through the resident map, committed stores through it and
-  // their watched outcomes (RecordStoreOutcome).
+  // their watched outcomes (StoreOutcomes::Record).
 }
 
 // Returns the chunk's resources once nothing in flight can touch them any more.
