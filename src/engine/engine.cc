@@ -140,7 +140,7 @@ Status EngineImpl::Init(const EngineOptions& options, IoFactory io_factory, uint
       v != 0 && options.read_piece_bytes == EngineOptions{}.read_piece_bytes) {
     options_.read_piece_bytes = v;
   }
-  file_mode_ = options.dir_mode & 0666;
+  files_.file_mode = options.dir_mode & 0666;
   KVTIER_RETURN_IF_ERROR(CheckRootOwnership(options));
   {
     // The umask, read without changing it (umask(2) cannot be read atomically from a threaded process).
@@ -152,22 +152,22 @@ Status EngineImpl::Init(const EngineOptions& options, IoFactory io_factory, uint
       }
       fclose(f);
     }
-    fchmod_files_ = (file_mode_ & mask) != 0;
+    files_.chmod_files = (files_.file_mode & mask) != 0;
   }
   if (!options.checksum_secret.empty()) {
     auto key = ChecksumKeyFromOption(options.checksum_secret);
     if (!key.ok()) return key.status().WithContext("option checksum_secret");
-    checksum_key_ = std::make_unique<ChecksumKey>(key.value());
+    files_.checksum_key = std::make_unique<ChecksumKey>(key.value());
   }
-  open_resolve_ = io::Openat2Available() ? (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS) : 0;
+  files_.open_resolve = io::Openat2Available() ? (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS) : 0;
   // I2, V4: O_DIRECT is probed before anything is written under the root, so that io_mode=direct on a filesystem
   // that refuses it fails with the root as it was (no namespace directory, no MANIFEST).
   std::optional<io::DirectIoInfo> dio = ProbeDirectIoBeforeOpen(options);
   if (dio && options.io_mode == IoMode::kDirect && !DirectIoUsable(*dio)) return DirectIoRefused(options, *dio);
 
   // I1: several reactors, one ring and one issuer thread each; a chunk's reactor is ChunkPlacement's choice.
-  const uint32_t nreactors = forced_reactors ? forced_reactors : ResolveReactors(options, &reactors_why_);
-  if (forced_reactors) reactors_why_ = "given I/O engine";
+  std::string reactors_why = "given I/O engine";
+  const uint32_t nreactors = forced_reactors ? forced_reactors : ResolveReactors(options, &reactors_why);
   const uint32_t rdepth = (options.io_depth + nreactors - 1) / nreactors;
   io::EngineConfig io_cfg;
   io_cfg.kind = options.backend == IoBackend::kUring   ? io::EngineKind::kUring
@@ -198,15 +198,15 @@ Status EngineImpl::Init(const EngineOptions& options, IoFactory io_factory, uint
   }
   placement_ = std::make_unique<ChunkPlacement>(static_cast<uint32_t>(reactors_.size()));
 
-  block_stride_ = RoundUp(options.identity.block_bytes, kHeaderBytes);
-  slot_bytes_ = kHeaderBytes + block_stride_ * options.identity.blocks_per_chunk;
+  files_.block_stride = RoundUp(options.identity.block_bytes, kHeaderBytes);
+  files_.slot_bytes = kHeaderBytes + files_.block_stride * options.identity.blocks_per_chunk;
   StagingPoolOptions pool_opts;
-  pool_opts.slot_bytes = slot_bytes_;
+  pool_opts.slot_bytes = files_.slot_bytes;
   pool_opts.alignment = 4096;
-  uint64_t slots = options.pool_bytes / RoundUp(slot_bytes_, 4096);
+  uint64_t slots = options.pool_bytes / RoundUp(files_.slot_bytes, 4096);
   if (slots == 0) {
     return Status(StatusCode::kInvalidArgument, "option pool_bytes: " + std::to_string(options.pool_bytes) +
-                                                    " B holds no chunk of " + std::to_string(slot_bytes_) +
+                                                    " B holds no chunk of " + std::to_string(files_.slot_bytes) +
                                                     " B; raise pool_bytes");
   }
   pool_opts.num_slots = static_cast<uint32_t>(std::min<uint64_t>(slots, 1u << 20));
@@ -217,8 +217,9 @@ Status EngineImpl::Init(const EngineOptions& options, IoFactory io_factory, uint
   pool_opts.populate = options.pool_populate;
   pool_opts.stream_entries = kStreamBoardEntries;
   // Pools of engines that died without closing (SIGKILL) would hold shared memory forever: reclaim them.
+  uint32_t orphan_pools_removed = 0;
   if (auto orphans = StagingPool::RemoveOrphans(); orphans.ok() && orphans.value() > 0) {
-    orphan_pools_removed_ = orphans.value();
+    orphan_pools_removed = orphans.value();
   }
   auto pool = StagingPool::Create(pool_opts);
   if (!pool.ok() && pool.status().code() == StatusCode::kInvalidArgument && !options.pool_name.empty()) {
@@ -249,7 +250,7 @@ Status EngineImpl::Init(const EngineOptions& options, IoFactory io_factory, uint
   ns_opts.create = true;
   ns_opts.dir_mode = options.dir_mode;
   ns_opts.allow_insecure = options.allow_insecure_root;
-  ns_opts.checksum_key = ChecksumKeyRecord(checksum_key_.get());  // K3: another secret is refused, not trusted
+  ns_opts.checksum_key = ChecksumKeyRecord(files_.checksum_key.get());  // K3: another secret is refused, not trusted
   auto ns = Namespace::Open(options.root, ToNamespaceIdentity(options.identity), ns_opts);
   if (!ns.ok()) return ns.status();
   ns_ = std::make_unique<Namespace>(std::move(ns.value()));
@@ -270,45 +271,46 @@ Status EngineImpl::Init(const EngineOptions& options, IoFactory io_factory, uint
   } else {
     io_mode_why = "buffered (O_DIRECT unavailable: " + dio->how + ")";
   }
-  open_flags_extra_ = direct ? O_DIRECT : 0;
+  files_.open_flags = direct ? O_DIRECT : 0;
   const FilesystemKind fs_kind = ProbeFilesystem(ns_->dirfd());  // M1
-  shared_root_ = fs_kind.shared;
+  files_.shared_root = fs_kind.shared;
   if (options.anonymous_temporaries) {
-    const int fd = openat(ns_->dirfd(), ".", O_TMPFILE | O_WRONLY | O_CLOEXEC | open_flags_extra_, file_mode_);
-    tmpfile_publish_ = fd >= 0 && access("/proc/self/fd", F_OK) == 0;
+    const int fd = openat(ns_->dirfd(), ".", O_TMPFILE | O_WRONLY | O_CLOEXEC | files_.open_flags, files_.file_mode);
+    files_.tmpfile_publish = fd >= 0 && access("/proc/self/fd", F_OK) == 0;
     if (fd >= 0) close(fd);
   }
 
   auto swept = SweepTemporaries(*ns_, std::chrono::seconds(options.temp_max_age_s));
   if (swept.ok()) stats_.temporaries_swept.Add(swept->removed);
   DiskIndex::Options index_opts;
-  index_opts.entry_bytes = slot_bytes_;
+  index_opts.entry_bytes = files_.slot_bytes;
   index_opts.touch_interval_s = options.touch_interval_s;
-  index_opts.shared_root = shared_root_;
+  index_opts.shared_root = files_.shared_root;
   disk_ = std::make_unique<DiskIndex>(*ns_, index_opts, stats_);
   KVTIER_RETURN_IF_ERROR(disk_->Rescan(/*drop_absent=*/false));  // at open: the whole LRU order, by mtime
   DiskBudget::Options budget_opts;
   budget_opts.budget_bytes = options.disk_budget_bytes;
   budget_opts.high_watermark = options.high_watermark;
   budget_opts.low_watermark = options.low_watermark;
-  budget_opts.shared_root = shared_root_;
+  budget_opts.shared_root = files_.shared_root;
   budget_ = std::make_unique<DiskBudget>(*ns_, *disk_, budget_opts);
 
   std::ostringstream d;
   d << "root " << options.root << " namespace " << ns_->path() << "; I/O " << reactors_[0]->io->name() << " ("
     << backend_why << "), " << io_mode_why << ", depth " << options.io_depth << ", reactors " << nreactors << " ("
-    << reactors_why_ << ", depth " << rdepth << " each), publish via "
-    << (tmpfile_publish_ ? (shared_root_ ? "O_TMPFILE + fsync + linkat" : "O_TMPFILE + linkat")
-                         : "named temporary + close + link")
-    << ", filesystem " << fs_kind.name << (shared_root_ ? " (shared: young bad entries are misses, not removed)" : "")
-    << ", opens via " << (open_resolve_ ? "openat2 (RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS)" : "openat (O_NOFOLLOW)")
-    << (checksum_key_ ? ", keyed checksums" : "") << "; pool " << pool_->name() << " " << pool_->num_slots()
-    << " slots x " << slot_bytes_ << " B (reserve " << pool_opts.demand_reserve << "), DRAM tier "
+    << reactors_why << ", depth " << rdepth << " each), publish via "
+    << (files_.tmpfile_publish ? (files_.shared_root ? "O_TMPFILE + fsync + linkat" : "O_TMPFILE + linkat")
+                               : "named temporary + close + link")
+    << ", filesystem " << fs_kind.name
+    << (files_.shared_root ? " (shared: young bad entries are misses, not removed)" : "") << ", opens via "
+    << (files_.open_resolve ? "openat2 (RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS)" : "openat (O_NOFOLLOW)")
+    << (files_.checksum_key ? ", keyed checksums" : "") << "; pool " << pool_->name() << " " << pool_->num_slots()
+    << " slots x " << files_.slot_bytes << " B (reserve " << pool_opts.demand_reserve << "), DRAM tier "
     << tier::DramPolicyName(resident_->policy()) << " " << resident_->max_slots() << " slots; index "
     << disk_->entries() << " entries, " << disk_->bytes() << " B";
   if (options.disk_budget_bytes) d << "; budget " << options.disk_budget_bytes << " B";
   d << "; usage " << budget_->Describe();
-  if (orphan_pools_removed_) d << "; removed " << orphan_pools_removed_ << " orphaned pools of dead engines";
+  if (orphan_pools_removed) d << "; removed " << orphan_pools_removed << " orphaned pools of dead engines";
   describe_ = d.str();
 
   for (auto& r : reactors_) {

@@ -117,10 +117,10 @@ class EngineImpl final : public Engine {
   const EngineOptions& options() const override { return options_; }
   std::string Describe() const override;
   std::string pool_name() const override;
-  uint64_t chunk_payload_bytes() const override { return block_stride_ * options_.identity.blocks_per_chunk; }
-  uint64_t block_stride() const override { return block_stride_; }
+  uint64_t chunk_payload_bytes() const override { return files_.block_stride * options_.identity.blocks_per_chunk; }
+  uint64_t block_stride() const override { return files_.block_stride; }
   uint32_t reactors() const override { return static_cast<uint32_t>(reactors_.size()); }
-  bool shared_root() const override { return shared_root_; }
+  bool shared_root() const override { return files_.shared_root; }
 
  private:
   struct Job;
@@ -203,7 +203,7 @@ class EngineImpl final : public Engine {
   // fan-out directory at `level` (OnFanoutStatxDone).
   void SubmitStatx(Chunk& c, OpHandler on_done, std::string path = {}, uint64_t level = 0);
   void OnStatxDone(Reactor& r, const OpCtx& ctx, int64_t res);
-  // K2: a store's temporary chmod'ed to file_mode_ where the umask strips bits of it, before it is written.
+  // K2: a store's temporary chmod'ed to files_.file_mode where the umask strips bits of it, before it is written.
   void OnTemporaryChmodDone(Reactor& r, const OpCtx& ctx, int64_t res);
   void OnReadDone(Reactor& r, const OpCtx& ctx, int64_t res);
   void OnWriteDone(Reactor& r, const OpCtx& ctx, int64_t res);
@@ -316,21 +316,24 @@ class EngineImpl final : public Engine {
   std::unique_ptr<StagingPool> pool_;
   std::unique_ptr<TraceRecorder> trace_;
   mutable kvtier::Stats stats_;
-  uint64_t block_stride_ = 0;
-  uint64_t slot_bytes_ = 0;    // kHeaderBytes + payload
-  int open_flags_extra_ = 0;   // O_DIRECT when direct I/O is on
-  uint64_t open_resolve_ = 0;  // RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS where the kernel has openat2 (K2)
-  std::unique_ptr<ChecksumKey> checksum_key_;  // K3: set when options.checksum_secret is
-  mode_t file_mode_ = 0640;
-  bool fchmod_files_ = false;  // the process umask strips bits of file_mode_: chmod each new temporary
-  uint32_t orphan_pools_removed_ = 0;
-  // L4 with an anonymous temporary: O_TMPFILE in the fan-out directory, write, linkat() it into place. A crash
-  // leaves nothing behind and publication costs one metadata operation fewer. Probed at open; named temporaries
-  // (create, write, link, unlink) where the filesystem lacks O_TMPFILE.
-  bool tmpfile_publish_ = false;
-  // M1: the root is on a filesystem several hosts mount (network, cluster, FUSE: src/layout/shared_fs.h), probed at
-  // open. Anonymous temporaries are fsync'ed before linkat there; young bad entries are misses, not removed.
-  bool shared_root_ = false;
+  // How this engine reads and writes entry files on this root: settled at open, read-only after.
+  struct EntryFiles {
+    uint64_t block_stride = 0;
+    uint64_t slot_bytes = 0;    // kHeaderBytes + payload: an entry file's size
+    int open_flags = 0;         // O_DIRECT when direct I/O is on
+    uint64_t open_resolve = 0;  // RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS where the kernel has openat2 (K2)
+    std::unique_ptr<ChecksumKey> checksum_key;  // K3: set when options.checksum_secret is
+    mode_t file_mode = 0640;
+    bool chmod_files = false;  // the process umask strips bits of file_mode: chmod each new temporary
+    // L4 with an anonymous temporary: O_TMPFILE in the fan-out directory, write, linkat() it into place. A crash
+    // leaves nothing behind and publication costs one metadata operation fewer. Probed at open; named temporaries
+    // (create, write, link, unlink) where the filesystem lacks O_TMPFILE.
+    bool tmpfile_publish = false;
+    // M1: the root is on a filesystem several hosts mount (network, cluster, FUSE: src/layout/shared_fs.h), probed
+    // at open. Anonymous temporaries are fsync'ed before linkat there; young bad entries are misses, not removed.
+    bool shared_root = false;
+  };
+  EntryFiles files_;
 
   // Commands from other threads: reactor r's queue of new parts, commands_[r], and stop_. One mutex for all the
   // queues, so a job's parts are queued on every reactor in one order (FIFO across jobs).
@@ -340,7 +343,6 @@ class EngineImpl final : public Engine {
   std::atomic<uint64_t> next_job_id_{1};  // names jobs in traces
 
   std::vector<std::unique_ptr<Reactor>> reactors_;
-  std::string reactors_why_;
   // I1: which reactor runs each chunk in flight.
   std::unique_ptr<ChunkPlacement> placement_;
 
