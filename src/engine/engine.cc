@@ -140,6 +140,34 @@ Status EngineImpl::Init(const EngineOptions& options, IoFactory io_factory, uint
       v != 0 && options.read_piece_bytes == EngineOptions{}.read_piece_bytes) {
     options_.read_piece_bytes = v;
   }
+  OpenReport report;
+  KVTIER_RETURN_IF_ERROR(InitFileModes(options));
+  // I2, V4: O_DIRECT is probed before anything is written under the root, so that io_mode=direct on a filesystem
+  // that refuses it fails with the root as it was (no namespace directory, no MANIFEST).
+  std::optional<io::DirectIoInfo> dio = ProbeDirectIoBeforeOpen(options);
+  if (dio && options.io_mode == IoMode::kDirect && !DirectIoUsable(*dio)) return DirectIoRefused(options, *dio);
+  KVTIER_RETURN_IF_ERROR(CreateReactors(options, std::move(io_factory), forced_reactors, &report));
+  KVTIER_RETURN_IF_ERROR(CreatePool(options, &report));
+  if (!options.trace_path.empty()) {
+    auto trace = TraceRecorder::Open(options.trace_path);
+    if (!trace.ok()) return trace.status().WithContext("option trace_path");
+    trace_ = std::move(trace.value());
+  }
+  // V4 (docs/file-format.md, "Creation"): everything above fails without writing under the root (options, the key
+  // file, the pool, the trace); the namespace is created (or opened) only now, so a failed open leaves the root as it
+  // was.
+  KVTIER_RETURN_IF_ERROR(OpenNamespace(options, dio, &report));
+  KVTIER_RETURN_IF_ERROR(BuildIndex(options));
+  describe_ = DescribeOpen(options, report);
+  for (auto& r : reactors_) {
+    Reactor* rp = r.get();
+    r->thread = std::thread([this, rp] { ReactorMain(*rp); });
+  }
+  budget_->StartMaintenance();
+  return Status::Ok();
+}
+
+Status EngineImpl::InitFileModes(const EngineOptions& options) {
   files_.file_mode = options.dir_mode & 0666;
   KVTIER_RETURN_IF_ERROR(CheckRootOwnership(options));
   {
@@ -153,6 +181,7 @@ Status EngineImpl::Init(const EngineOptions& options, IoFactory io_factory, uint
       fclose(f);
     }
     files_.chmod_files = (files_.file_mode & mask) != 0;
+    files_.chmod_dirs = (options.dir_mode & mask) != 0;
   }
   if (!options.checksum_secret.empty()) {
     auto key = ChecksumKeyFromOption(options.checksum_secret);
@@ -160,15 +189,15 @@ Status EngineImpl::Init(const EngineOptions& options, IoFactory io_factory, uint
     files_.checksum_key = std::make_unique<ChecksumKey>(key.value());
   }
   files_.open_resolve = io::Openat2Available() ? (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS) : 0;
-  // I2, V4: O_DIRECT is probed before anything is written under the root, so that io_mode=direct on a filesystem
-  // that refuses it fails with the root as it was (no namespace directory, no MANIFEST).
-  std::optional<io::DirectIoInfo> dio = ProbeDirectIoBeforeOpen(options);
-  if (dio && options.io_mode == IoMode::kDirect && !DirectIoUsable(*dio)) return DirectIoRefused(options, *dio);
+  return Status::Ok();
+}
 
+Status EngineImpl::CreateReactors(const EngineOptions& options, IoFactory io_factory, uint32_t forced_reactors,
+                                  OpenReport* report) {
   // I1: several reactors, one ring and one issuer thread each; a chunk's reactor is ChunkPlacement's choice.
-  std::string reactors_why = "given I/O engine";
-  const uint32_t nreactors = forced_reactors ? forced_reactors : ResolveReactors(options, &reactors_why);
-  const uint32_t rdepth = (options.io_depth + nreactors - 1) / nreactors;
+  report->reactors_why = "given I/O engine";
+  const uint32_t nreactors = forced_reactors ? forced_reactors : ResolveReactors(options, &report->reactors_why);
+  const uint32_t rdepth = report->reactor_depth = (options.io_depth + nreactors - 1) / nreactors;
   io::EngineConfig io_cfg;
   io_cfg.kind = options.backend == IoBackend::kUring   ? io::EngineKind::kUring
                 : options.backend == IoBackend::kPosix ? io::EngineKind::kPosix
@@ -176,7 +205,7 @@ Status EngineImpl::Init(const EngineOptions& options, IoFactory io_factory, uint
   // Each chunk in flight needs up to ~4 ops at once (open, header/payload reads or writes, close, unlink).
   io_cfg.depth = rdepth * 4 + 8;
   io_cfg.posix_threads = options.posix_threads;
-  std::string backend_why = "given";
+  report->backend_why = "given";
   {
     MutexLock lock(cmd_mu_);
     commands_.resize(nreactors);
@@ -190,14 +219,17 @@ Status EngineImpl::Init(const EngineOptions& options, IoFactory io_factory, uint
       r->io = io_factory(i);
       if (!r->io) return Status(StatusCode::kInternal, "I/O engine factory gave no engine");
     } else {
-      auto io = io::CreateEngine(io_cfg, &backend_why);
+      auto io = io::CreateEngine(io_cfg, &report->backend_why);
       if (!io.ok()) return io.status().WithContext("reactor " + std::to_string(i));
       r->io = std::move(io.value());
     }
     reactors_.push_back(std::move(r));
   }
   placement_ = std::make_unique<ChunkPlacement>(static_cast<uint32_t>(reactors_.size()));
+  return Status::Ok();
+}
 
+Status EngineImpl::CreatePool(const EngineOptions& options, OpenReport* report) {
   files_.block_stride = RoundUp(options.identity.block_bytes, kHeaderBytes);
   files_.slot_bytes = kHeaderBytes + files_.block_stride * options.identity.blocks_per_chunk;
   StagingPoolOptions pool_opts;
@@ -217,9 +249,8 @@ Status EngineImpl::Init(const EngineOptions& options, IoFactory io_factory, uint
   pool_opts.populate = options.pool_populate;
   pool_opts.stream_entries = kStreamBoardEntries;
   // Pools of engines that died without closing (SIGKILL) would hold shared memory forever: reclaim them.
-  uint32_t orphan_pools_removed = 0;
   if (auto orphans = StagingPool::RemoveOrphans(); orphans.ok() && orphans.value() > 0) {
-    orphan_pools_removed = orphans.value();
+    report->orphan_pools_removed = orphans.value();
   }
   auto pool = StagingPool::Create(pool_opts);
   if (!pool.ok() && pool.status().code() == StatusCode::kInvalidArgument && !options.pool_name.empty()) {
@@ -238,14 +269,12 @@ Status EngineImpl::Init(const EngineOptions& options, IoFactory io_factory, uint
     pool_->Release(slot);
   });
 
-  if (!options.trace_path.empty()) {
-    auto trace = TraceRecorder::Open(options.trace_path);
-    if (!trace.ok()) return trace.status().WithContext("option trace_path");
-    trace_ = std::move(trace.value());
-  }
+  report->demand_reserve = pool_opts.demand_reserve;
+  return Status::Ok();
+}
 
-  // V4 (docs/file-format.md, "Creation"): everything above fails without writing under the root (options, the key file,
-  // the pool, the trace); the namespace is created (or opened) only now, so a failed open leaves the root as it was.
+Status EngineImpl::OpenNamespace(const EngineOptions& options, std::optional<io::DirectIoInfo> dio,
+                                 OpenReport* report) {
   NamespaceOpenOptions ns_opts;
   ns_opts.create = true;
   ns_opts.dir_mode = options.dir_mode;
@@ -259,27 +288,31 @@ Status EngineImpl::Init(const EngineOptions& options, IoFactory io_factory, uint
   // root (or the namespace directory) could be; here only when that probe could make no file.
   if (!dio) dio = io::ProbeDirectIo(ns_->dirfd());
   bool direct = false;
-  std::string io_mode_why;
   if (options.io_mode == IoMode::kBuffered) {
-    io_mode_why = "buffered (by option)";
+    report->io_mode_why = "buffered (by option)";
   } else if (DirectIoUsable(*dio)) {
     direct = true;
-    io_mode_why = "O_DIRECT (" + dio->how + ", mem " + std::to_string(dio->mem_align) + " B, offset " +
-                  std::to_string(dio->offset_align) + " B)";
+    report->io_mode_why = "O_DIRECT (" + dio->how + ", mem " + std::to_string(dio->mem_align) + " B, offset " +
+                          std::to_string(dio->offset_align) + " B)";
   } else if (options.io_mode == IoMode::kDirect) {
     return DirectIoRefused(options, *dio);
   } else {
-    io_mode_why = "buffered (O_DIRECT unavailable: " + dio->how + ")";
+    report->io_mode_why = "buffered (O_DIRECT unavailable: " + dio->how + ")";
   }
   files_.open_flags = direct ? O_DIRECT : 0;
   const FilesystemKind fs_kind = ProbeFilesystem(ns_->dirfd());  // M1
   files_.shared_root = fs_kind.shared;
+  report->filesystem = fs_kind.name;
   if (options.anonymous_temporaries) {
     const int fd = openat(ns_->dirfd(), ".", O_TMPFILE | O_WRONLY | O_CLOEXEC | files_.open_flags, files_.file_mode);
     files_.tmpfile_publish = fd >= 0 && access("/proc/self/fd", F_OK) == 0;
     if (fd >= 0) close(fd);
   }
 
+  return Status::Ok();
+}
+
+Status EngineImpl::BuildIndex(const EngineOptions& options) {
   auto swept = SweepTemporaries(*ns_, std::chrono::seconds(options.temp_max_age_s));
   if (swept.ok()) stats_.temporaries_swept.Add(swept->removed);
   DiskIndex::Options index_opts;
@@ -295,30 +328,28 @@ Status EngineImpl::Init(const EngineOptions& options, IoFactory io_factory, uint
   budget_opts.shared_root = files_.shared_root;
   budget_ = std::make_unique<DiskBudget>(*ns_, *disk_, budget_opts);
 
+  return Status::Ok();
+}
+
+std::string EngineImpl::DescribeOpen(const EngineOptions& options, const OpenReport& report) const {
   std::ostringstream d;
   d << "root " << options.root << " namespace " << ns_->path() << "; I/O " << reactors_[0]->io->name() << " ("
-    << backend_why << "), " << io_mode_why << ", depth " << options.io_depth << ", reactors " << nreactors << " ("
-    << reactors_why << ", depth " << rdepth << " each), publish via "
+    << report.backend_why << "), " << report.io_mode_why << ", depth " << options.io_depth << ", reactors "
+    << reactors_.size() << " (" << report.reactors_why << ", depth " << report.reactor_depth << " each), publish via "
     << (files_.tmpfile_publish ? (files_.shared_root ? "O_TMPFILE + fsync + linkat" : "O_TMPFILE + linkat")
                                : "named temporary + close + link")
-    << ", filesystem " << fs_kind.name
+    << ", filesystem " << report.filesystem
     << (files_.shared_root ? " (shared: young bad entries are misses, not removed)" : "") << ", opens via "
     << (files_.open_resolve ? "openat2 (RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS)" : "openat (O_NOFOLLOW)")
     << (files_.checksum_key ? ", keyed checksums" : "") << "; pool " << pool_->name() << " " << pool_->num_slots()
-    << " slots x " << files_.slot_bytes << " B (reserve " << pool_opts.demand_reserve << "), DRAM tier "
+    << " slots x " << files_.slot_bytes << " B (reserve " << report.demand_reserve << "), DRAM tier "
     << tier::DramPolicyName(resident_->policy()) << " " << resident_->max_slots() << " slots; index "
     << disk_->entries() << " entries, " << disk_->bytes() << " B";
   if (options.disk_budget_bytes) d << "; budget " << options.disk_budget_bytes << " B";
   d << "; usage " << budget_->Describe();
-  if (orphan_pools_removed) d << "; removed " << orphan_pools_removed << " orphaned pools of dead engines";
-  describe_ = d.str();
-
-  for (auto& r : reactors_) {
-    Reactor* rp = r.get();
-    r->thread = std::thread([this, rp] { ReactorMain(*rp); });
-  }
-  budget_->StartMaintenance();
-  return Status::Ok();
+  if (report.orphan_pools_removed)
+    d << "; removed " << report.orphan_pools_removed << " orphaned pools of dead engines";
+  return d.str();
 }
 
 EngineImpl::~EngineImpl() {

@@ -179,6 +179,20 @@ class EngineImpl final : public Engine {
   };
 
   Status Init(const EngineOptions& options, IoFactory io_factory, uint32_t forced_reactors);
+  // Init's steps, in order. Nothing is written under the root before OpenNamespace (V4). OpenReport: what Describe
+  // says about the choices made on the way.
+  struct OpenReport {
+    std::string backend_why, reactors_why, io_mode_why, filesystem;
+    uint32_t reactor_depth = 0, demand_reserve = 0, orphan_pools_removed = 0;
+  };
+  Status InitFileModes(const EngineOptions& options);  // files_' modes and checksum key; the root's owner (K2)
+  Status CreateReactors(const EngineOptions& options, IoFactory io_factory, uint32_t forced_reactors,
+                        OpenReport* report);  // I1: reactors, each with its I/O engine; the placement
+  Status CreatePool(const EngineOptions& options, OpenReport* report);  // the staging pool and the DRAM tier
+  // The namespace (created if new), direct I/O (I2), the filesystem's kind (M1), O_TMPFILE publication (L4).
+  Status OpenNamespace(const EngineOptions& options, std::optional<io::DirectIoInfo> dio, OpenReport* report);
+  Status BuildIndex(const EngineOptions& options);  // temporaries swept (L5), the disk index, the budget (C1)
+  std::string DescribeOpen(const EngineOptions& options, const OpenReport& report) const;
   // Queues a job of the engine's own: a promotion (one key, into the slot the DRAM tier gave it) or a committed
   // store (keys written from their slots). kFailedPrecondition once the engine is shutting down.
   Status Enqueue(JobKind kind, std::vector<ChunkKey> keys, std::vector<uint32_t> slots);
@@ -325,6 +339,7 @@ class EngineImpl final : public Engine {
     std::unique_ptr<ChecksumKey> checksum_key;  // K3: set when options.checksum_secret is
     mode_t file_mode = 0640;
     bool chmod_files = false;  // the process umask strips bits of file_mode: chmod each new temporary
+    bool chmod_dirs = false;   // ... of dir_mode: chmod each new fan-out directory
     // L4 with an anonymous temporary: O_TMPFILE in the fan-out directory, write, linkat() it into place. A crash
     // leaves nothing behind and publication costs one metadata operation fewer. Probed at open; named temporaries
     // (create, write, link, unlink) where the filesystem lacks O_TMPFILE.

@@ -122,31 +122,13 @@ void EngineImpl::SubmitMkdir(Chunk& c, int level) {
   SubmitOp(r, std::move(ctx), op);
 }
 
-namespace {
-// The process umask, read without changing it (umask(2) cannot be read atomically from a threaded process).
-mode_t ProcessUmask() {
-  static const mode_t mask = [] {
-    mode_t m = 022;
-    if (FILE* f = fopen("/proc/self/status", "re")) {
-      char line[256];
-      while (fgets(line, sizeof(line), f)) {
-        if (strncmp(line, "Umask:", 6) == 0) m = static_cast<mode_t>(strtoul(line + 6, nullptr, 8));
-      }
-      fclose(f);
-    }
-    return m;
-  }();
-  return mask;
-}
-}  // namespace
-
 void EngineImpl::OnMkdirDone(Reactor& r, const OpCtx& ctx, int64_t res) {
   Chunk& c = *ctx.chunk;
   if (c.state == ChunkState::kFailed) return;
   if (res == 0) {
     // mkdir applied the umask; group-shared deployments need the configured mode exactly (K2). Rare: only where
     // the umask strips bits of dir_mode.
-    if ((options_.dir_mode & ProcessUmask()) != 0) {
+    if (files_.chmod_dirs) {
       io::IoOp op;
       op.code = io::OpCode::kFchmod;
       op.dirfd = ns_->dirfd();
