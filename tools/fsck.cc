@@ -143,6 +143,151 @@ struct Found {
   int64_t mtime_ns = 0;
 };
 
+struct FsckOptions {
+  bool repair = false;
+  uint64_t temp_max_age_s = 600;
+  bool progress = false;  // a progress bar even when stderr is not a terminal
+};
+
+// What fsck found over every namespace.
+struct Tally {
+  uint64_t entries = 0, corrupt = 0, corrupt_left = 0, temporaries = 0, removed = 0, foreign = 0, young = 0;
+  uint64_t other_secret = 0;
+};
+
+// Checks one namespace: refuses it when its MANIFEST records another checksum key (K3), else verifies every entry
+// (removing corrupt ones with --repair) and reports its temporaries (sweeping stale ones with --repair). Adds to t;
+// returns 1 on an error that makes fsck fail, else 0.
+int CheckNamespace(const RootNamespace& r, const FsckOptions& o, const ChecksumKey* checksum_key, Verifier& verifier,
+                   int64_t now_ns, Tally& t) {
+  int rc = 0;
+  const Namespace& ns = *r.ns;
+  // K3: verifying a namespace's entries with a key other than the one its MANIFEST records would report (and with
+  // --repair remove) every good entry: refuse the namespace instead.
+  if (const std::string& have = ns.checksum_key_record(); !have.empty() && have != ChecksumKeyRecord(checksum_key)) {
+    const std::string why =
+        have == "none" ? "its entries are written without a checksum secret: run fsck without --checksum-secret"
+        : checksum_key != nullptr
+            ? "its entries are keyed with another secret (MANIFEST checksum_key=" + have +
+                  ", --checksum-secret gives " + ChecksumKeyRecord(checksum_key) + "): give the secret its writers use"
+            : "its entries are keyed (MANIFEST checksum_key=" + have +
+                  "): give --checksum-secret the secret its writers use";
+    std::printf("error: %s: %s; not checked, nothing removed\n", r.dir_name.c_str(), why.c_str());
+    std::fprintf(stderr, "kvtier: error: namespace %s: %s; not checked, nothing removed\n", r.dir_name.c_str(),
+                 why.c_str());
+    return 1;
+  }
+  const bool shared = ProbeFilesystem(ns.dirfd()).shared;
+  std::vector<Found> chunks, temps;
+  {
+    Progress scan("scanning " + r.dir_name, 0, o.progress);
+    Status st = ScanEntries(ns, [&](const EntryInfo& e) {
+      scan.Add(1);
+      if (e.is_foreign) {
+        t.foreign++;
+        std::printf("foreign: %s/%s\n", r.dir_name.c_str(), e.rel_path.c_str());
+      } else if (e.is_temporary) {
+        temps.push_back(Found{ChunkKey(), e.rel_path, e.mtime_ns});
+      } else {
+        chunks.push_back(Found{e.key, e.rel_path, e.mtime_ns});
+      }
+    });
+    if (!st.ok()) {
+      std::fprintf(stderr, "kvtier: error: scanning %s: %s\n", r.dir_name.c_str(), st.message().c_str());
+      rc = 1;
+    }
+  }
+
+  Progress progress("verifying " + r.dir_name, chunks.size(), o.progress);
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const Found& f = chunks[i];
+    EntryCheck c = verifier.Check(ns, f.rel, f.key);
+    progress.Set(i + 1);
+    if (c.verdict == Verdict::kVanished) continue;  // removed concurrently (eviction, gc): not an entry any more
+    t.entries++;
+    if (c.verdict == Verdict::kOk) continue;
+    if (c.verdict == Verdict::kOtherSecret) {
+      t.other_secret++;
+      std::printf("other secret: %s/%s: %s (kept: the MANIFEST does not record its checksum key)\n", r.dir_name.c_str(),
+                  f.rel.c_str(), c.reason.c_str());
+      continue;
+    }
+    if (shared && now_ns - f.mtime_ns < static_cast<int64_t>(o.temp_max_age_s) * 1000000000) {
+      // M1: on a filesystem several hosts mount, a young bad entry may be another host's whose data this client
+      // cannot see yet: reported and kept, removed once older than --temp-max-age.
+      t.young++;
+      std::printf("young: %s/%s: %s (kept: on a shared filesystem it may still be arriving)\n", r.dir_name.c_str(),
+                  f.rel.c_str(), c.reason.c_str());
+      continue;
+    }
+    t.corrupt++;
+    bool gone = false;
+    if (o.repair) {
+      // Remove only the file we verified: a writer may have re-published a good entry under the name since.
+      struct stat st;
+      if (fstatat(ns.dirfd(), f.rel.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+        gone = errno == ENOENT;
+      } else if (st.st_dev == c.dev && st.st_ino == c.ino) {
+        gone = unlinkat(ns.dirfd(), f.rel.c_str(), 0) == 0 || errno == ENOENT;
+      } else {
+        gone = true;  // replaced by a new entry; the corrupt one is no longer reachable
+      }
+    }
+    if (!gone) t.corrupt_left++;
+    std::printf("corrupt: %s/%s: %s%s\n", r.dir_name.c_str(), f.rel.c_str(), c.reason.c_str(),
+                o.repair ? (gone ? " (removed)" : " (NOT removed)") : "");
+  }
+  progress.Finish();
+
+  for (const Found& tmp : temps) {
+    t.temporaries++;
+    const int64_t age_s = (now_ns - tmp.mtime_ns) / 1000000000;
+    const bool stale = age_s >= static_cast<int64_t>(o.temp_max_age_s);
+    std::printf("temporary: %s/%s (%s, %lld s old)\n", r.dir_name.c_str(), tmp.rel.c_str(),
+                stale ? "stale" : "young, maybe a live writer's", static_cast<long long>(age_s));
+  }
+  if (o.repair && !temps.empty()) {
+    auto sw = SweepTemporaries(ns, std::chrono::seconds(o.temp_max_age_s));
+    if (sw.ok()) {
+      t.removed += sw->removed;
+    } else {
+      std::fprintf(stderr, "kvtier: error: sweeping temporaries of %s: %s\n", r.dir_name.c_str(),
+                   sw.status().message().c_str());
+      rc = 1;
+    }
+  }
+  return rc;
+}
+
+// The closing report; returns fsck's exit status from what stays unverified or corrupt.
+int PrintSummary(const Tally& t, bool repair) {
+  int rc = 0;
+  if (repair) {
+    std::printf("repair: removed %llu corrupt entr%s and %llu stale temporar%s\n",
+                static_cast<unsigned long long>(t.corrupt - t.corrupt_left),
+                t.corrupt - t.corrupt_left == 1 ? "y" : "ies", static_cast<unsigned long long>(t.removed),
+                t.removed == 1 ? "y" : "ies");
+  }
+  if (t.other_secret > 0) {
+    // K3: not verified, so not certified either: exit 1 (docs/cli.md).
+    std::printf(
+        "other secret: %llu entr%s keyed for another checksum secret (or none) than --checksum-secret gives, "
+        "kept: their namespace's MANIFEST does not record its key\n",
+        static_cast<unsigned long long>(t.other_secret), t.other_secret == 1 ? "y" : "ies");
+    rc = 1;
+  }
+  if (t.young > 0) {
+    std::printf("young: %llu bad entr%s kept (shared filesystem; removed once older than --temp-max-age)\n",
+                static_cast<unsigned long long>(t.young), t.young == 1 ? "y" : "ies");
+  }
+  std::printf("fsck: %llu entries, %llu corrupt, %llu temporaries (%llu removed), %llu foreign\n",
+              static_cast<unsigned long long>(t.entries), static_cast<unsigned long long>(t.corrupt),
+              static_cast<unsigned long long>(t.temporaries), static_cast<unsigned long long>(t.removed),
+              static_cast<unsigned long long>(t.foreign));
+  if (t.corrupt_left > 0) rc = 1;
+  return rc;
+}
+
 }  // namespace
 
 int RunFsck(int argc, char** argv) {
@@ -167,16 +312,17 @@ int RunFsck(int argc, char** argv) {
     return 0;
   }
   const std::string root = args.RequiredStr("root");
-  const bool repair = args.Has("repair");
-  const uint64_t temp_max_age_s = args.Uint("temp-max-age", 600);
+  FsckOptions o;
+  o.repair = args.Has("repair");
+  o.temp_max_age_s = args.Uint("temp-max-age", 600);
+  o.progress = args.Has("progress");
   // L5 (docs/file-format.md, "Creation"): with --repair, a namespace whose MANIFEST publication was cut is recovered
   // first.
   auto spaces =
       OpenRootNamespaces(root, args.Str("namespace"),
-                         RootOpen{args.Has("allow-insecure-root"), repair, std::chrono::seconds(temp_max_age_s)});
+                         RootOpen{args.Has("allow-insecure-root"), o.repair, std::chrono::seconds(o.temp_max_age_s)});
 
-  uint64_t entries = 0, corrupt = 0, corrupt_left = 0, temporaries = 0, removed = 0, foreign = 0, young = 0;
-  uint64_t other_secret = 0;
+  Tally t;
   int rc = 0;
   std::unique_ptr<ChecksumKey> checksum_key;
   if (args.Has("checksum-secret")) {
@@ -189,8 +335,8 @@ int RunFsck(int argc, char** argv) {
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   for (auto& r : spaces) {
     // The MANIFEST temporaries a recovery removed; those left are scanned below (or, namespace unopened, here).
-    temporaries += r.ns ? r.recovery.removed : r.recovery.temporaries;
-    removed += r.recovery.removed;
+    t.temporaries += r.ns ? r.recovery.removed : r.recovery.temporaries;
+    t.removed += r.recovery.removed;
     if (r.recovery.recovered) {
       std::printf("recovered: %s/MANIFEST from %s (its publication was cut)\n", r.dir_name.c_str(),
                   r.recovery.from.c_str());
@@ -201,126 +347,9 @@ int RunFsck(int argc, char** argv) {
       rc = 1;
       continue;
     }
-    const Namespace& ns = *r.ns;
-    // K3: verifying a namespace's entries with a key other than the one its MANIFEST records would report (and with
-    // --repair remove) every good entry: refuse the namespace instead.
-    if (const std::string& have = ns.checksum_key_record();
-        !have.empty() && have != ChecksumKeyRecord(checksum_key.get())) {
-      const std::string why =
-          have == "none" ? "its entries are written without a checksum secret: run fsck without --checksum-secret"
-          : checksum_key ? "its entries are keyed with another secret (MANIFEST checksum_key=" + have +
-                               ", --checksum-secret gives " + ChecksumKeyRecord(checksum_key.get()) +
-                               "): give the secret its writers use"
-                         : "its entries are keyed (MANIFEST checksum_key=" + have +
-                               "): give --checksum-secret the secret its writers use";
-      std::printf("error: %s: %s; not checked, nothing removed\n", r.dir_name.c_str(), why.c_str());
-      std::fprintf(stderr, "kvtier: error: namespace %s: %s; not checked, nothing removed\n", r.dir_name.c_str(),
-                   why.c_str());
-      rc = 1;
-      continue;
-    }
-    const bool shared = ProbeFilesystem(ns.dirfd()).shared;
-    std::vector<Found> chunks, temps;
-    {
-      Progress scan("scanning " + r.dir_name, 0, args.Has("progress"));
-      Status st = ScanEntries(ns, [&](const EntryInfo& e) {
-        scan.Add(1);
-        if (e.is_foreign) {
-          foreign++;
-          std::printf("foreign: %s/%s\n", r.dir_name.c_str(), e.rel_path.c_str());
-        } else if (e.is_temporary) {
-          temps.push_back(Found{ChunkKey(), e.rel_path, e.mtime_ns});
-        } else {
-          chunks.push_back(Found{e.key, e.rel_path, e.mtime_ns});
-        }
-      });
-      if (!st.ok()) {
-        std::fprintf(stderr, "kvtier: error: scanning %s: %s\n", r.dir_name.c_str(), st.message().c_str());
-        rc = 1;
-      }
-    }
-
-    Progress progress("verifying " + r.dir_name, chunks.size(), args.Has("progress"));
-    for (size_t i = 0; i < chunks.size(); ++i) {
-      const Found& f = chunks[i];
-      EntryCheck c = verifier.Check(ns, f.rel, f.key);
-      progress.Set(i + 1);
-      if (c.verdict == Verdict::kVanished) continue;  // removed concurrently (eviction, gc): not an entry any more
-      entries++;
-      if (c.verdict == Verdict::kOk) continue;
-      if (c.verdict == Verdict::kOtherSecret) {
-        other_secret++;
-        std::printf("other secret: %s/%s: %s (kept: the MANIFEST does not record its checksum key)\n",
-                    r.dir_name.c_str(), f.rel.c_str(), c.reason.c_str());
-        continue;
-      }
-      if (shared && now_ns - f.mtime_ns < static_cast<int64_t>(temp_max_age_s) * 1000000000) {
-        // M1: on a filesystem several hosts mount, a young bad entry may be another host's whose data this client
-        // cannot see yet: reported and kept, removed once older than --temp-max-age.
-        young++;
-        std::printf("young: %s/%s: %s (kept: on a shared filesystem it may still be arriving)\n", r.dir_name.c_str(),
-                    f.rel.c_str(), c.reason.c_str());
-        continue;
-      }
-      corrupt++;
-      bool gone = false;
-      if (repair) {
-        // Remove only the file we verified: a writer may have re-published a good entry under the name since.
-        struct stat st;
-        if (fstatat(ns.dirfd(), f.rel.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
-          gone = errno == ENOENT;
-        } else if (st.st_dev == c.dev && st.st_ino == c.ino) {
-          gone = unlinkat(ns.dirfd(), f.rel.c_str(), 0) == 0 || errno == ENOENT;
-        } else {
-          gone = true;  // replaced by a new entry; the corrupt one is no longer reachable
-        }
-      }
-      if (!gone) corrupt_left++;
-      std::printf("corrupt: %s/%s: %s%s\n", r.dir_name.c_str(), f.rel.c_str(), c.reason.c_str(),
-                  repair ? (gone ? " (removed)" : " (NOT removed)") : "");
-    }
-    progress.Finish();
-
-    for (const Found& t : temps) {
-      temporaries++;
-      const int64_t age_s = (now_ns - t.mtime_ns) / 1000000000;
-      const bool stale = age_s >= static_cast<int64_t>(temp_max_age_s);
-      std::printf("temporary: %s/%s (%s, %lld s old)\n", r.dir_name.c_str(), t.rel.c_str(),
-                  stale ? "stale" : "young, maybe a live writer's", static_cast<long long>(age_s));
-    }
-    if (repair && !temps.empty()) {
-      auto sw = SweepTemporaries(ns, std::chrono::seconds(temp_max_age_s));
-      if (sw.ok()) {
-        removed += sw->removed;
-      } else {
-        std::fprintf(stderr, "kvtier: error: sweeping temporaries of %s: %s\n", r.dir_name.c_str(),
-                     sw.status().message().c_str());
-        rc = 1;
-      }
-    }
+    rc |= CheckNamespace(r, o, checksum_key.get(), verifier, now_ns, t);
   }
-  if (repair) {
-    std::printf("repair: removed %llu corrupt entr%s and %llu stale temporar%s\n",
-                static_cast<unsigned long long>(corrupt - corrupt_left), corrupt - corrupt_left == 1 ? "y" : "ies",
-                static_cast<unsigned long long>(removed), removed == 1 ? "y" : "ies");
-  }
-  if (other_secret > 0) {
-    // K3: not verified, so not certified either: exit 1 (docs/cli.md).
-    std::printf(
-        "other secret: %llu entr%s keyed for another checksum secret (or none) than --checksum-secret gives, "
-        "kept: their namespace's MANIFEST does not record its key\n",
-        static_cast<unsigned long long>(other_secret), other_secret == 1 ? "y" : "ies");
-    rc = 1;
-  }
-  if (young > 0) {
-    std::printf("young: %llu bad entr%s kept (shared filesystem; removed once older than --temp-max-age)\n",
-                static_cast<unsigned long long>(young), young == 1 ? "y" : "ies");
-  }
-  std::printf("fsck: %llu entries, %llu corrupt, %llu temporaries (%llu removed), %llu foreign\n",
-              static_cast<unsigned long long>(entries), static_cast<unsigned long long>(corrupt),
-              static_cast<unsigned long long>(temporaries), static_cast<unsigned long long>(removed),
-              static_cast<unsigned long long>(foreign));
-  if (corrupt_left > 0) rc = 1;
+  rc |= PrintSummary(t, o.repair);
   return rc;
 }
 

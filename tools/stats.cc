@@ -40,106 +40,78 @@ std::string IdentityJson(const NamespaceIdentity& id) {
          ", \"format_version\": " + std::to_string(id.format_version) + "}";
 }
 
-}  // namespace
-
-int RunStats(int argc, char** argv) {
-  Args args("stats",
-            "Reads a storage root and prints, for each namespace: its identity (from MANIFEST), the number of\n"
-            "entries and their bytes, publication temporaries, foreign files, and the oldest and newest entry.\n"
-            "Live engine counters (hits, loads, ...) come from the running engine, not from here.",
-            {{"root", "DIR", "storage root", ""},
-             {"json", "", "print one JSON object instead of text", ""},
-             {"allow-insecure-root", "", kAllowInsecureRootHelp, ""},
-             {"progress", "", "show a progress bar even when stderr is not a terminal", ""}});
-  args.Parse(argc, argv);
-  if (args.help()) {
-    std::fputs(args.Usage().c_str(), stdout);
-    return 0;
+// One namespace's figures: its identity, a scan of its entries, its usage records. An error is printed on stderr
+// (once) and kept in the result.
+NsStats ScanNamespace(RootNamespace& r, bool progress_bar) {
+  NsStats s;
+  s.dir_name = r.dir_name;
+  if (!r.ns) {
+    s.error = r.error;
+    std::fprintf(stderr, "kvtier: error: namespace %s: %s\n", r.dir_name.c_str(), r.error.c_str());
+    return s;
   }
-  const std::string root = args.RequiredStr("root");
-  auto spaces = OpenRootNamespaces(root, "", RootOpen{args.Has("allow-insecure-root")});
-
-  std::vector<NsStats> all;
-  int rc = 0;
-  for (auto& r : spaces) {
-    NsStats s;
-    s.dir_name = r.dir_name;
-    if (!r.ns) {
-      s.error = r.error;
-      std::fprintf(stderr, "kvtier: error: namespace %s: %s\n", r.dir_name.c_str(), r.error.c_str());
-      rc = 1;
-      all.push_back(std::move(s));
-      continue;
+  s.id = r.ns->identity();
+  s.fingerprint = Fingerprint(s.id);
+  s.oldest_ns = std::numeric_limits<int64_t>::max();
+  Progress progress("scanning " + r.dir_name, 0, progress_bar);
+  Status st = ScanEntries(*r.ns, [&](const EntryInfo& e) {
+    if (e.is_foreign) {
+      s.foreign++;
+    } else if (e.is_temporary) {
+      s.temporaries++;
+      s.temp_bytes += e.size_bytes;
+    } else {
+      s.entries++;
+      s.bytes += e.size_bytes;
+      s.oldest_ns = std::min(s.oldest_ns, e.mtime_ns);
+      s.newest_ns = std::max(s.newest_ns, e.mtime_ns);
     }
-    s.id = r.ns->identity();
-    s.fingerprint = Fingerprint(s.id);
-    s.oldest_ns = std::numeric_limits<int64_t>::max();
-    Progress progress("scanning " + r.dir_name, 0, args.Has("progress"));
-    Status st = ScanEntries(*r.ns, [&](const EntryInfo& e) {
-      if (e.is_foreign) {
-        s.foreign++;
-      } else if (e.is_temporary) {
-        s.temporaries++;
-        s.temp_bytes += e.size_bytes;
-      } else {
-        s.entries++;
-        s.bytes += e.size_bytes;
-        s.oldest_ns = std::min(s.oldest_ns, e.mtime_ns);
-        s.newest_ns = std::max(s.newest_ns, e.mtime_ns);
+    progress.Add(1);
+  });
+  progress.Finish();
+  if (s.entries == 0) s.oldest_ns = 0;
+  if (auto recs = UsageLedger::ReadAll(*r.ns); recs.ok()) {
+    s.usage = std::move(recs.value());
+    for (const LedgerRecord& u : s.usage) s.usage_sum += u.valid ? u.committed + (u.closed ? 0 : u.reserved) : 0;
+  }
+  if (!st.ok()) {
+    s.error = st.message();
+    std::fprintf(stderr, "kvtier: error: namespace %s: %s\n", r.dir_name.c_str(), st.message().c_str());
+  }
+  return s;
+}
+
+void PrintJson(const std::string& root, const std::vector<NsStats>& all, uint64_t total_entries, uint64_t total_bytes) {
+  std::string o = "{\"root\": " + JsonString(root) + ", \"total_entries\": " + std::to_string(total_entries) +
+                  ", \"total_bytes\": " + std::to_string(total_bytes) + ", \"namespaces\": [";
+  for (size_t i = 0; i < all.size(); ++i) {
+    const NsStats& s = all[i];
+    o += (i ? ", " : "") + std::string("{\"name\": ") + JsonString(s.dir_name);
+    if (!s.error.empty()) o += ", \"error\": " + JsonString(s.error);
+    if (!s.fingerprint.empty()) {
+      o += ", \"fingerprint\": " + JsonString(s.fingerprint) + ", \"identity\": " + IdentityJson(s.id) +
+           ", \"entries\": " + std::to_string(s.entries) + ", \"bytes\": " + std::to_string(s.bytes) +
+           ", \"temporaries\": " + std::to_string(s.temporaries) +
+           ", \"temporary_bytes\": " + std::to_string(s.temp_bytes) + ", \"foreign\": " + std::to_string(s.foreign) +
+           ", \"oldest_mtime_ns\": " + std::to_string(s.oldest_ns) +
+           ", \"newest_mtime_ns\": " + std::to_string(s.newest_ns) + ", \"usage_sum\": " + std::to_string(s.usage_sum) +
+           ", \"usage\": [";
+      for (size_t j = 0; j < s.usage.size(); ++j) {
+        const LedgerRecord& u = s.usage[j];
+        o += (j ? ", " : "") + std::string("{\"name\": ") + JsonString(u.name) +
+             ", \"valid\": " + (u.valid ? "true" : "false") + ", \"committed\": " + std::to_string(u.committed) +
+             ", \"reserved\": " + std::to_string(u.reserved) + ", \"closed\": " + (u.closed ? "true" : "false") +
+             ", \"written_unix_ns\": " + std::to_string(u.written_unix_ns) + "}";
       }
-      progress.Add(1);
-    });
-    progress.Finish();
-    if (s.entries == 0) s.oldest_ns = 0;
-    if (auto recs = UsageLedger::ReadAll(*r.ns); recs.ok()) {
-      s.usage = std::move(recs.value());
-      for (const LedgerRecord& u : s.usage) s.usage_sum += u.valid ? u.committed + (u.closed ? 0 : u.reserved) : 0;
+      o += "]";
     }
-    if (!st.ok()) {
-      s.error = st.message();
-      std::fprintf(stderr, "kvtier: error: namespace %s: %s\n", r.dir_name.c_str(), st.message().c_str());
-      rc = 1;
-    }
-    all.push_back(std::move(s));
+    o += "}";
   }
+  o += "]}\n";
+  std::fputs(o.c_str(), stdout);
+}
 
-  uint64_t total_entries = 0, total_bytes = 0;
-  for (const auto& s : all) {
-    total_entries += s.entries;
-    total_bytes += s.bytes + s.temp_bytes;
-  }
-
-  if (args.Has("json")) {
-    std::string o = "{\"root\": " + JsonString(root) + ", \"total_entries\": " + std::to_string(total_entries) +
-                    ", \"total_bytes\": " + std::to_string(total_bytes) + ", \"namespaces\": [";
-    for (size_t i = 0; i < all.size(); ++i) {
-      const NsStats& s = all[i];
-      o += (i ? ", " : "") + std::string("{\"name\": ") + JsonString(s.dir_name);
-      if (!s.error.empty()) o += ", \"error\": " + JsonString(s.error);
-      if (!s.fingerprint.empty()) {
-        o += ", \"fingerprint\": " + JsonString(s.fingerprint) + ", \"identity\": " + IdentityJson(s.id) +
-             ", \"entries\": " + std::to_string(s.entries) + ", \"bytes\": " + std::to_string(s.bytes) +
-             ", \"temporaries\": " + std::to_string(s.temporaries) +
-             ", \"temporary_bytes\": " + std::to_string(s.temp_bytes) + ", \"foreign\": " + std::to_string(s.foreign) +
-             ", \"oldest_mtime_ns\": " + std::to_string(s.oldest_ns) +
-             ", \"newest_mtime_ns\": " + std::to_string(s.newest_ns) +
-             ", \"usage_sum\": " + std::to_string(s.usage_sum) + ", \"usage\": [";
-        for (size_t j = 0; j < s.usage.size(); ++j) {
-          const LedgerRecord& u = s.usage[j];
-          o += (j ? ", " : "") + std::string("{\"name\": ") + JsonString(u.name) +
-               ", \"valid\": " + (u.valid ? "true" : "false") + ", \"committed\": " + std::to_string(u.committed) +
-               ", \"reserved\": " + std::to_string(u.reserved) + ", \"closed\": " + (u.closed ? "true" : "false") +
-               ", \"written_unix_ns\": " + std::to_string(u.written_unix_ns) + "}";
-        }
-        o += "]";
-      }
-      o += "}";
-    }
-    o += "]}\n";
-    std::fputs(o.c_str(), stdout);
-    return rc;
-  }
-
+void PrintText(const std::string& root, const std::vector<NsStats>& all, uint64_t total_entries, uint64_t total_bytes) {
   std::printf("root %s: %zu namespace%s, %llu entries, %s\n", root.c_str(), all.size(), all.size() == 1 ? "" : "s",
               static_cast<unsigned long long>(total_entries), FormatSize(total_bytes).c_str());
   for (const NsStats& s : all) {
@@ -178,6 +150,41 @@ int RunStats(int argc, char** argv) {
       }
     }
     if (!s.error.empty()) std::printf("  error        (above)\n");
+  }
+}
+
+}  // namespace
+
+int RunStats(int argc, char** argv) {
+  Args args("stats",
+            "Reads a storage root and prints, for each namespace: its identity (from MANIFEST), the number of\n"
+            "entries and their bytes, publication temporaries, foreign files, and the oldest and newest entry.\n"
+            "Live engine counters (hits, loads, ...) come from the running engine, not from here.",
+            {{"root", "DIR", "storage root", ""},
+             {"json", "", "print one JSON object instead of text", ""},
+             {"allow-insecure-root", "", kAllowInsecureRootHelp, ""},
+             {"progress", "", "show a progress bar even when stderr is not a terminal", ""}});
+  args.Parse(argc, argv);
+  if (args.help()) {
+    std::fputs(args.Usage().c_str(), stdout);
+    return 0;
+  }
+  const std::string root = args.RequiredStr("root");
+  auto spaces = OpenRootNamespaces(root, "", RootOpen{args.Has("allow-insecure-root")});
+
+  std::vector<NsStats> all;
+  int rc = 0;
+  uint64_t total_entries = 0, total_bytes = 0;
+  for (auto& r : spaces) {
+    all.push_back(ScanNamespace(r, args.Has("progress")));
+    if (!all.back().error.empty()) rc = 1;
+    total_entries += all.back().entries;
+    total_bytes += all.back().bytes + all.back().temp_bytes;
+  }
+  if (args.Has("json")) {
+    PrintJson(root, all, total_entries, total_bytes);
+  } else {
+    PrintText(root, all, total_entries, total_bytes);
   }
   return rc;
 }

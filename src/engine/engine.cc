@@ -131,39 +131,7 @@ uint32_t EngineImpl::ResolveReactors(const EngineOptions& options, std::string* 
   return std::min(std::clamp(cores, 2u, 16u), most);
 }
 
-uint32_t EngineImpl::PlaceChunk(const ChunkKey& key) {
-  auto [it, fresh] = placed_.try_emplace(key, 0u, 0u);
-  if (fresh) {
-    const auto n = static_cast<uint32_t>(reactors_.size());
-    uint32_t best = place_next_ % n;
-    for (uint32_t i = 1; i < n; ++i) {
-      const uint32_t r = (place_next_ + i) % n;
-      if (reactor_chunks_[r] < reactor_chunks_[best]) best = r;
-    }
-    place_next_ = best + 1;
-    it->second.first = best;
-  }
-  ++it->second.second;
-  ++reactor_chunks_[it->second.first];
-  return it->second.first;
-}
-
-std::optional<uint32_t> EngineImpl::PlacedReactor(const ChunkKey& key) {
-  if (reactors_.size() <= 1) return 0;
-  MutexLock lock(place_mu_);
-  auto it = placed_.find(key);
-  if (it == placed_.end()) return std::nullopt;
-  return it->second.first;
-}
-
-void EngineImpl::UnplaceChunk(const ChunkKey& key) {
-  if (reactors_.size() <= 1) return;
-  MutexLock lock(place_mu_);
-  auto it = placed_.find(key);
-  if (it == placed_.end()) return;
-  --reactor_chunks_[it->second.first];
-  if (--it->second.second == 0) placed_.erase(it);
-}
+std::optional<uint32_t> EngineImpl::PlacedReactor(const ChunkKey& key) { return placement_->Placed(key); }
 
 Status EngineImpl::Init(const EngineOptions& options, IoFactory io_factory, uint32_t forced_reactors) {
   KVTIER_RETURN_IF_ERROR(options.Validate());
@@ -172,7 +140,35 @@ Status EngineImpl::Init(const EngineOptions& options, IoFactory io_factory, uint
       v != 0 && options.read_piece_bytes == EngineOptions{}.read_piece_bytes) {
     options_.read_piece_bytes = v;
   }
-  file_mode_ = options.dir_mode & 0666;
+  OpenReport report;
+  KVTIER_RETURN_IF_ERROR(InitFileModes(options));
+  // I2, V4: O_DIRECT is probed before anything is written under the root, so that io_mode=direct on a filesystem
+  // that refuses it fails with the root as it was (no namespace directory, no MANIFEST).
+  std::optional<io::DirectIoInfo> dio = ProbeDirectIoBeforeOpen(options);
+  if (dio && options.io_mode == IoMode::kDirect && !DirectIoUsable(*dio)) return DirectIoRefused(options, *dio);
+  KVTIER_RETURN_IF_ERROR(CreateReactors(options, std::move(io_factory), forced_reactors, &report));
+  KVTIER_RETURN_IF_ERROR(CreatePool(options, &report));
+  if (!options.trace_path.empty()) {
+    auto trace = TraceRecorder::Open(options.trace_path);
+    if (!trace.ok()) return trace.status().WithContext("option trace_path");
+    trace_ = std::move(trace.value());
+  }
+  // V4 (docs/file-format.md, "Creation"): everything above fails without writing under the root (options, the key
+  // file, the pool, the trace); the namespace is created (or opened) only now, so a failed open leaves the root as it
+  // was.
+  KVTIER_RETURN_IF_ERROR(OpenNamespace(options, dio, &report));
+  KVTIER_RETURN_IF_ERROR(BuildIndex(options));
+  describe_ = DescribeOpen(options, report);
+  for (auto& r : reactors_) {
+    Reactor* rp = r.get();
+    r->thread = std::thread([this, rp] { ReactorMain(*rp); });
+  }
+  budget_->StartMaintenance();
+  return Status::Ok();
+}
+
+Status EngineImpl::InitFileModes(const EngineOptions& options) {
+  files_.file_mode = options.dir_mode & 0666;
   KVTIER_RETURN_IF_ERROR(CheckRootOwnership(options));
   {
     // The umask, read without changing it (umask(2) cannot be read atomically from a threaded process).
@@ -184,23 +180,24 @@ Status EngineImpl::Init(const EngineOptions& options, IoFactory io_factory, uint
       }
       fclose(f);
     }
-    fchmod_files_ = (file_mode_ & mask) != 0;
+    files_.chmod_files = (files_.file_mode & mask) != 0;
+    files_.chmod_dirs = (options.dir_mode & mask) != 0;
   }
   if (!options.checksum_secret.empty()) {
     auto key = ChecksumKeyFromOption(options.checksum_secret);
     if (!key.ok()) return key.status().WithContext("option checksum_secret");
-    checksum_key_ = std::make_unique<ChecksumKey>(key.value());
+    files_.checksum_key = std::make_unique<ChecksumKey>(key.value());
   }
-  open_resolve_ = io::Openat2Available() ? (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS) : 0;
-  // I2, V4: O_DIRECT is probed before anything is written under the root, so that io_mode=direct on a filesystem
-  // that refuses it fails with the root as it was (no namespace directory, no MANIFEST).
-  std::optional<io::DirectIoInfo> dio = ProbeDirectIoBeforeOpen(options);
-  if (dio && options.io_mode == IoMode::kDirect && !DirectIoUsable(*dio)) return DirectIoRefused(options, *dio);
+  files_.open_resolve = io::Openat2Available() ? (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS) : 0;
+  return Status::Ok();
+}
 
-  // I1: several reactors, one ring and one issuer thread each; a chunk's reactor is PlaceChunk's choice.
-  const uint32_t nreactors = forced_reactors ? forced_reactors : ResolveReactors(options, &reactors_why_);
-  if (forced_reactors) reactors_why_ = "given I/O engine";
-  const uint32_t rdepth = (options.io_depth + nreactors - 1) / nreactors;
+Status EngineImpl::CreateReactors(const EngineOptions& options, IoFactory io_factory, uint32_t forced_reactors,
+                                  OpenReport* report) {
+  // I1: several reactors, one ring and one issuer thread each; a chunk's reactor is ChunkPlacement's choice.
+  report->reactors_why = "given I/O engine";
+  const uint32_t nreactors = forced_reactors ? forced_reactors : ResolveReactors(options, &report->reactors_why);
+  const uint32_t rdepth = report->reactor_depth = (options.io_depth + nreactors - 1) / nreactors;
   io::EngineConfig io_cfg;
   io_cfg.kind = options.backend == IoBackend::kUring   ? io::EngineKind::kUring
                 : options.backend == IoBackend::kPosix ? io::EngineKind::kPosix
@@ -208,7 +205,7 @@ Status EngineImpl::Init(const EngineOptions& options, IoFactory io_factory, uint
   // Each chunk in flight needs up to ~4 ops at once (open, header/payload reads or writes, close, unlink).
   io_cfg.depth = rdepth * 4 + 8;
   io_cfg.posix_threads = options.posix_threads;
-  std::string backend_why = "given";
+  report->backend_why = "given";
   {
     MutexLock lock(cmd_mu_);
     commands_.resize(nreactors);
@@ -222,26 +219,26 @@ Status EngineImpl::Init(const EngineOptions& options, IoFactory io_factory, uint
       r->io = io_factory(i);
       if (!r->io) return Status(StatusCode::kInternal, "I/O engine factory gave no engine");
     } else {
-      auto io = io::CreateEngine(io_cfg, &backend_why);
+      auto io = io::CreateEngine(io_cfg, &report->backend_why);
       if (!io.ok()) return io.status().WithContext("reactor " + std::to_string(i));
       r->io = std::move(io.value());
     }
     reactors_.push_back(std::move(r));
   }
-  {
-    MutexLock lock(place_mu_);
-    reactor_chunks_.assign(reactors_.size(), 0);
-  }
+  placement_ = std::make_unique<ChunkPlacement>(static_cast<uint32_t>(reactors_.size()));
+  return Status::Ok();
+}
 
-  block_stride_ = RoundUp(options.identity.block_bytes, kHeaderBytes);
-  slot_bytes_ = kHeaderBytes + block_stride_ * options.identity.blocks_per_chunk;
+Status EngineImpl::CreatePool(const EngineOptions& options, OpenReport* report) {
+  files_.block_stride = RoundUp(options.identity.block_bytes, kHeaderBytes);
+  files_.slot_bytes = kHeaderBytes + files_.block_stride * options.identity.blocks_per_chunk;
   StagingPoolOptions pool_opts;
-  pool_opts.slot_bytes = slot_bytes_;
+  pool_opts.slot_bytes = files_.slot_bytes;
   pool_opts.alignment = 4096;
-  uint64_t slots = options.pool_bytes / RoundUp(slot_bytes_, 4096);
+  uint64_t slots = options.pool_bytes / RoundUp(files_.slot_bytes, 4096);
   if (slots == 0) {
     return Status(StatusCode::kInvalidArgument, "option pool_bytes: " + std::to_string(options.pool_bytes) +
-                                                    " B holds no chunk of " + std::to_string(slot_bytes_) +
+                                                    " B holds no chunk of " + std::to_string(files_.slot_bytes) +
                                                     " B; raise pool_bytes");
   }
   pool_opts.num_slots = static_cast<uint32_t>(std::min<uint64_t>(slots, 1u << 20));
@@ -253,7 +250,7 @@ Status EngineImpl::Init(const EngineOptions& options, IoFactory io_factory, uint
   pool_opts.stream_entries = kStreamBoardEntries;
   // Pools of engines that died without closing (SIGKILL) would hold shared memory forever: reclaim them.
   if (auto orphans = StagingPool::RemoveOrphans(); orphans.ok() && orphans.value() > 0) {
-    orphan_pools_removed_ = orphans.value();
+    report->orphan_pools_removed = orphans.value();
   }
   auto pool = StagingPool::Create(pool_opts);
   if (!pool.ok() && pool.status().code() == StatusCode::kInvalidArgument && !options.pool_name.empty()) {
@@ -272,19 +269,17 @@ Status EngineImpl::Init(const EngineOptions& options, IoFactory io_factory, uint
     pool_->Release(slot);
   });
 
-  if (!options.trace_path.empty()) {
-    auto trace = TraceRecorder::Open(options.trace_path);
-    if (!trace.ok()) return trace.status().WithContext("option trace_path");
-    trace_ = std::move(trace.value());
-  }
+  report->demand_reserve = pool_opts.demand_reserve;
+  return Status::Ok();
+}
 
-  // V4 (docs/file-format.md, "Creation"): everything above fails without writing under the root (options, the key file,
-  // the pool, the trace); the namespace is created (or opened) only now, so a failed open leaves the root as it was.
+Status EngineImpl::OpenNamespace(const EngineOptions& options, std::optional<io::DirectIoInfo> dio,
+                                 OpenReport* report) {
   NamespaceOpenOptions ns_opts;
   ns_opts.create = true;
   ns_opts.dir_mode = options.dir_mode;
   ns_opts.allow_insecure = options.allow_insecure_root;
-  ns_opts.checksum_key = ChecksumKeyRecord(checksum_key_.get());  // K3: another secret is refused, not trusted
+  ns_opts.checksum_key = ChecksumKeyRecord(files_.checksum_key.get());  // K3: another secret is refused, not trusted
   auto ns = Namespace::Open(options.root, ToNamespaceIdentity(options.identity), ns_opts);
   if (!ns.ok()) return ns.status();
   ns_ = std::make_unique<Namespace>(std::move(ns.value()));
@@ -293,65 +288,68 @@ Status EngineImpl::Init(const EngineOptions& options, IoFactory io_factory, uint
   // root (or the namespace directory) could be; here only when that probe could make no file.
   if (!dio) dio = io::ProbeDirectIo(ns_->dirfd());
   bool direct = false;
-  std::string io_mode_why;
   if (options.io_mode == IoMode::kBuffered) {
-    io_mode_why = "buffered (by option)";
+    report->io_mode_why = "buffered (by option)";
   } else if (DirectIoUsable(*dio)) {
     direct = true;
-    io_mode_why = "O_DIRECT (" + dio->how + ", mem " + std::to_string(dio->mem_align) + " B, offset " +
-                  std::to_string(dio->offset_align) + " B)";
+    report->io_mode_why = "O_DIRECT (" + dio->how + ", mem " + std::to_string(dio->mem_align) + " B, offset " +
+                          std::to_string(dio->offset_align) + " B)";
   } else if (options.io_mode == IoMode::kDirect) {
     return DirectIoRefused(options, *dio);
   } else {
-    io_mode_why = "buffered (O_DIRECT unavailable: " + dio->how + ")";
+    report->io_mode_why = "buffered (O_DIRECT unavailable: " + dio->how + ")";
   }
-  open_flags_extra_ = direct ? O_DIRECT : 0;
+  files_.open_flags = direct ? O_DIRECT : 0;
   const FilesystemKind fs_kind = ProbeFilesystem(ns_->dirfd());  // M1
-  shared_root_ = fs_kind.shared;
+  files_.shared_root = fs_kind.shared;
+  report->filesystem = fs_kind.name;
   if (options.anonymous_temporaries) {
-    const int fd = openat(ns_->dirfd(), ".", O_TMPFILE | O_WRONLY | O_CLOEXEC | open_flags_extra_, file_mode_);
-    tmpfile_publish_ = fd >= 0 && access("/proc/self/fd", F_OK) == 0;
+    const int fd = openat(ns_->dirfd(), ".", O_TMPFILE | O_WRONLY | O_CLOEXEC | files_.open_flags, files_.file_mode);
+    files_.tmpfile_publish = fd >= 0 && access("/proc/self/fd", F_OK) == 0;
     if (fd >= 0) close(fd);
   }
 
+  return Status::Ok();
+}
+
+Status EngineImpl::BuildIndex(const EngineOptions& options) {
   auto swept = SweepTemporaries(*ns_, std::chrono::seconds(options.temp_max_age_s));
   if (swept.ok()) stats_.temporaries_swept.Add(swept->removed);
   DiskIndex::Options index_opts;
-  index_opts.entry_bytes = slot_bytes_;
+  index_opts.entry_bytes = files_.slot_bytes;
   index_opts.touch_interval_s = options.touch_interval_s;
-  index_opts.shared_root = shared_root_;
+  index_opts.shared_root = files_.shared_root;
   disk_ = std::make_unique<DiskIndex>(*ns_, index_opts, stats_);
   KVTIER_RETURN_IF_ERROR(disk_->Rescan(/*drop_absent=*/false));  // at open: the whole LRU order, by mtime
   DiskBudget::Options budget_opts;
   budget_opts.budget_bytes = options.disk_budget_bytes;
   budget_opts.high_watermark = options.high_watermark;
   budget_opts.low_watermark = options.low_watermark;
-  budget_opts.shared_root = shared_root_;
+  budget_opts.shared_root = files_.shared_root;
   budget_ = std::make_unique<DiskBudget>(*ns_, *disk_, budget_opts);
 
+  return Status::Ok();
+}
+
+std::string EngineImpl::DescribeOpen(const EngineOptions& options, const OpenReport& report) const {
   std::ostringstream d;
   d << "root " << options.root << " namespace " << ns_->path() << "; I/O " << reactors_[0]->io->name() << " ("
-    << backend_why << "), " << io_mode_why << ", depth " << options.io_depth << ", reactors " << nreactors << " ("
-    << reactors_why_ << ", depth " << rdepth << " each), publish via "
-    << (tmpfile_publish_ ? (shared_root_ ? "O_TMPFILE + fsync + linkat" : "O_TMPFILE + linkat")
-                         : "named temporary + close + link")
-    << ", filesystem " << fs_kind.name << (shared_root_ ? " (shared: young bad entries are misses, not removed)" : "")
-    << ", opens via " << (open_resolve_ ? "openat2 (RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS)" : "openat (O_NOFOLLOW)")
-    << (checksum_key_ ? ", keyed checksums" : "") << "; pool " << pool_->name() << " " << pool_->num_slots()
-    << " slots x " << slot_bytes_ << " B (reserve " << pool_opts.demand_reserve << "), DRAM tier "
+    << report.backend_why << "), " << report.io_mode_why << ", depth " << options.io_depth << ", reactors "
+    << reactors_.size() << " (" << report.reactors_why << ", depth " << report.reactor_depth << " each), publish via "
+    << (files_.tmpfile_publish ? (files_.shared_root ? "O_TMPFILE + fsync + linkat" : "O_TMPFILE + linkat")
+                               : "named temporary + close + link")
+    << ", filesystem " << report.filesystem
+    << (files_.shared_root ? " (shared: young bad entries are misses, not removed)" : "") << ", opens via "
+    << (files_.open_resolve ? "openat2 (RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS)" : "openat (O_NOFOLLOW)")
+    << (files_.checksum_key ? ", keyed checksums" : "") << "; pool " << pool_->name() << " " << pool_->num_slots()
+    << " slots x " << files_.slot_bytes << " B (reserve " << report.demand_reserve << "), DRAM tier "
     << tier::DramPolicyName(resident_->policy()) << " " << resident_->max_slots() << " slots; index "
     << disk_->entries() << " entries, " << disk_->bytes() << " B";
   if (options.disk_budget_bytes) d << "; budget " << options.disk_budget_bytes << " B";
   d << "; usage " << budget_->Describe();
-  if (orphan_pools_removed_) d << "; removed " << orphan_pools_removed_ << " orphaned pools of dead engines";
-  describe_ = d.str();
-
-  for (auto& r : reactors_) {
-    Reactor* rp = r.get();
-    r->thread = std::thread([this, rp] { ReactorMain(*rp); });
-  }
-  budget_->StartMaintenance();
-  return Status::Ok();
+  if (report.orphan_pools_removed)
+    d << "; removed " << report.orphan_pools_removed << " orphaned pools of dead engines";
+  return d.str();
 }
 
 EngineImpl::~EngineImpl() {
@@ -432,11 +430,10 @@ Status EngineImpl::Enqueue(JobKind kind, std::vector<ChunkKey> keys, std::vector
   job->id = next_job_id_.fetch_add(1);
   // One part per reactor the job has chunks on (I1); an empty job goes to reactor 0, which finishes it.
   std::vector<std::unique_ptr<Part>> parts(reactors_.size());
-  std::vector<uint32_t> placed(job->chunks.size(), 0);
-  if (reactors_.size() > 1) {
-    MutexLock lock(place_mu_);
-    for (size_t i = 0; i < job->chunks.size(); ++i) placed[i] = PlaceChunk(job->chunks[i]->key);
-  }
+  std::vector<ChunkKey> job_keys;
+  job_keys.reserve(job->chunks.size());
+  for (const auto& c : job->chunks) job_keys.push_back(c->key);
+  const std::vector<uint32_t> placed = placement_->Place(job_keys);
   for (size_t i = 0; i < job->chunks.size(); ++i) {
     auto& c = job->chunks[i];
     const uint32_t ri = placed[i];
@@ -454,7 +451,7 @@ Status EngineImpl::Enqueue(JobKind kind, std::vector<ChunkKey> keys, std::vector
   }
   MutexLock cmd_lock(cmd_mu_);
   if (stop_) {
-    for (auto& c : job->chunks) UnplaceChunk(c->key);
+    for (auto& c : job->chunks) placement_->Unplace(c->key);
     return Status(StatusCode::kFailedPrecondition, "engine is shutting down");
   }
   if (kind == JobKind::kStore) {
@@ -505,28 +502,9 @@ PromoteState EngineImpl::Residency(const ChunkKey& key) { return resident_->Resi
 
 bool EngineImpl::Stored(const ChunkKey& key) { return disk_->Contains(key); }
 
-void EngineImpl::WatchStore(const ChunkKey& key) {
-  MutexLock lock(outcome_mu_);
-  store_outcomes_[key] = std::nullopt;
-  watched_.store(store_outcomes_.size());
-}
+void EngineImpl::WatchStore(const ChunkKey& key) { outcomes_.Watch(key); }
 
-std::optional<Status> EngineImpl::TakeStoreOutcome(const ChunkKey& key) {
-  MutexLock lock(outcome_mu_);
-  auto it = store_outcomes_.find(key);
-  if (it == store_outcomes_.end() || !it->second.has_value()) return std::nullopt;
-  std::optional<Status> outcome = std::move(it->second);
-  store_outcomes_.erase(it);
-  watched_.store(store_outcomes_.size());
-  return outcome;
-}
-
-void EngineImpl::RecordStoreOutcome(const ChunkKey& key, const Status& status) {
-  if (watched_.load() == 0) return;  // nobody watches a store: no lock on the reactor's way
-  MutexLock lock(outcome_mu_);
-  auto it = store_outcomes_.find(key);
-  if (it != store_outcomes_.end() && !it->second.has_value()) it->second = status;
-}
+std::optional<Status> EngineImpl::TakeStoreOutcome(const ChunkKey& key) { return outcomes_.Take(key); }
 
 void EngineImpl::WakeWaiters(std::atomic<uint64_t>& mask) {
   if (mask.load() == 0) return;
@@ -572,7 +550,7 @@ void EngineImpl::CommitStore(std::span<const ChunkKey> keys, bool success) {
   // A key this commit does not write (given up, or no reservation of it filling) is dropped for its watcher.
   for (const ChunkKey& k : keys) {
     if (std::find(written.begin(), written.end(), k) == written.end()) {
-      RecordStoreOutcome(k, Status(StatusCode::kFailedPrecondition, "not committed (given up, or no slot reserved)"));
+      outcomes_.Record(k, Status(StatusCode::kFailedPrecondition, "not committed (given up, or no slot reserved)"));
     }
   }
   if (written.empty()) return;
@@ -580,7 +558,7 @@ void EngineImpl::CommitStore(std::span<const ChunkKey> keys, bool success) {
   if (!Enqueue(JobKind::kStore, written, std::move(slots)).ok()) {
     for (const ChunkKey& k : written) {
       resident_->Written(k);  // shutting down: keep them resident, unwritten
-      RecordStoreOutcome(k, Status(StatusCode::kFailedPrecondition, "engine is shutting down"));
+      outcomes_.Record(k, Status(StatusCode::kFailedPrecondition, "engine is shutting down"));
     }
   }
 }

@@ -4,7 +4,7 @@
 // - reactors_: one Reactor per thread. Reactor r alone touches its io, its parts (jobs), their chunks, its op
 //   contexts, in-flight stores and data queue. Jobs are the engine's own: a promotion (one load chunk read into the
 //   DRAM tier's slot) and a committed store (chunks written from theirs). A chunk's reactor is chosen when its job
-//   is queued (PlaceChunk: the reactor of the key's unfinished chunks if any, else the one with the fewest
+//   is queued (ChunkPlacement: the reactor of the key's unfinished chunks if any, else the one with the fewest
 //   unfinished chunks), so every step of a chunk runs on one thread, and every chunk of one key in flight on the
 //   same one. Other threads reach a reactor through its command queue (commands_, guarded by cmd_mu_) and
 //   io->Wake().
@@ -17,8 +17,9 @@
 //   called with the other's lock held.
 // - budget_ (DiskBudget, src/engine/disk_budget.h) holds the namespace's usage against the budget, chooses eviction
 //   victims from the index and runs the maintenance thread; it never sees the engine.
-// - outcome_mu_ guards the outcomes of watched committed stores (WatchStore); the reactor that finishes a store
-//   chunk records it. Taken with no other lock held.
+// - placement_ (ChunkPlacement, src/engine/placement.h) says which reactor runs each chunk in flight; outcomes_
+//   (StoreOutcomes, src/engine/store_outcomes.h) keeps the outcomes of watched committed stores (WatchStore), which
+//   the reactor that finishes a store chunk records. Each has a leaf mutex of its own.
 // - pool_ is shared memory: slot data is touched by the reactors (I/O buffers) and by the consumers that copy out of
 //   and into slots (vLLM's worker processes, policy::JobClient's copy thread); the slot state words say who may
 //   touch a slot when.
@@ -41,7 +42,9 @@
 #include "engine/chunk_state.h"
 #include "engine/disk_budget.h"
 #include "engine/disk_index.h"
+#include "engine/placement.h"
 #include "engine/resident_set.h"
+#include "engine/store_outcomes.h"
 #include "io/io_engine.h"
 #include "kvtier/engine.h"
 #include "layout/chunk_format.h"
@@ -92,15 +95,8 @@ class EngineImpl final : public Engine {
     uint64_t read_piece_bytes = 0;
   };
   static void SetTestDefaults(const TestDefaults& defaults);
-  // I1: the reactor for a new chunk of `key`: the one its key's unfinished chunks run on (first-writer-wins stores
-  // are per reactor), else the one with the fewest unfinished chunks, so that a job's
-  // chunks spread evenly (by key hash, the busiest of 16 reactors got about twice the mean of a 73-chunk job and
-  // held up the job: docs/architecture.md, "Threads and ownership"). UnplaceChunk when the chunk finishes.
-  uint32_t PlaceChunk(const ChunkKey& key) REQUIRES(place_mu_);
-  // The reactor the unfinished chunks of `key` run on; none when it has none (tests). With one reactor nothing is
-  // tracked: always 0.
-  std::optional<uint32_t> PlacedReactor(const ChunkKey& key) EXCLUDES(place_mu_);
-  void UnplaceChunk(const ChunkKey& key) EXCLUDES(place_mu_);
+  // The reactor the unfinished chunks of `key` run on (ChunkPlacement::Placed; tests).
+  std::optional<uint32_t> PlacedReactor(const ChunkKey& key);
   ~EngineImpl() override;
 
   ChunkLocation Lookup(const ChunkKey& key) override;
@@ -121,10 +117,10 @@ class EngineImpl final : public Engine {
   const EngineOptions& options() const override { return options_; }
   std::string Describe() const override;
   std::string pool_name() const override;
-  uint64_t chunk_payload_bytes() const override { return block_stride_ * options_.identity.blocks_per_chunk; }
-  uint64_t block_stride() const override { return block_stride_; }
+  uint64_t chunk_payload_bytes() const override { return files_.block_stride * options_.identity.blocks_per_chunk; }
+  uint64_t block_stride() const override { return files_.block_stride; }
   uint32_t reactors() const override { return static_cast<uint32_t>(reactors_.size()); }
-  bool shared_root() const override { return shared_root_; }
+  bool shared_root() const override { return files_.shared_root; }
 
  private:
   struct Job;
@@ -183,6 +179,20 @@ class EngineImpl final : public Engine {
   };
 
   Status Init(const EngineOptions& options, IoFactory io_factory, uint32_t forced_reactors);
+  // Init's steps, in order. Nothing is written under the root before OpenNamespace (V4). OpenReport: what Describe
+  // says about the choices made on the way.
+  struct OpenReport {
+    std::string backend_why, reactors_why, io_mode_why, filesystem;
+    uint32_t reactor_depth = 0, demand_reserve = 0, orphan_pools_removed = 0;
+  };
+  Status InitFileModes(const EngineOptions& options);  // files_' modes and checksum key; the root's owner (K2)
+  Status CreateReactors(const EngineOptions& options, IoFactory io_factory, uint32_t forced_reactors,
+                        OpenReport* report);  // I1: reactors, each with its I/O engine; the placement
+  Status CreatePool(const EngineOptions& options, OpenReport* report);  // the staging pool and the DRAM tier
+  // The namespace (created if new), direct I/O (I2), the filesystem's kind (M1), O_TMPFILE publication (L4).
+  Status OpenNamespace(const EngineOptions& options, std::optional<io::DirectIoInfo> dio, OpenReport* report);
+  Status BuildIndex(const EngineOptions& options);  // temporaries swept (L5), the disk index, the budget (C1)
+  std::string DescribeOpen(const EngineOptions& options, const OpenReport& report) const;
   // Queues a job of the engine's own: a promotion (one key, into the slot the DRAM tier gave it) or a committed
   // store (keys written from their slots). kFailedPrecondition once the engine is shutting down.
   Status Enqueue(JobKind kind, std::vector<ChunkKey> keys, std::vector<uint32_t> slots);
@@ -207,7 +217,7 @@ class EngineImpl final : public Engine {
   // fan-out directory at `level` (OnFanoutStatxDone).
   void SubmitStatx(Chunk& c, OpHandler on_done, std::string path = {}, uint64_t level = 0);
   void OnStatxDone(Reactor& r, const OpCtx& ctx, int64_t res);
-  // K2: a store's temporary chmod'ed to file_mode_ where the umask strips bits of it, before it is written.
+  // K2: a store's temporary chmod'ed to files_.file_mode where the umask strips bits of it, before it is written.
   void OnTemporaryChmodDone(Reactor& r, const OpCtx& ctx, int64_t res);
   void OnReadDone(Reactor& r, const OpCtx& ctx, int64_t res);
   void OnWriteDone(Reactor& r, const OpCtx& ctx, int64_t res);
@@ -320,21 +330,25 @@ class EngineImpl final : public Engine {
   std::unique_ptr<StagingPool> pool_;
   std::unique_ptr<TraceRecorder> trace_;
   mutable kvtier::Stats stats_;
-  uint64_t block_stride_ = 0;
-  uint64_t slot_bytes_ = 0;    // kHeaderBytes + payload
-  int open_flags_extra_ = 0;   // O_DIRECT when direct I/O is on
-  uint64_t open_resolve_ = 0;  // RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS where the kernel has openat2 (K2)
-  std::unique_ptr<ChecksumKey> checksum_key_;  // K3: set when options.checksum_secret is
-  mode_t file_mode_ = 0640;
-  bool fchmod_files_ = false;  // the process umask strips bits of file_mode_: chmod each new temporary
-  uint32_t orphan_pools_removed_ = 0;
-  // L4 with an anonymous temporary: O_TMPFILE in the fan-out directory, write, linkat() it into place. A crash
-  // leaves nothing behind and publication costs one metadata operation fewer. Probed at open; named temporaries
-  // (create, write, link, unlink) where the filesystem lacks O_TMPFILE.
-  bool tmpfile_publish_ = false;
-  // M1: the root is on a filesystem several hosts mount (network, cluster, FUSE: src/layout/shared_fs.h), probed at
-  // open. Anonymous temporaries are fsync'ed before linkat there; young bad entries are misses, not removed.
-  bool shared_root_ = false;
+  // How this engine reads and writes entry files on this root: settled at open, read-only after.
+  struct EntryFiles {
+    uint64_t block_stride = 0;
+    uint64_t slot_bytes = 0;    // kHeaderBytes + payload: an entry file's size
+    int open_flags = 0;         // O_DIRECT when direct I/O is on
+    uint64_t open_resolve = 0;  // RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS where the kernel has openat2 (K2)
+    std::unique_ptr<ChecksumKey> checksum_key;  // K3: set when options.checksum_secret is
+    mode_t file_mode = 0640;
+    bool chmod_files = false;  // the process umask strips bits of file_mode: chmod each new temporary
+    bool chmod_dirs = false;   // ... of dir_mode: chmod each new fan-out directory
+    // L4 with an anonymous temporary: O_TMPFILE in the fan-out directory, write, linkat() it into place. A crash
+    // leaves nothing behind and publication costs one metadata operation fewer. Probed at open; named temporaries
+    // (create, write, link, unlink) where the filesystem lacks O_TMPFILE.
+    bool tmpfile_publish = false;
+    // M1: the root is on a filesystem several hosts mount (network, cluster, FUSE: src/layout/shared_fs.h), probed
+    // at open. Anonymous temporaries are fsync'ed before linkat there; young bad entries are misses, not removed.
+    bool shared_root = false;
+  };
+  EntryFiles files_;
 
   // Commands from other threads: reactor r's queue of new parts, commands_[r], and stop_. One mutex for all the
   // queues, so a job's parts are queued on every reactor in one order (FIFO across jobs).
@@ -344,13 +358,8 @@ class EngineImpl final : public Engine {
   std::atomic<uint64_t> next_job_id_{1};  // names jobs in traces
 
   std::vector<std::unique_ptr<Reactor>> reactors_;
-  std::string reactors_why_;
-  // PlaceChunk's state (several reactors only): per key with unfinished chunks its reactor and their count, per
-  // reactor its unfinished chunks. Nothing else is locked while it is held.
-  Mutex place_mu_;
-  std::unordered_map<ChunkKey, std::pair<uint32_t, uint32_t>, ChunkKeyHash> placed_ GUARDED_BY(place_mu_);
-  std::vector<uint32_t> reactor_chunks_ GUARDED_BY(place_mu_);
-  uint32_t place_next_ GUARDED_BY(place_mu_) = 0;  // where the search for the fewest starts: ties rotate
+  // I1: which reactor runs each chunk in flight.
+  std::unique_ptr<ChunkPlacement> placement_;
 
   // The disk index (C1): published entries, LRU, negative cache, pending stores, evictions in flight.
   std::unique_ptr<DiskIndex> disk_;
@@ -361,12 +370,8 @@ class EngineImpl final : public Engine {
   // engine takes comes through it.
   std::unique_ptr<ResidentSet> resident_;
 
-  // Committed stores whose outcome a committer watches (WatchStore): nullopt while not ended, then the store's
-  // status. watched_ counts the entries, so a store nobody watches takes no lock.
-  void RecordStoreOutcome(const ChunkKey& key, const Status& status) EXCLUDES(outcome_mu_);
-  Mutex outcome_mu_;
-  std::unordered_map<ChunkKey, std::optional<Status>, ChunkKeyHash> store_outcomes_ GUARDED_BY(outcome_mu_);
-  std::atomic<size_t> watched_{0};
+  // The outcomes of committed stores a committer watches (WatchStore).
+  StoreOutcomes outcomes_;
 };
 
 // Shared by the job's parts (shared_ptr); what several reactors write is atomic, the rest is set before queueing.

@@ -70,10 +70,10 @@ Status EngineImpl::CheckOpenedChunk(int fd, const struct statx& sx) const {
                       ") where a chunk belongs",
                   S_ISDIR(mode) ? EISDIR : 0);
   }
-  if (sx.stx_size != slot_bytes_) {
+  if (sx.stx_size != files_.slot_bytes) {
     return Status(StatusCode::kCorrupt, "file has " + std::to_string(sx.stx_size) + " bytes, a chunk has " +
-                                            std::to_string(slot_bytes_) +
-                                            (sx.stx_size < slot_bytes_ ? " (truncated)" : ""));
+                                            std::to_string(files_.slot_bytes) +
+                                            (sx.stx_size < files_.slot_bytes ? " (truncated)" : ""));
   }
   const int fl = fcntl(fd, F_GETFL);
   if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) return Status::FromErrno(errno, "fcntl");
@@ -93,8 +93,8 @@ bool EngineImpl::StartLoadChunk(Part&, Chunk& c) {
   // K2: no symlink anywhere on the path and nothing outside the namespace (openat2; O_NOFOLLOW where the kernel
   // lacks it). O_NONBLOCK: a FIFO planted under a chunk's name must not block the open (it is cleared again once
   // statx has shown a regular file, since io_uring would return EAGAIN for reads of a non-blocking file).
-  op.flags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | open_flags_extra_;
-  op.resolve = open_resolve_;
+  op.flags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | files_.open_flags;
+  op.resolve = files_.open_resolve;
   OpCtx ctx{OpRole::kOpen, &c, &EngineImpl::OnOpenDone};
   ctx.path = c.rel_path;
   ctx.deadline_ns = Deadline();
@@ -151,8 +151,8 @@ void EngineImpl::VerifyReadChunks(Reactor& r) {
 void EngineImpl::SubmitNextPiece(Chunk& c) {
   const uint32_t n = std::min(c.piece_blocks, c.num_blocks - c.next_piece);
   uint8_t* base = pool_->SlotData(c.slot);
-  SubmitRead(c, base + kHeaderBytes + uint64_t(c.next_piece) * block_stride_, uint64_t(n) * block_stride_,
-             BlockRangeOffset(block_stride_, c.first_block + c.next_piece), c.next_piece, n, false);
+  SubmitRead(c, base + kHeaderBytes + uint64_t(c.next_piece) * files_.block_stride, uint64_t(n) * files_.block_stride,
+             BlockRangeOffset(files_.block_stride, c.first_block + c.next_piece), c.next_piece, n, false);
   c.next_piece += n;
   c.pieces_at_disk++;
 }
@@ -161,7 +161,7 @@ void EngineImpl::PieceLanded(Chunk& c, const OpCtx& ctx) {
   if (ctx.with_header) {
     const ChunkGeometry geometry = ns_->geometry();
     auto header = DecodeHeader(std::span<const uint8_t>(pool_->SlotData(c.slot), kHeaderBytes), ns_->fingerprint(),
-                               c.key, &geometry, checksum_key_.get());
+                               c.key, &geometry, files_.checksum_key.get());
     if (!header.ok()) {
       FailVerification(c, header.status());
       return;
@@ -184,8 +184,8 @@ void EngineImpl::PieceLanded(Chunk& c, const OpCtx& ctx) {
 }
 
 Status EngineImpl::VerifyPiece(Chunk& c, uint32_t first, uint32_t n) {
-  const uint8_t* data = pool_->SlotData(c.slot) + kHeaderBytes + uint64_t(first) * block_stride_;
-  Status v = VerifyBlocks(*c.header, c.first_block + first, n, data, checksum_key_.get());
+  const uint8_t* data = pool_->SlotData(c.slot) + kHeaderBytes + uint64_t(first) * files_.block_stride;
+  Status v = VerifyBlocks(*c.header, c.first_block + first, n, data, files_.checksum_key.get());
   if (v.ok()) {
     for (uint32_t j = first; j < first + n && j < c.verified.size(); ++j) c.verified[j] = true;
   }
@@ -196,7 +196,7 @@ bool EngineImpl::OtherSecret(const Chunk& c) const {
   if (c.header || !ns_->checksum_key_record().empty()) return false;
   const ChunkGeometry geometry = ns_->geometry();
   return KeyedForAnotherReader(std::span<const uint8_t>(pool_->SlotData(c.slot), kHeaderBytes), ns_->fingerprint(),
-                               c.key, &geometry, checksum_key_.get());
+                               c.key, &geometry, files_.checksum_key.get());
 }
 
 void EngineImpl::FailVerification(Chunk& c, const Status& verdict) {
@@ -226,7 +226,7 @@ void EngineImpl::LoadReadsDone(Chunk& c) {
   if (!c.header) {  // not decoded as it landed (PieceLanded always does; kept for any path that did not)
     const ChunkGeometry geometry = ns_->geometry();
     auto header = DecodeHeader(std::span<const uint8_t>(pool_->SlotData(c.slot), kHeaderBytes), ns_->fingerprint(),
-                               c.key, &geometry, checksum_key_.get());
+                               c.key, &geometry, files_.checksum_key.get());
     verdict = header.status();
     if (verdict.ok()) c.header = std::make_unique<ChunkHeader>(*header);
   }
@@ -260,8 +260,8 @@ void EngineImpl::LoadReadsDone(Chunk& c) {
 }
 
 int64_t EngineImpl::NegativeTtlNs() const {
-  const uint32_t ms = shared_root_ ? std::min(options_.negative_cache_ms, options_.shared_negative_cache_ms)
-                                   : options_.negative_cache_ms;
+  const uint32_t ms = files_.shared_root ? std::min(options_.negative_cache_ms, options_.shared_negative_cache_ms)
+                                         : options_.negative_cache_ms;
   return static_cast<int64_t>(ms) * 1000000;
 }
 
@@ -292,7 +292,7 @@ void EngineImpl::OnTouchDone(Reactor&, const OpCtx& ctx, int64_t res) {
 }
 
 bool EngineImpl::YoungOnSharedRoot(const Chunk& c) const {
-  if (!shared_root_ || c.opened_mtime_ns == 0) return false;  // only regular files seen at open
+  if (!files_.shared_root || c.opened_mtime_ns == 0) return false;  // only regular files seen at open
   struct timespec now {};
   clock_gettime(CLOCK_REALTIME, &now);
   const int64_t now_ns = int64_t(now.tv_sec) * 1000000000 + now.tv_nsec;
@@ -310,10 +310,10 @@ void EngineImpl::QuarantineCorrupt(uint32_t trace_reactor, const ChunkKey& key, 
   // removed only when empty.
   const std::string dir = FanoutDir(key);
   int dfd = -1;
-  if (open_resolve_ != 0) {
+  if (files_.open_resolve != 0) {
     open_how how{};
     how.flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC;
-    how.resolve = open_resolve_;
+    how.resolve = files_.open_resolve;
     dfd = static_cast<int>(syscall(SYS_openat2, ns_->dirfd(), dir.c_str(), &how, sizeof(how)));
   } else {
     const int first = openat(ns_->dirfd(), dir.substr(0, 2).c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -333,10 +333,10 @@ void EngineImpl::QuarantineCorrupt(uint32_t trace_reactor, const ChunkKey& key, 
       // nothing to remove
     } else if (unlinkat(dfd, name.c_str(), directory ? AT_REMOVEDIR : 0) != 0) {
       if (errno != ENOENT && errno != ENOTEMPTY) stats_.io_errors.Add(1);
-    } else if (named && S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) == slot_bytes_) {
+    } else if (named && S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) == files_.slot_bytes) {
       // C1, M2: a file of a chunk's size was counted in the usage when it was linked; it leaves it now. (A file of
       // another size never was one of ours: a lookup requires the exact size; gc reconciles anything else.)
-      budget_->Add(-static_cast<int64_t>(slot_bytes_));
+      budget_->Add(-static_cast<int64_t>(files_.slot_bytes));
     }
     close(dfd);
     PruneFanoutDir(ns_->dirfd(), dir);  // C1

@@ -119,9 +119,9 @@ void EngineImpl::PumpData(Reactor& r) {
     if (c->job->kind == JobKind::kLoad) {
       uint8_t* base = pool_->SlotData(c->slot);
       const uint64_t piece = options_.read_piece_bytes;
-      c->piece_blocks = piece == 0
-                            ? c->num_blocks
-                            : static_cast<uint32_t>(std::clamp<uint64_t>(piece / block_stride_, 1, c->num_blocks));
+      c->piece_blocks =
+          piece == 0 ? c->num_blocks
+                     : static_cast<uint32_t>(std::clamp<uint64_t>(piece / files_.block_stride, 1, c->num_blocks));
       c->next_piece = 0;
       c->pieces_at_disk = 1;
       c->header.reset();
@@ -129,13 +129,14 @@ void EngineImpl::PumpData(Reactor& r) {
       c->landed_unverified.clear();
       if (c->first_block == 0) {  // the header and the first piece in one aligned read
         c->next_piece = c->piece_blocks;
-        SubmitRead(*c, base, kHeaderBytes + uint64_t(c->piece_blocks) * block_stride_, 0, 0, c->piece_blocks, true);
+        SubmitRead(*c, base, kHeaderBytes + uint64_t(c->piece_blocks) * files_.block_stride, 0, 0, c->piece_blocks,
+                   true);
       } else {
         SubmitRead(*c, base, kHeaderBytes, 0, 0, 0, true);
       }
       if (PiecesToAsk(*c)) InsertByAdmission(r.piece_queue, c);
     } else {
-      SubmitWrite(*c, pool_->SlotData(c->slot), slot_bytes_, 0);
+      SubmitWrite(*c, pool_->SlotData(c->slot), files_.slot_bytes, 0);
     }
   }
   FillPieces(r);
@@ -327,13 +328,13 @@ void EngineImpl::OnOpenDone(Reactor& r, const OpCtx& ctx, int64_t res) {
     SubmitStatx(*c, &EngineImpl::OnStatxDone);  // checks the file's shape, then queues the chunk for the disk
     return;
   }
-  if (fchmod_files_) {
-    // K2: the umask stripped bits of file_mode_ (e.g. group write of a 0770 deployment): set it exactly, before
+  if (files_.chmod_files) {
+    // K2: the umask stripped bits of files_.file_mode (e.g. group write of a 0770 deployment): set it exactly, before
     // the temporary is written and linked.
     io::IoOp op;
     op.code = io::OpCode::kFchmod;
     op.fd = c->fd;
-    op.mode = file_mode_;
+    op.mode = files_.file_mode;
     OpCtx chmod{OpRole::kChmod, c, &EngineImpl::OnTemporaryChmodDone};
     chmod.deadline_ns = Deadline();
     SubmitOp(r, std::move(chmod), op);
@@ -389,9 +390,9 @@ void EngineImpl::FinishChunk(Chunk& c) {
     auto it = r.stores_in_flight.find(c.key);
     if (it != r.stores_in_flight.end() && it->second == &c) r.stores_in_flight.erase(it);
     disk_->EndPendingStore(c.key);
-    RecordStoreOutcome(c.key, c.status);  // after the publish (or the drop) it reports
+    outcomes_.Record(c.key, c.status);  // after the publish (or the drop) it reports
   }
-  UnplaceChunk(c.key);
+  placement_->Unplace(c.key);
   // Last, after every effect of this chunk (index, pending stores): the reactor whose chunk is the job's last one
   // publishes the result; acq_rel makes the other reactors' chunk outcomes visible to it.
   if (job.unfinished.fetch_sub(1, std::memory_order_acq_rel) == 1) PublishJob(job);
@@ -413,7 +414,7 @@ void EngineImpl::PublishJob(Job& job) {
                      {{"chunks", job.chunks.size()}, {"ok", ok}, {"bytes", job.bytes.load()}});
   }
   // Nobody waits for the result: promotions report through the resident map, committed stores through it and
-  // their watched outcomes (RecordStoreOutcome).
+  // their watched outcomes (StoreOutcomes::Record).
 }
 
 // Returns the chunk's resources once nothing in flight can touch them any more.
@@ -438,7 +439,7 @@ void EngineImpl::Settle(Chunk& c) {
   }
   if (c.job->kind == JobKind::kStore) {
     if (c.usage_reserved) {  // dropped: its bytes never became an entry
-      budget_->Release(slot_bytes_);
+      budget_->Release(files_.slot_bytes);
       c.usage_reserved = false;
     }
     resident_->Written(c.key);  // written or not, the slot's bytes stay valid in the DRAM tier

@@ -58,22 +58,22 @@ void EngineImpl::BeginStoreWrite(Chunk& c) {
   h.created_unix_ns = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
           .count());
-  if (block_stride_ > bb) {  // deterministic padding between blocks
+  if (files_.block_stride > bb) {  // deterministic padding between blocks
     for (uint32_t b = 0; b < bpc; ++b) {
-      std::memset(base + kHeaderBytes + uint64_t(b) * block_stride_ + bb, 0, block_stride_ - bb);
+      std::memset(base + kHeaderBytes + uint64_t(b) * files_.block_stride + bb, 0, files_.block_stride - bb);
     }
   }
-  if (Status fs = FillPayloadFields(&h, base + kHeaderBytes, checksum_key_.get()); !fs.ok()) {
+  if (Status fs = FillPayloadFields(&h, base + kHeaderBytes, files_.checksum_key.get()); !fs.ok()) {
     FailChunk(c, fs);
     return;
   }
-  Status s = EncodeHeader(h, std::span<uint8_t>(base, kHeaderBytes), checksum_key_.get());
+  Status s = EncodeHeader(h, std::span<uint8_t>(base, kHeaderBytes), files_.checksum_key.get());
   if (!s.ok()) {
     FailChunk(c, s);
     return;
   }
   if (budget_->shared() && budget_->has_budget() && !c.usage_reserved) {
-    budget_->Reserve(slot_bytes_);
+    budget_->Reserve(files_.slot_bytes);
     c.usage_reserved = true;
     EvictAboveHighWatermark(r);
   }
@@ -89,18 +89,18 @@ void EngineImpl::OpenTemporary(Chunk& c) {
   io::IoOp op;
   op.code = io::OpCode::kOpenAt;
   op.dirfd = ns_->dirfd();
-  op.mode = file_mode_;
+  op.mode = files_.file_mode;
   OpCtx ctx{OpRole::kOpen, &c, &EngineImpl::OnOpenDone};
-  if (tmpfile_publish_) {
+  if (files_.tmpfile_publish) {
     c.tmp_anonymous = true;
     c.tmp_path = FanoutDir(c.key);
-    op.flags = O_TMPFILE | O_WRONLY | O_CLOEXEC | open_flags_extra_;
+    op.flags = O_TMPFILE | O_WRONLY | O_CLOEXEC | files_.open_flags;
   } else {
     c.tmp_anonymous = false;
     c.tmp_path = TempRelPath(c.key);
-    op.flags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW | open_flags_extra_;
+    op.flags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW | files_.open_flags;
   }
-  op.resolve = open_resolve_;
+  op.resolve = files_.open_resolve;
   ctx.path = c.tmp_path;
   ctx.deadline_ns = Deadline();
   SetState(c, ChunkState::kCreating);
@@ -122,31 +122,13 @@ void EngineImpl::SubmitMkdir(Chunk& c, int level) {
   SubmitOp(r, std::move(ctx), op);
 }
 
-namespace {
-// The process umask, read without changing it (umask(2) cannot be read atomically from a threaded process).
-mode_t ProcessUmask() {
-  static const mode_t mask = [] {
-    mode_t m = 022;
-    if (FILE* f = fopen("/proc/self/status", "re")) {
-      char line[256];
-      while (fgets(line, sizeof(line), f)) {
-        if (strncmp(line, "Umask:", 6) == 0) m = static_cast<mode_t>(strtoul(line + 6, nullptr, 8));
-      }
-      fclose(f);
-    }
-    return m;
-  }();
-  return mask;
-}
-}  // namespace
-
 void EngineImpl::OnMkdirDone(Reactor& r, const OpCtx& ctx, int64_t res) {
   Chunk& c = *ctx.chunk;
   if (c.state == ChunkState::kFailed) return;
   if (res == 0) {
     // mkdir applied the umask; group-shared deployments need the configured mode exactly (K2). Rare: only where
     // the umask strips bits of dir_mode.
-    if ((options_.dir_mode & ProcessUmask()) != 0) {
+    if (files_.chmod_dirs) {
       io::IoOp op;
       op.code = io::OpCode::kFchmod;
       op.dirfd = ns_->dirfd();
@@ -279,7 +261,7 @@ void EngineImpl::StoreWritesDone(Chunk& c) {
   Reactor& r = *c.reactor;
   // M1: an anonymous temporary on a shared root is made durable to the filesystem's other clients before linkat
   // names it (it stays open until then, so its close cannot do it first).
-  const bool sync = options_.fsync_on_publish || (shared_root_ && c.tmp_anonymous);
+  const bool sync = options_.fsync_on_publish || (files_.shared_root && c.tmp_anonymous);
   if (sync && c.state == ChunkState::kTransferring) {
     io::IoOp op;
     op.code = io::OpCode::kFsync;
@@ -354,21 +336,21 @@ void EngineImpl::OnLinkDone(Reactor& r, const OpCtx& ctx, int64_t res) {
     // disk, so it is counted and indexed (C1, M2), or the shared usage would miss its bytes until a gc.
     if (res == 0) {
       const bool reserved = c->usage_reserved;
-      if (reserved) budget_->CommitReserved(slot_bytes_);
+      if (reserved) budget_->CommitReserved(files_.slot_bytes);
       c->usage_reserved = false;
-      PublishIndexed(r, c->key, slot_bytes_, /*linked=*/!reserved);
+      PublishIndexed(r, c->key, files_.slot_bytes, /*linked=*/!reserved);
     }
     return;
   }
   if (res == 0 || res == -EEXIST) {
     // EEXIST: another writer published the same key first; its bytes are equally valid (L4).
     if (res == -EEXIST) stats_.stores_deduplicated.Add(1);
-    if (res != 0 && c->usage_reserved) budget_->Release(slot_bytes_);  // not ours
-    if (res == 0 && c->usage_reserved) budget_->CommitReserved(slot_bytes_);
-    PublishIndexed(r, c->key, kHeaderBytes + uint64_t(options_.identity.blocks_per_chunk) * block_stride_,
+    if (res != 0 && c->usage_reserved) budget_->Release(files_.slot_bytes);  // not ours
+    if (res == 0 && c->usage_reserved) budget_->CommitReserved(files_.slot_bytes);
+    PublishIndexed(r, c->key, kHeaderBytes + uint64_t(options_.identity.blocks_per_chunk) * files_.block_stride,
                    /*linked=*/res == 0 && !c->usage_reserved);
     c->usage_reserved = false;
-    c->job->bytes += slot_bytes_;
+    c->job->bytes += files_.slot_bytes;
     if (c->fd >= 0) {  // an anonymous temporary's fd, kept open for linkat
       SubmitClose(r, c->fd);
       c->fd = -1;
@@ -399,7 +381,7 @@ bool EngineImpl::RetryStoreAfterEnospc(Chunk& c) {
     c.tmp_exists = false;
   }
   // Synchronously: the retry needs the space now.
-  budget_->UnlinkVictims(budget_->TakeForSpace(4 * slot_bytes_));
+  budget_->UnlinkVictims(budget_->TakeForSpace(4 * files_.slot_bytes));
   OpenTemporary(c);
   return true;
 }

@@ -250,7 +250,7 @@ TEST_F(ReactorsTest, AJobSpanningReactorsCompletesOnceWhenItsLastChunkDoes) {
   ASSERT_TRUE(id.ok());
   // Every chunk on the other reactors is read, verified and copied: each chunk is loaded or held at the gate.
   ASSERT_TRUE(Eventually([&] { return e.jobs->stream_stats().chunks_loaded + gate.reads_held.load() == kKeys; }));
-  // I1: each chunk's promotion goes to the reactor with the fewest unfinished chunks (PlaceChunk), the first one of
+  // I1: each chunk's promotion goes to the reactor with the fewest unfinished chunks (ChunkPlacement), the first one of
   // an idle engine to reactor 0. The held reactor's chunks never finish, so it gets the first and at most its even
   // share (the others' chunks may finish, and leave them fewer, while the job's promotions are being placed).
   const uint64_t on_held = gate.reads_held.load();
@@ -356,7 +356,7 @@ TEST_F(ReactorsTest, IdenticalChunksOfTwoJobsShareOneReadOnEveryReactor) {
   auto ia = e.jobs->SubmitLoad(std::move(ra));
   ASSERT_TRUE(ia.ok());
   ASSERT_TRUE(Eventually([&] { return gate.reads_held.load() == kKeys; }));  // every read of job a is held
-  // Nothing finishes while every read is held: job a's promotions went round the reactors (PlaceChunk), two each.
+  // Nothing finishes while every read is held: job a's promotions went round the reactors (ChunkPlacement), two each.
   std::vector<uint32_t> per_reactor(gated.size(), 0);
   for (uint64_t i = 0; i < kKeys; ++i) {
     const std::optional<uint32_t> r = Impl(*e).PlacedReactor(Key(i));  // job a's chunk, held: still placed
