@@ -253,7 +253,7 @@ std::string CanonicalRootPath(std::string_view root) {
       p.pop_back();
     } else if (p.size() >= 2 && p.compare(p.size() - 2, 2, "/.") == 0) {
       p.resize(p.size() - 2);
-      if (p.empty()) p = "/";
+      if (p.empty()) p.assign(1, '/');  // not p = "/": GCC 12 -Wrestrict false positive (GCC bug 105329)
     } else {
       return p;
     }
