@@ -86,7 +86,7 @@ class EngineImpl final : public Engine {
   static Result<std::unique_ptr<Engine>> Create(const EngineOptions& options, IoFactory io_factory);
   // The reactor count an engine with these options runs (options.reactors, else the test default, else auto).
   static uint32_t ResolveReactors(const EngineOptions& options, std::string* why = nullptr);
-  // What a test binary sets for every engine it opens (tests/support/test_defaults.cc, from the environment
+  // What a test binary sets for every engine it opens (tests/support/engine_defaults.cc, from the environment
   // scripts/test.sh gives a whole suite run: KVTIER_TEST_REACTORS, KVTIER_TEST_READ_PIECE_BYTES); the engine reads
   // no environment itself. 0: unset. reactors replaces the automatic count (options.reactors 0); read_piece_bytes
   // replaces the default read_piece_bytes (an option set to another value keeps it). Set before engines open.

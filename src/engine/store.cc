@@ -132,6 +132,7 @@ void EngineImpl::OnMkdirDone(Reactor& r, const OpCtx& ctx, int64_t res) {
       io::IoOp op;
       op.code = io::OpCode::kFchmod;
       op.dirfd = ns_->dirfd();
+      op.flags = O_DIRECTORY;  // K2: whatever replaced the new directory meanwhile is refused, not chmod'ed
       op.mode = options_.dir_mode;
       OpCtx chmod{OpRole::kChmod, &c, &EngineImpl::OnFanoutChmodDone};
       chmod.path = ctx.path;

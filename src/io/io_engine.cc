@@ -147,8 +147,9 @@ int64_t ExecuteBlocking(const IoOp& op) {
     }
     case OpCode::kFchmod: {
       if (op.path == nullptr) return retry([&] { return int64_t{::fchmod(op.fd, op.mode)}; });
-      const int64_t fd =
-          retry([&] { return int64_t{::openat(op.dirfd, op.path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)}; });
+      const int64_t fd = retry([&] {
+        return int64_t{::openat(op.dirfd, op.path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | op.flags)};
+      });
       if (fd < 0) return fd;
       const int64_t r = retry([&] { return int64_t{::fchmod(static_cast<int>(fd), op.mode)}; });
       ::close(static_cast<int>(fd));

@@ -42,8 +42,9 @@ enum class OpCode : uint8_t {
   kStatx,      // without path: statx(fd, "", AT_EMPTY_PATH, ...), the open file's; with path: statx(dirfd, path,
                // AT_SYMLINK_NOFOLLOW, ...), never following a final symlink. STATX_BASIC_STATS (type, mode, owner,
                // size, inode, mtime) into buf, a struct statx of len >= sizeof(struct statx) bytes -> 0
-  kFchmod,     // without path: fchmod(fd, mode); with path: the file or directory at dirfd/path opened O_NOFOLLOW |
-               // O_NONBLOCK (a symlink is refused with ELOOP, a FIFO does not block), fchmod'ed and closed -> 0
+  kFchmod,     // without path: fchmod(fd, mode); with path: what is at dirfd/path opened O_NOFOLLOW | O_NONBLOCK |
+               // flags (a symlink is refused with ELOOP, a FIFO does not block; flags O_DIRECTORY: anything but a
+               // directory is refused with ENOTDIR), fchmod'ed and closed -> 0
   kUtimensAt,  // utimensat(dirfd, path, nullptr, AT_SYMLINK_NOFOLLOW): both times now (write permission suffices)
                // -> 0
 };
@@ -61,7 +62,7 @@ struct IoOp {
   int fd = -1;                  // kRead, kWrite, kFsync, kClose; kStatx, kFchmod without path
   const char* path = nullptr;   // kOpenAt, kLinkAt (old), kUnlinkAt, kMkdirAt, kUtimensAt; kStatx, kFchmod (optional)
   const char* path2 = nullptr;  // kLinkAt (new)
-  int flags = 0;                // kOpenAt open flags, kLinkAt and kUnlinkAt flags
+  int flags = 0;                // kOpenAt open flags, kLinkAt and kUnlinkAt flags, kFchmod\'s extra open flags
   mode_t mode = 0;              // kOpenAt (must be 0 with resolve unless flags has O_CREAT or O_TMPFILE), kMkdirAt,
                                 // kFchmod (exactly: no umask)
   uint64_t resolve = 0;         // kOpenAt: RESOLVE_* flags (linux/openat2.h), e.g. RESOLVE_BENEATH |

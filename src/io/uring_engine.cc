@@ -19,6 +19,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
 #include "io/io_engine.h"
@@ -31,6 +32,9 @@ constexpr uint64_t kTimeoutTag = ~uint64_t{0};
 constexpr uint64_t kWakeTag = ~uint64_t{0} - 1;
 constexpr uint64_t kCancelTag = ~uint64_t{0} - 2;
 constexpr unsigned kCqeBatch = 64;
+// Side ops (see below) at once: more wait in the caller (-EAGAIN), so a burst of them on a slow mount never holds
+// the ring's whole depth.
+constexpr uint32_t kMaxSideOps = 8;
 
 // Flags tried in order: SINGLE_ISSUER lets the kernel skip submission locking and COOP_TASKRUN avoids IPIs to the
 // reactor; both need 6.0/5.19. R_DISABLED defers the "which task is the issuer" binding to io_uring_enable_rings(),
@@ -113,11 +117,13 @@ class UringEngine final : public IoEngine {
       io_uring_submit(&ring_);  // cannot happen with our sizing unless the kernel lags; be safe
       if (io_uring_sq_space_left(&ring_) < need) return -EAGAIN;
     }
+    const bool side = op.code == OpCode::kFchmod || op.code == OpCode::kUtimensAt;
+    if (side && (side_in_flight_ >= kMaxSideOps || !StartSide())) return -EAGAIN;  // the caller submits it later
     uint32_t index = free_slots_.back();
     free_slots_.pop_back();
     Slot& slot = slots_[index];
     slot.user_data = op.user_data;
-    if (op.code == OpCode::kFchmod || op.code == OpCode::kUtimensAt) {
+    if (side) {
       slot.has_deadline = false;  // not cancelled: its real result comes back
       SubmitToSide(index, op);
       ++in_flight_;
@@ -293,8 +299,18 @@ class UringEngine final : public IoEngine {
       side_work_.push_back(SideOp{index, op});
     }
     ++side_in_flight_;
-    if (!side_.joinable()) side_ = std::thread([this] { SideLoop(); });
     side_cv_.notify_one();
+  }
+
+  // Starts the side thread on its first op; false when the thread cannot be made (the op is not taken).
+  bool StartSide() {
+    if (side_.joinable()) return true;
+    try {
+      side_ = std::thread([this] { SideLoop(); });
+    } catch (const std::system_error&) {
+      return false;
+    }
+    return true;
   }
 
   void SideLoop() {

@@ -219,6 +219,13 @@ TEST_P(IoEngineContract, FchmodSetsTheModeExactlyByFdOrByPathAndRefusesASymlink)
   EXPECT_EQ(RunOne(*engine, op), 0);
   ASSERT_EQ(fstatat(dir_.dirfd(), "d", &st, 0), 0);
   EXPECT_EQ(st.st_mode & 07777, 02770u);
+  op.path = "f";
+  op.flags = O_DIRECTORY;
+  op.mode = 0777;
+  EXPECT_EQ(RunOne(*engine, op), -ENOTDIR) << "O_DIRECTORY: a file is refused, not chmod'ed";
+  ASSERT_EQ(fstatat(dir_.dirfd(), "f", &st, 0), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0664u);
+  op.flags = 0;
   op.path = "link";
   op.mode = 0700;
   EXPECT_EQ(RunOne(*engine, op), -ELOOP);

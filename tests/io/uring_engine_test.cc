@@ -103,6 +103,18 @@ TEST(UringEngine, AnOpWithoutARingOpcodeCompletesOnTheSideThreadAndWakesAWaiting
   EXPECT_EQ(got[0].result, 0);
   EXPECT_LT(NowNs() - start, 2'000 * kMs) << "the side thread's completion woke the Reap";
   EXPECT_EQ(engine->in_flight(), 1u);
+  // At most 8 side ops at once (until reaped): a ninth waits in the caller, whatever depth the ring has left.
+  auto wide = CreateUringEngine(64);
+  ASSERT_TRUE(wide.ok());
+  for (uint64_t i = 0; i < 8; ++i) {
+    touch.user_data = 100 + i;
+    ASSERT_EQ(wide.value()->Submit(touch), 0) << i;
+  }
+  touch.user_data = 108;
+  EXPECT_EQ(wide.value()->Submit(touch), -EAGAIN);
+  std::vector<IoCompletion> eight;
+  while (eight.size() < 8) ASSERT_GE(wide.value()->Reap(&eight, 5'000 * kMs), 0);
+  EXPECT_EQ(wide.value()->Submit(touch), 0) << "reaped: room again";
   // Destroyed with side ops queued and the ring's read stuck: returns promptly.
   for (uint64_t i = 3; i < 5; ++i) {
     touch.user_data = i;

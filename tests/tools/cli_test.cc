@@ -111,7 +111,17 @@ class CliTest : public ::testing::Test {
   }
 
   // `kvtier bench io` on the test directory; again in buffered mode where the filesystem refuses O_DIRECT (tmpfs).
-  CliRun BenchIo(const std::string& args) {
+  // The suite run's engine defaults (KVTIER_TEST_REACTORS, KVTIER_TEST_READ_PIECE_BYTES: scripts/test.sh) go to the
+  // CLI as its own options: it is a process of its own, and the engine reads no environment.
+  CliRun BenchIo(const std::string& given) {
+    std::string args = given;
+    if (const char* n = getenv("KVTIER_TEST_REACTORS"); n && *n && given.find("--reactors") == std::string::npos) {
+      args += std::string(" --reactors ") + n;
+    }
+    if (const char* n = getenv("KVTIER_TEST_READ_PIECE_BYTES");
+        n && *n && given.find("--read-piece") == std::string::npos) {
+      args += std::string(" --read-piece ") + n;
+    }
     CliRun r = Kvtier("bench io --dir " + dir_.path() + " " + args);
     if (r.rc != 0 && r.out.find("O_DIRECT") != std::string::npos) {
       r = Kvtier("bench io --mode buffered --dir " + dir_.path() + " " + args);
