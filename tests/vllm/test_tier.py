@@ -68,6 +68,12 @@ def primary_bytes(manager):
     return np.asarray(manager.primary_tier.get_kv_memoryview()).view(np.uint8)
 
 
+def primary_ids(spec):
+    """The CPU tier's rows of a load or store spec: `chunk_ids` from vLLM 0.30, `block_ids` in 0.28-0.29."""
+    ids = getattr(spec, "chunk_ids", None)
+    return spec.block_ids if ids is None else ids
+
+
 def rows(manager, chunk_ids):
     view = primary_bytes(manager)
     out = view[np.asarray(chunk_ids, dtype=np.int64)].copy()
@@ -86,7 +92,7 @@ def store_through_cpu_tier(manager, keys, seed):
     manager.on_new_request(ctx)
     out = manager.prepare_store(keys, ctx)
     assert out is not None and list(out.keys_to_store) == keys
-    ids = np.asarray(out.store_spec.chunk_ids, dtype=np.int64)
+    ids = np.asarray(primary_ids(out.store_spec), dtype=np.int64)
     view = primary_bytes(manager)
     data = np.random.default_rng(seed).integers(0, 256, size=(len(ids), view.shape[1]), dtype=np.uint8)
     view[ids] = data
@@ -115,7 +121,7 @@ def load_through_cpu_tier(manager, keys, ctx, max_steps=3000):
     if not all(r == LookupResult.HIT for r in res):
         return res, None
     spec = manager.prepare_load(keys, ctx)
-    data = rows(manager, spec.chunk_ids)
+    data = rows(manager, primary_ids(spec))
     manager.complete_load(keys, ctx)
     return res, data
 
