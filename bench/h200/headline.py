@@ -28,6 +28,8 @@ system's server only after the previous one stopped and its root was freed, so e
                        (O_DIRECT); page cache dropped before the query phase; preload on (1 speculative read).
   kvtier-disk-nopreload  the same with kvtier_preload_max_inflight=0.
   native               vLLM's OffloadingConnector with TieringOffloadingSpec: CPU tier + its "fs" tier on the same disk.
+  kvtier-tier          the same CPU tier with kvtier as its secondary tier instead of "fs" (kvtier.vllm.tier,
+                       vLLM 0.28+: docs/vllm-integration.md, "kvtier under vLLM's CPU tier").
   lmcache              LMCacheConnectorV1: LMCache local CPU + local disk.
 
 Between warm-up and query the harness waits for stores to reach disk (a settle time from the bytes written at the
@@ -106,7 +108,7 @@ SHAPES["qwen2.5-32b"] = {
 MODEL = SHAPES["llama-3.2-3b"]
 GIB = 1 << 30
 DISK_BPS = 1.5e9  # the box's virtual disk, for settle times only
-SYSTEMS = ("baseline", "kvtier-dram", "native", "lmcache", "kvtier-disk", "kvtier-disk-nopreload")
+SYSTEMS = ("baseline", "kvtier-dram", "native", "lmcache", "kvtier-disk", "kvtier-disk-nopreload", "kvtier-tier")
 DOCS_PER_SIZE = {1024: 8, 10240: 4, 40960: 2, 81920: 2}
 
 
@@ -155,6 +157,17 @@ def system_config(name: str, a: argparse.Namespace, work: Path) -> tuple[list[st
     env: dict[str, str] = {}
     if name == "baseline":
         return [], env, {"reset": False, "settle_s": 0.0, "drop_caches": False, "disk": False}
+    if name in ("native", "kvtier-tier"):
+        root = work / name
+        root.mkdir(parents=True, exist_ok=True)
+        tier: dict = {"type": "fs", "root_dir": str(root)}
+        if name == "kvtier-tier":
+            tier = {"type": "KVTierTier", "module_path": "kvtier.vllm.tier", "kvtier_root": str(root),
+                    "kvtier_pool_bytes": int(a.disk_pool_gib * GIB)}
+        extra = {"spec_name": "TieringOffloadingSpec", "cpu_bytes_to_use": tiered, "block_size": 256,
+                 "secondary_tiers": [tier]}
+        cfg = {"kv_connector": "OffloadingConnector", "kv_role": "kv_both", "kv_connector_extra_config": extra}
+        return ["--kv-transfer-config", json.dumps(cfg)], env, knobs
     if name.startswith("kvtier"):
         root = work / name
         root.mkdir(parents=True, exist_ok=True)
@@ -174,13 +187,6 @@ def system_config(name: str, a: argparse.Namespace, work: Path) -> tuple[list[st
             env["KVTIER_TIMELINE_DIR"] = str(Path(a.logs or a.out).resolve() / f"timeline-{name}")
         extra.update(json.loads(a.kvtier_extra) if a.kvtier_extra else {})
         cfg = kvtier_transfer_config(root, **extra)
-        return ["--kv-transfer-config", json.dumps(cfg)], env, knobs
-    if name == "native":
-        root = work / "native"
-        root.mkdir(parents=True, exist_ok=True)
-        extra = {"spec_name": "TieringOffloadingSpec", "cpu_bytes_to_use": tiered, "block_size": 256,
-                 "secondary_tiers": [{"type": "fs", "root_dir": str(root)}]}
-        cfg = {"kv_connector": "OffloadingConnector", "kv_role": "kv_both", "kv_connector_extra_config": extra}
         return ["--kv-transfer-config", json.dumps(cfg)], env, knobs
     if name == "lmcache":
         root = work / "lmcache"
@@ -653,7 +659,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="storage roots of the disk tiers (scripts/h200/headline.sh HEADLINE_RAMDISK_GIB: a RAM disk)")
     r.add_argument("--model-dir", default="/tmp/kvtier-headline-model")
     r.add_argument("--python", default=sys.executable, help="the Python that has vLLM")
-    r.add_argument("--systems", default=",".join(SYSTEMS))
+    r.add_argument("--systems", default=",".join(s for s in SYSTEMS if s != "kvtier-tier"),
+                   help=f"of {', '.join(SYSTEMS)} (default: all but kvtier-tier, which needs vLLM 0.28+)")
     r.add_argument("--shape", default="llama-3.2-3b", choices=sorted(SHAPES), help="model shape (tiny: CPU check)")
     r.add_argument("--sequential", action=argparse.BooleanOptionalAction, default=None,
                    help="each system's server alone: started after the previous one stopped and its root was freed "
@@ -669,13 +676,13 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--gpu-kv-gib", type=float, default=None,
                    help="each server's GPU KV cache (default 10; qwen2.5-32b: 42, two 80k-token sequences)")
     r.add_argument("--gpu-util", type=float, default=0.14, help="each server's --gpu-memory-utilization")
-    r.add_argument("--tiered-gib", type=float, default=20, help="CPU/DRAM tier of kvtier-dram, native and lmcache")
+    r.add_argument("--tiered-gib", type=float, default=20, help="CPU/DRAM tier of kvtier-dram, native, kvtier-tier and lmcache")
     r.add_argument("--query-rounds", type=int, default=1,
                    help="query phases per size, each after the page cache drop and prefix-cache reset; the cell's "
                         "TTFT is over every round's requests (query_rounds in the JSON has each round)")
     r.add_argument("--kvtier-extra", default="",
                    help="JSON object merged into every kvtier system's kv_connector_extra_config")
-    r.add_argument("--disk-pool-gib", type=float, default=10.0, help="kvtier's staging pool in the disk-only runs")
+    r.add_argument("--disk-pool-gib", type=float, default=10.0, help="kvtier's staging pool in the disk-only runs and kvtier-tier")
     r.add_argument("--thresholds", default="",
                    help="kvtier-dram's break-even thresholds file (default: gate off; auto: "
                         "bench/results/h200/thresholds-<shape>.json if there is one)")

@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
-# Runs HERE (PyPI reachable). Downloads vLLM 0.26.0 (CUDA wheel), LMCache 0.5.3 and every
-# dependency the H200 box lacks (the list in scripts/h200/wheels.lock), repacks them
+# Runs HERE (PyPI reachable). Downloads the wheel set H200_SET names (scripts/h200/set.sh; default
+# 0.26: vLLM 0.26.0 (CUDA wheel), LMCache 0.5.3) and every dependency the H200 box lacks (the list
+# in scripts/h200/wheels.lock, wheels-0.34.lock for H200_SET=0.34), repacks them
 # uncompressed (dropping vLLM files that dense bf16 serving on Hopper never loads: see
 # repack.py), packs them into one .tar.xz and splits it into parts small enough to carry one
 # per device call. Output (ignored by git through .git/info/exclude):
 #   .h200/wheels/           the downloaded wheels, as PyPI serves them
-#   .h200/kvtier-h200.tar.xz  the archive (repacked wheels under wheels/)
-#   .h200/parts/partNN      the archive split in PART_MIB MiB pieces (default 54)
-#   .h200/manifest          count, sizes and sha256 of the archive and of each part
+#   .h200/kvtier-h200.tar.xz  the archive (repacked wheels under wheels/; kvtier-h200-0.34.tar.xz, ...)
+#   .h200/parts/partNN      the archive split in PART_MIB MiB pieces (default 54; parts-0.34/ ...)
+#   .h200/manifest          set, count, sizes and sha256 of the archive and of each part (manifest-0.34)
 # Options: --relock (re-resolve wheels.lock with resolve.py first), --keep-moe (keep vLLM's
 # MoE kernels, about 40 MiB more in the archive).
 # Then carry the parts to the box: docs/h200-vllm.md.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source scripts/h200/set.sh
 ROOT=$PWD
 H=$ROOT/.h200
 PART_MIB=${PART_MIB:-54}
@@ -27,9 +29,8 @@ for a in "$@"; do
 done
 grep -qxF '/.h200/' .git/info/exclude 2>/dev/null || echo '/.h200/' >> .git/info/exclude
 mkdir -p "$H/wheels"
-LOCK=scripts/h200/wheels.lock
 if [[ $RELOCK == 1 ]]; then
-  python3 scripts/h200/resolve.py "$H/wheels"
+  python3 scripts/h200/resolve.py "$H/wheels" --set "$H200_SET"
 fi
 
 PLAT=()
@@ -62,7 +63,7 @@ python3 scripts/h200/repack.py "$STAGE/src" "$STAGE/pkg/wheels" $KEEP_MOE
 # A list of the wheels travels inside the archive; install.sh installs exactly these.
 (cd "$STAGE/pkg/wheels" && ls *.whl) > "$STAGE/pkg/wheels.txt"
 
-ARCHIVE=$H/kvtier-h200.tar.xz
+ARCHIVE=$H/$SET_ARCHIVE
 echo "packing $(du -sh "$STAGE/pkg" | cut -f1) with xz -9 (a few minutes)"
 # Sorted names, fixed owner and time: the same wheels give the same archive.
 tar -C "$STAGE/pkg" --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -cf - wheels wheels.txt \
@@ -70,26 +71,28 @@ tar -C "$STAGE/pkg" --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -
 mv "$ARCHIVE.tmp" "$ARCHIVE"
 rm -rf "$STAGE"
 
-rm -rf "$H/parts" && mkdir -p "$H/parts"
-split -b "${PART_MIB}M" -d -a 2 "$ARCHIVE" "$H/parts/part"
+PARTS=$ROOT/$SET_PARTS
+rm -rf "$PARTS" && mkdir -p "$PARTS"
+split -b "${PART_MIB}M" -d -a 2 "$ARCHIVE" "$PARTS/part"
 # Number parts from 01.
 n=0
-for f in $(ls "$H/parts" | sort); do
+for f in $(ls "$PARTS" | sort); do
   n=$((n + 1))
-  mv "$H/parts/$f" "$H/parts/p$(printf %02d $n)"
+  mv "$PARTS/$f" "$PARTS/p$(printf %02d $n)"
 done
-for f in "$H"/parts/p*; do mv "$f" "$H/parts/part${f##*/p}"; done
+for f in "$PARTS"/p*; do mv "$f" "$PARTS/part${f##*/p}"; done
 
 SHA=$(sha256sum "$ARCHIVE" | cut -d' ' -f1)
 {
-  echo "archive kvtier-h200.tar.xz"
+  echo "set $H200_SET"
+  echo "archive $SET_ARCHIVE"
   echo "size $(stat -c %s "$ARCHIVE")"
   echo "sha256 $SHA"
   echo "parts $n"
-  for f in "$H"/parts/part*; do echo "part ${f##*/} $(stat -c %s "$f") $(sha256sum "$f" | cut -d' ' -f1)"; done
-} > "$H/manifest"
+  for f in "$PARTS"/part*; do echo "part ${f##*/} $(stat -c %s "$f") $(sha256sum "$f" | cut -d' ' -f1)"; done
+} > "$ROOT/$SET_MANIFEST"
 echo
 echo "archive: $ARCHIVE, $(stat -c %s "$ARCHIVE") bytes ($(du -m "$ARCHIVE" | cut -f1) MiB), sha256 $SHA"
 echo "parts: $n"
-ls -l "$H/parts" | awk 'NR > 1 {printf "  %s %d bytes (%.1f MiB)\n", $9, $5, $5 / 1048576}'
-echo "manifest: $H/manifest. Next: scripts/h200/stage_parts.sh 1, then the device calls in docs/h200-vllm.md."
+ls -l "$PARTS" | awk 'NR > 1 {printf "  %s %d bytes (%.1f MiB)\n", $9, $5, $5 / 1048576}'
+echo "manifest: $SET_MANIFEST. Next: H200_SET=$H200_SET scripts/h200/stage_parts.sh all, then the device calls in docs/h200-vllm.md."

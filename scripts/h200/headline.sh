@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The headline experiment on the GPU box (issue 8; docs/h200-vllm.md, docs/performance.md "Headline"), one call:
-#   1. vLLM 0.26.0 (CUDA) + LMCache from the carried parts (scripts/h200/install.sh; idempotent),
+#   1. vLLM 0.26.0 (CUDA) + LMCache from the carried parts (scripts/h200/install.sh; idempotent), or with
+#      H200_SET=0.34 vLLM 0.34.0 and its torch 2.14.0 (scripts/h200/set.sh; no LMCache),
 #   2. kvtier built with the CUDA copier (scripts/gpu_bench.sh KVTIER_GPU_BUILD_ONLY=1; incremental),
 #   3. an import check of everything a server needs,
 #   4. bench/h200/headline.py run: all systems' servers at once, then each benchmarked in turn (or, with --sequential,
@@ -18,6 +19,7 @@
 # timeline-<system>.json).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+source scripts/h200/set.sh
 repo=$PWD
 OUT=${OUT:-$repo/out/headline}
 mkdir -p "$OUT"
@@ -39,11 +41,13 @@ finish() {
 trap finish EXIT
 
 if want install; then
-  step "install vLLM + LMCache (scripts/h200/install.sh)"
+  step "install wheel set $H200_SET (scripts/h200/install.sh)"
   bash scripts/h200/install.sh || { echo "install failed"; exit 1; }
 fi
-site=/tmp/kvtier-h200/site
-export PYTHONPATH=/tmp/kvtier-py:$site${PYTHONPATH:+:$PYTHONPATH}
+site=$SET_BOX_DIR/site
+export PYTHONPATH=/tmp/kvtier-py:$site${PYTHONPATH:+:$PYTHONPATH} H200_SET
+# The 0.34 set's torch 2.14.0 runs on the box's cuDNN 9.19 (scripts/h200/resolve.py, TORCH_214_OLDER_OK).
+[[ $H200_SET == 0.26 ]] || export PYTORCH_SKIP_CUDNN_COMPATIBILITY_CHECK=1
 sysroot_lib=/tmp/kvtier-sysroot/usr/lib/x86_64-linux-gnu
 [ -d "$sysroot_lib" ] && export LD_LIBRARY_PATH=$sysroot_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 
@@ -59,14 +63,18 @@ fi
 if want check; then
   step "import check"
   python3 -X faulthandler - <<'EOF' || { echo "import check failed"; exit 1; }
-import importlib, importlib.metadata as m, sys, time
+import importlib, importlib.metadata as m, os, sys, time
 t = time.time()
 failed = []
 import torch
-print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0))
-for mod in ("vllm", "vllm.entrypoints.openai.api_server", "vllm.v1.kv_offload.tiering.spec",
-            "vllm.v1.kv_offload.tiering.fs.manager", "kvtier._kvtier", "kvtier._kvtier_cuda", "kvtier.vllm",
-            "lmcache", "vllm.distributed.kv_transfer.kv_connector.v1.lmcache_connector"):
+print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0), "from", torch.__file__)
+mods = ["vllm", "vllm.entrypoints.openai.api_server", "vllm.v1.kv_offload.tiering.spec",
+        "vllm.v1.kv_offload.tiering.fs.manager", "kvtier._kvtier", "kvtier._kvtier_cuda", "kvtier.vllm"]
+if os.environ["H200_SET"] == "0.26":
+    mods += ["lmcache", "vllm.distributed.kv_transfer.kv_connector.v1.lmcache_connector"]
+else:
+    mods += ["kvtier.vllm.tier"]
+for mod in mods:
     try:
         importlib.import_module(mod)
         print("ok  ", mod)

@@ -1,21 +1,23 @@
 #!/usr/bin/env bash
 # Runs ON THE BOX once receive_part.sh holds every part. Checks each part and the whole
 # archive against the manifest's sha256, unpacks it (Python's tarfile + lzma: needs no xz
-# binary), installs the wheels with pip --no-index --no-deps into /tmp/kvtier-h200/site,
-# on top of the box's own torch 2.11.0+cu130, and runs the import smoke check (smoke.py).
-# Idempotent: a second call finds the stamp of the same archive and only prints the usage.
-# Env: KVTIER_H200_DIR (default /tmp/kvtier-h200), PYTHON (default python3),
-#      SMOKE=0 to skip the smoke check, SMOKE_ARGS=--no-gpu for a dry run without a GPU.
+# binary), installs the wheels with pip --no-index --no-deps into /tmp/kvtier-h200/site
+# (/tmp/kvtier-h200-0.34/site for H200_SET=0.34), on top of the box's own packages (for 0.26 its
+# torch 2.11.0+cu130; 0.34 brings torch 2.14.0, which shadows it there), and runs the import smoke
+# check (smoke.py --set). Idempotent: a second call finds the stamp of the same archive and only prints the usage.
+# Env: H200_SET (scripts/h200/set.sh, default 0.26), KVTIER_H200_DIR (default: the set's directory),
+#      PYTHON (default python3), SMOKE=0 to skip the smoke check, SMOKE_ARGS=--no-gpu for a dry run without a GPU.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-D=${KVTIER_H200_DIR:-/tmp/kvtier-h200}
+source scripts/h200/set.sh
+D=$SET_BOX_DIR
 PY=${PYTHON:-python3}
 SITE=$D/site
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 usage() {
   echo
-  echo "vLLM + LMCache installed in $SITE. Use them with:"
+  echo "wheel set $H200_SET (vLLM$([[ $H200_SET == 0.26 ]] && echo ' + LMCache')) installed in $SITE. Use it with:"
   echo "  export PYTHONPATH=$SITE\${PYTHONPATH:+:\$PYTHONPATH} PATH=$SITE/bin:\$PATH"
   echo "  python3 -m vllm.entrypoints.cli.main serve MODEL ...   (or: vllm serve MODEL ...)"
 }
@@ -66,7 +68,7 @@ rm -rf "$D/pkg" "$D/archive.tar.xz"
 echo "installed ${#WHEELS[@]} wheels into $SITE in $(($(date +%s) - t0)) s"
 
 if [[ ${SMOKE:-1} != 0 ]]; then
-  PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH} "$PY" scripts/h200/smoke.py ${SMOKE_ARGS:-} || fail "smoke check failed"
+  PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH} "$PY" scripts/h200/smoke.py --set "$H200_SET" ${SMOKE_ARGS:-} || fail "smoke check failed"
 fi
 echo "$SHA" > "$SITE/.kvtier-h200-installed"
 usage

@@ -11,7 +11,7 @@ import re
 import sys
 import zipfile
 
-# path regex -> why it is safe to leave out (each was checked in vLLM 0.26.0's source)
+# path regex -> why it is safe to leave out (each was checked in the source of vLLM 0.26.0 and of 0.34.0)
 DROP_VLLM = {
     r"^vllm/vllm_flash_attn/_vllm_fa2_C\.abi3\.so$":
         "FlashAttention 2 (290 MiB). flash_attn_interface.py imports it under try/except "

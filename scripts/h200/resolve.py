@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
-"""Resolve the wheels to carry to the GPU box (no PyPI there) for vLLM + LMCache.
+"""Resolve the wheels to carry to the GPU box (no PyPI there) for one wheel set (scripts/h200/set.sh).
 
-Walks Requires-Dist (markers evaluated for CPython 3.12 / Linux x86_64) from the roots,
-skips what the box already has (scripts/h200/box-packages.txt) and what is deliberately
-left out (EXCLUDE below, each with its reason), picks one version per package (the
-version pinned in python/requirements-vllm.txt when it satisfies every specifier seen,
-else the newest that does), downloads each wheel with pip (--no-deps, binary only) and
-writes scripts/h200/wheels.lock (name==version, one a line, with who needs it).
+Walks Requires-Dist (markers evaluated for CPython 3.12 / Linux x86_64) from the set's roots,
+skips what the box already has (scripts/h200/box-packages.txt: any version where none is known,
+else a version that meets every specifier seen, or an older one named in the set's box_older_ok
+with the check that allows it) and what is deliberately left out (EXCLUDE below, each with its
+reason), picks one version per package (the version pinned in the set's requirements file when it
+satisfies every specifier seen, else the newest that does), downloads each wheel with pip
+(--no-deps, binary only) and writes the set's lock (name==version, one a line, with who needs it).
 
-Usage: resolve.py DOWNLOAD_DIR   (run by fetch_wheels.sh --relock)
+Usage: resolve.py DOWNLOAD_DIR [--set 0.26|0.34]   (run by fetch_wheels.sh --relock)
 """
 import os
 import re
@@ -26,7 +27,33 @@ from pip._vendor.packaging.version import Version
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 
-ROOTS = ["vllm==0.26.0", "lmcache==0.5.3"]
+# The box's own packages whose version, outside a specifier, serves the set, each with the check that shows it (0.34: torch
+# 2.14.0 pins newer CUDA libraries than the box's torch 2.11.0 brought; scripts/h200/abi_check.py compares
+# the symbols torch 2.14.0's libraries import with those the box's versions export).
+TORCH_214_OLDER_OK = {
+    "nvidia-cudnn-cu13": "9.19.0.56 exports every cudnn* symbol libtorch_cuda/libtorch_python import "
+                         "(abi_check.py); cuDNN 9 minors are backward compatible and dense LLM serving "
+                         "runs no cuDNN kernel (convolutions); PYTORCH_SKIP_CUDNN_COMPATIBILITY_CHECK=1 "
+                         "on the box keeps torch's minor-version check quiet",
+    "nvidia-cusparselt-cu13": "0.8.0 exports every cusparseLt* symbol torch 2.14.0 imports (abi_check.py)",
+    "nvidia-cublas": "13.1.0.3 exports every cublas*/cublasLt* symbol torch 2.14.0 imports (abi_check.py)",
+    "cuda-toolkit": "metapackage: 13.0.3 differs from the box's 13.0.2 only in nvidia-cublas (above)",
+    "numpy": "the box's 2.5.2 is above mistral-common's '<2.4', as with the 0.26 set (docs/h200-vllm.md): the cap "
+             "is metadata, the imports work with 2.5.2, and a carried numpy would shadow the one the box's "
+             "packages were built with",
+}
+
+SETS = {
+    # 0.26 runs on the box's own torch: every package the box has is used, whatever its version.
+    "0.26": {"roots": ["vllm==0.26.0", "lmcache==0.5.3"], "lock": "wheels.lock",
+             "pins": "python/requirements-vllm.txt", "box_older_ok": None, "carry_over_box": {}},
+    "0.34": {"roots": ["vllm==0.34.0"], "lock": "wheels-0.34.lock",
+             "pins": "python/requirements-vllm-cuda-0.34.0.txt", "box_older_ok": TORCH_214_OLDER_OK,
+             # Carried although the box's version meets vLLM's own specifier:
+             "carry_over_box": {
+                 "transformers": "the box's 5.17.0 needs huggingface-hub < 2.0; vLLM 0.34.0 needs >= 2.0.0",
+             }},
+}
 
 # Left out on purpose; the reason is printed into the lock file's header.
 EXCLUDE = {
@@ -48,6 +75,8 @@ EXCLUDE = {
     "google-cloud-bigtable": "LMCache Bigtable backend, not used",
     "google-api-core": "with google-cloud-bigtable",
     "awscrt": "LMCache S3 backend, not used",
+    "instanttensor": "--load-format instanttensor only",
+    "torch-c-dlpack-ext": "DLPack exchange for tvm-ffi kernels (flashinfer, CuTe DSL), left out with them",
 }
 
 # Versions forced over requirements-vllm.txt's pins: LMCache 0.5.3 caps opentelemetry-api at
@@ -75,7 +104,7 @@ FORCED = set(OVERRIDES)
 
 PLATFORMS = ["manylinux_2_35_x86_64", "manylinux_2_34_x86_64", "manylinux_2_31_x86_64",
              "manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_24_x86_64",
-             "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64"]
+             "manylinux_2_18_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64"]
 
 ENV = default_environment()
 ENV.update(python_version="3.12", python_full_version="3.12.3", implementation_name="cpython",
@@ -96,9 +125,9 @@ def load_box():
     return have
 
 
-def load_pins():
+def load_pins(rel):
     pins = {}
-    path = os.path.join(REPO, "python", "requirements-vllm.txt")
+    path = os.path.join(REPO, rel)
     for line in open(path):
         m = re.match(r"^([A-Za-z0-9_.-]+)==([^ \\]+)", line)
         if m:
@@ -138,16 +167,23 @@ def metadata(whl):
 
 def main():
     dl = sys.argv[1]
+    set_name = sys.argv[sys.argv.index("--set") + 1] if "--set" in sys.argv else "0.26"
+    if set_name not in SETS:
+        raise SystemExit(f"--set {set_name}: the sets are {', '.join(SETS)}")
+    cfg = SETS[set_name]
+    roots, older_ok, carry_over = cfg["roots"], cfg["box_older_ok"], cfg["carry_over_box"]
     os.makedirs(dl, exist_ok=True)
     box = load_box()
-    pins = load_pins()
-    pins.update(OVERRIDES)
+    pins = load_pins(cfg["pins"])
+    if set_name == "0.26":
+        pins.update(OVERRIDES)
+    forced = FORCED if set_name == "0.26" else set()
     specs = {}      # name -> SpecifierSet (combined)
     needed_by = {}  # name -> set of parents
     extras = {}     # name -> set of extras asked for
     chosen = {}     # name -> (version, wheel path)
-    skipped_box, skipped_excl = {}, {}
-    queue = [(Requirement(r), "root") for r in ROOTS]
+    skipped_box, skipped_excl, carried_over = {}, {}, {}
+    queue = [(Requirement(r), "root") for r in roots]
     while queue:
         req, parent = queue.pop(0)
         name = norm(req.name)
@@ -158,9 +194,16 @@ def main():
         if name in EXCLUDE:
             skipped_excl.setdefault(name, set()).add(f"{parent}: {req}")
             continue
-        if name in box:
-            skipped_box.setdefault(name, set()).add(f"{parent}: {req}")
-            continue
+        if name in box and name not in chosen:
+            have = box[name]
+            if name in carry_over:
+                carried_over[name] = carry_over[name]
+            elif (older_ok is None or have is None or specs[name].contains(Version(have), prereleases=True)
+                  or name in older_ok):
+                skipped_box.setdefault(name, set()).add(f"{parent}: {req}")
+                continue
+            else:
+                carried_over[name] = f"the box has {have}, {req} needs '{specs[name]}'"
         if name in chosen:
             ver = chosen[name][0]
             if not specs[name].contains(Version(ver), prereleases=True):
@@ -170,7 +213,7 @@ def main():
             md = metadata(chosen[name][1])
         else:
             pin = pins.get(name)
-            if pin and (name in FORCED or specs[name].contains(Version(pin), prereleases=True)):
+            if pin and (name in forced or specs[name].contains(Version(pin), prereleases=True)):
                 spec = f"{name}=={pin}"
             else:
                 spec = f"{name}{specs[name]}"
@@ -203,17 +246,24 @@ def main():
             v = box[name]
         else:
             continue
+        if name in (older_ok or {}) and name not in chosen:
+            continue
         if not ss.contains(Version(v), prereleases=True):
             problems.append(f"{name} {v} does not satisfy '{ss}' (needed by {sorted(needed_by[name])})")
-    out = os.path.join(HERE, "wheels.lock")
+    out = os.path.join(HERE, cfg["lock"])
     with open(out, "w") as f:
-        f.write("# Generated by scripts/h200/resolve.py: the wheels carried to the H200 box.\n")
-        f.write("# Roots: " + ", ".join(ROOTS) + "\n")
+        f.write(f"# Generated by scripts/h200/resolve.py --set {set_name}: the wheels carried to the H200 box.\n")
+        f.write("# Roots: " + ", ".join(roots) + "\n")
         f.write("# Left out on purpose:\n")
         for n, why in sorted(EXCLUDE.items()):
             if n in skipped_excl:
                 f.write(f"#   {n}: {why}\n")
-        f.write("# Box already has (not carried): " + ", ".join(sorted(skipped_box)) + "\n")
+        f.write("# Box already has (not carried): " + ", ".join(sorted(set(skipped_box) - set(chosen))) + "\n")
+        for n, why in sorted((older_ok or {}).items()):
+            if n in skipped_box and n not in chosen:
+                f.write(f"# The box's older {n} serves: {why}\n")
+        for n, why in sorted(carried_over.items()):
+            f.write(f"# Carried over the box's {n}: {why}\n")
         for p in problems:
             f.write(f"# VERSION MISMATCH: {p}\n")
         for name in sorted(chosen):

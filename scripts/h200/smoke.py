@@ -6,6 +6,10 @@ LMCacheConnectorV1 need at start, and kvtier's server launcher (kvtier.tools, fr
 checkout), and reports every Requires-Dist of vllm and lmcache that the environment does not
 satisfy. Exit 1 if an import fails.
 
+--set 0.34 (scripts/h200/set.sh): vLLM 0.34.0 with its carried torch 2.14.0, no LMCache; the torch that
+loads must be 2.14.0, and the CUDA libraries it loaded are listed with where they came from (the carried
+site or the box's own packages).
+
 --no-gpu: for the dry run on a machine without the NVIDIA driver: an import that fails only
 because libcuda.so.1 cannot be loaded is reported as such and does not fail the check.
 """
@@ -24,14 +28,18 @@ from pip._vendor.packaging.requirements import Requirement
 from pip._vendor.packaging.utils import canonicalize_name
 
 NO_GPU = "--no-gpu" in sys.argv
+SET = sys.argv[sys.argv.index("--set") + 1] if "--set" in sys.argv else "0.26"
+TORCH = {"0.26": "2.11.0", "0.34": "2.14.0"}[SET]
 
 # Deliberately not carried (scripts/h200/resolve.py, EXCLUDE): reported, not a failure.
 LEFT_OUT = {
     "flashinfer-python", "apache-tvm-ffi", "nvidia-cutlass-dsl", "quack-kernels", "tilelang",
     "xgrammar", "pynvvideocodec", "torchcodec", "tokenspeed-mla", "humming-kernels",
     "fastsafetensors", "nvidia-cudnn-frontend", "nixl-cu13", "cufile-python",
-    "google-cloud-bigtable", "google-api-core", "awscrt",
+    "google-cloud-bigtable", "google-api-core", "awscrt", "instanttensor", "torch-c-dlpack-ext",
 }
+LMCACHE = ["lmcache", "lmcache.c_ops", "lmcache.integration.vllm.vllm_v1_adapter", "lmcache.v1.cache_engine",
+           "vllm.distributed.kv_transfer.kv_connector.v1.lmcache_connector"]
 
 IMPORTS = [
     "torch",
@@ -55,6 +63,20 @@ IMPORTS = [
     "kvtier.tools.launcher",
     "kvtier.tools.client",
 ]
+if SET != "0.26":  # no LMCache in the newer sets
+    IMPORTS = [m for m in IMPORTS if m not in LMCACHE]
+
+
+def loaded_cuda_libs():
+    """The CUDA libraries this process mapped (name -> path), from /proc/self/maps."""
+    libs = {}
+    for line in open("/proc/self/maps"):
+        path = line.split()[-1]
+        base = os.path.basename(path)
+        if any(base.startswith(p) for p in ("libnccl", "libcudnn.", "libcublas", "libcusparseLt", "libcudart",
+                                            "libnvshmem", "libtorch_cuda.")):
+            libs[base] = path
+    return libs
 
 
 def is_driver_error(exc):
@@ -78,7 +100,10 @@ def main():
             m = importlib.import_module(mod)
             extra = ""
             if mod == "torch":
-                extra = f" {m.__version__} cuda {m.version.cuda} gpu={m.cuda.is_available()}"
+                extra = f" {m.__version__} cuda {m.version.cuda} gpu={m.cuda.is_available()} from {m.__file__}"
+                if not m.__version__.startswith(TORCH):
+                    print(f"FAIL torch: {m.__version__} loaded, set {SET} needs {TORCH}")
+                    bad += 1
             elif mod == "vllm":
                 extra = f" {m.__version__} from {m.__file__}"
             elif mod == "lmcache":
@@ -99,9 +124,11 @@ def main():
                 bad += 1
                 print(f"FAIL {mod}: {type(e).__name__}: {e}")
                 traceback.print_exc(limit=-4)
+    for base, path in sorted(loaded_cuda_libs().items()):
+        print(f"lib  {base}: {path}")
     # Requirements that the environment does not meet (informational).
     env = default_environment()
-    for dist in ("vllm", "lmcache"):
+    for dist in ("vllm", "lmcache") if SET == "0.26" else ("vllm", "torch"):
         unmet = []
         for rd in md.requires(dist) or []:
             r = Requirement(rd)

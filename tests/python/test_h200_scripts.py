@@ -91,3 +91,81 @@ def test_gpu_bench_stages_every_subpackage_and_a_plain_python_finds_kvtier_vllm_
     for m in ("kvtier.vllm", "kvtier.tools", "kvtier.tools.launcher", "kvtier.bench_longdoc"):
         assert out[m].startswith(str(pkg)), (m, out[m])
     assert out["import kvtier.vllm"] in ("ok", "UnsupportedVLLMVersion"), out
+
+
+def _tiny_wheel(path: Path, name: str, version: str) -> None:
+    """A pure-Python wheel pip installs: one module, its METADATA, WHEEL and RECORD."""
+    import zipfile
+    dist = f"{name}-{version}.dist-info"
+    files = {f"{name}.py": "VALUE = 1\n",
+             f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+             f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    files[f"{dist}/RECORD"] = "".join(f"{n},,\n" for n in files) + f"{dist}/RECORD,,\n"
+    with zipfile.ZipFile(path, "w") as z:
+        for n, text in files.items():
+            z.writestr(n, text)
+
+
+def test_a_wheel_set_travels_in_parts_and_installs_and_the_box_refuses_another_sets_parts(tmp_path):
+    """The carrying chain of docs/h200-vllm.md for H200_SET=0.34 (scripts/h200/set.sh), on a tiny archive in a
+    scratch repo: stage_parts.sh all makes one carry folder per part, receive_part.sh checks each against the
+    manifest and refuses parts of another set, install.sh joins, checks and installs them into the set's site."""
+    import hashlib
+    import shutil
+    import tarfile
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    shutil.copytree(REPO / "scripts/h200", repo / "scripts/h200")
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / ".git/info/exclude").write_text("/.h200/\n")
+    pkg = tmp_path / "pkg"
+    (pkg / "wheels").mkdir(parents=True)
+    _tiny_wheel(pkg / "wheels/kvtier_probe-1.0-py3-none-any.whl", "kvtier_probe", "1.0")
+    (pkg / "wheels.txt").write_text("kvtier_probe-1.0-py3-none-any.whl\n")
+    h = repo / ".h200"
+    (h / "parts-0.34").mkdir(parents=True)
+    archive = h / "kvtier-h200-0.34.tar.xz"
+    with tarfile.open(archive, "w:xz") as t:
+        t.add(pkg / "wheels", "wheels")
+        t.add(pkg / "wheels.txt", "wheels.txt")
+    data = archive.read_bytes()
+    half = len(data) // 2
+    parts = [data[:half], data[half:]]
+    sha = lambda b: hashlib.sha256(b).hexdigest()  # noqa: E731
+    lines = ["set 0.34", "archive kvtier-h200-0.34.tar.xz", f"size {len(data)}", f"sha256 {sha(data)}", "parts 2"]
+    for k, p in enumerate(parts, 1):
+        (h / f"parts-0.34/part{k:02d}").write_bytes(p)
+        lines.append(f"part part{k:02d} {len(p)} {sha(p)}")
+    (h / "manifest-0.34").write_text("\n".join(lines) + "\n")
+    box = tmp_path / "box"
+    env = {**os.environ, "H200_SET": "0.34", "KVTIER_H200_DIR": str(box)}
+
+    def run(*cmd, **extra):
+        return subprocess.run(["bash", *cmd], cwd=repo, env={**env, **extra}, capture_output=True, text=True,
+                              timeout=120)
+
+    r = run("scripts/h200/stage_parts.sh", "all")
+    assert r.returncode == 0 and "H200_SET=0.34 bash scripts/h200/receive_part.sh 2" in r.stdout, r.stdout + r.stderr
+    assert sorted(p.name for p in h.glob("carry*")) == ["carry01", "carry02"]
+    r = run("scripts/h200/stage_parts.sh", "all", H200_SET="0.26")  # the other set has no parts here
+    assert r.returncode == 1 and "no .h200/manifest" in r.stderr
+    r = run("scripts/h200/receive_part.sh", "1", H200_SET="0.26", KVTIER_H200_DIR=str(tmp_path / "box26"))
+    assert r.returncode == 1 and "the carried parts are set 0.34, H200_SET is 0.26" in r.stderr, r.stderr
+    r = run("scripts/h200/receive_part.sh", "1", H200_SET="0.7")
+    assert r.returncode == 2 and "the sets are 0.26 and 0.34" in r.stderr
+    (h / "carry02/part02").unlink()  # a hard link to the part: a new file, damaged on the way
+    (h / "carry02/part02").write_bytes(b"x" + parts[1][1:])
+    r = run("scripts/h200/receive_part.sh", "1")
+    assert r.returncode == 1 and "FAIL: part02 sha256" in r.stderr, r.stdout + r.stderr
+    shutil.rmtree(h / "carry02")
+    r = run("scripts/h200/install.sh", SMOKE="0")
+    assert r.returncode == 1 and "missing parts: part02" in r.stderr
+    r = run("scripts/h200/stage_parts.sh", "all")
+    assert r.returncode == 0
+    r = run("scripts/h200/receive_part.sh", "1")
+    assert r.returncode == 0 and "part01: already held" in r.stdout and "all parts held" in r.stdout, r.stdout
+    r = run("scripts/h200/install.sh", SMOKE="0")
+    assert r.returncode == 0 and "wheel set 0.34 (vLLM) installed in" in r.stdout, r.stdout + r.stderr
+    assert (box / "site/kvtier_probe.py").read_text() == "VALUE = 1\n"
+    r = run("scripts/h200/install.sh", SMOKE="0")
+    assert r.returncode == 0 and "already installed" in r.stdout
