@@ -1292,11 +1292,7 @@ int RunBenchIo(int argc, char** argv) {
         "(bench/io/trace_bench_io.sh does it all)",
         ""},
        {"progress", "", "show a progress bar even when stderr is not a terminal", ""}});
-  args.Parse(argc, argv);
-  if (args.help()) {
-    std::fputs(args.Usage().c_str(), stdout);
-    return 0;
-  }
+  if (!args.ParseOrHelp(argc, argv)) return 0;
   const std::string dir = args.RequiredStr("dir");
   const std::vector<uint64_t> sizes = args.SizeList("chunk-sizes", "28MiB,2MiB");
   const std::vector<uint64_t> depths = args.UintList("depths", "4,16");

@@ -233,11 +233,7 @@ int RunBenchMeta(int argc, char** argv) {
              {"mode", "auto|direct|buffered", "engine I/O mode", "auto"},
              {"json", "OUT", "also write the results as JSON to OUT", ""},
              {"progress", "", "show a progress bar even when stderr is not a terminal", ""}});
-  args.Parse(argc, argv);
-  if (args.help()) {
-    std::fputs(args.Usage().c_str(), stdout);
-    return 0;
-  }
+  if (!args.ParseOrHelp(argc, argv)) return 0;
   const std::string dir = args.RequiredStr("dir");
   const std::vector<uint64_t> entries = args.UintList("entries", "10000,100000");
   const uint64_t depth = args.Uint("depth", 16);

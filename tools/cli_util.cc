@@ -35,6 +35,13 @@ std::string Args::Accepted() const {
   return s + "--help";
 }
 
+bool Args::ParseOrHelp(int argc, char** argv) {
+  Parse(argc, argv);
+  if (!help_) return true;
+  std::fputs(Usage().c_str(), stdout);
+  return false;
+}
+
 void Args::Parse(int argc, char** argv) {
   for (int i = 0; i < argc; ++i) {
     std::string_view a = argv[i];

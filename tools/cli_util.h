@@ -42,6 +42,9 @@ class Args {
   // Parses argv[0, argc) (the words after the subcommand). Throws UsageError naming the bad flag and listing the
   // accepted ones: unknown flag, missing value, value given to a switch, flag repeated, positional argument.
   void Parse(int argc, char** argv);
+  // Parse, then for --help prints Usage() to stdout and returns false: the command has nothing more to do. Every
+  // command's first line: `if (!args.ParseOrHelp(argc, argv)) return 0;`.
+  bool ParseOrHelp(int argc, char** argv);
 
   bool help() const { return help_; }
   std::string Usage() const;

@@ -306,11 +306,7 @@ int RunFsck(int argc, char** argv) {
               ""},
              {"allow-insecure-root", "", kAllowInsecureRootHelp, ""},
              {"progress", "", "show a progress bar even when stderr is not a terminal", ""}});
-  args.Parse(argc, argv);
-  if (args.help()) {
-    std::fputs(args.Usage().c_str(), stdout);
-    return 0;
-  }
+  if (!args.ParseOrHelp(argc, argv)) return 0;
   const std::string root = args.RequiredStr("root");
   FsckOptions o;
   o.repair = args.Has("repair");

@@ -252,11 +252,7 @@ int RunGc(int argc, char** argv) {
              {"allow-insecure-root", "", kAllowInsecureRootHelp, ""},
              {"verbose", "", "print every removed file", ""},
              {"progress", "", "show a progress bar even when stderr is not a terminal", ""}});
-  args.Parse(argc, argv);
-  if (args.help()) {
-    std::fputs(args.Usage().c_str(), stdout);
-    return 0;
-  }
+  if (!args.ParseOrHelp(argc, argv)) return 0;
   const std::string root = args.RequiredStr("root");
   if (!args.Has("budget")) throw UsageError("kvtier gc: --budget SIZE is required");
   const uint64_t budget = args.Size("budget", 0);

@@ -164,11 +164,7 @@ int RunStats(int argc, char** argv) {
              {"json", "", "print one JSON object instead of text", ""},
              {"allow-insecure-root", "", kAllowInsecureRootHelp, ""},
              {"progress", "", "show a progress bar even when stderr is not a terminal", ""}});
-  args.Parse(argc, argv);
-  if (args.help()) {
-    std::fputs(args.Usage().c_str(), stdout);
-    return 0;
-  }
+  if (!args.ParseOrHelp(argc, argv)) return 0;
   const std::string root = args.RequiredStr("root");
   auto spaces = OpenRootNamespaces(root, "", RootOpen{args.Has("allow-insecure-root")});
 
