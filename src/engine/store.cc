@@ -196,11 +196,8 @@ void EngineImpl::OnFanoutStatxDone(Reactor&, const OpCtx& ctx, int64_t res) {
   // K2: a fan-out directory others can write to is refused as the root and the namespace directory are
   // (Namespace::Open checks the first level at open; this is where a second-level one is first met).
   if (!options_.allow_insecure_root) {
-    struct stat st {};
-    st.st_mode = sx.stx_mode;
-    st.st_uid = sx.stx_uid;
-    st.st_gid = sx.stx_gid;
-    Status trusted = CheckTrustedDirectory(st, "fan-out directory " + ns_->path() + "/" + ctx.path, true);
+    Status trusted = CheckTrustedDirectory(sx.stx_mode, sx.stx_uid, sx.stx_gid,
+                                           "fan-out directory " + ns_->path() + "/" + ctx.path, true);
     if (!trusted.ok()) {
       FailChunk(c, std::move(trusted));
       return;

@@ -260,16 +260,16 @@ std::string CanonicalRootPath(std::string_view root) {
   }
 }
 
-Status CheckTrustedDirectory(const struct stat& st, const std::string& what, bool group_shared) {
-  if ((st.st_mode & S_IWOTH) && !(st.st_mode & S_ISVTX)) {
+Status CheckTrustedDirectory(mode_t mode, uid_t uid, gid_t gid, const std::string& what, bool group_shared) {
+  if ((mode & S_IWOTH) && !(mode & S_ISVTX)) {
     return Status(StatusCode::kFailedPrecondition,
-                  what + " is world-writable without the sticky bit (mode " + std::to_string(st.st_mode & 07777) +
+                  what + " is world-writable without the sticky bit (mode " + std::to_string(mode & 07777) +
                       " decimal): anyone could plant entries; chmod o-w it, or set allow_insecure_root to accept it");
   }
-  if (st.st_uid != geteuid() && st.st_uid != 0 && !(group_shared && InOurGroups(st.st_gid))) {
+  if (uid != geteuid() && uid != 0 && !(group_shared && InOurGroups(gid))) {
     return Status(StatusCode::kFailedPrecondition,
-                  what + " is owned by uid " + std::to_string(st.st_uid) +
-                      (group_shared ? " and gid " + std::to_string(st.st_gid) + ", neither this user (" +
+                  what + " is owned by uid " + std::to_string(uid) +
+                      (group_shared ? " and gid " + std::to_string(gid) + ", neither this user (" +
                                           std::to_string(geteuid()) + "), root nor one of its groups"
                                     : ", not by this user (" + std::to_string(geteuid()) + ") or root") +
                       "; chown it, or set allow_insecure_root to accept it");

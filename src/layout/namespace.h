@@ -84,13 +84,17 @@ struct NamespaceOpenOptions {
   std::string checksum_key = "none";
 };
 
-// K2: whether a directory under a storage root may be trusted not to hold entries or symlinks planted by others.
-// kFailedPrecondition, naming `what` and saying how to fix it (chmod, chown or the allow_insecure_root option),
-// when st is world-writable without the sticky bit, or owned by a user other than this process's effective user
-// or root. group_shared: an owner of one of this process's groups (effective or supplementary) is accepted too; a
-// namespace's own directories are created by whichever service user of a group-shared deployment came first
-// (docs/operations.md), and that user can write nothing there that the group cannot.
-Status CheckTrustedDirectory(const struct stat& st, const std::string& what, bool group_shared);
+// K2: whether a directory under a storage root may be trusted not to hold entries or symlinks planted by others;
+// mode, uid and gid are the directory's (stat's st_ or statx's stx_ fields). kFailedPrecondition, naming `what`
+// and saying how to fix it (chmod, chown or the allow_insecure_root option), when the directory is world-writable
+// without the sticky bit, or owned by a user other than this process's effective user or root. group_shared: an
+// owner of one of this process's groups (effective or supplementary) is accepted too; a namespace's own
+// directories are created by whichever service user of a group-shared deployment came first (docs/operations.md),
+// and that user can write nothing there that the group cannot.
+Status CheckTrustedDirectory(mode_t mode, uid_t uid, gid_t gid, const std::string& what, bool group_shared);
+inline Status CheckTrustedDirectory(const struct stat& st, const std::string& what, bool group_shared) {
+  return CheckTrustedDirectory(st.st_mode, st.st_uid, st.st_gid, what, group_shared);
+}
 
 // K2 (docs/file-format.md): root without its trailing "/" and "/." components ("L/", "L/." and "L/./" are "L"; "/"
 // stays "/"), so that the root checks see a symlink L as one (a trailing "/" makes the kernel resolve it first). Every
