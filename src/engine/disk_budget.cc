@@ -58,7 +58,13 @@ void DiskBudget::StartMaintenance() {
   if (shared() && !maintenance_.joinable()) maintenance_ = std::thread([this] { MaintenanceMain(); });
 }
 
-uint64_t DiskBudget::Usage() const { return ledger_ ? ledger_->Total() : usage_ ? usage_->Load() : index_.bytes(); }
+std::optional<uint64_t> DiskBudget::SharedTotal() const {
+  if (ledger_) return ledger_->Total();
+  if (usage_) return usage_->Load();
+  return std::nullopt;
+}
+
+uint64_t DiskBudget::Usage() const { return SharedTotal().value_or(index_.bytes()); }
 
 std::string DiskBudget::Describe() const {
   std::string d = ledger_  ? "records in " + ns_.path() + "/" + UsageLedger::kDirName + " (all hosts)"
@@ -153,8 +159,7 @@ uint64_t DiskBudget::ExcessToTake(uint64_t excess) {
 }
 
 int64_t DiskBudget::Others() const {
-  const uint64_t total = ledger_ ? ledger_->Total() : usage_ ? usage_->Load() : 0;
-  return static_cast<int64_t>(total) - own_delta_.load(std::memory_order_relaxed);
+  return static_cast<int64_t>(SharedTotal().value_or(0)) - own_delta_.load(std::memory_order_relaxed);
 }
 
 void DiskBudget::MaintenanceMain() {

@@ -24,6 +24,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -94,6 +95,9 @@ class DiskBudget {
   // What to evict of `excess` bytes over the low watermark: this engine's share of it on a shared root (M2); when
   // the index knows less than that (entries of other instances), the tree is merged into it first.
   uint64_t ExcessToTake(uint64_t excess);
+  // The namespace's usage as every engine shares it: M2's records on a shared root, else C1's host counter; nullopt
+  // where neither exists (then the index is the only source).
+  std::optional<uint64_t> SharedTotal() const;
   // The shared usage less what this engine changed in it (own_delta_): the others' part.
   int64_t Others() const;
   void MaintenanceMain();
