@@ -17,6 +17,7 @@
 #include "layout/namespace.h"
 #include "layout/scan.h"
 #include "support/job_engine.h"
+#include "support/keys.h"
 #include "support/temp_dir.h"
 
 namespace kvtier {
@@ -25,12 +26,7 @@ namespace {
 constexpr uint32_t kBlocks = 4;
 constexpr uint64_t kBlockBytes = 64 * 1024;
 
-ChunkKey Key(uint64_t i) {
-  uint8_t b[32] = {};
-  for (int k = 0; k < 8; ++k) b[k] = static_cast<uint8_t>(i >> (8 * k));
-  b[31] = 0xc7;
-  return ChunkKey::FromBytes(std::span<const uint8_t>(b, sizeof(b))).value();
-}
+ChunkKey Key(uint64_t i) { return kvtier::test::NumberedKey(i, 32, 31, 0xc7); }
 
 // The bytes every writer stores for key i: any published entry must hold exactly these.
 std::vector<uint8_t> ContentFor(uint64_t i) {

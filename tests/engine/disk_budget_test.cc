@@ -13,6 +13,7 @@
 
 #include "layout/chunk_path.h"
 #include "layout/temp_dir.h"
+#include "support/keys.h"
 #include "support/temp_dir.h"
 
 namespace kvtier {
@@ -20,12 +21,7 @@ namespace {
 
 constexpr uint64_t kEntry = 8192;
 
-ChunkKey Key(uint64_t i) {
-  uint8_t b[16] = {};
-  for (int k = 0; k < 8; ++k) b[k] = static_cast<uint8_t>(i >> (8 * k));
-  b[15] = 0x5b;
-  return ChunkKey::FromBytes(std::span<const uint8_t>(b, sizeof(b))).value();
-}
+ChunkKey Key(uint64_t i) { return kvtier::test::NumberedKey(i, 16, 15, 0x5b); }
 
 // One engine's books: its index and its budget over the shared namespace directory.
 struct Books {

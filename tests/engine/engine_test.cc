@@ -15,6 +15,7 @@
 #include "layout/chunk_path.h"
 #include "staging/staging_pool.h"
 #include "support/job_engine.h"
+#include "support/keys.h"
 #include "support/temp_dir.h"
 
 namespace kvtier {
@@ -23,12 +24,7 @@ namespace {
 constexpr uint32_t kBlocks = 4;
 constexpr uint64_t kBlockBytes = 8192 + 100;  // not a multiple of 4096: exercises the padded stride
 
-ChunkKey Key(uint64_t i) {
-  uint8_t b[36] = {};
-  for (int k = 0; k < 8; ++k) b[k] = static_cast<uint8_t>(i >> (8 * k));
-  b[8] = 0x5a;
-  return ChunkKey::FromBytes(std::span<const uint8_t>(b, sizeof(b))).value();
-}
+ChunkKey Key(uint64_t i) { return kvtier::test::NumberedKey(i, 36, 8, 0x5a); }
 
 EngineOptions Options(const std::string& root) {
   EngineOptions o;

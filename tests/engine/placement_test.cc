@@ -8,15 +8,12 @@
 #include <thread>
 #include <vector>
 
+#include "support/keys.h"
+
 namespace kvtier {
 namespace {
 
-ChunkKey Key(uint64_t i) {
-  uint8_t b[32] = {};
-  for (int k = 0; k < 8; ++k) b[k] = static_cast<uint8_t>(i >> (8 * k));
-  b[12] = 0x9d;
-  return ChunkKey::FromBytes(std::span<const uint8_t>(b, sizeof(b))).value();
-}
+ChunkKey Key(uint64_t i) { return kvtier::test::NumberedKey(i, 32, 12, 0x9d); }
 
 std::vector<ChunkKey> Keys(uint64_t first, uint64_t n) {
   std::vector<ChunkKey> out;

@@ -9,6 +9,7 @@
 #include "engine/engine_impl.h"
 #include "io/fault_engine.h"
 #include "support/job_engine.h"
+#include "support/keys.h"
 #include "support/temp_dir.h"
 
 namespace kvtier {
@@ -17,12 +18,7 @@ namespace {
 constexpr uint32_t kBlocks = 2;
 constexpr uint64_t kBlockBytes = 8192;
 
-ChunkKey Key(uint64_t i) {
-  uint8_t b[32] = {};
-  for (int k = 0; k < 8; ++k) b[k] = static_cast<uint8_t>(i >> (8 * k));
-  b[10] = 0x3c;
-  return ChunkKey::FromBytes(std::span<const uint8_t>(b, sizeof(b))).value();
-}
+ChunkKey Key(uint64_t i) { return kvtier::test::NumberedKey(i, 32, 10, 0x3c); }
 
 EngineOptions Options(const std::string& root) {
   EngineOptions o;

@@ -22,6 +22,7 @@
 #include "kvtier/engine.h"
 #include "layout/chunk_format.h"
 #include "support/job_engine.h"
+#include "support/keys.h"
 #include "support/temp_dir.h"
 
 namespace kvtier {
@@ -30,12 +31,7 @@ namespace {
 constexpr uint32_t kBlocks = 8;
 constexpr uint64_t kBlockBytes = 8192;  // a multiple of the payload alignment: the stride is the block
 
-ChunkKey Key(uint64_t i) {
-  uint8_t b[32] = {};
-  for (int k = 0; k < 8; ++k) b[k] = static_cast<uint8_t>(i >> (8 * k));
-  b[10] = 0x51;
-  return ChunkKey::FromBytes(std::span<const uint8_t>(b, sizeof(b))).value();
-}
+ChunkKey Key(uint64_t i) { return kvtier::test::NumberedKey(i, 32, 10, 0x51); }
 
 EngineOptions Options(const std::string& root, uint64_t piece_bytes) {
   EngineOptions o;

@@ -8,15 +8,12 @@
 #include <thread>
 #include <vector>
 
+#include "support/keys.h"
+
 namespace kvtier {
 namespace {
 
-ChunkKey Key(uint64_t i) {
-  uint8_t b[16] = {};
-  for (int k = 0; k < 8; ++k) b[k] = static_cast<uint8_t>(i >> (8 * k));
-  b[15] = 0x42;
-  return ChunkKey::FromBytes(std::span<const uint8_t>(b, sizeof(b))).value();
-}
+ChunkKey Key(uint64_t i) { return kvtier::test::NumberedKey(i, 16, 15, 0x42); }
 
 class ResidentSetTest : public ::testing::Test {
  protected:

@@ -3,15 +3,12 @@
 
 #include <gtest/gtest.h>
 
+#include "support/keys.h"
+
 namespace kvtier {
 namespace {
 
-ChunkKey Key(uint64_t i) {
-  uint8_t b[32] = {};
-  for (int k = 0; k < 8; ++k) b[k] = static_cast<uint8_t>(i >> (8 * k));
-  b[13] = 0x4e;
-  return ChunkKey::FromBytes(std::span<const uint8_t>(b, sizeof(b))).value();
-}
+ChunkKey Key(uint64_t i) { return kvtier::test::NumberedKey(i, 32, 13, 0x4e); }
 
 TEST(StoreOutcomes, AWatchedStoresOutcomeIsHandedOverOnceAndAnUnwatchedOneIsNotKept) {
   StoreOutcomes o;

@@ -19,6 +19,7 @@
 #include "io/fault_engine.h"
 #include "layout/chunk_format.h"
 #include "layout/chunk_path.h"
+#include "support/keys.h"
 #include "support/temp_dir.h"
 
 namespace kvtier::policy {
@@ -28,12 +29,7 @@ constexpr uint32_t kBlocks = 4;
 constexpr uint64_t kBlockBytes = 8192 + 100;  // not a multiple of 4096: the slot's padded stride
 constexpr uint64_t kSlotBytes = 4096 + kBlocks * 12288;
 
-ChunkKey Key(uint64_t i) {
-  uint8_t b[36] = {};
-  for (int k = 0; k < 8; ++k) b[k] = static_cast<uint8_t>(i >> (8 * k));
-  b[8] = 0x6b;
-  return ChunkKey::FromBytes(std::span<const uint8_t>(b, sizeof(b))).value();
-}
+ChunkKey Key(uint64_t i) { return kvtier::test::NumberedKey(i, 36, 8, 0x6b); }
 
 EngineOptions Options(const std::string& root, uint32_t slots) {
   EngineOptions o;

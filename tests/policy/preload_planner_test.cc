@@ -10,6 +10,7 @@
 #include "engine/engine_impl.h"
 #include "io/fake_engine.h"
 #include "support/job_engine.h"
+#include "support/keys.h"
 #include "support/temp_dir.h"
 #include "transfer/device_copier.h"
 
@@ -20,12 +21,7 @@ constexpr uint32_t kBlocks = 2;
 constexpr uint64_t kBlockBytes = 4096;
 constexpr uint32_t kSlots = 16;
 
-ChunkKey Key(uint64_t i) {
-  uint8_t b[36] = {};
-  for (int k = 0; k < 8; ++k) b[k] = static_cast<uint8_t>(i >> (8 * k));
-  b[8] = 0x7c;
-  return ChunkKey::FromBytes(std::span<const uint8_t>(b, sizeof(b))).value();
-}
+ChunkKey Key(uint64_t i) { return kvtier::test::NumberedKey(i, 36, 8, 0x7c); }
 
 class PlannerTest : public ::testing::Test {
  protected:

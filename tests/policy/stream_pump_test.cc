@@ -15,6 +15,7 @@
 #include "layout/chunk_format.h"
 #include "policy/job_client.h"
 #include "policy/preload_planner.h"
+#include "support/keys.h"
 #include "support/temp_dir.h"
 
 namespace kvtier::policy {
@@ -26,12 +27,7 @@ constexpr uint32_t kBlocks = 2;
 constexpr uint64_t kBlockBytes = 4096;
 constexpr uint64_t kSlotBytes = 4096 + kBlocks * kBlockBytes;
 
-ChunkKey Key(uint64_t i) {
-  uint8_t b[36] = {};
-  for (int k = 0; k < 8; ++k) b[k] = static_cast<uint8_t>(i >> (8 * k));
-  b[8] = 0x5a;
-  return ChunkKey::FromBytes(std::span<const uint8_t>(b, sizeof(b))).value();
-}
+ChunkKey Key(uint64_t i) { return kvtier::test::NumberedKey(i, 36, 8, 0x5a); }
 
 uint8_t Pattern(uint64_t chunk) { return static_cast<uint8_t>(0x20 + chunk); }
 
