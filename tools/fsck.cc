@@ -155,49 +155,53 @@ struct Tally {
   uint64_t other_secret = 0;
 };
 
-// Checks one namespace: refuses it when its MANIFEST records another checksum key (K3), else verifies every entry
-// (removing corrupt ones with --repair) and reports its temporaries (sweeping stale ones with --repair). Adds to t;
-// returns 1 on an error that makes fsck fail, else 0.
-int CheckNamespace(const RootNamespace& r, const FsckOptions& o, const ChecksumKey* checksum_key, Verifier& verifier,
-                   int64_t now_ns, Tally& t) {
-  int rc = 0;
-  const Namespace& ns = *r.ns;
-  // K3: verifying a namespace's entries with a key other than the one its MANIFEST records would report (and with
-  // --repair remove) every good entry: refuse the namespace instead.
-  if (const std::string& have = ns.checksum_key_record(); !have.empty() && have != ChecksumKeyRecord(checksum_key)) {
-    const std::string why =
-        have == "none" ? "its entries are written without a checksum secret: run fsck without --checksum-secret"
-        : checksum_key != nullptr
-            ? "its entries are keyed with another secret (MANIFEST checksum_key=" + have +
-                  ", --checksum-secret gives " + ChecksumKeyRecord(checksum_key) + "): give the secret its writers use"
-            : "its entries are keyed (MANIFEST checksum_key=" + have +
-                  "): give --checksum-secret the secret its writers use";
-    std::printf("error: %s: %s; not checked, nothing removed\n", r.dir_name.c_str(), why.c_str());
-    std::fprintf(stderr, "kvtier: error: namespace %s: %s; not checked, nothing removed\n", r.dir_name.c_str(),
-                 why.c_str());
-    return 1;
+// K3: verifying a namespace's entries with a key other than the one its MANIFEST records would report (and with
+// --repair remove) every good entry. Why this namespace is refused, or empty when its key is the one given.
+std::string OtherKeyRefusal(const Namespace& ns, const ChecksumKey* checksum_key) {
+  const std::string& have = ns.checksum_key_record();
+  if (have.empty() || have == ChecksumKeyRecord(checksum_key)) return "";
+  if (have == "none") return "its entries are written without a checksum secret: run fsck without --checksum-secret";
+  if (checksum_key != nullptr) {
+    return "its entries are keyed with another secret (MANIFEST checksum_key=" + have + ", --checksum-secret gives " +
+           ChecksumKeyRecord(checksum_key) + "): give the secret its writers use";
   }
-  const bool shared = ProbeFilesystem(ns.dirfd()).shared;
-  std::vector<Found> chunks, temps;
-  {
-    Progress scan("scanning " + r.dir_name, 0, o.progress);
-    Status st = ScanEntries(ns, [&](const EntryInfo& e) {
-      scan.Add(1);
-      if (e.is_foreign) {
-        t.foreign++;
-        std::printf("foreign: %s/%s\n", r.dir_name.c_str(), e.rel_path.c_str());
-      } else if (e.is_temporary) {
-        temps.push_back(Found{ChunkKey(), e.rel_path, e.mtime_ns});
-      } else {
-        chunks.push_back(Found{e.key, e.rel_path, e.mtime_ns});
-      }
-    });
-    if (!st.ok()) {
-      std::fprintf(stderr, "kvtier: error: scanning %s: %s\n", r.dir_name.c_str(), st.message().c_str());
-      rc = 1;
-    }
-  }
+  return "its entries are keyed (MANIFEST checksum_key=" + have +
+         "): give --checksum-secret the secret its writers use";
+}
 
+// The namespace's entries and temporaries (foreign files are counted and printed); false when the scan failed.
+bool ScanNamespace(const RootNamespace& r, const FsckOptions& o, Tally& t, std::vector<Found>& chunks,
+                   std::vector<Found>& temps) {
+  Progress scan("scanning " + r.dir_name, 0, o.progress);
+  Status st = ScanEntries(*r.ns, [&](const EntryInfo& e) {
+    scan.Add(1);
+    if (e.is_foreign) {
+      t.foreign++;
+      std::printf("foreign: %s/%s\n", r.dir_name.c_str(), e.rel_path.c_str());
+    } else if (e.is_temporary) {
+      temps.push_back(Found{ChunkKey(), e.rel_path, e.mtime_ns});
+    } else {
+      chunks.push_back(Found{e.key, e.rel_path, e.mtime_ns});
+    }
+  });
+  if (st.ok()) return true;
+  std::fprintf(stderr, "kvtier: error: scanning %s: %s\n", r.dir_name.c_str(), st.message().c_str());
+  return false;
+}
+
+// --repair: removes the corrupt entry f, only the file that was verified (a writer may have re-published a good
+// entry under the name since). True when it is gone.
+bool RemoveCorrupt(const Namespace& ns, const Found& f, const EntryCheck& c) {
+  struct stat st;
+  if (fstatat(ns.dirfd(), f.rel.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return errno == ENOENT;
+  if (st.st_dev != c.dev || st.st_ino != c.ino) return true;  // replaced by a new entry: the corrupt one is gone
+  return unlinkat(ns.dirfd(), f.rel.c_str(), 0) == 0 || errno == ENOENT;
+}
+
+// Verifies each entry, reporting (and with --repair removing) corrupt ones.
+void VerifyEntries(const RootNamespace& r, const FsckOptions& o, Verifier& verifier, bool shared, int64_t now_ns,
+                   const std::vector<Found>& chunks, Tally& t) {
+  const Namespace& ns = *r.ns;
   Progress progress("verifying " + r.dir_name, chunks.size(), o.progress);
   for (size_t i = 0; i < chunks.size(); ++i) {
     const Found& f = chunks[i];
@@ -221,24 +225,17 @@ int CheckNamespace(const RootNamespace& r, const FsckOptions& o, const ChecksumK
       continue;
     }
     t.corrupt++;
-    bool gone = false;
-    if (o.repair) {
-      // Remove only the file we verified: a writer may have re-published a good entry under the name since.
-      struct stat st;
-      if (fstatat(ns.dirfd(), f.rel.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
-        gone = errno == ENOENT;
-      } else if (st.st_dev == c.dev && st.st_ino == c.ino) {
-        gone = unlinkat(ns.dirfd(), f.rel.c_str(), 0) == 0 || errno == ENOENT;
-      } else {
-        gone = true;  // replaced by a new entry; the corrupt one is no longer reachable
-      }
-    }
+    const bool gone = o.repair && RemoveCorrupt(ns, f, c);
     if (!gone) t.corrupt_left++;
     std::printf("corrupt: %s/%s: %s%s\n", r.dir_name.c_str(), f.rel.c_str(), c.reason.c_str(),
                 o.repair ? (gone ? " (removed)" : " (NOT removed)") : "");
   }
   progress.Finish();
+}
 
+// Reports the temporaries and with --repair sweeps the stale ones; false when the sweep failed.
+bool SweepNamespaceTemporaries(const RootNamespace& r, const FsckOptions& o, int64_t now_ns,
+                               const std::vector<Found>& temps, Tally& t) {
   for (const Found& tmp : temps) {
     t.temporaries++;
     const int64_t age_s = (now_ns - tmp.mtime_ns) / 1000000000;
@@ -246,16 +243,33 @@ int CheckNamespace(const RootNamespace& r, const FsckOptions& o, const ChecksumK
     std::printf("temporary: %s/%s (%s, %lld s old)\n", r.dir_name.c_str(), tmp.rel.c_str(),
                 stale ? "stale" : "young, maybe a live writer's", static_cast<long long>(age_s));
   }
-  if (o.repair && !temps.empty()) {
-    auto sw = SweepTemporaries(ns, std::chrono::seconds(o.temp_max_age_s));
-    if (sw.ok()) {
-      t.removed += sw->removed;
-    } else {
-      std::fprintf(stderr, "kvtier: error: sweeping temporaries of %s: %s\n", r.dir_name.c_str(),
-                   sw.status().message().c_str());
-      rc = 1;
-    }
+  if (!o.repair || temps.empty()) return true;
+  auto sw = SweepTemporaries(*r.ns, std::chrono::seconds(o.temp_max_age_s));
+  if (sw.ok()) {
+    t.removed += sw->removed;
+    return true;
   }
+  std::fprintf(stderr, "kvtier: error: sweeping temporaries of %s: %s\n", r.dir_name.c_str(),
+               sw.status().message().c_str());
+  return false;
+}
+
+// Checks one namespace: refuses it when its MANIFEST records another checksum key (K3), else verifies every entry
+// (removing corrupt ones with --repair) and reports its temporaries (sweeping stale ones with --repair). Adds to t;
+// returns 1 on an error that makes fsck fail, else 0.
+int CheckNamespace(const RootNamespace& r, const FsckOptions& o, const ChecksumKey* checksum_key, Verifier& verifier,
+                   int64_t now_ns, Tally& t) {
+  if (const std::string why = OtherKeyRefusal(*r.ns, checksum_key); !why.empty()) {
+    std::printf("error: %s: %s; not checked, nothing removed\n", r.dir_name.c_str(), why.c_str());
+    std::fprintf(stderr, "kvtier: error: namespace %s: %s; not checked, nothing removed\n", r.dir_name.c_str(),
+                 why.c_str());
+    return 1;
+  }
+  const bool shared = ProbeFilesystem(r.ns->dirfd()).shared;
+  std::vector<Found> chunks, temps;
+  int rc = ScanNamespace(r, o, t, chunks, temps) ? 0 : 1;
+  VerifyEntries(r, o, verifier, shared, now_ns, chunks, t);
+  if (!SweepNamespaceTemporaries(r, o, now_ns, temps, t)) rc = 1;
   return rc;
 }
 
