@@ -183,11 +183,8 @@ Status EncodeHeader(const ChunkHeader& h, std::span<uint8_t> out, const Checksum
 
 namespace {
 
-// DecodeHeader; without check_keying, the header's keying is not checked against the reader's key (the kind against
-// whether there is a key, and the MAC), everything else is.
-Result<ChunkHeader> Decode(std::span<const uint8_t> bytes, std::span<const uint8_t, 16> expected_fingerprint,
-                           const ChunkKey& expected_key, const ChunkGeometry* expected, const ChecksumKey* checksum_key,
-                           bool check_keying) {
+// The frame: size, magic, version, the header checksum, header_bytes.
+Status CheckFrame(std::span<const uint8_t> bytes) {
   if (bytes.size() != kHeaderBytes) {
     return Corrupt("chunk header has " + std::to_string(bytes.size()) + " bytes, expected " +
                    std::to_string(kHeaderBytes) + " (truncated file?)");
@@ -201,15 +198,20 @@ Result<ChunkHeader> Decode(std::span<const uint8_t> bytes, std::span<const uint8
     return Corrupt("chunk header: format version " + std::to_string(version) + ", this build reads " +
                    std::to_string(kFormatVersion));
   }
-  uint64_t stored_sum = GetU64(p + kOffHeaderChecksum);
-  uint64_t actual_sum = XXH3_64bits(p, kOffHeaderChecksum);
-  if (stored_sum != actual_sum) return Corrupt("chunk header: header checksum mismatch (torn or damaged header)");
+  if (GetU64(p + kOffHeaderChecksum) != XXH3_64bits(p, kOffHeaderChecksum)) {
+    return Corrupt("chunk header: header checksum mismatch (torn or damaged header)");
+  }
   // The fields below are covered by the checksum; these checks catch a well-formed header that is still wrong.
   if (GetU32(p + kOffHeaderBytes) != kHeaderBytes) {
     return Corrupt("chunk header: header_bytes " + std::to_string(GetU32(p + kOffHeaderBytes)) + " is not 4096");
   }
+  return Status::Ok();
+}
+
+// K3: the checksum kind against the reader's key (before anything else a forger controls; with a key, the MAC
+// decides), and the reserved bytes, whose extent depends on the kind.
+Status CheckKeying(const uint8_t* p, const ChecksumKey* checksum_key, bool check_keying) {
   const uint32_t kind = GetU32(p + kOffChecksumKind);
-  // K3: the kind is checked before anything else a forger controls; with a key, the MAC decides.
   if (check_keying && checksum_key != nullptr && kind != kChecksumKeyed) {
     return Corrupt("chunk header: checksum_kind " + std::to_string(kind) +
                    " is not keyed, and this reader requires keyed checksums (written without the secret)");
@@ -228,6 +230,12 @@ Result<ChunkHeader> Decode(std::span<const uint8_t> bytes, std::span<const uint8
       return Corrupt("chunk header: header MAC mismatch (written with another checksum secret, or forged)");
     }
   }
+  return Status::Ok();
+}
+
+// Whose entry this is: the namespace's fingerprint, then the key (its size, its zero padding, its bytes).
+Result<ChunkKey> CheckIdentity(const uint8_t* p, std::span<const uint8_t, 16> expected_fingerprint,
+                               const ChunkKey& expected_key) {
   if (std::memcmp(p + kOffFingerprint, expected_fingerprint.data(), 16) != 0) {
     return Corrupt("chunk header: foreign namespace (fingerprint " + HexOf({p + kOffFingerprint, 16}) + ", expected " +
                    HexOf(expected_fingerprint) + ")");
@@ -241,12 +249,16 @@ Result<ChunkHeader> Decode(std::span<const uint8_t> bytes, std::span<const uint8
                    std::to_string(kOffKey + 63) + " after a key of " + std::to_string(key_size) +
                    " bytes) is not zero");
   }
-  ChunkHeader h;
-  h.key = ChunkKey::FromBytes({p + kOffKey, key_size}).value();
-  if (h.key != expected_key) {
-    return Corrupt("chunk header: key mismatch (file holds " + h.key.Hex() + ", expected " + expected_key.Hex() +
+  ChunkKey key = ChunkKey::FromBytes({p + kOffKey, key_size}).value();
+  if (key != expected_key) {
+    return Corrupt("chunk header: key mismatch (file holds " + key.Hex() + ", expected " + expected_key.Hex() +
                    "; swapped or misplaced file)");
   }
+  return key;
+}
+
+// The geometry and checksum fields into h, checked against each other and the namespace's (expected, if given).
+Status ReadFields(const uint8_t* p, const ChunkGeometry* expected, ChunkHeader& h) {
   std::memcpy(h.fingerprint.data(), p + kOffFingerprint, 16);
   h.num_blocks = GetU32(p + kOffNumBlocks);
   h.checksum_kind = GetU32(p + kOffChecksumKind);
@@ -271,7 +283,23 @@ Result<ChunkHeader> Decode(std::span<const uint8_t> bytes, std::span<const uint8
       return Corrupt("chunk header: block_checksums[" + std::to_string(i) + "] is set beyond num_blocks");
     }
   }
-  h.header_checksum = stored_sum;
+  h.header_checksum = GetU64(p + kOffHeaderChecksum);
+  return Status::Ok();
+}
+
+// DecodeHeader; without check_keying, the header's keying is not checked against the reader's key (the kind against
+// whether there is a key, and the MAC), everything else is.
+Result<ChunkHeader> Decode(std::span<const uint8_t> bytes, std::span<const uint8_t, 16> expected_fingerprint,
+                           const ChunkKey& expected_key, const ChunkGeometry* expected, const ChecksumKey* checksum_key,
+                           bool check_keying) {
+  KVTIER_RETURN_IF_ERROR(CheckFrame(bytes));
+  const uint8_t* p = bytes.data();
+  KVTIER_RETURN_IF_ERROR(CheckKeying(p, checksum_key, check_keying));
+  Result<ChunkKey> key = CheckIdentity(p, expected_fingerprint, expected_key);
+  if (!key.ok()) return key.status();
+  ChunkHeader h;
+  h.key = std::move(key.value());
+  KVTIER_RETURN_IF_ERROR(ReadFields(p, expected, h));
   return h;
 }
 
