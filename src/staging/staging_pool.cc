@@ -223,6 +223,84 @@ void FutexWait(const std::atomic<uint32_t>* word, uint32_t seen, std::chrono::na
   // Spurious wake-ups, EAGAIN (the bell moved) and EINTR all return: callers re-check what they wait for.
   syscall(SYS_futex, const_cast<uint32_t*>(reinterpret_cast<const uint32_t*>(word)), FUTEX_WAIT, seen, &ts, nullptr, 0);
 }
+
+// A new shared-memory segment, created exclusively: options.name, or a generated name (which can collide only with a
+// leftover of a crashed process with the same pid: retried a few times).
+struct Segment {
+  std::string name;
+  int fd;
+};
+Result<Segment> CreateSegment(const StagingPoolOptions& options) {
+  const bool generated_name = options.name.empty();
+  if (!generated_name) KVTIER_RETURN_IF_ERROR(ValidateName(options.name));
+  Segment seg{"", -1};
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    seg.name = generated_name ? RandomName() : options.name;
+    seg.fd = shm_open(seg.name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    if (seg.fd >= 0 || errno != EEXIST || !generated_name) break;
+  }
+  if (seg.fd < 0) return Status::FromErrno(errno, "shm_open(" + seg.name + ", O_CREAT|O_EXCL)");
+  return seg;
+}
+
+// Sizes seg to g.mapped_bytes and maps it (2 MiB pages where asked and possible). Closes seg.fd either way and
+// unlinks the segment on failure.
+struct Mapping {
+  void* base;
+  uint64_t huge_bytes;  // bytes backed by huge pages
+};
+Result<Mapping> SizeAndMap(const Segment& seg, const Geometry& g, const StagingPoolOptions& options) {
+  auto fail = [&](Status s) -> Result<Mapping> {
+    close(seg.fd);
+    shm_unlink(seg.name.c_str());
+    return s;
+  };
+  // tmpfs accepts an ftruncate larger than its free space and raises SIGBUS on a later page fault; refuse here.
+  struct statvfs vfs;
+  if (fstatvfs(seg.fd, &vfs) == 0 && vfs.f_blocks != 0) {
+    uint64_t available = uint64_t{vfs.f_bavail} * vfs.f_frsize;
+    if (g.mapped_bytes > available) {
+      return fail(Status(StatusCode::kNoSpace, "staging pool needs " + std::to_string(g.mapped_bytes) +
+                                                   " bytes of shared memory; /dev/shm has " +
+                                                   std::to_string(available) + " available"));
+    }
+  }
+  if (ftruncate(seg.fd, static_cast<off_t>(g.mapped_bytes)) != 0) {
+    return fail(Status::FromErrno(errno, "ftruncate(" + seg.name + ", " + std::to_string(g.mapped_bytes) + ")"));
+  }
+  const bool huge = options.populate && options.huge_pages && g.mapped_bytes >= kHugeBytes;
+  void* base = huge ? MapHugeAligned(seg.fd, g.mapped_bytes) : MAP_FAILED;
+  const bool aligned = base != MAP_FAILED;
+  if (base == MAP_FAILED) {
+    int flags = MAP_SHARED | (options.populate ? MAP_POPULATE : 0);
+    base = mmap(nullptr, g.mapped_bytes, PROT_READ | PROT_WRITE, flags, seg.fd, 0);
+  }
+  if (base == MAP_FAILED) return fail(Status::FromErrno(errno, "mmap(" + seg.name + ")"));
+  close(seg.fd);
+  return Mapping{base, aligned ? PopulateHuge(static_cast<uint8_t*>(base), g.mapped_bytes) : 0};
+}
+
+// Writes the pool's header at base, the magic last: from then on the pool is attachable. control_line_bytes and
+// board_entry_bytes: the sizes of a slot's control line and of a board entry, recorded for attachers to check.
+void PublishHeader(void* base, const Geometry& g, const StagingPoolOptions& options, uint32_t control_line_bytes,
+                   uint32_t board_entry_bytes) {
+  auto* header = new (base) PoolHeader{};
+  header->version = kPoolVersion;
+  header->num_slots = options.num_slots;
+  header->slot_bytes = options.slot_bytes;
+  header->slot_stride = g.slot_stride;
+  header->alignment = g.alignment;
+  header->control_offset = g.control_offset;
+  header->data_offset = g.data_offset;
+  header->mapped_bytes = g.mapped_bytes;
+  header->owner_pid = getpid();
+  header->demand_reserve = options.demand_reserve;
+  header->control_line_bytes = control_line_bytes;
+  header->board_offset = g.board_offset;
+  header->stream_entries = options.stream_entries;
+  header->board_entry_bytes = board_entry_bytes;
+  header->magic.store(kPoolMagic, std::memory_order_release);
+}
 }  // namespace
 
 std::string_view EntryStateName(EntryState state) {
@@ -260,64 +338,23 @@ Result<std::unique_ptr<StagingPool>> StagingPool::Create(const StagingPoolOption
   Result<Geometry> geometry = ComputeGeometry(options);
   if (!geometry.ok()) return geometry.status();
   const Geometry& g = *geometry;
-  const bool generated_name = options.name.empty();
-  if (!generated_name) KVTIER_RETURN_IF_ERROR(ValidateName(options.name));
-
-  std::string name;
-  int fd = -1;
-  // A generated name can collide only with a leftover of a crashed process with the same pid: retry a few times.
-  for (int attempt = 0; attempt < 8; ++attempt) {
-    name = generated_name ? RandomName() : options.name;
-    fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-    if (fd >= 0 || errno != EEXIST || !generated_name) break;
-  }
-  if (fd < 0) return Status::FromErrno(errno, "shm_open(" + name + ", O_CREAT|O_EXCL)");
-
-  auto fail = [&](Status s) -> Result<std::unique_ptr<StagingPool>> {
-    close(fd);
-    shm_unlink(name.c_str());
-    return s;
-  };
-
-  // tmpfs accepts an ftruncate larger than its free space and raises SIGBUS on a later page fault; refuse here.
-  struct statvfs vfs;
-  if (fstatvfs(fd, &vfs) == 0 && vfs.f_blocks != 0) {
-    uint64_t available = uint64_t{vfs.f_bavail} * vfs.f_frsize;
-    if (g.mapped_bytes > available) {
-      return fail(Status(StatusCode::kNoSpace, "staging pool needs " + std::to_string(g.mapped_bytes) +
-                                                   " bytes of shared memory; /dev/shm has " +
-                                                   std::to_string(available) + " available"));
-    }
-  }
-  if (ftruncate(fd, static_cast<off_t>(g.mapped_bytes)) != 0) {
-    return fail(Status::FromErrno(errno, "ftruncate(" + name + ", " + std::to_string(g.mapped_bytes) + ")"));
-  }
-  const bool huge = options.populate && options.huge_pages && g.mapped_bytes >= kHugeBytes;
-  void* base = huge ? MapHugeAligned(fd, g.mapped_bytes) : MAP_FAILED;
-  const bool aligned = base != MAP_FAILED;
-  if (base == MAP_FAILED) {
-    int flags = MAP_SHARED | (options.populate ? MAP_POPULATE : 0);
-    base = mmap(nullptr, g.mapped_bytes, PROT_READ | PROT_WRITE, flags, fd, 0);
-  }
-  if (base == MAP_FAILED) return fail(Status::FromErrno(errno, "mmap(" + name + ")"));
-  close(fd);
-  uint64_t huge_bytes = 0;
-  if (aligned) {
-    huge_bytes = PopulateHuge(static_cast<uint8_t*>(base), g.mapped_bytes);
-  }
+  Result<Segment> seg = CreateSegment(options);
+  if (!seg.ok()) return seg.status();
+  Result<Mapping> mapping = SizeAndMap(*seg, g, options);
+  if (!mapping.ok()) return mapping.status();
 
   auto pool = std::make_unique<StagingPool>(Passkey{});
-  pool->name_ = name;
+  pool->name_ = seg->name;
   pool->owner_ = true;
   pool->creator_pid_ = getpid();
-  pool->base_ = base;
+  pool->base_ = mapping->base;
   pool->mapped_bytes_ = g.mapped_bytes;
-  pool->huge_bytes_ = huge_bytes;
+  pool->huge_bytes_ = mapping->huge_bytes;
   pool->num_slots_ = options.num_slots;
   pool->slot_bytes_ = options.slot_bytes;
   pool->slot_stride_ = g.slot_stride;
   pool->demand_reserve_ = options.demand_reserve;
-  auto* bytes = static_cast<uint8_t*>(base);
+  auto* bytes = static_cast<uint8_t*>(mapping->base);
   pool->controls_ = reinterpret_cast<SlotControl*>(bytes + g.control_offset);
   pool->data_ = bytes + g.data_offset;
   for (uint32_t i = 0; i < options.num_slots; ++i) {
@@ -330,23 +367,7 @@ Result<std::unique_ptr<StagingPool>> StagingPool::Create(const StagingPoolOption
   pool->free_list_.reserve(options.num_slots);
   for (uint32_t i = options.num_slots; i > 0; --i) pool->free_list_.push_back(i - 1);  // slot 0 goes out first
   pool->slot_in_use_.assign(options.num_slots, false);
-
-  auto* header = new (base) PoolHeader{};
-  header->version = kPoolVersion;
-  header->num_slots = options.num_slots;
-  header->slot_bytes = options.slot_bytes;
-  header->slot_stride = g.slot_stride;
-  header->alignment = g.alignment;
-  header->control_offset = g.control_offset;
-  header->data_offset = g.data_offset;
-  header->mapped_bytes = g.mapped_bytes;
-  header->owner_pid = getpid();
-  header->demand_reserve = options.demand_reserve;
-  header->control_line_bytes = sizeof(SlotControl);
-  header->board_offset = g.board_offset;
-  header->stream_entries = options.stream_entries;
-  header->board_entry_bytes = sizeof(BoardEntry);
-  header->magic.store(kPoolMagic, std::memory_order_release);  // last: the pool is now attachable
+  PublishHeader(mapping->base, g, options, sizeof(SlotControl), sizeof(BoardEntry));  // last: now attachable
   return pool;
 }
 
