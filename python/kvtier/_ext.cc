@@ -45,6 +45,7 @@
 #include "policy/stream_pump.h"
 #include "staging/staging_pool.h"
 #include "transfer/device_copier.h"
+#include "util/thread.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -939,7 +940,7 @@ uint64_t CopyBatch(const AnyArray& dst, const AnyArray& src, const AnyArray& siz
   };
   std::vector<std::thread> pool;
   pool.reserve(workers - 1);
-  for (size_t w = 1; w < workers; ++w) pool.emplace_back(run, w);
+  for (size_t w = 1; w < workers; ++w) pool.push_back(StartThread(run, w));
   run(0);
   for (std::thread& t : pool) t.join();
   return total;

@@ -9,6 +9,7 @@
 
 #include "io/io_engine.h"
 #include "layout/chunk_path.h"
+#include "util/thread.h"
 
 namespace kvtier {
 
@@ -55,7 +56,7 @@ void DiskBudget::StopMaintenance() {
 }
 
 void DiskBudget::StartMaintenance() {
-  if (shared() && !maintenance_.joinable()) maintenance_ = std::thread([this] { MaintenanceMain(); });
+  if (shared() && !maintenance_.joinable()) maintenance_ = StartThread([this] { MaintenanceMain(); });
 }
 
 std::optional<uint64_t> DiskBudget::SharedTotal() const {

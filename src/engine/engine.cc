@@ -19,6 +19,7 @@
 #include "layout/chunk_path.h"
 #include "layout/scan.h"
 #include "layout/shared_fs.h"
+#include "util/thread.h"
 
 namespace kvtier {
 
@@ -161,7 +162,7 @@ Status EngineImpl::Init(const EngineOptions& options, IoFactory io_factory, uint
   describe_ = DescribeOpen(options, report);
   for (auto& r : reactors_) {
     Reactor* rp = r.get();
-    r->thread = std::thread([this, rp] { ReactorMain(*rp); });
+    r->thread = StartThread([this, rp] { ReactorMain(*rp); });
   }
   budget_->StartMaintenance();
   return Status::Ok();

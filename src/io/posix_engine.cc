@@ -9,6 +9,7 @@
 
 #include "io/io_engine.h"
 #include "io/op_exec.h"
+#include "util/thread.h"
 
 namespace kvtier::io {
 namespace {
@@ -17,7 +18,7 @@ class PosixEngine final : public IoEngine {
  public:
   PosixEngine(uint32_t depth, uint32_t threads) : depth_(depth) {
     workers_.reserve(threads);
-    for (uint32_t i = 0; i < threads; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+    for (uint32_t i = 0; i < threads; ++i) workers_.push_back(StartThread([this] { WorkerLoop(); }));
   }
   PosixEngine(const PosixEngine&) = delete;
   PosixEngine& operator=(const PosixEngine&) = delete;

@@ -24,6 +24,7 @@
 
 #include "io/io_engine.h"
 #include "io/op_exec.h"
+#include "util/thread.h"
 
 namespace kvtier::io {
 namespace {
@@ -306,7 +307,7 @@ class UringEngine final : public IoEngine {
   bool StartSide() {
     if (side_.joinable()) return true;
     try {
-      side_ = std::thread([this] { SideLoop(); });
+      side_ = StartThread([this] { SideLoop(); });
     } catch (const std::system_error&) {
       return false;
     }

@@ -13,6 +13,8 @@
 #include <cstring>
 #include <random>
 
+#include "util/thread.h"
+
 namespace kvtier {
 
 namespace {
@@ -161,7 +163,7 @@ Result<std::unique_ptr<UsageLedger>> UsageLedger::Open(const Namespace& ns, uint
     l->WriteOwn(false);
     l->ReadPeers(/*relist=*/true);
   }
-  l->thread_ = std::thread([p = l.get()] { p->Run(); });
+  l->thread_ = StartThread([p = l.get()] { p->Run(); });
   return l;
 }
 

@@ -6,6 +6,7 @@
 
 #include "io/io_engine.h"
 #include "layout/chunk_format.h"
+#include "util/thread.h"
 
 namespace kvtier::policy {
 
@@ -85,7 +86,7 @@ JobClient::JobClient(Passkey, Engine* engine, std::unique_ptr<staging::StagingPo
       block_stride_(engine->block_stride()) {
   staging::StagingPool* bell = view_.get();
   for (auto& lane : lanes_) lane->SetWakeup([bell] { bell->RingWorkers(); });
-  thread_ = std::thread([this] { Run(); });
+  thread_ = StartThread([this] { Run(); });
 }
 
 JobClient::~JobClient() {

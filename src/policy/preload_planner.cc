@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "util/thread.h"
+
 namespace kvtier::policy {
 
 namespace {
@@ -23,7 +25,7 @@ void PreloadPlanner::StartBackgroundPump(std::chrono::microseconds period) {
   std::lock_guard<std::mutex> lock(mu_);
   if (pump_thread_.joinable() || options_.max_inflight == 0) return;
   stop_ = false;
-  pump_thread_ = std::thread([this, period] { BackgroundMain(period); });
+  pump_thread_ = StartThread([this, period] { BackgroundMain(period); });
 }
 
 void PreloadPlanner::StopBackgroundPump() {

@@ -2,13 +2,15 @@
 
 #include <algorithm>
 
+#include "util/thread.h"
+
 namespace kvtier::policy {
 
 using staging::EntryState;
 
 StreamPump::StreamPump(Engine* engine, std::unique_ptr<staging::StagingPool> pool, StreamOptions options)
     : engine_(engine), pool_(std::move(pool)), options_(options) {
-  if (options_.background) thread_ = std::thread([this] { Run(); });
+  if (options_.background) thread_ = StartThread([this] { Run(); });
 }
 
 StreamPump::~StreamPump() {

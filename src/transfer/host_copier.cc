@@ -13,6 +13,7 @@
 
 #include "transfer/device_copier.h"
 #include "util/cpu.h"
+#include "util/thread.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -138,7 +139,7 @@ void CopyOutOfSlot(void* dst, const void* src, size_t n, bool stream) {
 
 class HostCopier final : public DeviceCopier {
  public:
-  HostCopier() : thread_([this] { Run(); }) {}
+  HostCopier() : thread_(StartThread([this] { Run(); })) {}
   ~HostCopier() override {
     {
       std::lock_guard<std::mutex> lock(mu_);

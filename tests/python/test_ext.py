@@ -7,6 +7,7 @@ import ctypes
 import multiprocessing
 import os
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -437,3 +438,38 @@ def test_copy_batch_accepts_read_only_and_strided_arrays():
     np.testing.assert_array_equal(dst[:8], src[8:16])
     np.testing.assert_array_equal(dst[16:18], src[0:2])
     np.testing.assert_array_equal(dst[32:34], src[1:3])
+
+
+def _threads_and_blocked_signals() -> dict[int, int]:
+    """{thread id: its blocked-signal mask} for each thread of this process (/proc/self/task/*/status), but the
+    kernel's io_uring workers (iou-*: they take no signals at all)."""
+    out = {}
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/status") as f:
+                fields = dict(line.split(":", 1) for line in f if ":" in line)
+        except OSError:
+            continue  # a thread that ended meanwhile
+        if fields["Name"].strip().startswith("iou-"):
+            continue
+        out[int(task)] = int(fields["SigBlk"], 16)
+    return out
+
+
+def test_a_signal_to_the_process_is_never_taken_by_the_extensions_threads(root):
+    """CPython runs Python signal handlers only in the main thread; a process-directed signal that lands on another
+    thread wakes nothing (vLLM's EngineCore, asleep in queue.get, once ignored its SIGTERM so: src/util/thread.h).
+    Every thread the extension starts (the engine's reactors, its stream pump, a job's copier, copy_batch's helpers)
+    blocks the process's signals, so the kernel never gives one of them a SIGTERM or SIGINT. Threads that were there
+    before the engine (numpy's BLAS threads, say) are not the extension's and are not checked."""
+    before = set(_threads_and_blocked_signals())
+    with kvtier.Engine(options(root, backend="auto", reactors=2)) as e:
+        e.stream_open_store([key(90), key(91)], 1)  # the pump's thread
+        store(e, {i: chunk_bytes(i) for i in range(4)})  # the job client's copier, the reactors
+        new = {tid: mask for tid, mask in _threads_and_blocked_signals().items() if tid not in before}
+    assert len(new) >= 3, f"the engine started {len(new)} threads: expected its reactors, pump and copier"
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
+        taking = [tid for tid, mask in new.items() if not mask & (1 << (sig - 1))]
+        assert not taking, f"{len(taking)} of the extension's {len(new)} threads leave {sig.name} unblocked"
+    for sig in (signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT):  # faults stay with their handlers (faulthandler)
+        assert not any(mask & (1 << (sig - 1)) for mask in new.values()), f"{sig.name} blocked in a kvtier thread"

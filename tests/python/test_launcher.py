@@ -221,3 +221,52 @@ def test_vllms_output_handler_traceback_after_its_client_completed_is_not_a_prob
     assert len(launcher.shutdown_problems(handler + done, 0)) == 3, "before the client completed it counts"
     other = "(APIServer pid=1) ERROR 12-02 16:45:38 [core.py:12] EngineCore failed\n"
     assert launcher.shutdown_problems(done + other, 0) == ["log: " + other.strip()], "only the handler's lines"
+
+
+# An API server whose EngineCore does not react to SIGTERM (tests/vllm/test_shutdown.py's CI failure): on SIGTERM it
+# logs vLLM's "send sigterm" line, signals its child "VLLM::EngineCore" (which ignores it, its main thread asleep in a
+# lock) and waits for it; the child dies of the launcher's SIGABRT, after faulthandler wrote its traceback.
+STUCK_CORE_SERVER = r"""
+import http.server, signal, subprocess, sys, threading
+port = int(sys.argv[1])
+core = subprocess.Popen([sys.executable, "-c", '''
+import signal, threading
+open("/proc/self/comm", "w").write("VLLM::EngineCore")
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+def wait_for_work():
+    lock = threading.Lock(); lock.acquire(); lock.acquire()
+print("core up", flush=True)
+wait_for_work()
+'''])
+def term(*_):
+    print("(APIServer) INFO [shutdown] Process manager: send sigterm to process EngineCore", flush=True)
+    core.terminate()
+    core.wait(60)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, term)
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/health" else 404); self.end_headers()
+    def log_message(self, *a): pass
+http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+"""
+
+
+def test_an_engine_core_that_ignores_sigterm_is_reported_with_its_threads_and_python_traceback(tmp_path, monkeypatch):
+    monkeypatch.setattr(launcher, "STUCK_CORE_S", 0.5)
+    port = launcher.free_port()
+    argv = [sys.executable, "-c", STUCK_CORE_SERVER, str(port)]
+    env = launcher.server_env(cpu=False, PYTHONFAULTHANDLER="1")
+    s = launcher.VllmServer(argv, env, tmp_path / "s.log", port, name="stuck", start_timeout_s=60,
+                            stop_timeout_s=60).start()
+    s.wait_healthy()
+    deadline = time.monotonic() + 30
+    while "core up" not in s.log_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert s.stop() == 0
+    assert s.stacks_path is not None and s.stacks_path.exists()
+    report = s.stacks_path.read_text()
+    assert "the EngineCore logged no '[shutdown] EngineCore: trigger received'" in report
+    assert "VLLM::EngineCor" in report and "SigBlk=" in report and "wchan=" in report, report
+    log = s.log_text()
+    assert "Fatal Python error: Aborted" in log and "in wait_for_work" in log, log

@@ -67,13 +67,18 @@ def kvtier_transfer_config(root, **extra) -> str:
     return json.dumps({"kv_connector": "KVTierConnector", "kv_role": "kv_both", "kv_connector_extra_config": ec})
 
 
-def assert_clean_shutdown(log: str, rc: int | None) -> None:
+def assert_clean_shutdown(log: str, rc: int | None, stacks=None) -> None:
     """The server's shutdown was clean (launcher.shutdown_problems: no traceback, error, forced kill or leak in `log`,
     exit status 0, and kvtier's own shutdown lines where kvtier's engine was open); else fails with the log's
-    tail."""
+    tail, and `stacks` (launcher.VllmServer.stacks_path: where a stuck EngineCore's threads stood) when given."""
     problems = launcher.shutdown_problems(log, rc)
     tail = "\n".join(log.splitlines()[-60:])
-    assert not problems, "server shutdown not clean:\n" + "\n".join(problems[:20]) + "\n--- log tail:\n" + tail
+    where = ""
+    if stacks is not None and os.path.exists(stacks):
+        with open(stacks, errors="replace") as f:
+            where = f"\n--- {stacks}:\n" + f.read()[:20000]
+    assert not problems, ("server shutdown not clean:\n" + "\n".join(problems[:20]) + "\n--- log tail:\n" + tail
+                          + where)
 
 
 class Completion(NamedTuple):
@@ -92,8 +97,9 @@ class Server(launcher.VllmServer):
     def __init__(self, model_dir, log_path, transfer_config=None, start_timeout_s=420, env=None, extra_args=()):
         port = launcher.free_port()
         argv = launcher.server_argv(sys.executable, model_dir, port, SERVE_ARGS, transfer_config) + list(extra_args)
-        super().__init__(argv, launcher.server_env(**(env or {})), log_path, port, name="server",
-                         start_timeout_s=start_timeout_s)
+        # PYTHONFAULTHANDLER: a stuck EngineCore's Python tracebacks reach the log (launcher.report_stuck_engine_core).
+        super().__init__(argv, launcher.server_env(**{"PYTHONFAULTHANDLER": "1", **(env or {})}), log_path, port,
+                         name="server", start_timeout_s=start_timeout_s)
         self.base = self.url
         self.client = ApiClient(self.url, "tiny", timeout=300)
         self._shutdown_checked = False
@@ -103,7 +109,7 @@ class Server(launcher.VllmServer):
         rc = super().stop()
         if check and self.ready and not self._shutdown_checked:
             self._shutdown_checked = True
-            assert_clean_shutdown(self.log_text(self.stop_log_offset or 0), rc)
+            assert_clean_shutdown(self.log_text(self.stop_log_offset or 0), rc, self.stacks_path)
         return rc
 
     def __exit__(self, exc_type, *exc):

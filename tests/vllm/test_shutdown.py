@@ -80,6 +80,6 @@ def test_sigterm_right_after_requests_is_clean_and_keeps_the_chunks(tmp_path):
         s.stop(check=False)  # checked below, whole log
     text = log.read_text(errors="replace")
     assert "kvtier: engine open" in text, text[-3000:]
-    assert_clean_shutdown(text, rc)
+    assert_clean_shutdown(text, rc, s.stacks_path)
     chunks = list(root.glob("ns-*/*/*/*.kvc"))
     assert len(chunks) == 6, f"{len(chunks)} of the 6 chunks on disk after the shutdown"

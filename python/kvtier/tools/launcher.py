@@ -175,6 +175,66 @@ def log_tail(path: str | os.PathLike, n: int = 40) -> str:
         return ""
 
 
+# A stuck EngineCore (tests/vllm/test_shutdown.py): the API server logs the first line as it sends the EngineCore
+# SIGTERM, and vLLM's handler in the EngineCore logs the second first thing (vllm/v1/engine/core.py, 0.26 to 0.34).
+# An EngineCore that has not logged it this long after is reported (VllmServer.report_stuck_engine_core) before vLLM
+# kills it at the end of --shutdown-timeout.
+_CORE_SIGNALLED = "[shutdown] Process manager: send sigterm to process EngineCore"
+_CORE_TRIGGERED = "[shutdown] EngineCore: trigger received"
+STUCK_CORE_S = 8.0
+
+
+def group_pids(pgid: int) -> list[int]:
+    """The processes of process group pgid (from /proc)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()  # after "pid (comm) ": state ppid pgrp ...
+        if len(fields) > 2 and int(fields[2]) == pgid:
+            out.append(int(d.name))
+    return sorted(out)
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def process_report(pid: int, gdb_timeout_s: float = 15.0) -> str:
+    """Where a process stands: for each thread its name, state, signal masks (blocked, pending to it and to the
+    process), wchan and kernel stack (when readable), then gdb's backtrace of every thread where gdb is installed
+    (gdb_timeout_s > 0). For a process that does not react to a signal (where its main thread waits)."""
+    name = _comm(pid)
+    if not name:
+        return f"=== pid {pid}: gone\n"
+    lines = [f"=== pid {pid} {name}"]
+    for t in sorted(Path(f"/proc/{pid}/task").glob("*"), key=lambda p: int(p.name)):
+        def read(n: str) -> str:
+            try:
+                return (t / n).read_text()
+            except OSError:
+                return ""
+        status = dict(x.split(":", 1) for x in read("status").splitlines() if ":" in x)
+        fields = " ".join(f"{k}={status.get(k, '').strip()}" for k in ("State", "SigBlk", "SigPnd", "ShdPnd"))
+        lines.append(f"--- thread {t.name} {read('comm').strip()} {fields} wchan={read('wchan').strip()}")
+        lines.extend("    " + x for x in read("stack").splitlines()[:12])
+    if gdb_timeout_s > 0 and shutil.which("gdb"):
+        try:
+            r = subprocess.run(["gdb", "-batch", "-p", str(pid), "-ex", "thread apply all bt 30"],
+                               capture_output=True, text=True, timeout=gdb_timeout_s)
+            lines.extend(x for x in r.stdout.splitlines() if x.startswith(("Thread ", "#")) or not x.strip())
+        except (subprocess.TimeoutExpired, OSError) as e:
+            lines.append(f"gdb: {e}")
+    return "\n".join(lines) + "\n"
+
+
 class VllmServer:
     """One vLLM API server process. `start()` launches it; `wait_healthy()` blocks until /health answers (or raises
     with the log's tail); `poll_ready()` checks once, for starting several servers side by side; `stop()` ends the
@@ -194,6 +254,8 @@ class VllmServer:
         self.ready = False
         self.ready_s: float | None = None
         self.error = ""
+        self.stacks_path: Path | None = None  # report_stuck_engine_core's report, once written
+        self._core_signalled_at: float | None = None
 
     def start(self) -> "VllmServer":
         self.started = time.monotonic()
@@ -230,10 +292,57 @@ class VllmServer:
                            + self.log_tail())
 
     def wait_exit(self, timeout_s: float) -> int:
-        try:
-            return self.proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            raise TimeoutError(f"{self.name} still running after {timeout_s}s:\n{self.log_tail()}") from None
+        rc = self._wait_watching(timeout_s)
+        if rc is None:
+            raise TimeoutError(f"{self.name} still running after {timeout_s}s:\n{self.log_tail()}")
+        return rc
+
+    def _wait_watching(self, timeout_s: float) -> int | None:
+        """Waits for the API server to exit (None: still running after timeout_s), reporting a stuck EngineCore on
+        the way (report_stuck_engine_core)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                return self.proc.wait(timeout=max(0.0, min(0.5, deadline - time.monotonic())))
+            except subprocess.TimeoutExpired:
+                if time.monotonic() >= deadline:
+                    return None
+                self.report_stuck_engine_core()
+
+    def report_stuck_engine_core(self) -> Path | None:
+        """Once the API server has sent its EngineCore SIGTERM and the EngineCore has not logged its handler's line
+        for STUCK_CORE_S: writes where every process of the server's group other than the API server stands
+        (process_report) to <log>.stacks.txt, then, where the server runs with PYTHONFAULTHANDLER set, sends the
+        EngineCore SIGABRT so that Python's faulthandler writes every thread's traceback to the server log. Returns
+        the report's path once written (stacks_path)."""
+        if self.stacks_path is not None or self.proc is None:
+            return self.stacks_path
+        text = self.log_text(self.stop_log_offset or 0)
+        if _CORE_SIGNALLED not in text or _CORE_TRIGGERED in text:
+            return None
+        now = time.monotonic()
+        if self._core_signalled_at is None:
+            self._core_signalled_at = now
+        if now - self._core_signalled_at < STUCK_CORE_S:
+            return None
+        pids = [p for p in group_pids(self.proc.pid) if p != self.proc.pid]
+        cores = [p for p in pids if "EngineCor" in _comm(p)]
+        # Threads first (instant), then gdb on the EngineCore, then its Python tracebacks, then gdb on the rest:
+        # vLLM kills what is left at the end of --shutdown-timeout.
+        report = [f"{self.name}: the EngineCore logged no '{_CORE_TRIGGERED}' {STUCK_CORE_S:.0f} s after its SIGTERM"]
+        report += [process_report(p, gdb_timeout_s=0) for p in pids]
+        report += [process_report(p) for p in cores]
+        self.stacks_path = Path(str(self.log_path) + ".stacks.txt")
+        self.stacks_path.write_text("\n".join(report))
+        if self.env.get("PYTHONFAULTHANDLER"):
+            for p in cores:
+                try:
+                    os.kill(p, signal.SIGABRT)
+                except OSError:
+                    pass
+        report += [process_report(p) for p in pids if p not in cores]
+        self.stacks_path.write_text("\n".join(report))
+        return self.stacks_path
 
     def log_tail(self, n: int = 60) -> str:
         return log_tail(self.log_path, n)
@@ -268,10 +377,7 @@ class VllmServer:
                     os.kill(self.proc.pid, signal.SIGTERM)
                 except ProcessLookupError:
                     pass
-                try:
-                    self.proc.wait(timeout=self.stop_timeout_s)
-                except subprocess.TimeoutExpired:
-                    pass
+                self._wait_watching(self.stop_timeout_s)
             self._kill(signal.SIGKILL)  # the leader is gone or late: its children may not be
             self.proc.wait(timeout=30)
         if self._log is not None:

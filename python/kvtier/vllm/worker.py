@@ -4,6 +4,7 @@ rank's KV tensors (docs/vllm-integration.md "Who does what", "The slot protocol"
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
 from typing import Any
@@ -21,6 +22,18 @@ _ENTRY_WAITING, _ENTRY_READY, _ENTRY_FAILED, _ENTRY_SKIPPED = 0, 1, 2, 3
 _STREAM_STALL_S = 10.0
 # How long wait() (vLLM's flush of stores whose GPU blocks it reuses) lets a streamed store wait for slots.
 _FLUSH_WAIT_S = 10.0
+
+# The signals kvtier's threads leave to the process's own threads (src/util/thread.h): all but the faults the kernel
+# sends to the thread that caused them. A SIGTERM to the worker must reach vLLM's handler in the main thread.
+_FAULT_SIGNALS = {signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL, signal.SIGTRAP, signal.SIGSYS,
+                  signal.SIGABRT}
+
+
+def _block_signals() -> None:
+    """Called first by each thread the worker starts: process-directed signals never land on it (Python handlers run
+    only in the main thread, which a signal taken here would not wake)."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals() - _FAULT_SIGNALS)
+
 
 # Blocks of streamed loads that failed mid-stream (a chunk that could not be read or verified: its blocks were never
 # written), for vLLM's get_block_ids_with_load_errors. Only compat.KVTierConnector drains them; a worker reports a
@@ -166,6 +179,7 @@ class KVTierWorker(OffloadingWorker):
         return "/" + newest
 
     def _preattach(self, suffix: str) -> None:
+        _block_signals()
         deadline = time.monotonic() + self.attach_timeout_s
         while time.monotonic() < deadline:
             name = self._find_pool(suffix)
@@ -379,6 +393,7 @@ class KVTierWorker(OffloadingWorker):
         return True
 
     def _stream_loop(self) -> None:
+        _block_signals()
         while True:
             with self._stream_cv:
                 while not self._streams and not self._stream_stop:
