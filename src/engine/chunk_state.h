@@ -1,5 +1,5 @@
 // The state of one chunk of a promotion (load) or a committed store on its reactor (src/engine/load.cc, store.cc),
-// and which moves between states are legal. Every change of Chunk::state goes through EngineImpl::SetState, which
+// and which moves between states are legal. Every change of Chunk::state goes through Reactor::SetState, which
 // checks LegalChunkTransition in debug builds (an illegal move aborts naming both states). Both start from a slot
 // the DRAM tier gave them (docs/architecture.md, "One data path"): a load's ends verified in it, a store's is
 // written from it.

@@ -7,7 +7,7 @@
 // method holds while calling out, except to fstatat() the namespace directory (a lookup's probe, an eviction's M3
 // check of another host's touch) and to update Stats' disk gauges and eviction counters (lock-free atomics).
 // It never sees the engine: the engine decides when to look, publish, evict, unlink and rescan; the index answers
-// and keeps the books. Lock order: the engine's cmd_mu_ may be held when calling in (queued stores); mu_ is a
+// and keeps the books. Lock order: the reactor inbox's mutex may be held when calling in (queued stores); mu_ is a
 // leaf, and the resident set's mutex is never held with it.
 #pragma once
 

@@ -19,13 +19,10 @@
 #include "layout/chunk_path.h"
 #include "layout/scan.h"
 #include "layout/shared_fs.h"
-#include "util/thread.h"
 
 namespace kvtier {
 
 namespace {
-constexpr int64_t kMsToNs = 1000000;
-
 NamespaceIdentity ToNamespaceIdentity(const CacheIdentity& c) {
   NamespaceIdentity id;
   id.model = c.model;
@@ -147,7 +144,8 @@ Status EngineImpl::Init(const EngineOptions& options, IoFactory io_factory, uint
   // that refuses it fails with the root as it was (no namespace directory, no MANIFEST).
   std::optional<io::DirectIoInfo> dio = ProbeDirectIoBeforeOpen(options);
   if (dio && options.io_mode == IoMode::kDirect && !DirectIoUsable(*dio)) return DirectIoRefused(options, *dio);
-  KVTIER_RETURN_IF_ERROR(CreateReactors(options, std::move(io_factory), forced_reactors, &report));
+  std::vector<std::unique_ptr<io::IoEngine>> ios;
+  KVTIER_RETURN_IF_ERROR(CreateIoEngines(options, std::move(io_factory), forced_reactors, &report, &ios));
   KVTIER_RETURN_IF_ERROR(CreatePool(options, &report));
   if (!options.trace_path.empty()) {
     auto trace = TraceRecorder::Open(options.trace_path);
@@ -159,11 +157,8 @@ Status EngineImpl::Init(const EngineOptions& options, IoFactory io_factory, uint
   // was.
   KVTIER_RETURN_IF_ERROR(OpenNamespace(options, dio, &report));
   KVTIER_RETURN_IF_ERROR(BuildIndex(options));
+  StartReactors(std::move(ios), report.reactor_depth);
   describe_ = DescribeOpen(options, report);
-  for (auto& r : reactors_) {
-    Reactor* rp = r.get();
-    r->thread = StartThread([this, rp] { ReactorMain(*rp); });
-  }
   budget_->StartMaintenance();
   return Status::Ok();
 }
@@ -193,41 +188,57 @@ Status EngineImpl::InitFileModes(const EngineOptions& options) {
   return Status::Ok();
 }
 
-Status EngineImpl::CreateReactors(const EngineOptions& options, IoFactory io_factory, uint32_t forced_reactors,
-                                  OpenReport* report) {
+Status EngineImpl::CreateIoEngines(const EngineOptions& options, IoFactory io_factory, uint32_t forced_reactors,
+                                   OpenReport* report, std::vector<std::unique_ptr<io::IoEngine>>* ios) {
   // I1: several reactors, one ring and one issuer thread each; a chunk's reactor is ChunkPlacement's choice.
   report->reactors_why = "given I/O engine";
   const uint32_t nreactors = forced_reactors ? forced_reactors : ResolveReactors(options, &report->reactors_why);
-  const uint32_t rdepth = report->reactor_depth = (options.io_depth + nreactors - 1) / nreactors;
+  report->reactor_depth = (options.io_depth + nreactors - 1) / nreactors;
   io::EngineConfig io_cfg;
   io_cfg.kind = options.backend == IoBackend::kUring   ? io::EngineKind::kUring
                 : options.backend == IoBackend::kPosix ? io::EngineKind::kPosix
                                                        : io::EngineKind::kAuto;
   // Each chunk in flight needs up to ~4 ops at once (open, header/payload reads or writes, close, unlink).
-  io_cfg.depth = rdepth * 4 + 8;
+  io_cfg.depth = report->reactor_depth * 4 + 8;
   io_cfg.posix_threads = options.posix_threads;
   report->backend_why = "given";
-  {
-    MutexLock lock(cmd_mu_);
-    commands_.resize(nreactors);
-  }
   for (uint32_t i = 0; i < nreactors; ++i) {
-    auto r = std::make_unique<Reactor>();
-    r->index = i;
-    r->depth = rdepth;
-    r->trace_tid = 1 + i;
     if (io_factory) {
-      r->io = io_factory(i);
-      if (!r->io) return Status(StatusCode::kInternal, "I/O engine factory gave no engine");
+      ios->push_back(io_factory(i));
+      if (!ios->back()) return Status(StatusCode::kInternal, "I/O engine factory gave no engine");
     } else {
       auto io = io::CreateEngine(io_cfg, &report->backend_why);
       if (!io.ok()) return io.status().WithContext("reactor " + std::to_string(i));
-      r->io = std::move(io.value());
+      ios->push_back(std::move(io.value()));
     }
-    reactors_.push_back(std::move(r));
   }
-  placement_ = std::make_unique<ChunkPlacement>(static_cast<uint32_t>(reactors_.size()));
+  placement_ = std::make_unique<ChunkPlacement>(nreactors);
   return Status::Ok();
+}
+
+void EngineImpl::StartReactors(std::vector<std::unique_ptr<io::IoEngine>> ios, uint32_t depth) {
+  {
+    MutexLock lock(inbox_.mu);
+    inbox_.parts.resize(ios.size());
+  }
+  Reactor::Parts parts;
+  parts.options = &options_;
+  parts.files = &files_;
+  parts.ns = ns_.get();
+  parts.pool = pool_.get();
+  parts.trace = trace_.get();
+  parts.stats = &stats_;
+  parts.disk = disk_.get();
+  parts.budget = budget_.get();
+  parts.resident = resident_.get();
+  parts.placement = placement_.get();
+  parts.outcomes = &outcomes_;
+  parts.inbox = &inbox_;
+  parts.peers = &reactors_;
+  for (uint32_t i = 0; i < ios.size(); ++i) {
+    reactors_.push_back(std::make_unique<Reactor>(parts, i, depth, std::move(ios[i])));
+  }
+  for (auto& r : reactors_) r->Start();
 }
 
 Status EngineImpl::CreatePool(const EngineOptions& options, OpenReport* report) {
@@ -334,7 +345,7 @@ Status EngineImpl::BuildIndex(const EngineOptions& options) {
 
 std::string EngineImpl::DescribeOpen(const EngineOptions& options, const OpenReport& report) const {
   std::ostringstream d;
-  d << "root " << options.root << " namespace " << ns_->path() << "; I/O " << reactors_[0]->io->name() << " ("
+  d << "root " << options.root << " namespace " << ns_->path() << "; I/O " << reactors_[0]->io().name() << " ("
     << report.backend_why << "), " << report.io_mode_why << ", depth " << options.io_depth << ", reactors "
     << reactors_.size() << " (" << report.reactors_why << ", depth " << report.reactor_depth << " each), publish via "
     << (files_.tmpfile_publish ? (files_.shared_root ? "O_TMPFILE + fsync + linkat" : "O_TMPFILE + linkat")
@@ -356,15 +367,11 @@ std::string EngineImpl::DescribeOpen(const EngineOptions& options, const OpenRep
 EngineImpl::~EngineImpl() {
   if (budget_) budget_->StopMaintenance();
   {
-    MutexLock lock(cmd_mu_);
-    stop_ = true;
+    MutexLock lock(inbox_.mu);
+    inbox_.stop = true;
   }
-  for (auto& r : reactors_) {
-    if (r->io) r->io->Wake();
-  }
-  for (auto& r : reactors_) {
-    if (r->thread.joinable()) r->thread.join();
-  }
+  for (auto& r : reactors_) r->Wake();
+  for (auto& r : reactors_) r->Join();
   reactors_.clear();
 }
 
@@ -442,7 +449,6 @@ Status EngineImpl::Enqueue(JobKind kind, std::vector<ChunkKey> keys, std::vector
       parts[ri] = std::make_unique<Part>();
       parts[ri]->job = job;
     }
-    c->reactor = reactors_[ri].get();
     c->part = parts[ri].get();
     parts[ri]->chunks.push_back(c.get());
   }
@@ -450,8 +456,8 @@ Status EngineImpl::Enqueue(JobKind kind, std::vector<ChunkKey> keys, std::vector
     parts[0] = std::make_unique<Part>();
     parts[0]->job = job;
   }
-  MutexLock cmd_lock(cmd_mu_);
-  if (stop_) {
+  MutexLock inbox_lock(inbox_.mu);
+  if (inbox_.stop) {
     for (auto& c : job->chunks) placement_->Unplace(c->key);
     return Status(StatusCode::kFailedPrecondition, "engine is shutting down");
   }
@@ -460,8 +466,8 @@ Status EngineImpl::Enqueue(JobKind kind, std::vector<ChunkKey> keys, std::vector
   }
   for (size_t ri = 0; ri < parts.size(); ++ri) {
     if (!parts[ri]) continue;
-    commands_[ri].push_back(std::move(parts[ri]));
-    reactors_[ri]->io->Wake();
+    inbox_.parts[ri].push_back(std::move(parts[ri]));
+    reactors_[ri]->Wake();
   }
   return Status::Ok();
 }
@@ -470,31 +476,6 @@ Status EngineImpl::Enqueue(JobKind kind, std::vector<ChunkKey> keys, std::vector
 // Capacity (C1, M2: src/engine/disk_budget.h)
 
 Result<uint64_t> EngineImpl::EvictToBudget() { return budget_->UnlinkVictims(budget_->TakeDownToLowWatermark()); }
-
-void EngineImpl::PublishIndexed(Reactor& r, const ChunkKey& key, uint64_t bytes, bool linked) {
-  if (linked) budget_->Add(static_cast<int64_t>(bytes));
-  // M3: our own publication; its mtime is about now (a touch by another host comes later than that).
-  disk_->Publish(
-      key, bytes,
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
-          .count());
-  EvictAboveHighWatermark(r);
-}
-
-void EngineImpl::EvictAboveHighWatermark(Reactor& r) {
-  // On the reactor: unlink through its I/O engine so eviction never stalls other I/O; OnUnlinkEvictedDone reports
-  // each to the budget.
-  for (const DiskBudget::Victim& v : budget_->TakeAboveHighWatermark()) {
-    io::IoOp op;
-    op.code = io::OpCode::kUnlinkAt;
-    op.dirfd = ns_->dirfd();
-    OpCtx ctx{OpRole::kUnlinkEvicted, nullptr, &EngineImpl::OnUnlinkEvictedDone};
-    ctx.len = v.bytes;  // subtracted from the shared usage when this unlink removes the file
-    ctx.path = ChunkRelPath(v.key);
-    ctx.key = v.key;
-    SubmitOp(r, std::move(ctx), op);
-  }
-}
 
 // ---------------------------------------------------------------------------------------------------------------
 // Slot-resident chunks (DRAM tier)
@@ -506,16 +487,6 @@ bool EngineImpl::Stored(const ChunkKey& key) { return disk_->Contains(key); }
 void EngineImpl::WatchStore(const ChunkKey& key) { outcomes_.Watch(key); }
 
 std::optional<Status> EngineImpl::TakeStoreOutcome(const ChunkKey& key) { return outcomes_.Take(key); }
-
-void EngineImpl::WakeWaiters(std::atomic<uint64_t>& mask) {
-  if (mask.load() == 0) return;
-  uint64_t m = mask.exchange(0);
-  while (m != 0) {
-    const int i = __builtin_ctzll(m);
-    m &= m - 1;
-    reactors_[i]->io->Wake();
-  }
-}
 
 PromoteResult EngineImpl::Promote(const ChunkKey& key, bool speculative) {
   const int64_t now = io::NowNs();
@@ -583,6 +554,10 @@ StatsSnapshot EngineImpl::Stats() const {
 std::string EngineImpl::Describe() const { return describe_; }
 std::string EngineImpl::pool_name() const { return pool_->name(); }
 
-int64_t EngineImpl::Deadline() const { return io::NowNs() + static_cast<int64_t>(options_.op_timeout_ms) * kMsToNs; }
+int64_t EngineImpl::NegativeTtlNs() const {
+  const uint32_t ms = files_.shared_root ? std::min(options_.negative_cache_ms, options_.shared_negative_cache_ms)
+                                         : options_.negative_cache_ms;
+  return static_cast<int64_t>(ms) * 1000000;
+}
 
 }  // namespace kvtier

@@ -15,12 +15,12 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "engine/engine_impl.h"
+#include "engine/reactor.h"
 #include "layout/chunk_path.h"
 
 namespace kvtier {
 
-void EngineImpl::SubmitStatx(Chunk& c, OpHandler on_done, std::string path, uint64_t level) {
+void Reactor::SubmitStatx(Chunk& c, OpHandler on_done, std::string path, uint64_t level) {
   if (!c.statx_buf) c.statx_buf = std::make_unique<struct statx>();
   io::IoOp op;
   op.code = io::OpCode::kStatx;
@@ -32,10 +32,10 @@ void EngineImpl::SubmitStatx(Chunk& c, OpHandler on_done, std::string path, uint
   ctx.path = std::move(path);  // empty: the open file's (SubmitOp passes no path)
   ctx.len = level;
   ctx.deadline_ns = Deadline();
-  SubmitOp(*c.reactor, std::move(ctx), op);
+  SubmitOp(std::move(ctx), op);
 }
 
-void EngineImpl::OnStatxDone(Reactor& r, const OpCtx& ctx, int64_t res) {
+void Reactor::OnStatxDone(const OpCtx& ctx, int64_t res) {
   Chunk* c = ctx.chunk;
   if (c->state == ChunkState::kFailed) return;
   const struct statx& sx = *c->statx_buf;
@@ -50,16 +50,16 @@ void EngineImpl::OnStatxDone(Reactor& r, const OpCtx& ctx, int64_t res) {
     } else if (YoungOnSharedRoot(*c)) {
       ForgetEntry(c->key);  // M1: maybe another host's entry whose data is not visible here yet
     } else {
-      QuarantineCorrupt(c->reactor->index, c->key, c->rel_path, shape, c->opened_ino);
+      QuarantineCorrupt(c->key, c->rel_path, shape, c->opened_ino);
     }
     FailChunk(*c, shape.WithContext(c->rel_path));
     return;
   }
   SetState(*c, ChunkState::kWaitingForDisk);
-  InsertByAdmission(r.data_queue, c);
+  InsertByAdmission(data_queue_, c);
 }
 
-Status EngineImpl::CheckOpenedChunk(int fd, const struct statx& sx) const {
+Status Reactor::CheckOpenedChunk(int fd, const struct statx& sx) const {
   const mode_t mode = sx.stx_mode;
   if (!S_ISREG(mode)) {
     return Status(StatusCode::kCorrupt,
@@ -80,10 +80,9 @@ Status EngineImpl::CheckOpenedChunk(int fd, const struct statx& sx) const {
   return Status::Ok();
 }
 
-bool EngineImpl::StartLoadChunk(Part&, Chunk& c) {
-  Reactor& r = *c.reactor;
+bool Reactor::StartLoadChunk(Part&, Chunk& c) {
   c.started_ns = io::NowNs();
-  if (c.admitted == 0) c.admitted = r.next_admission++;
+  if (c.admitted == 0) c.admitted = next_admission_++;
   c.pinned = disk_->Pin(c.key);
   c.slot_gen = pool_->BeginFill(c.slot);
 
@@ -95,17 +94,17 @@ bool EngineImpl::StartLoadChunk(Part&, Chunk& c) {
   // statx has shown a regular file, since io_uring would return EAGAIN for reads of a non-blocking file).
   op.flags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | files_.open_flags;
   op.resolve = files_.open_resolve;
-  OpCtx ctx{OpRole::kOpen, &c, &EngineImpl::OnOpenDone};
+  OpCtx ctx{OpRole::kOpen, &c, &Reactor::OnOpenDone};
   ctx.path = c.rel_path;
   ctx.deadline_ns = Deadline();
   SetState(c, ChunkState::kOpening);
-  SubmitOp(r, std::move(ctx), op);
+  SubmitOp(std::move(ctx), op);
   return true;
 }
 
-void EngineImpl::OnReadDone(Reactor& r, const OpCtx& ctx, int64_t res) {
+void Reactor::OnReadDone(const OpCtx& ctx, int64_t res) {
   Chunk* c = ctx.chunk;
-  TraceTransfer(r, ctx, res, "read");
+  TraceTransfer(ctx, res, "read");
   if (c->state == ChunkState::kFailed) return;
   if (res < 0) {
     FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "read " + c->rel_path));
@@ -113,8 +112,8 @@ void EngineImpl::OnReadDone(Reactor& r, const OpCtx& ctx, int64_t res) {
     if (YoungOnSharedRoot(*c)) {
       ForgetEntry(c->key);  // M1: see YoungOnSharedRoot
     } else {
-      QuarantineCorrupt(c->reactor->index, c->key, c->rel_path,
-                        Status(StatusCode::kCorrupt, "file shorter than its header says"), c->opened_ino);
+      QuarantineCorrupt(c->key, c->rel_path, Status(StatusCode::kCorrupt, "file shorter than its header says"),
+                        c->opened_ino);
     }
     FailChunk(*c, Status(StatusCode::kCorrupt, "truncated chunk file " + c->rel_path));
   } else {
@@ -133,22 +132,22 @@ void EngineImpl::OnReadDone(Reactor& r, const OpCtx& ctx, int64_t res) {
       // checksums (the raw baseline re-arms a finished slot at once too).
       EndDataPhase(*c);
       SetState(*c, ChunkState::kVerifying);
-      r.read_done.push_back(c);
+      read_done_.push_back(c);
     }
   }
 }
 
-void EngineImpl::VerifyReadChunks(Reactor& r) {
-  if (r.read_done.empty()) return;
+void Reactor::VerifyReadChunks() {
+  if (read_done_.empty()) return;
   std::vector<Chunk*> done;
-  done.swap(r.read_done);
+  done.swap(read_done_);
   for (Chunk* c : done) {
     if (c->state == ChunkState::kVerifying && c->ops_in_flight == 0) LoadReadsDone(*c);
     Settle(*c);
   }
 }
 
-void EngineImpl::SubmitNextPiece(Chunk& c) {
+void Reactor::SubmitNextPiece(Chunk& c) {
   const uint32_t n = std::min(c.piece_blocks, c.num_blocks - c.next_piece);
   uint8_t* base = pool_->SlotData(c.slot);
   SubmitRead(c, base + kHeaderBytes + uint64_t(c.next_piece) * files_.block_stride, uint64_t(n) * files_.block_stride,
@@ -157,7 +156,7 @@ void EngineImpl::SubmitNextPiece(Chunk& c) {
   c.pieces_at_disk++;
 }
 
-void EngineImpl::PieceLanded(Chunk& c, const OpCtx& ctx) {
+void Reactor::PieceLanded(Chunk& c, const OpCtx& ctx) {
   if (ctx.with_header) {
     const ChunkGeometry geometry = ns_->geometry();
     auto header = DecodeHeader(std::span<const uint8_t>(pool_->SlotData(c.slot), kHeaderBytes), ns_->fingerprint(),
@@ -183,7 +182,7 @@ void EngineImpl::PieceLanded(Chunk& c, const OpCtx& ctx) {
   c.landed_unverified.clear();
 }
 
-Status EngineImpl::VerifyPiece(Chunk& c, uint32_t first, uint32_t n) {
+Status Reactor::VerifyPiece(Chunk& c, uint32_t first, uint32_t n) {
   const uint8_t* data = pool_->SlotData(c.slot) + kHeaderBytes + uint64_t(first) * files_.block_stride;
   Status v = VerifyBlocks(*c.header, c.first_block + first, n, data, files_.checksum_key.get());
   if (v.ok()) {
@@ -192,14 +191,14 @@ Status EngineImpl::VerifyPiece(Chunk& c, uint32_t first, uint32_t n) {
   return v;
 }
 
-bool EngineImpl::OtherSecret(const Chunk& c) const {
+bool Reactor::OtherSecret(const Chunk& c) const {
   if (c.header || !ns_->checksum_key_record().empty()) return false;
   const ChunkGeometry geometry = ns_->geometry();
   return KeyedForAnotherReader(std::span<const uint8_t>(pool_->SlotData(c.slot), kHeaderBytes), ns_->fingerprint(),
                                c.key, &geometry, files_.checksum_key.get());
 }
 
-void EngineImpl::FailVerification(Chunk& c, const Status& verdict) {
+void Reactor::FailVerification(Chunk& c, const Status& verdict) {
   if (OtherSecret(c)) {
     // K3: never removed (it may be the good entry of every other engine on the root); a miss for this one.
     stats_.other_secret_misses.Add(1);
@@ -213,14 +212,13 @@ void EngineImpl::FailVerification(Chunk& c, const Status& verdict) {
   if (YoungOnSharedRoot(c)) {
     ForgetEntry(c.key);  // M1: see YoungOnSharedRoot
   } else {
-    QuarantineCorrupt(c.reactor->index, c.key, c.rel_path, verdict, c.opened_ino);
+    QuarantineCorrupt(c.key, c.rel_path, verdict, c.opened_ino);
   }
   FailChunk(c, verdict.WithContext(c.rel_path));
 }
 
-void EngineImpl::LoadReadsDone(Chunk& c) {
-  Reactor& r = *c.reactor;
-  SubmitClose(r, c.fd);
+void Reactor::LoadReadsDone(Chunk& c) {
+  SubmitClose(c.fd);
   c.fd = -1;
   Status verdict;
   if (!c.header) {  // not decoded as it landed (PieceLanded always does; kept for any path that did not)
@@ -247,7 +245,7 @@ void EngineImpl::LoadReadsDone(Chunk& c) {
     return;
   }
   if (trace_ && trace_->enabled()) {
-    trace_->Complete("load_read", "load", c.started_ns, io::NowNs() - c.started_ns, r.trace_tid,
+    trace_->Complete("load_read", "load", c.started_ns, io::NowNs() - c.started_ns, trace_tid_,
                      {{"blocks", c.num_blocks}, {"job", c.job->id}});
   }
   MaybeTouchEntry(c);
@@ -259,13 +257,7 @@ void EngineImpl::LoadReadsDone(Chunk& c) {
   FinishChunk(c);  // VerifyReadChunks settles it
 }
 
-int64_t EngineImpl::NegativeTtlNs() const {
-  const uint32_t ms = files_.shared_root ? std::min(options_.negative_cache_ms, options_.shared_negative_cache_ms)
-                                         : options_.negative_cache_ms;
-  return static_cast<int64_t>(ms) * 1000000;
-}
-
-void EngineImpl::MaybeTouchEntry(const Chunk& c) {
+void Reactor::MaybeTouchEntry(const Chunk& c) {
   if (options_.touch_interval_s == 0 || c.opened_mtime_ns == 0) return;
   struct timespec now {};
   clock_gettime(CLOCK_REALTIME, &now);
@@ -277,21 +269,21 @@ void EngineImpl::MaybeTouchEntry(const Chunk& c) {
   io::IoOp op;
   op.code = io::OpCode::kUtimensAt;
   op.dirfd = ns_->dirfd();
-  OpCtx ctx{OpRole::kTouch, nullptr, &EngineImpl::OnTouchDone};
+  OpCtx ctx{OpRole::kTouch, nullptr, &Reactor::OnTouchDone};
   ctx.errors_are_answers = true;  // a root mounted read-only or without write permission: no touch, no error
   ctx.path = c.rel_path;
   ctx.key = c.key;
-  SubmitOp(*c.reactor, std::move(ctx), op);
+  SubmitOp(std::move(ctx), op);
 }
 
-void EngineImpl::OnTouchDone(Reactor&, const OpCtx& ctx, int64_t res) {
+void Reactor::OnTouchDone(const OpCtx& ctx, int64_t res) {
   if (res != 0) return;
   struct timespec now {};
   clock_gettime(CLOCK_REALTIME, &now);  // at or just after the touch: never ahead of what another host sees
   disk_->SetMtime(ctx.key, int64_t(now.tv_sec) * 1000000000 + now.tv_nsec);
 }
 
-bool EngineImpl::YoungOnSharedRoot(const Chunk& c) const {
+bool Reactor::YoungOnSharedRoot(const Chunk& c) const {
   if (!files_.shared_root || c.opened_mtime_ns == 0) return false;  // only regular files seen at open
   struct timespec now {};
   clock_gettime(CLOCK_REALTIME, &now);
@@ -300,8 +292,8 @@ bool EngineImpl::YoungOnSharedRoot(const Chunk& c) const {
   return now_ns - c.opened_mtime_ns < int64_t(options_.temp_max_age_s) * 1000000000;
 }
 
-void EngineImpl::QuarantineCorrupt(uint32_t trace_reactor, const ChunkKey& key, const std::string& rel_path,
-                                   const Status& why, uint64_t opened_ino) {
+void Reactor::QuarantineCorrupt(const ChunkKey& key, const std::string& rel_path, const Status& why,
+                                uint64_t opened_ino) {
   // K1: a bad entry is removed so no reader sees it again; the miss and the counter tell the operator.
   stats_.corrupt_entries.Add(1);
   ForgetEntry(key);
@@ -342,10 +334,10 @@ void EngineImpl::QuarantineCorrupt(uint32_t trace_reactor, const ChunkKey& key, 
     PruneFanoutDir(ns_->dirfd(), dir);  // C1
   }
   if (trace_ && trace_->enabled()) {
-    trace_->Instant("corrupt_entry", "integrity", io::NowNs(), reactors_[trace_reactor]->trace_tid);
+    trace_->Instant("corrupt_entry", "integrity", io::NowNs(), trace_tid_);
   }
 }
 
-void EngineImpl::ForgetEntry(const ChunkKey& key) { disk_->Forget(key); }
+void Reactor::ForgetEntry(const ChunkKey& key) { disk_->Forget(key); }
 
 }  // namespace kvtier

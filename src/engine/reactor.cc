@@ -4,6 +4,8 @@
 // (docs/architecture.md, "One data path"). A chunk that fails is finished at once (its job can complete with a
 // miss), but its slot, fd and temporary are released only when every operation it started has come back: the
 // kernel may still be writing into the slot.
+#include "engine/reactor.h"
+
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <sys/stat.h>
@@ -15,17 +17,47 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "engine/engine_impl.h"
 #include "layout/chunk_path.h"
+#include "util/thread.h"
 
 namespace kvtier {
 
 namespace {
 constexpr int64_t kReapWaitNs = 20 * 1000 * 1000;  // bounds how late a deadline (posix) is noticed
 constexpr uint32_t kReadsPerDataPlace = 2;         // a reactor's piece budget: reads at the disk per place (its depth)
+constexpr int64_t kMsToNs = 1000000;
 }  // namespace
 
-void EngineImpl::InsertByAdmission(std::deque<Chunk*>& q, Chunk* c) {
+Reactor::Reactor(const Parts& parts, uint32_t index, uint32_t depth, std::unique_ptr<io::IoEngine> io)
+    : options_(*parts.options),
+      files_(*parts.files),
+      ns_(parts.ns),
+      pool_(parts.pool),
+      trace_(parts.trace),
+      stats_(*parts.stats),
+      disk_(parts.disk),
+      budget_(parts.budget),
+      resident_(parts.resident),
+      placement_(parts.placement),
+      outcomes_(*parts.outcomes),
+      inbox_(*parts.inbox),
+      peers_(*parts.peers),
+      index_(index),
+      depth_(depth),
+      trace_tid_(1 + index),
+      io_(std::move(io)) {}
+
+void Reactor::Start() {
+  thread_ = StartThread([this] { Run(); });
+}
+
+void Reactor::Join() {
+  if (thread_.joinable()) thread_.join();
+}
+
+int64_t Reactor::Deadline() const { return io::NowNs() + static_cast<int64_t>(options_.op_timeout_ms) * kMsToNs; }
+
+void Reactor::InsertByAdmission(std::deque<Chunk*>& q, Chunk* c) {
   auto at = q.end();
   while (at != q.begin() && (*std::prev(at))->admitted > c->admitted) --at;
   q.insert(at, c);
@@ -33,89 +65,88 @@ void EngineImpl::InsertByAdmission(std::deque<Chunk*>& q, Chunk* c) {
 
 // ---------------------------------------------------------------------------------------------------------------
 
-void EngineImpl::ReactorMain(Reactor& r) {
+void Reactor::Run() {
   std::vector<io::IoCompletion> cqes;
   for (;;) {
     bool stopping;
     {
-      MutexLock lock(cmd_mu_);
-      auto& commands = commands_[r.index];
+      MutexLock lock(inbox_.mu);
+      auto& commands = inbox_.parts[index_];
       while (!commands.empty()) {
-        r.jobs.push_back(std::move(commands.front()));
+        parts_.push_back(std::move(commands.front()));
         commands.pop_front();
       }
-      stopping = stop_;
+      stopping = inbox_.stop;
     }
-    StartWaitingChunks(r);
-    PumpData(r);
-    RetryDeferredOps(r);
-    r.io->Flush();
-    VerifyReadChunks(r);
+    StartWaitingChunks();
+    PumpData();
+    RetryDeferredOps();
+    io_->Flush();
+    VerifyReadChunks();
     // Drop parts whose every chunk has settled (the job's result was published when its last chunk finished, on
     // whichever reactor that was); the job itself goes with its last part.
-    std::erase_if(r.jobs, [](const std::unique_ptr<Part>& p) {
+    std::erase_if(parts_, [](const std::unique_ptr<Part>& p) {
       for (Chunk* c : p->chunks) {
         if (c->state != ChunkState::kReleased || c->ops_in_flight > 0) return false;
       }
       return true;
     });
-    if (stopping && r.jobs.empty() && r.op_ctx.empty()) break;
+    if (stopping && parts_.empty() && ops_.empty()) break;
 
     cqes.clear();
-    const bool waiting = !r.op_ctx.empty() || !r.jobs.empty();
-    int rc = r.io->Reap(&cqes, waiting ? kReapWaitNs : -1);
+    const bool waiting = !ops_.empty() || !parts_.empty();
+    int rc = io_->Reap(&cqes, waiting ? kReapWaitNs : -1);
     if (rc < 0 && rc != -EINTR && rc != -ETIME && rc != -ETIMEDOUT) {
       stats_.io_errors.Add(1);
     }
-    for (const io::IoCompletion& cqe : cqes) OnCompletion(r, cqe);
+    for (const io::IoCompletion& cqe : cqes) OnCompletion(cqe);
     // Chunks whose data transfer finished freed places at the disk: start the next reads/writes before any
     // checksum pass (loads' verification below).
-    PumpData(r);
-    r.io->Flush();
-    VerifyReadChunks(r);
-    CheckDeadlines(r);
+    PumpData();
+    io_->Flush();
+    VerifyReadChunks();
+    CheckDeadlines();
   }
 }
 
-void EngineImpl::EndDataPhase(Chunk& c) {
-  Reactor& r = *c.reactor;
+void Reactor::EndDataPhase(Chunk& c) {
   if (!c.data_phase) return;
   c.data_phase = false;
-  r.data_in_flight--;
-  if (c.job->kind == JobKind::kLoad) std::erase(r.piece_queue, &c);
+  data_in_flight_--;
+  if (c.job->kind == JobKind::kLoad) std::erase(piece_queue_, &c);
 }
 
-bool EngineImpl::PiecesToAsk(const Chunk& c) {
+bool Reactor::PiecesToAsk(const Chunk& c) {
   return c.data_phase && c.job->kind == JobKind::kLoad && c.next_piece < c.num_blocks;
 }
 
-void EngineImpl::FillPieces(Reactor& r) {
+void Reactor::FillPieces() {
   // Oldest first: the chunk that entered its data phase first gets every piece it still needs before the next one
   // gets any, so chunks finish one after another at the device's pace and a job's last chunks keep the whole budget
   // (docs/architecture.md, "Reads in pieces").
-  const uint32_t budget = kReadsPerDataPlace * r.depth;
-  while (r.reads_at_disk < budget && !r.piece_queue.empty()) {
-    Chunk* c = r.piece_queue.front();
+  const uint32_t budget = kReadsPerDataPlace * depth_;
+  while (reads_at_disk_ < budget && !piece_queue_.empty()) {
+    Chunk* c = piece_queue_.front();
     if (c->state != ChunkState::kTransferring || !PiecesToAsk(*c)) {
-      r.piece_queue.pop_front();
+      piece_queue_.pop_front();
       continue;
     }
     SubmitNextPiece(*c);
-    if (!PiecesToAsk(*c)) r.piece_queue.pop_front();
+    if (!PiecesToAsk(*c)) piece_queue_.pop_front();
   }
 }
 
-void EngineImpl::PumpData(Reactor& r) {
-  while (r.data_in_flight < r.depth && !r.data_queue.empty()) {
-    Chunk* c = r.data_queue.front();
-    r.data_queue.pop_front();
+void Reactor::PumpData() {
+  while (data_in_flight_ < depth_ && !data_queue_.empty()) {
+    Chunk* c = data_queue_.front();
+    data_queue_.pop_front();
     if (c->state == ChunkState::kFailed) {
       Settle(*c);
       continue;
     }
     SetState(*c, ChunkState::kTransferring);
     c->data_phase = true;
-    r.data_in_flight++;
+    data_in_flight_++;
     if (c->job->kind == JobKind::kLoad) {
       uint8_t* base = pool_->SlotData(c->slot);
       const uint64_t piece = options_.read_piece_bytes;
@@ -134,16 +165,16 @@ void EngineImpl::PumpData(Reactor& r) {
       } else {
         SubmitRead(*c, base, kHeaderBytes, 0, 0, 0, true);
       }
-      if (PiecesToAsk(*c)) InsertByAdmission(r.piece_queue, c);
+      if (PiecesToAsk(*c)) InsertByAdmission(piece_queue_, c);
     } else {
       SubmitWrite(*c, pool_->SlotData(c->slot), files_.slot_bytes, 0);
     }
   }
-  FillPieces(r);
+  FillPieces();
 }
 
-void EngineImpl::StartWaitingChunks(Reactor& r) {
-  for (auto& part : r.jobs) {
+void Reactor::StartWaitingChunks() {
+  for (auto& part : parts_) {
     if (part->chunks.empty() && part->job->chunks.empty() && part->next_to_start == 0) {
       part->next_to_start = 1;  // an empty job: nothing to wait for
       PublishJob(*part->job);
@@ -158,9 +189,8 @@ void EngineImpl::StartWaitingChunks(Reactor& r) {
   }
 }
 
-bool EngineImpl::TakeJobSlot(Part& part) {
-  Reactor& r = *part.chunks.front()->reactor;
-  if (part.slots_held >= 2 * r.depth) return false;
+bool Reactor::TakeJobSlot(Part& part) {
+  if (part.slots_held >= 2 * depth_) return false;
   Job& job = *part.job;
   const uint32_t limit = 2 * options_.io_depth;
   auto take = [&job, limit] {
@@ -171,29 +201,39 @@ bool EngineImpl::TakeJobSlot(Part& part) {
     return false;
   };
   if (!take()) {
-    if (reactors_.size() == 1) return false;
+    if (peers_.size() == 1) return false;
     // Record the wait before trying again: a slot returned in between is either seen or wakes this reactor.
-    job.slot_waiters.fetch_or(uint64_t{1} << r.index);
+    job.slot_waiters.fetch_or(uint64_t{1} << index_);
     if (!take()) return false;
   }
   part.slots_held++;
   return true;
 }
 
-void EngineImpl::ReturnJobSlot(Chunk& c) {
+void Reactor::WakeWaiters(std::atomic<uint64_t>& mask) {
+  if (mask.load() == 0) return;
+  uint64_t m = mask.exchange(0);
+  while (m != 0) {
+    const int i = __builtin_ctzll(m);
+    m &= m - 1;
+    peers_[i]->Wake();
+  }
+}
+
+void Reactor::ReturnJobSlot(Chunk& c) {
   if (!c.counts_job_slot) return;
   c.counts_job_slot = false;
   c.part->slots_held--;
   c.job->slots_held.fetch_sub(1);
-  if (reactors_.size() > 1) WakeWaiters(c.job->slot_waiters);
+  if (peers_.size() > 1) WakeWaiters(c.job->slot_waiters);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
 // Operations
 
-void EngineImpl::SubmitOp(Reactor& r, OpCtx ctx, io::IoOp op) {
-  const uint64_t id = r.next_op_id++;
-  auto [it, inserted] = r.op_ctx.emplace(id, std::move(ctx));
+void Reactor::SubmitOp(OpCtx ctx, io::IoOp op) {
+  const uint64_t id = next_op_id_++;
+  auto [it, inserted] = ops_.emplace(id, std::move(ctx));
   OpCtx& c = it->second;
   // Pointers into the context: stable, unordered_map nodes do not move.
   if (!c.path.empty()) op.path = c.path.c_str();
@@ -204,35 +244,34 @@ void EngineImpl::SubmitOp(Reactor& r, OpCtx ctx, io::IoOp op) {
   op.deadline_ns = op.code == io::OpCode::kClose ? 0 : c.deadline_ns;
   c.start_ns = io::NowNs();
   if (c.chunk) c.chunk->ops_in_flight++;
-  if (c.role == OpRole::kRead) r.reads_at_disk++;
-  const int rc = r.io->Submit(op);
+  if (c.role == OpRole::kRead) reads_at_disk_++;
+  const int rc = io_->Submit(op);
   if (rc == -EAGAIN) {
-    r.deferred_ops.push_back(DeferredOp{id, op});  // ring full: resubmitted next iteration
+    deferred_ops_.push_back(DeferredOp{id, op});  // ring full: resubmitted next iteration
   } else if (rc < 0) {
     io::IoCompletion fake{id, rc};
-    OnCompletion(r, fake);
+    OnCompletion(fake);
   }
 }
 
-void EngineImpl::RetryDeferredOps(Reactor& r) {
-  while (!r.deferred_ops.empty()) {
-    DeferredOp& d = r.deferred_ops.front();
-    if (r.op_ctx.count(d.id) == 0) {  // should not happen; be safe
-      r.deferred_ops.pop_front();
+void Reactor::RetryDeferredOps() {
+  while (!deferred_ops_.empty()) {
+    DeferredOp& d = deferred_ops_.front();
+    if (ops_.count(d.id) == 0) {  // should not happen; be safe
+      deferred_ops_.pop_front();
       continue;
     }
-    const int rc = r.io->Submit(d.op);
+    const int rc = io_->Submit(d.op);
     if (rc == -EAGAIN) return;
     const uint64_t id = d.id;
-    r.deferred_ops.pop_front();
-    if (rc < 0) OnCompletion(r, io::IoCompletion{id, rc});
+    deferred_ops_.pop_front();
+    if (rc < 0) OnCompletion(io::IoCompletion{id, rc});
   }
 }
 
-void EngineImpl::SubmitRead(Chunk& c, uint8_t* buf, uint64_t len, uint64_t offset, uint32_t piece_first,
-                            uint32_t piece_blocks, bool with_header) {
-  Reactor& r = *c.reactor;
-  OpCtx ctx{OpRole::kRead, &c, &EngineImpl::OnReadDone, buf, len, offset, Deadline()};
+void Reactor::SubmitRead(Chunk& c, uint8_t* buf, uint64_t len, uint64_t offset, uint32_t piece_first,
+                         uint32_t piece_blocks, bool with_header) {
+  OpCtx ctx{OpRole::kRead, &c, &Reactor::OnReadDone, buf, len, offset, Deadline()};
   ctx.piece_first = piece_first;
   ctx.piece_blocks = piece_blocks;
   ctx.with_header = with_header;
@@ -242,34 +281,33 @@ void EngineImpl::SubmitRead(Chunk& c, uint8_t* buf, uint64_t len, uint64_t offse
   op.buf = buf;
   op.len = static_cast<uint32_t>(std::min<uint64_t>(len, 1u << 30));
   op.offset = offset;
-  SubmitOp(r, std::move(ctx), op);
+  SubmitOp(std::move(ctx), op);
 }
 
-void EngineImpl::SubmitWrite(Chunk& c, uint8_t* buf, uint64_t len, uint64_t offset) {
-  Reactor& r = *c.reactor;
-  OpCtx ctx{OpRole::kWrite, &c, &EngineImpl::OnWriteDone, buf, len, offset, Deadline()};
+void Reactor::SubmitWrite(Chunk& c, uint8_t* buf, uint64_t len, uint64_t offset) {
+  OpCtx ctx{OpRole::kWrite, &c, &Reactor::OnWriteDone, buf, len, offset, Deadline()};
   io::IoOp op;
   op.code = io::OpCode::kWrite;
   op.fd = c.fd;
   op.buf = buf;
   op.len = static_cast<uint32_t>(std::min<uint64_t>(len, 1u << 30));
   op.offset = offset;
-  SubmitOp(r, std::move(ctx), op);
+  SubmitOp(std::move(ctx), op);
 }
 
-void EngineImpl::SubmitClose(Reactor& r, int fd) {
+void Reactor::SubmitClose(int fd) {
   if (fd < 0) return;
   io::IoOp op;
   op.code = io::OpCode::kClose;
   op.fd = fd;
-  SubmitOp(r, OpCtx{OpRole::kClose, nullptr, nullptr}, op);  // nothing to do when it is back
+  SubmitOp(OpCtx{OpRole::kClose, nullptr, nullptr}, op);  // nothing to do when it is back
 }
 
-void EngineImpl::OnCompletion(Reactor& r, const io::IoCompletion& cqe) {
-  auto it = r.op_ctx.find(cqe.user_data);
-  if (it == r.op_ctx.end()) return;
+void Reactor::OnCompletion(const io::IoCompletion& cqe) {
+  auto it = ops_.find(cqe.user_data);
+  if (it == ops_.end()) return;
   OpCtx ctx = std::move(it->second);
-  r.op_ctx.erase(it);
+  ops_.erase(it);
   const int64_t res = cqe.result;
   if (res < 0 && res != -EEXIST && res != -ENOENT && !ctx.errors_are_answers) {
     if (res == -ETIMEDOUT || res == -ECANCELED) {
@@ -281,8 +319,8 @@ void EngineImpl::OnCompletion(Reactor& r, const io::IoCompletion& cqe) {
   }
   Chunk* c = ctx.chunk;
   if (c != nullptr) c->ops_in_flight--;
-  if (ctx.role == OpRole::kRead) r.reads_at_disk--;
-  if (ctx.on_done != nullptr) (this->*ctx.on_done)(r, ctx, res);  // the op's own continuation
+  if (ctx.role == OpRole::kRead) reads_at_disk_--;
+  if (ctx.on_done != nullptr) (this->*ctx.on_done)(ctx, res);  // the op's own continuation
   if (c == nullptr) return;  // an eviction's unlink, a directory removal, a fire-and-forget close or unlink
   // The place at the disk goes with the last data transfer (a load's last piece asked for and back), or as soon
   // as the chunk moved on from transferring (written: syncing or linking; failed).
@@ -290,7 +328,7 @@ void EngineImpl::OnCompletion(Reactor& r, const io::IoCompletion& cqe) {
   Settle(*c);
 }
 
-void EngineImpl::OnOpenDone(Reactor& r, const OpCtx& ctx, int64_t res) {
+void Reactor::OnOpenDone(const OpCtx& ctx, int64_t res) {
   Chunk* c = ctx.chunk;
   if (res >= 0) {
     c->fd = static_cast<int>(res);
@@ -307,7 +345,7 @@ void EngineImpl::OnOpenDone(Reactor& r, const OpCtx& ctx, int64_t res) {
                    "open " + c->rel_path + " refused (" + std::string(strerror(static_cast<int>(-res))) +
                        "): a symlink or special file where a chunk belongs",
                    static_cast<int>(-res));
-        QuarantineCorrupt(c->reactor->index, c->key, c->rel_path, why);
+        QuarantineCorrupt(c->key, c->rel_path, why);
         FailChunk(*c, why);
       } else if (res == -ENOENT) {
         ForgetEntry(c->key);  // evicted by another instance, or never there
@@ -325,7 +363,7 @@ void EngineImpl::OnOpenDone(Reactor& r, const OpCtx& ctx, int64_t res) {
     return;
   }
   if (c->job->kind == JobKind::kLoad) {
-    SubmitStatx(*c, &EngineImpl::OnStatxDone);  // checks the file's shape, then queues the chunk for the disk
+    SubmitStatx(*c, &Reactor::OnStatxDone);  // checks the file's shape, then queues the chunk for the disk
     return;
   }
   if (files_.chmod_files) {
@@ -335,25 +373,25 @@ void EngineImpl::OnOpenDone(Reactor& r, const OpCtx& ctx, int64_t res) {
     op.code = io::OpCode::kFchmod;
     op.fd = c->fd;
     op.mode = files_.file_mode;
-    OpCtx chmod{OpRole::kChmod, c, &EngineImpl::OnTemporaryChmodDone};
+    OpCtx chmod{OpRole::kChmod, c, &Reactor::OnTemporaryChmodDone};
     chmod.deadline_ns = Deadline();
-    SubmitOp(r, std::move(chmod), op);
+    SubmitOp(std::move(chmod), op);
     return;
   }
   SetState(*c, ChunkState::kWaitingForDisk);
-  InsertByAdmission(r.data_queue, c);  // PumpData starts its reads or writes when the disk has room (io_depth)
+  InsertByAdmission(data_queue_, c);  // PumpData starts its reads or writes when the disk has room (io_depth)
 }
 
-void EngineImpl::TraceTransfer(Reactor& r, const OpCtx& ctx, int64_t res, const char* name) {
+void Reactor::TraceTransfer(const OpCtx& ctx, int64_t res, const char* name) {
   if (trace_ && trace_->enabled()) {
-    trace_->Complete(name, "io", ctx.start_ns, io::NowNs() - ctx.start_ns, r.trace_tid,
+    trace_->Complete(name, "io", ctx.start_ns, io::NowNs() - ctx.start_ns, trace_tid_,
                      {{"bytes", res > 0 ? uint64_t(res) : 0}});
   }
 }
 
-void EngineImpl::CheckDeadlines(Reactor& r) {
+void Reactor::CheckDeadlines() {
   const int64_t now = io::NowNs();
-  for (auto& [id, ctx] : r.op_ctx) {
+  for (auto& [id, ctx] : ops_) {
     if (ctx.chunk == nullptr || ctx.late || ctx.deadline_ns == 0 || ctx.deadline_ns > now) continue;
     ctx.late = true;  // I4: the chunk becomes a miss now; its buffer stays held until the op returns
     stats_.timeouts.Add(1);
@@ -365,7 +403,7 @@ void EngineImpl::CheckDeadlines(Reactor& r) {
 // ---------------------------------------------------------------------------------------------------------------
 // Completion, failure, release
 
-void EngineImpl::FailChunk(Chunk& c, Status status) {
+void Reactor::FailChunk(Chunk& c, Status status) {
   if (IsFinished(c.state)) return;
   c.status = std::move(status);
   if (c.status.ok()) c.status = Status(StatusCode::kInternal, "chunk failed without a reason");
@@ -377,8 +415,7 @@ void EngineImpl::FailChunk(Chunk& c, Status status) {
   FinishChunk(c);
 }
 
-void EngineImpl::FinishChunk(Chunk& c) {
-  Reactor& r = *c.reactor;
+void Reactor::FinishChunk(Chunk& c) {
   if (IsFinished(c.state)) return;
   SetState(c, c.status.ok() ? ChunkState::kSucceeded : ChunkState::kFailed);
   Job& job = *c.job;
@@ -387,8 +424,8 @@ void EngineImpl::FinishChunk(Chunk& c) {
     c.pinned = false;
   }
   if (job.kind == JobKind::kStore) {
-    auto it = r.stores_in_flight.find(c.key);
-    if (it != r.stores_in_flight.end() && it->second == &c) r.stores_in_flight.erase(it);
+    auto it = stores_in_flight_.find(c.key);
+    if (it != stores_in_flight_.end() && it->second == &c) stores_in_flight_.erase(it);
     disk_->EndPendingStore(c.key);
     outcomes_.Record(c.key, c.status);  // after the publish (or the drop) it reports
   }
@@ -398,7 +435,7 @@ void EngineImpl::FinishChunk(Chunk& c) {
   if (job.unfinished.fetch_sub(1, std::memory_order_acq_rel) == 1) PublishJob(job);
 }
 
-void EngineImpl::PublishJob(Job& job) {
+void Reactor::PublishJob(Job& job) {
   const int64_t latency_ns = io::NowNs() - job.start_ns;
   uint32_t ok = 0;
   for (auto& ch : job.chunks) ok += ch->status.ok() ? 1 : 0;
@@ -418,8 +455,7 @@ void EngineImpl::PublishJob(Job& job) {
 }
 
 // Returns the chunk's resources once nothing in flight can touch them any more.
-void EngineImpl::Settle(Chunk& c) {
-  Reactor& r = *c.reactor;
+void Reactor::Settle(Chunk& c) {
   if (c.ops_in_flight > 0) return;
   if (c.state != ChunkState::kSucceeded && c.state != ChunkState::kFailed) return;  // progressing, or released
   SetState(c, ChunkState::kReleased);
@@ -434,7 +470,7 @@ void EngineImpl::Settle(Chunk& c) {
     op.dirfd = ns_->dirfd();
     OpCtx ctx{OpRole::kUnlinkTmp, nullptr, nullptr};  // fire and forget
     ctx.path = c.tmp_path;
-    SubmitOp(r, std::move(ctx), op);
+    SubmitOp(std::move(ctx), op);
     c.tmp_exists = false;
   }
   if (c.job->kind == JobKind::kStore) {
@@ -451,12 +487,12 @@ void EngineImpl::Settle(Chunk& c) {
   }
   if (c.counts_committed) {
     c.counts_committed = false;
-    r.committed_started--;
+    committed_started_--;
   }
   ReturnJobSlot(c);
 }
 
-void EngineImpl::SetState(Chunk& c, ChunkState to) {
+void Reactor::SetState(Chunk& c, ChunkState to) {
 #ifndef NDEBUG
   if (!LegalChunkTransition(c.job->kind, c.state, to)) {
     std::fprintf(stderr, "kvtier: internal error: %s chunk %s moved from %s to %s\n",
@@ -468,7 +504,7 @@ void EngineImpl::SetState(Chunk& c, ChunkState to) {
   c.state = to;
 }
 
-const char* EngineImpl::OpRoleName(OpRole r) {
+const char* Reactor::OpRoleName(OpRole r) {
   switch (r) {
     case OpRole::kOpen: return "open";
     case OpRole::kRead: return "read";

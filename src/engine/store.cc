@@ -14,16 +14,15 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "engine/engine_impl.h"
+#include "engine/reactor.h"
 #include "layout/chunk_path.h"
 
 namespace kvtier {
 
-bool EngineImpl::StartStoreChunk(Part& part, Chunk& c) {
-  Reactor& r = *c.reactor;
+bool Reactor::StartStoreChunk(Part& part, Chunk& c) {
   c.started_ns = io::NowNs();
-  if (c.admitted == 0) c.admitted = r.next_admission++;
-  if (disk_->Contains(c.key) || r.stores_in_flight.count(c.key)) {
+  if (c.admitted == 0) c.admitted = next_admission_++;
+  if (disk_->Contains(c.key) || stores_in_flight_.count(c.key)) {
     // Already published (or being published by an earlier job): nothing to write.
     stats_.stores_deduplicated.Add(1);
     FinishChunk(c);
@@ -35,18 +34,17 @@ bool EngineImpl::StartStoreChunk(Part& part, Chunk& c) {
   // started all at once, a large commit had its reactor checksum every chunk before the first write went out, and
   // the disk waited. The reactor's own bound does the same for many small commits (vLLM commits a request's chunks
   // each step), which each have an allowance of their own.
-  if (r.committed_started >= 2 * r.depth) return false;
+  if (committed_started_ >= 2 * depth_) return false;
   if (!TakeJobSlot(part)) return false;
   c.counts_job_slot = true;
   c.counts_committed = true;
-  r.committed_started++;
-  r.stores_in_flight[c.key] = &c;
+  committed_started_++;
+  stores_in_flight_[c.key] = &c;
   BeginStoreWrite(c);
   return true;
 }
 
-void EngineImpl::BeginStoreWrite(Chunk& c) {
-  Reactor& r = *c.reactor;
+void Reactor::BeginStoreWrite(Chunk& c) {
   uint8_t* base = pool_->SlotData(c.slot);
   const uint32_t bpc = options_.identity.blocks_per_chunk;
   const uint64_t bb = options_.identity.block_bytes;
@@ -75,22 +73,21 @@ void EngineImpl::BeginStoreWrite(Chunk& c) {
   if (budget_->shared() && budget_->has_budget() && !c.usage_reserved) {
     budget_->Reserve(files_.slot_bytes);
     c.usage_reserved = true;
-    EvictAboveHighWatermark(r);
+    EvictAboveHighWatermark();
   }
   OpenTemporary(c);
 }
 
-void EngineImpl::OpenTemporary(Chunk& c) {
-  Reactor& r = *c.reactor;
-  if (!r.fanout_cache.Has(c.key)) {
-    SubmitMkdir(c, r.fanout_cache.HasFirstLevel(c.key.data()[0]) ? 2 : 1);
+void Reactor::OpenTemporary(Chunk& c) {
+  if (!fanout_cache_.Has(c.key)) {
+    SubmitMkdir(c, fanout_cache_.HasFirstLevel(c.key.data()[0]) ? 2 : 1);
     return;
   }
   io::IoOp op;
   op.code = io::OpCode::kOpenAt;
   op.dirfd = ns_->dirfd();
   op.mode = files_.file_mode;
-  OpCtx ctx{OpRole::kOpen, &c, &EngineImpl::OnOpenDone};
+  OpCtx ctx{OpRole::kOpen, &c, &Reactor::OnOpenDone};
   if (files_.tmpfile_publish) {
     c.tmp_anonymous = true;
     c.tmp_path = FanoutDir(c.key);
@@ -104,25 +101,24 @@ void EngineImpl::OpenTemporary(Chunk& c) {
   ctx.path = c.tmp_path;
   ctx.deadline_ns = Deadline();
   SetState(c, ChunkState::kCreating);
-  SubmitOp(r, std::move(ctx), op);
+  SubmitOp(std::move(ctx), op);
 }
 
-void EngineImpl::SubmitMkdir(Chunk& c, int level) {
-  Reactor& r = *c.reactor;
+void Reactor::SubmitMkdir(Chunk& c, int level) {
   io::IoOp op;
   op.code = io::OpCode::kMkdirAt;
   op.dirfd = ns_->dirfd();
   op.mode = options_.dir_mode;
-  OpCtx ctx{OpRole::kMkdir, &c, &EngineImpl::OnMkdirDone};
+  OpCtx ctx{OpRole::kMkdir, &c, &Reactor::OnMkdirDone};
   ctx.path = FanoutDir(c.key);  // "ab/cd"
   if (level == 1) ctx.path.resize(2);
   ctx.len = static_cast<uint64_t>(level);
   ctx.deadline_ns = Deadline();
   SetState(c, ChunkState::kMakingDir);
-  SubmitOp(r, std::move(ctx), op);
+  SubmitOp(std::move(ctx), op);
 }
 
-void EngineImpl::OnMkdirDone(Reactor& r, const OpCtx& ctx, int64_t res) {
+void Reactor::OnMkdirDone(const OpCtx& ctx, int64_t res) {
   Chunk& c = *ctx.chunk;
   if (c.state == ChunkState::kFailed) return;
   if (res == 0) {
@@ -134,22 +130,22 @@ void EngineImpl::OnMkdirDone(Reactor& r, const OpCtx& ctx, int64_t res) {
       op.dirfd = ns_->dirfd();
       op.flags = O_DIRECTORY;  // K2: whatever replaced the new directory meanwhile is refused, not chmod'ed
       op.mode = options_.dir_mode;
-      OpCtx chmod{OpRole::kChmod, &c, &EngineImpl::OnFanoutChmodDone};
+      OpCtx chmod{OpRole::kChmod, &c, &Reactor::OnFanoutChmodDone};
       chmod.path = ctx.path;
       chmod.len = ctx.len;
       chmod.deadline_ns = Deadline();
-      SubmitOp(r, std::move(chmod), op);
+      SubmitOp(std::move(chmod), op);
       return;
     }
   } else if (res == -EEXIST) {
     // Another chunk or instance made it; it must be a real directory (a symlink or file there: refuse, K2).
-    SubmitStatx(c, &EngineImpl::OnFanoutStatxDone, ctx.path, ctx.len);
+    SubmitStatx(c, &Reactor::OnFanoutStatxDone, ctx.path, ctx.len);
     return;
   } else if (res == -ESTALE && c.mkdir_retries < kMkdirRetries) {
     // M1: another client's mkdir of the same directory (or of its parent) can leave this client's handle stale
     // for an instant (GlusterFS, two hosts storing the same keys): look the path up again by asking again.
     c.mkdir_retries++;
-    r.fanout_cache.Forget(c.key);
+    fanout_cache_.Forget(c.key);
     SubmitMkdir(c, static_cast<int>(ctx.len));
     return;
   } else if ((res == -ENOSPC || res == -EDQUOT) && RetryStoreAfterEnospc(c)) {
@@ -163,7 +159,7 @@ void EngineImpl::OnMkdirDone(Reactor& r, const OpCtx& ctx, int64_t res) {
   FanoutLevelReady(c, static_cast<int>(ctx.len));
 }
 
-void EngineImpl::OnFanoutChmodDone(Reactor&, const OpCtx& ctx, int64_t res) {
+void Reactor::OnFanoutChmodDone(const OpCtx& ctx, int64_t res) {
   Chunk& c = *ctx.chunk;
   if (c.state == ChunkState::kFailed) return;
   if (res < 0) {
@@ -173,7 +169,7 @@ void EngineImpl::OnFanoutChmodDone(Reactor&, const OpCtx& ctx, int64_t res) {
   FanoutLevelReady(c, static_cast<int>(ctx.len));
 }
 
-void EngineImpl::OnFanoutStatxDone(Reactor&, const OpCtx& ctx, int64_t res) {
+void Reactor::OnFanoutStatxDone(const OpCtx& ctx, int64_t res) {
   Chunk& c = *ctx.chunk;
   if (c.state == ChunkState::kFailed) return;
   if (res < 0) {
@@ -206,12 +202,12 @@ void EngineImpl::OnFanoutStatxDone(Reactor&, const OpCtx& ctx, int64_t res) {
   FanoutLevelReady(c, static_cast<int>(ctx.len));
 }
 
-void EngineImpl::FanoutLevelReady(Chunk& c, int level) {
+void Reactor::FanoutLevelReady(Chunk& c, int level) {
   if (level == 1) {
     SubmitMkdir(c, 2);
     return;
   }
-  c.reactor->fanout_cache.Add(c.key);
+  fanout_cache_.Add(c.key);
   if (c.tmp_anonymous && c.fd >= 0) {
     SubmitLink(c);  // RetryAfterVanishedDir from a link: the temporary is open and written
   } else {
@@ -219,26 +215,26 @@ void EngineImpl::FanoutLevelReady(Chunk& c, int level) {
   }
 }
 
-bool EngineImpl::RetryAfterVanishedDir(Chunk& c) {
+bool Reactor::RetryAfterVanishedDir(Chunk& c) {
   if (c.dir_retries >= kVanishedDirRetries) return false;
   c.dir_retries++;
-  c.reactor->fanout_cache.Forget(c.key);
+  fanout_cache_.Forget(c.key);
   SubmitMkdir(c, 1);
   return true;
 }
 
-void EngineImpl::OnTemporaryChmodDone(Reactor& r, const OpCtx& ctx, int64_t res) {
+void Reactor::OnTemporaryChmodDone(const OpCtx& ctx, int64_t res) {
   Chunk* c = ctx.chunk;
   if (c->state == ChunkState::kFailed) return;
   // A failed chmod is counted (an I/O error) and the store goes on: the entry is published with the umask's mode.
   static_cast<void>(res);
   SetState(*c, ChunkState::kWaitingForDisk);
-  InsertByAdmission(r.data_queue, c);
+  InsertByAdmission(data_queue_, c);
 }
 
-void EngineImpl::OnWriteDone(Reactor& r, const OpCtx& ctx, int64_t res) {
+void Reactor::OnWriteDone(const OpCtx& ctx, int64_t res) {
   Chunk* c = ctx.chunk;
-  TraceTransfer(r, ctx, res, "write");
+  TraceTransfer(ctx, res, "write");
   if (c->state == ChunkState::kFailed) return;
   if (res < 0) {
     if ((res == -ENOSPC || res == -EDQUOT) && RetryStoreAfterEnospc(*c)) return;
@@ -255,8 +251,7 @@ void EngineImpl::OnWriteDone(Reactor& r, const OpCtx& ctx, int64_t res) {
   }
 }
 
-void EngineImpl::StoreWritesDone(Chunk& c) {
-  Reactor& r = *c.reactor;
+void Reactor::StoreWritesDone(Chunk& c) {
   // M1: an anonymous temporary on a shared root is made durable to the filesystem's other clients before linkat
   // names it (it stays open until then, so its close cannot do it first).
   const bool sync = options_.fsync_on_publish || (files_.shared_root && c.tmp_anonymous);
@@ -264,10 +259,10 @@ void EngineImpl::StoreWritesDone(Chunk& c) {
     io::IoOp op;
     op.code = io::OpCode::kFsync;
     op.fd = c.fd;
-    OpCtx ctx{OpRole::kFsync, &c, &EngineImpl::OnFsyncDone};
+    OpCtx ctx{OpRole::kFsync, &c, &Reactor::OnFsyncDone};
     ctx.deadline_ns = Deadline();
     SetState(c, ChunkState::kSyncing);
-    SubmitOp(r, std::move(ctx), op);
+    SubmitOp(std::move(ctx), op);
     return;
   }
   ReturnJobSlot(c);  // the bytes are in the file: the next resident slot of the job may start
@@ -278,7 +273,7 @@ void EngineImpl::StoreWritesDone(Chunk& c) {
   }
 }
 
-void EngineImpl::OnFsyncDone(Reactor& r, const OpCtx& ctx, int64_t res) {
+void Reactor::OnFsyncDone(const OpCtx& ctx, int64_t res) {
   Chunk* c = ctx.chunk;
   if (c->state == ChunkState::kFailed) return;
   if (res < 0) {
@@ -288,18 +283,18 @@ void EngineImpl::OnFsyncDone(Reactor& r, const OpCtx& ctx, int64_t res) {
   }
 }
 
-void EngineImpl::SubmitCloseBeforeLink(Chunk& c) {
+void Reactor::SubmitCloseBeforeLink(Chunk& c) {
   io::IoOp op;
   op.code = io::OpCode::kClose;
   op.fd = c.fd;
   c.fd = -1;  // the close owns it now
-  OpCtx ctx{OpRole::kCloseBeforeLink, &c, &EngineImpl::OnCloseBeforeLinkDone};
+  OpCtx ctx{OpRole::kCloseBeforeLink, &c, &Reactor::OnCloseBeforeLinkDone};
   ctx.deadline_ns = Deadline();
   SetState(c, ChunkState::kClosing);
-  SubmitOp(*c.reactor, std::move(ctx), op);
+  SubmitOp(std::move(ctx), op);
 }
 
-void EngineImpl::OnCloseBeforeLinkDone(Reactor& r, const OpCtx& ctx, int64_t res) {
+void Reactor::OnCloseBeforeLinkDone(const OpCtx& ctx, int64_t res) {
   Chunk& c = *ctx.chunk;
   if (c.state == ChunkState::kFailed) return;
   if (res < 0) {  // NFS and FUSE report deferred write errors at close: the temporary's bytes are not all there
@@ -309,11 +304,11 @@ void EngineImpl::OnCloseBeforeLinkDone(Reactor& r, const OpCtx& ctx, int64_t res
   SubmitLink(c);
 }
 
-void EngineImpl::SubmitLink(Chunk& c) {
+void Reactor::SubmitLink(Chunk& c) {
   io::IoOp op;
   op.code = io::OpCode::kLinkAt;
   op.dirfd = ns_->dirfd();
-  OpCtx ctx{OpRole::kLink, &c, &EngineImpl::OnLinkDone};
+  OpCtx ctx{OpRole::kLink, &c, &Reactor::OnLinkDone};
   if (c.tmp_anonymous) {
     // The open fd is the file's only name: link it through /proc (AT_SYMLINK_FOLLOW, no privilege needed).
     ctx.path = "/proc/self/fd/" + std::to_string(c.fd);
@@ -324,10 +319,10 @@ void EngineImpl::SubmitLink(Chunk& c) {
   ctx.path2 = c.rel_path;
   ctx.deadline_ns = Deadline();
   SetState(c, ChunkState::kLinking);
-  SubmitOp(*c.reactor, std::move(ctx), op);
+  SubmitOp(std::move(ctx), op);
 }
 
-void EngineImpl::OnLinkDone(Reactor& r, const OpCtx& ctx, int64_t res) {
+void Reactor::OnLinkDone(const OpCtx& ctx, int64_t res) {
   Chunk* c = ctx.chunk;
   if (c->state == ChunkState::kFailed) {
     // I4: the link came back after its deadline had failed the chunk, and made the entry all the same: it is on
@@ -336,7 +331,7 @@ void EngineImpl::OnLinkDone(Reactor& r, const OpCtx& ctx, int64_t res) {
       const bool reserved = c->usage_reserved;
       if (reserved) budget_->CommitReserved(files_.slot_bytes);
       c->usage_reserved = false;
-      PublishIndexed(r, c->key, files_.slot_bytes, /*linked=*/!reserved);
+      PublishIndexed(c->key, files_.slot_bytes, /*linked=*/!reserved);
     }
     return;
   }
@@ -345,12 +340,12 @@ void EngineImpl::OnLinkDone(Reactor& r, const OpCtx& ctx, int64_t res) {
     if (res == -EEXIST) stats_.stores_deduplicated.Add(1);
     if (res != 0 && c->usage_reserved) budget_->Release(files_.slot_bytes);  // not ours
     if (res == 0 && c->usage_reserved) budget_->CommitReserved(files_.slot_bytes);
-    PublishIndexed(r, c->key, kHeaderBytes + uint64_t(options_.identity.blocks_per_chunk) * files_.block_stride,
+    PublishIndexed(c->key, kHeaderBytes + uint64_t(options_.identity.blocks_per_chunk) * files_.block_stride,
                    /*linked=*/res == 0 && !c->usage_reserved);
     c->usage_reserved = false;
     c->job->bytes += files_.slot_bytes;
     if (c->fd >= 0) {  // an anonymous temporary's fd, kept open for linkat
-      SubmitClose(r, c->fd);
+      SubmitClose(c->fd);
       c->fd = -1;
     }
     FinishChunk(*c);  // Settle() removes a named temporary
@@ -365,7 +360,7 @@ void EngineImpl::OnLinkDone(Reactor& r, const OpCtx& ctx, int64_t res) {
 }
 
 // C2: on ENOSPC evict and retry once; the caller drops the store when this returns false.
-bool EngineImpl::RetryStoreAfterEnospc(Chunk& c) {
+bool Reactor::RetryStoreAfterEnospc(Chunk& c) {
   // The slot stays resident (not evictable) until the store ends (ResidentSet::Written): a retry rewrites from it.
   if (c.enospc_retried || c.ops_in_flight > 0) return false;
   c.enospc_retried = true;
@@ -384,31 +379,56 @@ bool EngineImpl::RetryStoreAfterEnospc(Chunk& c) {
   return true;
 }
 
-void EngineImpl::OnUnlinkEvictedDone(Reactor& r, const OpCtx& ctx, int64_t res) {
-  if (res == 0 || res == -ENOENT) SubmitRmdirFanout(r, ctx.key, 2);
+void Reactor::PublishIndexed(const ChunkKey& key, uint64_t bytes, bool linked) {
+  if (linked) budget_->Add(static_cast<int64_t>(bytes));
+  // M3: our own publication; its mtime is about now (a touch by another host comes later than that).
+  disk_->Publish(
+      key, bytes,
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count());
+  EvictAboveHighWatermark();
+}
+
+void Reactor::EvictAboveHighWatermark() {
+  // On the reactor: unlink through its I/O engine so eviction never stalls other I/O; OnUnlinkEvictedDone reports
+  // each to the budget.
+  for (const DiskBudget::Victim& v : budget_->TakeAboveHighWatermark()) {
+    io::IoOp op;
+    op.code = io::OpCode::kUnlinkAt;
+    op.dirfd = ns_->dirfd();
+    OpCtx ctx{OpRole::kUnlinkEvicted, nullptr, &Reactor::OnUnlinkEvictedDone};
+    ctx.len = v.bytes;  // subtracted from the shared usage when this unlink removes the file
+    ctx.path = ChunkRelPath(v.key);
+    ctx.key = v.key;
+    SubmitOp(std::move(ctx), op);
+  }
+}
+
+void Reactor::OnUnlinkEvictedDone(const OpCtx& ctx, int64_t res) {
+  if (res == 0 || res == -ENOENT) SubmitRmdirFanout(ctx.key, 2);
   budget_->Unlinked(DiskBudget::Victim{ctx.key, ctx.len}, static_cast<int>(res));
 }
 
-void EngineImpl::SubmitRmdirFanout(Reactor& r, const ChunkKey& key, int level) {
+void Reactor::SubmitRmdirFanout(const ChunkKey& key, int level) {
   io::IoOp op;
   op.code = io::OpCode::kUnlinkAt;
   op.dirfd = ns_->dirfd();
   op.flags = AT_REMOVEDIR;
-  OpCtx ctx{OpRole::kRmdirFanout, nullptr, &EngineImpl::OnRmdirFanoutDone};
+  OpCtx ctx{OpRole::kRmdirFanout, nullptr, &Reactor::OnRmdirFanoutDone};
   ctx.errors_are_answers = true;
   ctx.path = FanoutDir(key);
   if (level == 1) ctx.path.resize(2);
   ctx.len = static_cast<uint64_t>(level);
   ctx.key = key;
-  SubmitOp(r, std::move(ctx), op);
+  SubmitOp(std::move(ctx), op);
 }
 
-void EngineImpl::OnRmdirFanoutDone(Reactor& r, const OpCtx& ctx, int64_t res) {
+void Reactor::OnRmdirFanoutDone(const OpCtx& ctx, int64_t res) {
   // C1: ENOTEMPTY (the directory holds entries or a store's temporary) and ENOENT (gone already) are answers
   // (OpCtx::errors_are_answers).
   if (res != 0) return;
-  r.fanout_cache.Forget(ctx.key);
-  if (ctx.len == 2) SubmitRmdirFanout(r, ctx.key, 1);
+  fanout_cache_.Forget(ctx.key);
+  if (ctx.len == 2) SubmitRmdirFanout(ctx.key, 1);
 }
 
 }  // namespace kvtier

@@ -1,0 +1,375 @@
+// Reactor: one thread, one IoEngine (one io_uring ring, this thread its single issuer), and the chunks placed on it
+// (docs/architecture.md, "Threads and ownership"). It owns its ring, its queues, its table of ops in flight and the
+// state machines of its chunks: the loop, ops, completions, deadlines and every chunk's end in reactor.cc, the
+// promotion's machine in load.cc, the committed store's in store.cc (states: src/engine/chunk_state.h).
+//
+// Contract: the engine (EngineImpl) builds its reactors once everything they use is open, then Start()s them. Other
+// threads give a reactor work only through the ReactorInbox (a Part of a Job, under the inbox's mutex) and Wake();
+// everything else of a reactor, its chunks included, is touched by its own thread only. A Job is shared by its parts
+// on several reactors: what they write of it is atomic, and the reactor whose chunk finishes last publishes it.
+// Join() returns once the inbox says stop and every part has settled (no op of it in flight).
+#pragma once
+
+#include <sys/stat.h>
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "engine/chunk_state.h"
+#include "engine/disk_budget.h"
+#include "engine/disk_index.h"
+#include "engine/entry_files.h"
+#include "engine/placement.h"
+#include "engine/resident_set.h"
+#include "engine/store_outcomes.h"
+#include "io/io_engine.h"
+#include "kvtier/engine.h"
+#include "layout/chunk_format.h"
+#include "layout/chunk_path.h"
+#include "layout/namespace.h"
+#include "staging/staging_pool.h"
+#include "stats/stats.h"
+#include "trace/trace_recorder.h"
+#include "util/mutex.h"
+
+namespace kvtier {
+
+struct ReactorInbox;
+
+class Reactor {
+ public:
+  // A job of the engine's own, in one Part per reactor it has chunks on: a promotion (one key read into the slot the
+  // DRAM tier gave it) or a committed store (keys written from their slots).
+  struct Job;
+  struct Part;
+  struct Chunk;
+
+  // The engine's parts a reactor uses besides its own state; owned by the engine, which outlives its reactors.
+  struct Parts {
+    const EngineOptions* options = nullptr;
+    const EntryFiles* files = nullptr;
+    Namespace* ns = nullptr;
+    staging::StagingPool* pool = nullptr;
+    trace::TraceRecorder* trace = nullptr;  // null: no trace
+    kvtier::Stats* stats = nullptr;
+    DiskIndex* disk = nullptr;
+    DiskBudget* budget = nullptr;
+    ResidentSet* resident = nullptr;
+    ChunkPlacement* placement = nullptr;
+    StoreOutcomes* outcomes = nullptr;
+    ReactorInbox* inbox = nullptr;
+    // Every reactor of the engine, this one included (a job's slot returned wakes the reactors waiting for one).
+    const std::vector<std::unique_ptr<Reactor>>* peers = nullptr;
+  };
+
+  // index: this reactor's place in parts.peers; depth: its chunks with data at the disk at once (I1).
+  Reactor(const Parts& parts, uint32_t index, uint32_t depth, std::unique_ptr<io::IoEngine> io);
+  Reactor(const Reactor&) = delete;
+  Reactor& operator=(const Reactor&) = delete;
+
+  void Start();  // the thread (kvtier's signal mask: src/util/thread.h)
+  void Wake() { io_->Wake(); }
+  void Join();
+  uint32_t index() const { return index_; }
+  const io::IoEngine& io() const { return *io_; }
+
+ private:
+  // One I/O operation in flight; user_data of the IoOp is its id in ops_. Each carries its own completion handler
+  // (on_done), which OnCompletion calls after the bookkeeping every op shares (error counters, the chunk's ops in
+  // flight) and before the chunk's place at the disk and resources are settled.
+  enum class OpRole {  // names the op in traces and deadline messages
+    kOpen,
+    kStatx,
+    kRead,
+    kWrite,
+    kFsync,
+    kClose,
+    kCloseBeforeLink,
+    kLink,
+    kUnlinkTmp,
+    kUnlinkEvicted,
+    kMkdir,
+    kRmdirFanout,
+    kChmod,
+    kTouch
+  };
+  struct OpCtx;
+  // A completion handler, called on this reactor with the op's context and result (>= 0, or -errno). A handler of
+  // a chunk's op returns at once when the chunk has failed meanwhile, unless the op's result still has to be taken
+  // (an open's fd).
+  using OpHandler = void (Reactor::*)(const OpCtx& ctx, int64_t res);
+  struct OpCtx {
+    OpRole role;
+    Chunk* chunk = nullptr;       // null for ops of no chunk (evictions, directory removals, fire-and-forget)
+    OpHandler on_done = nullptr;  // null: nothing to do when it is back (a close, a temporary's unlink)
+    uint8_t* buf = nullptr;
+    uint64_t len = 0;  // bytes still to transfer; kMkdir, kRmdirFanout, a fan-out kStatx or kChmod: the fan-out
+                       // level (1: "ab", 2: "ab/cd"); kUnlinkEvicted: the entry's bytes
+    uint64_t offset = 0;
+    int64_t deadline_ns = 0;
+    std::string path;                 // kOpen / kLink (old) / kUnlink*
+    std::string path2;                // kLink (new)
+    ChunkKey key;                     // kUnlinkEvicted, kRmdirFanout, kTouch
+    bool late = false;                // passed its deadline; the chunk already failed
+    bool errors_are_answers = false;  // a failure is not an I/O error (an rmdir's ENOTEMPTY)
+    int64_t start_ns = 0;
+    // kRead of a load: the blocks this read brings, relative to the chunk's first_block (piece_blocks 0: the
+    // header alone), and whether the header is part of it.
+    uint32_t piece_first = 0;
+    uint32_t piece_blocks = 0;
+    bool with_header = false;
+  };
+  struct DeferredOp {
+    uint64_t id;
+    io::IoOp op;
+  };
+
+  // The loop (reactor.cc).
+  void Run();
+  void StartWaitingChunks();
+  // I1/S1 across reactors: a committed store's chunk at the disk counts against its part's allowance (2 x this
+  // reactor's depth) and its job's (2 x io_depth over all reactors). False: an allowance is used up (the reactor
+  // is woken when the job's frees a place).
+  bool TakeJobSlot(Part& part);
+  void ReturnJobSlot(Chunk& c);
+  void WakeWaiters(std::atomic<uint64_t>& mask);
+  void PumpData();
+  // Asks the disk for more pieces of this reactor's loads, oldest chunk first, while fewer than its piece budget of
+  // reads are at the disk (docs/architecture.md, "Reads in pieces").
+  void FillPieces();
+  // A load in its data phase whose later pieces wait for the reactor's piece budget.
+  static bool PiecesToAsk(const Chunk& c);
+  // Queues the chunk behind every chunk admitted before it (usually at the back: opens mostly come back in order).
+  static void InsertByAdmission(std::deque<Chunk*>& q, Chunk* c);
+  void EndDataPhase(Chunk& c);  // the chunk's place at the disk goes to the next one (PumpData)
+  int64_t Deadline() const;
+
+  // Ops (reactor.cc).
+  void SubmitOp(OpCtx ctx, io::IoOp op);
+  void RetryDeferredOps();
+  // An op came back: shared bookkeeping, then the op's own handler (OpCtx::on_done), then the chunk's settling.
+  void OnCompletion(const io::IoCompletion& cqe);
+  void OnOpenDone(const OpCtx& ctx, int64_t res);
+  void SubmitRead(Chunk& c, uint8_t* buf, uint64_t len, uint64_t offset, uint32_t piece_first = 0,
+                  uint32_t piece_blocks = 0, bool with_header = false);
+  void SubmitWrite(Chunk& c, uint8_t* buf, uint64_t len, uint64_t offset);
+  void SubmitClose(int fd);
+  void TraceTransfer(const OpCtx& ctx, int64_t res, const char* name);
+  void CheckDeadlines();
+  static const char* OpRoleName(OpRole r);
+
+  // A chunk's end (reactor.cc). Moves c to state `to`; in debug builds an illegal move (LegalChunkTransition)
+  // aborts naming both states.
+  void SetState(Chunk& c, ChunkState to);
+  // Finishes c as failed (kFailed) with status; a no-op for a finished chunk.
+  void FailChunk(Chunk& c, Status status);
+  // Finishes c: kSucceeded, or kFailed when its status says so; the job's last chunk publishes the result.
+  void FinishChunk(Chunk& c);
+  // Every chunk of job has finished: record stats and trace.
+  void PublishJob(Job& job);
+  // Returns the chunk's resources once nothing in flight can touch them any more.
+  void Settle(Chunk& c);
+
+  // The promotion's machine (load.cc).
+  bool StartLoadChunk(Part& part, Chunk& c);
+  // statx through the I/O engine into c.statx_buf (a synchronous fstat on the reactor stalled every chunk's I/O
+  // on a slow mount): of c's open file (path empty: a load's, then OnStatxDone runs CheckOpenedChunk) or of a
+  // fan-out directory at `level` (OnFanoutStatxDone).
+  void SubmitStatx(Chunk& c, OpHandler on_done, std::string path = {}, uint64_t level = 0);
+  void OnStatxDone(const OpCtx& ctx, int64_t res);
+  // A load's freshly opened chunk (sx: its statx): a regular file of exactly a chunk's size (else kCorrupt);
+  // clears the O_NONBLOCK the open used.
+  Status CheckOpenedChunk(int fd, const struct statx& sx) const;
+  void OnReadDone(const OpCtx& ctx, int64_t res);
+  // Loads: the next piece of c's blocks to the disk; a landed piece is verified at once while more of the chunk is
+  // still to come (the last one in LoadReadsDone, after the next chunk's reads are queued).
+  void SubmitNextPiece(Chunk& c);  // the chunk's next piece; call only while PiecesToAsk(c)
+  void PieceLanded(Chunk& c, const OpCtx& ctx);
+  Status VerifyPiece(Chunk& c, uint32_t first, uint32_t n);
+  // Verifies the loads whose reads came back in this iteration, after every completion has been handled and the
+  // freed places at the disk have been refilled (PumpData + Flush): the disk never waits for checksums.
+  void VerifyReadChunks();
+  void LoadReadsDone(Chunk& c);
+  // A load that failed verification: removed as corrupt (K1), or left in place as a miss when young on a shared root
+  // (M1) or keyed for another secret in a namespace whose MANIFEST does not record its key (K3, OtherSecret).
+  void FailVerification(Chunk& c, const Status& verdict);
+  // K3 (docs/file-format.md, "A MANIFEST without checksum_key"): c's header, not decoded, was refused only for its
+  // keying (KeyedForAnotherReader) in a namespace whose MANIFEST records no checksum_key: written by an engine with
+  // another secret (or none), which this one cannot tell from the right one there.
+  bool OtherSecret(const Chunk& c) const;
+  // M1: on a shared root an entry that fails verification while young (mtime within temp_max_age_s) may be another
+  // host's publication whose data this client cannot see yet: a miss, never removed (fsck and gc remove it by age).
+  bool YoungOnSharedRoot(const Chunk& c) const;
+  // M3: a verified load of an entry whose mtime is older than touch_interval_s sets it to now (kUtimensAt), and
+  // the index learns the new mtime (OnTouchDone).
+  void MaybeTouchEntry(const Chunk& c);
+  void OnTouchDone(const OpCtx& ctx, int64_t res);
+  // Counts, forgets and removes a bad entry (an empty directory too; a non-empty one stays and misses each time).
+  // opened_ino: the inode the load verified (0: unknown); the name is removed only while it still points at it, so
+  // a good entry republished under the name meanwhile stays (M1).
+  void QuarantineCorrupt(const ChunkKey& key, const std::string& rel_path, const Status& why, uint64_t opened_ino = 0);
+  void ForgetEntry(const ChunkKey& key);
+
+  // The committed store's machine (store.cc).
+  bool StartStoreChunk(Part& part, Chunk& c);
+  void BeginStoreWrite(Chunk& c);
+  void OpenTemporary(Chunk& c);
+  // A store's fan-out directory that this engine has not created or seen yet: mkdirat through the I/O engine, one
+  // level at a time (a synchronous mkdir on the reactor held every other chunk's I/O for its whole duration);
+  // OnMkdirDone continues with the next level, then OpenTemporary.
+  void SubmitMkdir(Chunk& c, int level);
+  void OnMkdirDone(const OpCtx& ctx, int64_t res);
+  // After mkdir: the new directory chmod'ed to dir_mode where the umask strips bits (K2); or, where it existed,
+  // its statx: a real directory others cannot write to (K2), else asked again (M1) or refused.
+  void OnFanoutChmodDone(const OpCtx& ctx, int64_t res);
+  void OnFanoutStatxDone(const OpCtx& ctx, int64_t res);
+  // Fan-out level `level` (1: "ab", 2: "ab/cd") exists and is checked: the next level, or the temporary.
+  void FanoutLevelReady(Chunk& c, int level);
+  static constexpr uint8_t kMkdirRetries = 5;
+  // C1, M1: a store whose fan-out directory vanished under it (eviction or gc removed it empty, here or on another
+  // host: ENOENT at mkdir, open or link, EPERM for O_TMPFILE in a directory being removed) creates it again and
+  // goes on (an anonymous temporary that is written is linked, anything else opened again), up to this many times.
+  static constexpr uint8_t kVanishedDirRetries = 16;
+  bool RetryAfterVanishedDir(Chunk& c);
+  // K2: a store's temporary chmod'ed to files_.file_mode where the umask strips bits of it, before it is written.
+  void OnTemporaryChmodDone(const OpCtx& ctx, int64_t res);
+  void OnWriteDone(const OpCtx& ctx, int64_t res);
+  void StoreWritesDone(Chunk& c);
+  void OnFsyncDone(const OpCtx& ctx, int64_t res);
+  // M1: a named temporary is closed, and the close has come back, before its link is submitted: on network and
+  // FUSE filesystems the close pushes the data to the servers, and a name linked first is a 0-byte file to other
+  // hosts. OnCloseBeforeLinkDone continues with SubmitLink (or fails the chunk: a failed close is a failed write).
+  void SubmitCloseBeforeLink(Chunk& c);
+  void OnCloseBeforeLinkDone(const OpCtx& ctx, int64_t res);
+  void SubmitLink(Chunk& c);
+  void OnLinkDone(const OpCtx& ctx, int64_t res);
+  // C2: on ENOSPC evict and retry once; the caller drops the store when this returns false.
+  bool RetryStoreAfterEnospc(Chunk& c);
+  // linked: this engine's link() created the entry and its bytes were not reserved in the budget's usage yet (see
+  // Chunk::usage_reserved); false: EEXIST (another writer's entry) or already reserved.
+  void PublishIndexed(const ChunkKey& key, uint64_t bytes, bool linked = true);
+  // C1: usage above the high watermark evicts LRU entries down to the low one (unlinks through this ring).
+  void EvictAboveHighWatermark();
+  void OnUnlinkEvictedDone(const OpCtx& ctx, int64_t res);
+  // C1: after an eviction's unlink, removes the entry's fan-out directory and then its first level if empty
+  // (unlinkat AT_REMOVEDIR through this ring; ENOTEMPTY leaves it).
+  void SubmitRmdirFanout(const ChunkKey& key, int level);
+  void OnRmdirFanoutDone(const OpCtx& ctx, int64_t res);
+
+  // The engine's parts (Parts).
+  const EngineOptions& options_;
+  const EntryFiles& files_;
+  Namespace* const ns_;
+  staging::StagingPool* const pool_;
+  trace::TraceRecorder* const trace_;
+  kvtier::Stats& stats_;
+  DiskIndex* const disk_;
+  DiskBudget* const budget_;
+  ResidentSet* const resident_;
+  ChunkPlacement* const placement_;
+  StoreOutcomes& outcomes_;
+  ReactorInbox& inbox_;
+  const std::vector<std::unique_ptr<Reactor>>& peers_;
+
+  // This reactor's own; its thread alone touches them.
+  const uint32_t index_;
+  const uint32_t depth_;  // chunks with data at the disk: ceil(io_depth / reactors) (I1)
+  const uint32_t trace_tid_;
+  std::unique_ptr<io::IoEngine> io_;
+  std::thread thread_;
+  std::deque<std::unique_ptr<Part>> parts_;  // FIFO: earlier jobs get slots first
+  std::unordered_map<uint64_t, OpCtx> ops_;  // the ops in flight, by id (IoOp::user_data)
+  uint64_t next_op_id_ = 1;
+  std::deque<DeferredOp> deferred_ops_;  // ring full at submission: submitted again next iteration
+  std::unordered_map<ChunkKey, Chunk*, ChunkKeyHash> stores_in_flight_;
+  // Both in admission order (Chunk::admitted), whatever order the opens came back in.
+  std::deque<Chunk*> data_queue_;   // chunks whose file is open, waiting for a data slot at the disk
+  std::deque<Chunk*> piece_queue_;  // loads in their data phase with pieces not yet asked for
+  uint64_t next_admission_ = 1;
+  uint32_t reads_at_disk_ = 0;     // reads submitted and not yet completed (FillPieces keeps <= 2 x depth)
+  std::vector<Chunk*> read_done_;  // loads whose reads finished this iteration, waiting for VerifyReadChunks
+  uint32_t data_in_flight_ = 0;    // chunks with data reads/writes at the disk: <= depth (I1)
+  // Committed stores (CommitStore) started and not yet settled, over all jobs: <= 2 x depth, so that many small
+  // commits are checksummed no further ahead of the disk than one large one (StartStoreChunk).
+  uint32_t committed_started_ = 0;
+  FanoutDirCache fanout_cache_;
+};
+
+// How other threads hand the reactors their work: reactor r's queue of new parts, parts[r], and the stop flag. One
+// mutex for all the queues, so a job's parts are queued on every reactor in one order (FIFO across jobs).
+struct ReactorInbox {
+  Mutex mu;
+  std::vector<std::deque<std::unique_ptr<Reactor::Part>>> parts GUARDED_BY(mu);
+  bool stop GUARDED_BY(mu) = false;
+};
+
+// Shared by the job's parts (shared_ptr); what several reactors write is atomic, the rest is set before queueing.
+struct Reactor::Job {
+  uint64_t id = 0;
+  JobKind kind = JobKind::kLoad;
+  int64_t start_ns = 0;
+  std::vector<std::unique_ptr<Chunk>> chunks;  // request order; chunk i is touched only by its reactor
+  std::atomic<uint32_t> slots_held{0};         // stores: chunks started, <= 2 x io_depth over all reactors (I1, S1)
+  std::atomic<uint64_t> slot_waiters{0};       // reactors (bit r) that found slots_held at its limit
+  std::atomic<uint32_t> unfinished{0};         // the reactor that brings it to 0 publishes the result
+  std::atomic<uint64_t> bytes{0};
+};
+
+// The chunks of one job that one reactor handles, in request order. Reactor-only once queued.
+struct Reactor::Part {
+  std::shared_ptr<Job> job;
+  std::vector<Chunk*> chunks;
+  size_t next_to_start = 0;
+  uint32_t slots_held = 0;  // <= 2 x the reactor's depth
+};
+
+struct Reactor::Chunk {
+  Job* job = nullptr;
+  Part* part = nullptr;
+  size_t index = 0;
+  ChunkKey key;
+  uint32_t first_block = 0;  // loads: the blocks read (a promotion reads the whole chunk)
+  uint32_t num_blocks = 0;
+  ChunkState state = ChunkState::kQueued;  // changed only by Reactor::SetState (src/engine/chunk_state.h)
+  Status status;                           // set when the chunk fails (kFailed); Ok otherwise
+  // The DRAM tier's slot (T1): a load reads into it, a store writes from it; it stays resident either way.
+  uint32_t slot = 0;
+  uint32_t slot_gen = 0;          // loads: the fill's generation (StagingPool::BeginFill)
+  bool ready = false;             // loads: verified and published ready in the slot
+  bool counts_job_slot = false;   // this chunk counts against job->slots_held and part->slots_held
+  bool counts_committed = false;  // a committed store counted in its reactor's committed_started_
+  bool pinned = false;            // loads: index entry pinned against eviction
+  int fd = -1;
+  uint32_t ops_in_flight = 0;
+  std::string rel_path;
+  std::string tmp_path;
+  bool tmp_exists = false;     // a named temporary to remove
+  bool tmp_anonymous = false;  // O_TMPFILE: the fd is the only name until linkat
+  bool enospc_retried = false;
+  bool usage_reserved = false;  // C1: a store's bytes are counted in the shared usage from its first write on,
+                                // so instances evict before the files exist rather than after
+  uint8_t dir_retries = 0;      // RetryAfterVanishedDir
+  uint8_t mkdir_retries = 0;    // M1: EEXIST from mkdir, then ENOENT from stat (another host's mkdir in flight)
+  std::unique_ptr<struct statx> statx_buf;  // SubmitStatx's answer: a load's open file, a store's fan-out dir
+  uint64_t opened_ino = 0;                  // loads: the file's inode and mtime at open (M1)
+  int64_t opened_mtime_ns = 0;
+  bool data_phase = false;  // holds a place at the disk: counted in its reactor's data_in_flight_
+  int64_t started_ns = 0;
+  uint64_t admitted = 0;  // its reactor's admission order: the disk serves older chunks first (FillPieces)
+  // Loads read in pieces (read_piece_bytes): blocks are relative to first_block.
+  uint32_t piece_blocks = 0;            // blocks per piece
+  uint32_t next_piece = 0;              // the first block not yet asked of the disk
+  uint32_t pieces_at_disk = 0;          // piece reads in flight (short reads continue in the same piece)
+  std::unique_ptr<ChunkHeader> header;  // decoded once it landed and checked (null: not yet, or bad)
+  std::vector<bool> verified;           // per block: its checksum was checked as its piece landed
+  std::vector<std::pair<uint32_t, uint32_t>> landed_unverified;  // pieces that landed before the header
+};
+
+}  // namespace kvtier
