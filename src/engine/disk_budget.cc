@@ -136,7 +136,7 @@ uint64_t DiskBudget::UnlinkVictims(const std::vector<Victim>& victims) {
   // A reader that opened the file before the unlink keeps reading valid bytes; new readers miss.
   uint64_t freed = 0;
   for (const Victim& v : victims) {
-    const int res = unlinkat(ns_.dirfd(), ChunkRelPath(v.key).c_str(), 0) == 0 ? 0 : -errno;
+    const int res = UnlinkChunk(ns_.dirfd(), v.key);
     if (res == 0 || res == -ENOENT) {
       freed += v.bytes;
       PruneFanoutDir(ns_.dirfd(), FanoutDir(v.key));  // C1: reactors' fan-out caches learn it at their next store

@@ -37,8 +37,7 @@ DiskIndex::Known DiskIndex::Lookup(const ChunkKey& key, int64_t now_ns) {
 
 bool DiskIndex::Probe(const ChunkKey& key, uint64_t* bytes, int64_t* mtime_ns) const {
   struct stat st;
-  const std::string rel = ChunkRelPath(key);
-  if (fstatat(ns_.dirfd(), rel.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) ||
+  if (StatChunk(ns_.dirfd(), key, &st) != 0 || !S_ISREG(st.st_mode) ||
       static_cast<uint64_t>(st.st_size) != options_.entry_bytes) {
     return false;
   }
@@ -198,7 +197,7 @@ void DiskIndex::EndEviction(const Victim& victim, bool still_on_disk) {
 bool DiskIndex::UsedElsewhereLocked(const ChunkKey& key, Entry& e) {
   if (options_.touch_interval_s == 0 || e.mtime_ns == 0) return false;
   struct stat st;
-  if (fstatat(ns_.dirfd(), ChunkRelPath(key).c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return false;
+  if (StatChunk(ns_.dirfd(), key, &st) != 0) return false;
   const int64_t mtime = MtimeNs(st);
   // A touch moves the mtime forward by at least touch_interval_s; a second of slack covers coarse timestamps.
   if (mtime <= e.mtime_ns + 1000000000) return false;

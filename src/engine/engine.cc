@@ -57,22 +57,6 @@ Status DirectIoRefused(const EngineOptions& o, const io::DirectIoInfo& dio) {
                                               " refuses O_DIRECT: " + dio.how + "; set io_mode=auto or buffered");
 }
 
-// I2, V4: the O_DIRECT probe of the directory the namespace is in, or will be created in (the root), made before
-// anything is written under the root: the probe file is an O_TMPFILE or a name unlinked at once. None where the root
-// or the directory cannot be opened or holds no probe file (not a directory, a symlink, not writable):
-// Namespace::Open reports those, and the engine probes the namespace directory once it has it.
-std::optional<io::DirectIoInfo> ProbeDirectIoBeforeOpen(const EngineOptions& o) {
-  const int flags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
-  const int root_fd = open(CanonicalRootPath(o.root).c_str(), flags);
-  if (root_fd < 0) return std::nullopt;
-  const int ns_fd = openat(root_fd, NamespaceDirName(ToNamespaceIdentity(o.identity)).c_str(), flags);
-  io::DirectIoInfo dio = io::ProbeDirectIo(ns_fd >= 0 ? ns_fd : root_fd);
-  if (ns_fd >= 0) close(ns_fd);
-  close(root_fd);
-  if (!dio.probed) return std::nullopt;
-  return dio;
-}
-
 }  // namespace
 
 Result<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& options) { return EngineImpl::Create(options); }
@@ -142,7 +126,11 @@ Status EngineImpl::Init(const EngineOptions& options, IoFactory io_factory, uint
   KVTIER_RETURN_IF_ERROR(InitFileModes(options));
   // I2, V4: O_DIRECT is probed before anything is written under the root, so that io_mode=direct on a filesystem
   // that refuses it fails with the root as it was (no namespace directory, no MANIFEST).
-  std::optional<io::DirectIoInfo> dio = ProbeDirectIoBeforeOpen(options);
+  // The probe file is an O_TMPFILE or a name unlinked at once, in the namespace directory or, where that does not
+  // exist yet, the root; none where neither can hold one: Namespace::Open reports those, and the engine probes the
+  // namespace directory once it has it.
+  std::optional<io::DirectIoInfo> dio = io::ProbeDirectIoBeneath(
+      CanonicalRootPath(options.root), NamespaceDirName(ToNamespaceIdentity(options.identity)));
   if (dio && options.io_mode == IoMode::kDirect && !DirectIoUsable(*dio)) return DirectIoRefused(options, *dio);
   std::vector<std::unique_ptr<io::IoEngine>> ios;
   KVTIER_RETURN_IF_ERROR(CreateIoEngines(options, std::move(io_factory), forced_reactors, &report, &ios));
@@ -316,9 +304,8 @@ Status EngineImpl::OpenNamespace(const EngineOptions& options, std::optional<io:
   files_.shared_root = fs_kind.shared;
   report->filesystem = fs_kind.name;
   if (options.anonymous_temporaries) {
-    const int fd = openat(ns_->dirfd(), ".", O_TMPFILE | O_WRONLY | O_CLOEXEC | files_.open_flags, files_.file_mode);
-    files_.tmpfile_publish = fd >= 0 && access("/proc/self/fd", F_OK) == 0;
-    if (fd >= 0) close(fd);
+    files_.tmpfile_publish = io::TmpfileAvailable(ns_->dirfd(), files_.open_flags, files_.file_mode) &&
+                             access("/proc/self/fd", F_OK) == 0;  // linkat names it through /proc/self/fd
   }
 
   return Status::Ok();

@@ -459,10 +459,8 @@ void Reactor::Settle(Chunk& c) {
   if (c.ops_in_flight > 0) return;
   if (c.state != ChunkState::kSucceeded && c.state != ChunkState::kFailed) return;  // progressing, or released
   SetState(c, ChunkState::kReleased);
-  if (c.fd >= 0) {
-    close(c.fd);
-    c.fd = -1;
-  }
+  SubmitClose(c.fd);  // fire and forget
+  c.fd = -1;
   if (c.tmp_exists) {
     // After a successful link the temporary is a second name of the entry; after a failure it is garbage.
     io::IoOp op;

@@ -252,6 +252,7 @@ class Reactor {
   void OnLinkDone(const OpCtx& ctx, int64_t res);
   // C2: on ENOSPC evict and retry once; the caller drops the store when this returns false.
   bool RetryStoreAfterEnospc(Chunk& c);
+  void OnEnospcUnlinkDone(const OpCtx& ctx, int64_t res);
   // linked: this engine's link() created the entry and its bytes were not reserved in the budget's usage yet (see
   // Chunk::usage_reserved); false: EEXIST (another writer's entry) or already reserved.
   void PublishIndexed(const ChunkKey& key, uint64_t bytes, bool linked = true);

@@ -365,18 +365,38 @@ bool Reactor::RetryStoreAfterEnospc(Chunk& c) {
   if (c.enospc_retried || c.ops_in_flight > 0) return false;
   c.enospc_retried = true;
   EndDataPhase(c);
-  if (c.fd >= 0) {
-    close(c.fd);
-    c.fd = -1;
-  }
+  SubmitClose(c.fd);
+  c.fd = -1;
+  // The temporary and the victims (room for a few chunks) are unlinked through the ring, as the chunk's own ops:
+  // the next temporary is opened once the last of them is back (OnEnospcUnlinkDone), when the space is free and a
+  // named temporary's name is too.
+  auto submit_unlink = [this, &c](OpRole role, std::string path, const ChunkKey& key, uint64_t bytes) {
+    io::IoOp op;
+    op.code = io::OpCode::kUnlinkAt;
+    op.dirfd = ns_->dirfd();
+    OpCtx ctx{role, &c, &Reactor::OnEnospcUnlinkDone};
+    ctx.path = std::move(path);
+    ctx.key = key;
+    ctx.len = bytes;
+    ctx.deadline_ns = Deadline();
+    SubmitOp(std::move(ctx), op);
+  };
   if (c.tmp_exists) {
-    unlinkat(ns_->dirfd(), c.tmp_path.c_str(), 0);
     c.tmp_exists = false;
+    submit_unlink(OpRole::kUnlinkTmp, c.tmp_path, c.key, 0);
   }
-  // Synchronously: the retry needs the space now.
-  budget_->UnlinkVictims(budget_->TakeForSpace(4 * files_.slot_bytes));
-  OpenTemporary(c);
+  for (const DiskBudget::Victim& v : budget_->TakeForSpace(4 * files_.slot_bytes)) {
+    submit_unlink(OpRole::kUnlinkEvicted, ChunkRelPath(v.key), v.key, v.bytes);
+  }
+  if (c.ops_in_flight == 0) OpenTemporary(c);  // nothing to remove: at once
   return true;
+}
+
+void Reactor::OnEnospcUnlinkDone(const OpCtx& ctx, int64_t res) {
+  if (ctx.role == OpRole::kUnlinkEvicted) OnUnlinkEvictedDone(ctx, res);  // the budget's books, the fan-out dirs
+  Chunk& c = *ctx.chunk;
+  if (c.state == ChunkState::kFailed || c.ops_in_flight > 0) return;
+  OpenTemporary(c);  // the last of them is back: the retry (a failed unlink only leaves less room)
 }
 
 void Reactor::PublishIndexed(const ChunkKey& key, uint64_t bytes, bool linked) {

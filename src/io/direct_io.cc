@@ -18,6 +18,8 @@
 namespace kvtier::io {
 namespace {
 
+std::atomic<bool> refuse_for_tests{false};  // RefuseDirectIoForTests
+
 constexpr unsigned kStatxDioAlign = 0x2000;  // STATX_DIOALIGN, Linux 6.1
 
 struct KernelStatxTimestamp {
@@ -112,8 +114,8 @@ DirectIoInfo ProbeDirectIo(int dirfd) {
   }
   info.probed = true;
   const std::string fs = FsName(fd);
-  if (const char* env = getenv("KVTIER_TEST_REFUSE_O_DIRECT"); env && *env && std::strcmp(env, "0") != 0) {
-    info.how = "O_DIRECT refused (KVTIER_TEST_REFUSE_O_DIRECT) on " + fs;
+  if (refuse_for_tests.load(std::memory_order_relaxed)) {
+    info.how = "O_DIRECT refused (RefuseDirectIoForTests) on " + fs;
     close(fd);
     return info;
   }
@@ -164,6 +166,27 @@ DirectIoInfo ProbeDirectIo(int dirfd) {
   info.how = "O_DIRECT write failed on " + fs + " at every alignment up to 4096 (" + std::strerror(last_error) + ")";
   close(fd);
   return info;
+}
+
+void RefuseDirectIoForTests(bool refuse) { refuse_for_tests.store(refuse, std::memory_order_relaxed); }
+
+std::optional<DirectIoInfo> ProbeDirectIoBeneath(const std::string& dir, const std::string& subdir) {
+  const int flags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+  const int dir_fd = open(dir.c_str(), flags);
+  if (dir_fd < 0) return std::nullopt;
+  const int sub_fd = openat(dir_fd, subdir.c_str(), flags);
+  DirectIoInfo dio = ProbeDirectIo(sub_fd >= 0 ? sub_fd : dir_fd);
+  if (sub_fd >= 0) close(sub_fd);
+  close(dir_fd);
+  if (!dio.probed) return std::nullopt;
+  return dio;
+}
+
+bool TmpfileAvailable(int dirfd, int flags, mode_t mode) {
+  const int fd = openat(dirfd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC | flags, mode);
+  if (fd < 0) return false;
+  close(fd);
+  return true;
 }
 
 }  // namespace kvtier::io

@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -136,8 +137,16 @@ struct DirectIoInfo {
   std::string how;            // "statx", "probe", or why unsupported ("EINVAL on tmpfs", ...)
   bool probed = false;        // a probe file could be made (false: `how` says why not, and nothing was learnt)
 };
-// The probe file is an O_TMPFILE (or a unique name unlinked at once): nothing is left in dirfd. Tests:
-// KVTIER_TEST_REFUSE_O_DIRECT=1 makes every probe report O_DIRECT refused, as on a filesystem without it.
+// The probe file is an O_TMPFILE (or a unique name unlinked at once): nothing is left in dirfd.
 DirectIoInfo ProbeDirectIo(int dirfd);
+// ProbeDirectIo of dir/subdir where that directory exists, else of dir (where a directory is about to be created);
+// none where dir cannot be opened or no probe file could be made there. Neither is followed if it is a symlink.
+std::optional<DirectIoInfo> ProbeDirectIoBeneath(const std::string& dir, const std::string& subdir);
+// Tests: every probe from now on reports O_DIRECT refused (true), as on a filesystem without it, or probes again
+// (false). For a test binary's own use (tests/reliability/bad_input_test.cc).
+void RefuseDirectIoForTests(bool refuse);
+
+// L4: an anonymous temporary (O_TMPFILE with `flags` and `mode`) can be made in dirfd; the probe leaves nothing.
+bool TmpfileAvailable(int dirfd, int flags, mode_t mode);
 
 }  // namespace kvtier::io

@@ -170,6 +170,14 @@ int PruneFanoutDir(int ns_dirfd, std::string_view fanout_dir) {
   return (removed ? 1 : 0) + (unlinkat(ns_dirfd, first.c_str(), AT_REMOVEDIR) == 0 ? 1 : 0);
 }
 
+int StatChunk(int ns_dirfd, const ChunkKey& key, struct stat* st) {
+  return fstatat(ns_dirfd, ChunkRelPath(key).c_str(), st, AT_SYMLINK_NOFOLLOW) == 0 ? 0 : -errno;
+}
+
+int UnlinkChunk(int ns_dirfd, const ChunkKey& key) {
+  return unlinkat(ns_dirfd, ChunkRelPath(key).c_str(), 0) == 0 ? 0 : -errno;
+}
+
 Status RemoveChunk(int ns_dirfd, const ChunkKey& key) {
   if (key.empty()) return Status(StatusCode::kInvalidArgument, "RemoveChunk: empty key");
   std::string rel = ChunkRelPath(key);

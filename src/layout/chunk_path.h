@@ -10,6 +10,7 @@
 // Thread safety: all functions are thread-safe except FanoutDirCache, which belongs to one thread (the reactor).
 #pragma once
 
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <bitset>
@@ -69,6 +70,14 @@ Status EnsureFanoutDir(int ns_dirfd, const ChunkKey& key, mode_t mode, FanoutDir
 // anything in it (an entry, a named temporary) stays. A store racing with it finds the directory it created gone
 // (ENOENT at mkdir, open or link; EPERM for O_TMPFILE in a directory being removed) and creates it again.
 int PruneFanoutDir(int ns_dirfd, std::string_view fanout_dir);
+
+// The entry file of key under ns_dirfd: lstat (fstatat, AT_SYMLINK_NOFOLLOW) into *st; 0, or -errno. For threads
+// that may block on the filesystem (lookups of keys the index does not know, its touch check); reactors ask their
+// I/O engine instead.
+int StatChunk(int ns_dirfd, const ChunkKey& key, struct stat* st);
+// Unlinks the entry file of key under ns_dirfd; 0, or -errno (-ENOENT where it is gone already). For the same
+// threads as StatChunk (an eviction's victims taken by the caller, EvictToBudget, or the maintenance thread).
+int UnlinkChunk(int ns_dirfd, const ChunkKey& key);
 
 // Unlinks ChunkRelPath(key) under ns_dirfd (a reader's response to a corrupt entry, K1; gc's eviction). An entry
 // that is already gone is success. Note the name, not the inode, is removed: a good copy republished meanwhile is

@@ -511,6 +511,73 @@ TEST_F(EngineFaultTest, EnospcOnWriteEvictsAndRetriesOnce) {
   EXPECT_EQ(e->Stats().stores_dropped, 0u);
 }
 
+// C2 through the ring (issue 28: no synchronous unlink on the reactor): the ENOSPC retry's victims and temporary are
+// unlinked as the chunk's own ops, and the retry waits for them. A victim whose unlink fails stays an entry (indexed,
+// its bytes counted) and the retried store is published; one whose unlink passes its deadline drops the store, keeps
+// the victim and leaves no temporary.
+TEST_F(EngineFaultTest, TheEnospcRetrysUnlinksGoThroughTheRingAndAFailedOneKeepsItsEntry) {
+  EngineOptions o = Options(root_);
+  o.anonymous_temporaries = false;  // a named temporary to unlink too
+  std::vector<HostChunk> old(4);
+  for (size_t i = 0; i < old.size(); ++i) old[i].Fill(10 + i);
+  {
+    auto e = Open(o);
+    ASSERT_TRUE(Store(e, old).all_ok());
+  }
+  auto e = OpenWithFaults(
+      {io::FaultRule::FailNth(1, ENOSPC, io::OpCode::kWrite), io::FaultRule::FailEvery(io::OpCode::kUnlinkAt, EIO)}, o);
+  std::vector<HostChunk> src(1);
+  src[0].Fill(1);
+  JobResult r = Store(e, src, /*first_key=*/100);
+  EXPECT_TRUE(r.all_ok()) << r.chunks[0].status.ToString();
+  EXPECT_TRUE(e->Stored(Key(100)));
+  EXPECT_GE(e->Stats().enospc_events, 1u);
+  EXPECT_GE(e->Stats().io_errors, 1u) << "no unlink went through the ring";
+  for (size_t i = 0; i < old.size(); ++i) {
+    EXPECT_TRUE(e->Stored(Key(i))) << "victim " << i << " left the index though its unlink failed";
+  }
+  ASSERT_NO_FATAL_FAILURE(Reopen(e));
+  std::vector<HostChunk> back(old.size() + 1);
+  std::vector<ChunkTransfer> t;
+  for (size_t i = 0; i < old.size(); ++i) t.push_back({Key(i), 0, 0, back[i].Segments(e->block_stride())});
+  t.push_back({Key(100), 0, 0, back[old.size()].Segments(e->block_stride())});
+  JobResult ld = Run(e, e.jobs->SubmitLoad(std::move(t)));
+  ASSERT_TRUE(ld.all_ok());
+  for (size_t i = 0; i < old.size(); ++i) EXPECT_EQ(back[i].bytes, old[i].bytes) << i;
+  EXPECT_EQ(back[old.size()].bytes, src[0].bytes);
+}
+
+// Late unlinks: the reactor fails the chunk at the deadline (a dropped store), unless the unlink's own timeout came
+// back first, which is one more failed unlink and the retry goes on (a published store). Either way the victims stay
+// entries and the index says what the disk holds.
+TEST_F(EngineFaultTest, AnEnospcRetryWhoseUnlinksPassTheirDeadlineKeepsTheVictims) {
+  EngineOptions o = Options(root_);
+  o.anonymous_temporaries = false;
+  o.op_timeout_ms = 100;
+  std::vector<HostChunk> old(4);
+  for (size_t i = 0; i < old.size(); ++i) old[i].Fill(20 + i);
+  {
+    auto e = Open(o);
+    ASSERT_TRUE(Store(e, old).all_ok());
+  }
+  auto e = OpenWithFaults(
+      {io::FaultRule::FailNth(1, ENOSPC, io::OpCode::kWrite), io::FaultRule::DelayPastDeadline(io::OpCode::kUnlinkAt)},
+      o);
+  std::vector<HostChunk> src(1);
+  src[0].Fill(2);
+  JobResult r = Store(e, src, /*first_key=*/100);
+  EXPECT_GE(e->Stats().timeouts, 1u);
+  EXPECT_EQ(e->Stats().stores_dropped, r.all_ok() ? 0u : 1u);
+  EXPECT_EQ(e->Stored(Key(100)), r.all_ok());
+  for (size_t i = 0; i < old.size(); ++i) EXPECT_TRUE(e->Stored(Key(i))) << i;
+  e.reset();  // drains the ring
+  size_t entries = 0;
+  for (auto& p : std::filesystem::recursive_directory_iterator(root_)) {
+    entries += p.path().extension() == ".kvc" ? 1 : 0;  // a temporary the late unlink left: the next open's (L5)
+  }
+  EXPECT_EQ(entries, old.size() + (r.all_ok() ? 1 : 0));
+}
+
 TEST_F(EngineFaultTest, AStaleHandleFromAFanoutMkdirIsAskedAgain) {
   // M1: GlusterFS answers ESTALE to a mkdir that races another host's mkdir of the same fan-out directory; the
   // store asks again instead of being dropped. Both levels' first mkdirs fail.
