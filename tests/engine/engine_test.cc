@@ -573,7 +573,7 @@ TEST_F(EngineFaultTest, AnEnospcRetryWhoseUnlinksPassTheirDeadlineKeepsTheVictim
   e.reset();  // drains the ring
   size_t entries = 0;
   for (auto& p : std::filesystem::recursive_directory_iterator(root_)) {
-    entries += p.path().extension() == ".kvc" ? 1 : 0;  // a temporary the late unlink left: the next open's (L5)
+    entries += p.path().extension() == ".kvc" ? 1 : 0;  // not a temporary the late unlink left (swept, L5)
   }
   EXPECT_EQ(entries, old.size() + (r.all_ok() ? 1 : 0));
 }
