@@ -87,8 +87,8 @@ class DiskBudget {
   // A victim's unlink came back with res (0, or -errno): its bytes leave the usage when it removed the file; a
   // failure other than ENOENT puts it back in the index (a later eviction retries it).
   void Unlinked(const Victim& victim, int res);
-  // Unlinks victims synchronously (a caller thread, or a reactor that needs the space at once) and reports each;
-  // the bytes freed.
+  // Unlinks victims synchronously (a caller's thread: EvictToBudget) and reports each; the bytes freed. Reactors
+  // unlink theirs through their ring and report each with Unlinked.
   uint64_t UnlinkVictims(const std::vector<Victim>& victims);
 
  private:

@@ -145,8 +145,9 @@ Status EngineImpl::Init(const EngineOptions& options, IoFactory io_factory, uint
   // was.
   KVTIER_RETURN_IF_ERROR(OpenNamespace(options, dio, &report));
   KVTIER_RETURN_IF_ERROR(BuildIndex(options));
-  StartReactors(std::move(ios), report.reactor_depth);
+  BuildReactors(std::move(ios), report.reactor_depth);
   describe_ = DescribeOpen(options, report);
+  for (auto& r : reactors_) r->Start();
   budget_->StartMaintenance();
   return Status::Ok();
 }
@@ -204,7 +205,7 @@ Status EngineImpl::CreateIoEngines(const EngineOptions& options, IoFactory io_fa
   return Status::Ok();
 }
 
-void EngineImpl::StartReactors(std::vector<std::unique_ptr<io::IoEngine>> ios, uint32_t depth) {
+void EngineImpl::BuildReactors(std::vector<std::unique_ptr<io::IoEngine>> ios, uint32_t depth) {
   {
     MutexLock lock(inbox_.mu);
     inbox_.parts.resize(ios.size());
@@ -226,7 +227,6 @@ void EngineImpl::StartReactors(std::vector<std::unique_ptr<io::IoEngine>> ios, u
   for (uint32_t i = 0; i < ios.size(); ++i) {
     reactors_.push_back(std::make_unique<Reactor>(parts, i, depth, std::move(ios[i])));
   }
-  for (auto& r : reactors_) r->Start();
 }
 
 Status EngineImpl::CreatePool(const EngineOptions& options, OpenReport* report) {

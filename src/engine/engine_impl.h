@@ -135,8 +135,8 @@ class EngineImpl final : public Engine {
   // The namespace (created if new), direct I/O (I2), the filesystem's kind (M1), O_TMPFILE publication (L4).
   Status OpenNamespace(const EngineOptions& options, std::optional<io::DirectIoInfo> dio, OpenReport* report);
   Status BuildIndex(const EngineOptions& options);  // temporaries swept (L5), the disk index, the budget (C1)
-  // The reactors, one per I/O engine, each given the parts above; their threads started. Last: nothing fails after.
-  void StartReactors(std::vector<std::unique_ptr<io::IoEngine>> ios, uint32_t depth);
+  // The reactors, one per I/O engine, each given the parts above (Init starts them last: nothing fails after).
+  void BuildReactors(std::vector<std::unique_ptr<io::IoEngine>> ios, uint32_t depth);
   std::string DescribeOpen(const EngineOptions& options, const OpenReport& report) const;
   // Queues a job of the engine's own: a promotion (one key, into the slot the DRAM tier gave it) or a committed
   // store (keys written from their slots), one Part per reactor it has chunks on (ChunkPlacement). kFailedPrecondition

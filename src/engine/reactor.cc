@@ -295,12 +295,31 @@ void Reactor::SubmitWrite(Chunk& c, uint8_t* buf, uint64_t len, uint64_t offset)
   SubmitOp(std::move(ctx), op);
 }
 
-void Reactor::SubmitClose(int fd) {
-  if (fd < 0) return;
+void Reactor::SubmitClose(int fd, std::string then_unlink) {
+  if (fd < 0) {
+    if (!then_unlink.empty()) SubmitUnlinkTemporary(std::move(then_unlink));
+    return;
+  }
   io::IoOp op;
   op.code = io::OpCode::kClose;
   op.fd = fd;
-  SubmitOp(OpCtx{OpRole::kClose, nullptr, nullptr}, op);  // nothing to do when it is back
+  OpCtx ctx{OpRole::kClose, nullptr, nullptr};  // nothing to do when it is back
+  if (!then_unlink.empty()) {
+    ctx.on_done = &Reactor::OnClosedThenUnlink;
+    ctx.path = std::move(then_unlink);  // the close itself takes no path
+  }
+  SubmitOp(std::move(ctx), op);
+}
+
+void Reactor::OnClosedThenUnlink(const OpCtx& ctx, int64_t) { SubmitUnlinkTemporary(ctx.path); }
+
+void Reactor::SubmitUnlinkTemporary(std::string path) {
+  io::IoOp op;
+  op.code = io::OpCode::kUnlinkAt;
+  op.dirfd = ns_->dirfd();
+  OpCtx ctx{OpRole::kUnlinkTmp, nullptr, nullptr};  // fire and forget, no deadline: the name must go
+  ctx.path = std::move(path);
+  SubmitOp(std::move(ctx), op);
 }
 
 void Reactor::OnCompletion(const io::IoCompletion& cqe) {
@@ -321,7 +340,7 @@ void Reactor::OnCompletion(const io::IoCompletion& cqe) {
   if (c != nullptr) c->ops_in_flight--;
   if (ctx.role == OpRole::kRead) reads_at_disk_--;
   if (ctx.on_done != nullptr) (this->*ctx.on_done)(ctx, res);  // the op's own continuation
-  if (c == nullptr) return;  // an eviction's unlink, a directory removal, a fire-and-forget close or unlink
+  if (c == nullptr) return;  // an op of no chunk: an eviction's unlink, a directory removal, a close or unlink
   // The place at the disk goes with the last data transfer (a load's last piece asked for and back), or as soon
   // as the chunk moved on from transferring (written: syncing or linking; failed).
   if ((c->ops_in_flight == 0 && !PiecesToAsk(*c)) || c->state != ChunkState::kTransferring) EndDataPhase(*c);
@@ -459,18 +478,11 @@ void Reactor::Settle(Chunk& c) {
   if (c.ops_in_flight > 0) return;
   if (c.state != ChunkState::kSucceeded && c.state != ChunkState::kFailed) return;  // progressing, or released
   SetState(c, ChunkState::kReleased);
-  SubmitClose(c.fd);  // fire and forget
+  // After a successful link a named temporary is a second name of the entry; after a failure it is garbage. Closed
+  // first (on NFS and FUSE a name unlinked while open becomes a hidden file holding its space), then unlinked.
+  SubmitClose(c.fd, c.tmp_exists ? c.tmp_path : std::string());
   c.fd = -1;
-  if (c.tmp_exists) {
-    // After a successful link the temporary is a second name of the entry; after a failure it is garbage.
-    io::IoOp op;
-    op.code = io::OpCode::kUnlinkAt;
-    op.dirfd = ns_->dirfd();
-    OpCtx ctx{OpRole::kUnlinkTmp, nullptr, nullptr};  // fire and forget
-    ctx.path = c.tmp_path;
-    SubmitOp(std::move(ctx), op);
-    c.tmp_exists = false;
-  }
+  c.tmp_exists = false;
   if (c.job->kind == JobKind::kStore) {
     if (c.usage_reserved) {  // dropped: its bytes never became an entry
       budget_->Release(files_.slot_bytes);

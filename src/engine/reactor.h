@@ -73,6 +73,7 @@ class Reactor {
   Reactor(const Parts& parts, uint32_t index, uint32_t depth, std::unique_ptr<io::IoEngine> io);
   Reactor(const Reactor&) = delete;
   Reactor& operator=(const Reactor&) = delete;
+  ~Reactor() { Join(); }  // the engine has said stop (ReactorInbox::stop) and woken it first
 
   void Start();  // the thread (kvtier's signal mask: src/util/thread.h)
   void Wake() { io_->Wake(); }
@@ -107,14 +108,15 @@ class Reactor {
   using OpHandler = void (Reactor::*)(const OpCtx& ctx, int64_t res);
   struct OpCtx {
     OpRole role;
-    Chunk* chunk = nullptr;       // null for ops of no chunk (evictions, directory removals, fire-and-forget)
+    Chunk* chunk = nullptr;       // null for ops of no chunk (evictions above the watermark, directory removals,
+                                  // fire-and-forget closes and unlinks); an ENOSPC retry's removals are its chunk's
     OpHandler on_done = nullptr;  // null: nothing to do when it is back (a close, a temporary's unlink)
     uint8_t* buf = nullptr;
     uint64_t len = 0;  // bytes still to transfer; kMkdir, kRmdirFanout, a fan-out kStatx or kChmod: the fan-out
                        // level (1: "ab", 2: "ab/cd"); kUnlinkEvicted: the entry's bytes
     uint64_t offset = 0;
     int64_t deadline_ns = 0;
-    std::string path;                 // kOpen / kLink (old) / kUnlink*
+    std::string path;                 // kOpen / kLink (old) / kUnlink*; kClose: the temporary to unlink next
     std::string path2;                // kLink (new)
     ChunkKey key;                     // kUnlinkEvicted, kRmdirFanout, kTouch
     bool late = false;                // passed its deadline; the chunk already failed
@@ -160,7 +162,11 @@ class Reactor {
   void SubmitRead(Chunk& c, uint8_t* buf, uint64_t len, uint64_t offset, uint32_t piece_first = 0,
                   uint32_t piece_blocks = 0, bool with_header = false);
   void SubmitWrite(Chunk& c, uint8_t* buf, uint64_t len, uint64_t offset);
-  void SubmitClose(int fd);
+  // Closes fd (none: -1) through the ring, no deadline (I4: a cancelled close would leak the fd); then_unlink: a
+  // named temporary unlinked once the close is back. Fire and forget.
+  void SubmitClose(int fd, std::string then_unlink = {});
+  void OnClosedThenUnlink(const OpCtx& ctx, int64_t res);
+  void SubmitUnlinkTemporary(std::string path);  // fire and forget, no deadline
   void TraceTransfer(const OpCtx& ctx, int64_t res, const char* name);
   void CheckDeadlines();
   static const char* OpRoleName(OpRole r);
@@ -252,7 +258,8 @@ class Reactor {
   void OnLinkDone(const OpCtx& ctx, int64_t res);
   // C2: on ENOSPC evict and retry once; the caller drops the store when this returns false.
   bool RetryStoreAfterEnospc(Chunk& c);
-  void OnEnospcUnlinkDone(const OpCtx& ctx, int64_t res);
+  void SubmitEnospcUnlink(Chunk& c, OpRole role, std::string path, const ChunkKey& key, uint64_t bytes);
+  void OnEnospcRemovalDone(const OpCtx& ctx, int64_t res);
   // linked: this engine's link() created the entry and its bytes were not reserved in the budget's usage yet (see
   // Chunk::usage_reserved); false: EEXIST (another writer's entry) or already reserved.
   void PublishIndexed(const ChunkKey& key, uint64_t bytes, bool linked = true);

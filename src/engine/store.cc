@@ -359,43 +359,66 @@ void Reactor::OnLinkDone(const OpCtx& ctx, int64_t res) {
   }
 }
 
-// C2: on ENOSPC evict and retry once; the caller drops the store when this returns false.
+// C2: on ENOSPC evict and retry once; the caller (a completion handler: OnCompletion settles the chunk after it)
+// drops the store when this returns false.
 bool Reactor::RetryStoreAfterEnospc(Chunk& c) {
   // The slot stays resident (not evictable) until the store ends (ResidentSet::Written): a retry rewrites from it.
   if (c.enospc_retried || c.ops_in_flight > 0) return false;
   c.enospc_retried = true;
   EndDataPhase(c);
-  SubmitClose(c.fd);
-  c.fd = -1;
-  // The temporary and the victims (room for a few chunks) are unlinked through the ring, as the chunk's own ops:
-  // the next temporary is opened once the last of them is back (OnEnospcUnlinkDone), when the space is free and a
-  // named temporary's name is too.
-  auto submit_unlink = [this, &c](OpRole role, std::string path, const ChunkKey& key, uint64_t bytes) {
+  // The temporary is closed and then unlinked, and the victims (room for a few chunks) unlinked, through the ring
+  // as the chunk's own ops; the next temporary is opened once the last of them is back (OnEnospcRemovalDone). Held
+  // while they are submitted: one refused at submission completes at once, before the others are out.
+  c.ops_in_flight++;
+  if (c.fd >= 0) {
     io::IoOp op;
-    op.code = io::OpCode::kUnlinkAt;
-    op.dirfd = ns_->dirfd();
-    OpCtx ctx{role, &c, &Reactor::OnEnospcUnlinkDone};
-    ctx.path = std::move(path);
-    ctx.key = key;
-    ctx.len = bytes;
+    op.code = io::OpCode::kClose;
+    op.fd = c.fd;
+    OpCtx ctx{OpRole::kClose, &c, &Reactor::OnEnospcRemovalDone};
+    if (c.tmp_exists) ctx.path = c.tmp_path;  // unlinked once closed (NFS, FUSE: never while open)
     ctx.deadline_ns = Deadline();
     SubmitOp(std::move(ctx), op);
-  };
-  if (c.tmp_exists) {
-    c.tmp_exists = false;
-    submit_unlink(OpRole::kUnlinkTmp, c.tmp_path, c.key, 0);
+    c.fd = -1;
+  } else if (c.tmp_exists) {
+    SubmitEnospcUnlink(c, OpRole::kUnlinkTmp, c.tmp_path, c.key, 0);
   }
+  c.tmp_exists = false;
   for (const DiskBudget::Victim& v : budget_->TakeForSpace(4 * files_.slot_bytes)) {
-    submit_unlink(OpRole::kUnlinkEvicted, ChunkRelPath(v.key), v.key, v.bytes);
+    SubmitEnospcUnlink(c, OpRole::kUnlinkEvicted, ChunkRelPath(v.key), v.key, v.bytes);
   }
-  if (c.ops_in_flight == 0) OpenTemporary(c);  // nothing to remove: at once
+  c.ops_in_flight--;
+  if (c.ops_in_flight == 0 && c.state != ChunkState::kFailed) OpenTemporary(c);  // nothing in flight: at once
   return true;
 }
 
-void Reactor::OnEnospcUnlinkDone(const OpCtx& ctx, int64_t res) {
-  if (ctx.role == OpRole::kUnlinkEvicted) OnUnlinkEvictedDone(ctx, res);  // the budget's books, the fan-out dirs
+void Reactor::SubmitEnospcUnlink(Chunk& c, OpRole role, std::string path, const ChunkKey& key, uint64_t bytes) {
+  io::IoOp op;
+  op.code = io::OpCode::kUnlinkAt;
+  op.dirfd = ns_->dirfd();
+  OpCtx ctx{role, &c, &Reactor::OnEnospcRemovalDone};
+  ctx.path = std::move(path);
+  ctx.key = key;
+  ctx.len = bytes;
+  ctx.deadline_ns = Deadline();
+  SubmitOp(std::move(ctx), op);
+}
+
+void Reactor::OnEnospcRemovalDone(const OpCtx& ctx, int64_t res) {
   Chunk& c = *ctx.chunk;
-  if (c.state == ChunkState::kFailed || c.ops_in_flight > 0) return;
+  const bool failed = c.state == ChunkState::kFailed;
+  if (ctx.role == OpRole::kClose && !ctx.path.empty()) {
+    // The temporary's unlink, now that it is closed: the chunk's op, or on its own once the chunk has failed.
+    if (failed) {
+      SubmitUnlinkTemporary(ctx.path);
+    } else {
+      SubmitEnospcUnlink(c, OpRole::kUnlinkTmp, ctx.path, c.key, 0);
+    }
+  } else if (ctx.role == OpRole::kUnlinkTmp && res < 0 && res != -ENOENT) {
+    SubmitUnlinkTemporary(ctx.path);  // failed or late: asked again on its own, so that no temporary is left
+  } else if (ctx.role == OpRole::kUnlinkEvicted) {
+    OnUnlinkEvictedDone(ctx, res);  // the budget's books (a failed unlink puts the entry back), the fan-out dirs
+  }
+  if (failed || c.ops_in_flight > 0) return;
   OpenTemporary(c);  // the last of them is back: the retry (a failed unlink only leaves less room)
 }
 

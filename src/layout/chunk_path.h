@@ -71,12 +71,12 @@ Status EnsureFanoutDir(int ns_dirfd, const ChunkKey& key, mode_t mode, FanoutDir
 // (ENOENT at mkdir, open or link; EPERM for O_TMPFILE in a directory being removed) and creates it again.
 int PruneFanoutDir(int ns_dirfd, std::string_view fanout_dir);
 
-// The entry file of key under ns_dirfd: lstat (fstatat, AT_SYMLINK_NOFOLLOW) into *st; 0, or -errno. For threads
-// that may block on the filesystem (lookups of keys the index does not know, its touch check); reactors ask their
-// I/O engine instead.
+// The entry file of key under ns_dirfd: lstat (fstatat, AT_SYMLINK_NOFOLLOW) into *st; 0, or -errno. Synchronous:
+// the disk index's lookups of keys it does not know (callers' threads) and its check whether another host touched
+// an entry it is about to evict (M3; a reactor's eviction on a shared root too).
 int StatChunk(int ns_dirfd, const ChunkKey& key, struct stat* st);
-// Unlinks the entry file of key under ns_dirfd; 0, or -errno (-ENOENT where it is gone already). For the same
-// threads as StatChunk (an eviction's victims taken by the caller, EvictToBudget, or the maintenance thread).
+// Unlinks the entry file of key under ns_dirfd; 0, or -errno (-ENOENT where it is gone already). Synchronous: an
+// eviction a caller asks for (Engine::EvictToBudget, on its thread).
 int UnlinkChunk(int ns_dirfd, const ChunkKey& key);
 
 // Unlinks ChunkRelPath(key) under ns_dirfd (a reader's response to a corrupt entry, K1; gc's eviction). An entry
