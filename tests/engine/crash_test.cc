@@ -16,6 +16,7 @@
 #include "layout/chunk_format.h"
 #include "layout/namespace.h"
 #include "layout/scan.h"
+#include "support/engine_options.h"
 #include "support/job_engine.h"
 #include "support/keys.h"
 #include "support/temp_dir.h"
@@ -40,14 +41,7 @@ std::vector<uint8_t> ContentFor(uint64_t i) {
 }
 
 EngineOptions Options(const std::string& root) {
-  EngineOptions o;
-  o.root = root;
-  o.identity.model = "crash";
-  o.identity.revision = "r1";  // not a 1-char literal: GCC 12 -Wrestrict false positive (GCC bug 105329)
-  o.identity.kv_dtype = "bfloat16";
-  o.identity.tokens_per_chunk = 64;
-  o.identity.blocks_per_chunk = kBlocks;
-  o.identity.block_bytes = kBlockBytes;
+  EngineOptions o = test::BaseOptions(root, "crash", 64, kBlocks, kBlockBytes);
   o.pool_bytes = 16 * (4096 + kBlocks * kBlockBytes);
   o.io_depth = 4;
   return o;

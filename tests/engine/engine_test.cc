@@ -14,6 +14,7 @@
 #include "io/fault_engine.h"
 #include "layout/chunk_path.h"
 #include "staging/staging_pool.h"
+#include "support/engine_options.h"
 #include "support/job_engine.h"
 #include "support/keys.h"
 #include "support/temp_dir.h"
@@ -27,14 +28,7 @@ constexpr uint64_t kBlockBytes = 8192 + 100;  // not a multiple of 4096: exercis
 ChunkKey Key(uint64_t i) { return kvtier::test::NumberedKey(i, 36, 8, 0x5a); }
 
 EngineOptions Options(const std::string& root) {
-  EngineOptions o;
-  o.root = root;
-  o.identity.model = "test-model";
-  o.identity.revision = "r1";
-  o.identity.kv_dtype = "bfloat16";
-  o.identity.tokens_per_chunk = 64;
-  o.identity.blocks_per_chunk = kBlocks;
-  o.identity.block_bytes = kBlockBytes;
+  EngineOptions o = test::BaseOptions(root, "test-model", 64, kBlocks, kBlockBytes);
   o.pool_bytes = 16 * (4096 + kBlocks * 12288);
   o.io_depth = 4;
   o.op_timeout_ms = 5000;

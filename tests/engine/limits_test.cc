@@ -22,6 +22,7 @@
 #include "layout/chunk_format.h"
 #include "layout/chunk_path.h"
 #include "policy/job_client.h"
+#include "support/engine_options.h"
 #include "support/keys.h"
 #include "support/temp_dir.h"
 
@@ -34,14 +35,7 @@ constexpr uint64_t kBlockBytes = 8192;
 ChunkKey Key(uint64_t i) { return kvtier::test::NumberedKey(i, 32, 11, 0x3c); }
 
 EngineOptions Options(const std::string& root) {
-  EngineOptions o;
-  o.root = root;
-  o.identity.model = "limits";
-  o.identity.revision = "r1";
-  o.identity.kv_dtype = "bfloat16";
-  o.identity.tokens_per_chunk = 64;
-  o.identity.blocks_per_chunk = kBlocks;
-  o.identity.block_bytes = kBlockBytes;
+  EngineOptions o = test::BaseOptions(root, "limits", 64, kBlocks, kBlockBytes);
   o.pool_bytes = 16 * (kHeaderBytes + kBlocks * kBlockBytes);
   o.io_depth = 4;
   return o;

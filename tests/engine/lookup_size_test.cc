@@ -10,6 +10,7 @@
 
 #include "kvtier/engine.h"
 #include "layout/chunk_format.h"
+#include "support/engine_options.h"
 #include "support/job_engine.h"
 #include "support/keys.h"
 #include "support/temp_dir.h"
@@ -23,14 +24,7 @@ constexpr uint64_t kBlockBytes = 8192;
 ChunkKey Key(uint64_t i) { return kvtier::test::NumberedKey(i, 32, 9, 0x77); }
 
 EngineOptions Options(const std::string& root) {
-  EngineOptions o;
-  o.root = root;
-  o.identity.model = "lookup-size";
-  o.identity.revision = "r1";
-  o.identity.kv_dtype = "bfloat16";
-  o.identity.tokens_per_chunk = 64;
-  o.identity.blocks_per_chunk = kBlocks;
-  o.identity.block_bytes = kBlockBytes;
+  EngineOptions o = test::BaseOptions(root, "lookup-size", 64, kBlocks, kBlockBytes);
   o.pool_bytes = 8 * (4096 + kBlocks * kBlockBytes);
   o.io_depth = 2;
   o.negative_cache_ms = 1;

@@ -8,6 +8,7 @@
 
 #include "engine/engine_impl.h"
 #include "io/fault_engine.h"
+#include "support/engine_options.h"
 #include "support/job_engine.h"
 #include "support/keys.h"
 #include "support/temp_dir.h"
@@ -21,14 +22,7 @@ constexpr uint64_t kBlockBytes = 8192;
 ChunkKey Key(uint64_t i) { return kvtier::test::NumberedKey(i, 32, 10, 0x3c); }
 
 EngineOptions Options(const std::string& root) {
-  EngineOptions o;
-  o.root = root;
-  o.identity.model = "publish-order";
-  o.identity.revision = "r1";
-  o.identity.kv_dtype = "bfloat16";
-  o.identity.tokens_per_chunk = 32;
-  o.identity.blocks_per_chunk = kBlocks;
-  o.identity.block_bytes = kBlockBytes;
+  EngineOptions o = test::BaseOptions(root, "publish-order", 32, kBlocks, kBlockBytes);
   o.pool_bytes = 8 * (4096 + kBlocks * kBlockBytes);
   o.io_depth = 2;
   o.anonymous_temporaries = false;  // named temporaries, as on filesystems without O_TMPFILE

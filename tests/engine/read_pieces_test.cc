@@ -21,6 +21,7 @@
 #include "io/fault_engine.h"
 #include "kvtier/engine.h"
 #include "layout/chunk_format.h"
+#include "support/engine_options.h"
 #include "support/job_engine.h"
 #include "support/keys.h"
 #include "support/temp_dir.h"
@@ -34,14 +35,7 @@ constexpr uint64_t kBlockBytes = 8192;  // a multiple of the payload alignment: 
 ChunkKey Key(uint64_t i) { return kvtier::test::NumberedKey(i, 32, 10, 0x51); }
 
 EngineOptions Options(const std::string& root, uint64_t piece_bytes) {
-  EngineOptions o;
-  o.root = root;
-  o.identity.model = "read-pieces";
-  o.identity.revision = "r1";
-  o.identity.kv_dtype = "bfloat16";
-  o.identity.tokens_per_chunk = 128;
-  o.identity.blocks_per_chunk = kBlocks;
-  o.identity.block_bytes = kBlockBytes;
+  EngineOptions o = test::BaseOptions(root, "read-pieces", 128, kBlocks, kBlockBytes);
   o.pool_bytes = 16 * (kHeaderBytes + kBlocks * kBlockBytes);
   o.io_depth = 4;
   o.read_piece_bytes = piece_bytes;

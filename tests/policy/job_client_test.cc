@@ -19,6 +19,7 @@
 #include "io/fault_engine.h"
 #include "layout/chunk_format.h"
 #include "layout/chunk_path.h"
+#include "support/engine_options.h"
 #include "support/keys.h"
 #include "support/temp_dir.h"
 
@@ -32,14 +33,7 @@ constexpr uint64_t kSlotBytes = 4096 + kBlocks * 12288;
 ChunkKey Key(uint64_t i) { return kvtier::test::NumberedKey(i, 36, 8, 0x6b); }
 
 EngineOptions Options(const std::string& root, uint32_t slots) {
-  EngineOptions o;
-  o.root = root;
-  o.identity.model = "job-client-test";
-  o.identity.revision = "r1";
-  o.identity.kv_dtype = "bfloat16";
-  o.identity.tokens_per_chunk = 64;
-  o.identity.blocks_per_chunk = kBlocks;
-  o.identity.block_bytes = kBlockBytes;
+  EngineOptions o = test::BaseOptions(root, "job-client-test", 64, kBlocks, kBlockBytes);
   o.pool_bytes = slots * kSlotBytes;
   o.io_depth = 2;
   o.demand_reserve_slots = 1;

@@ -9,6 +9,7 @@
 
 #include "engine/engine_impl.h"
 #include "io/fake_engine.h"
+#include "support/engine_options.h"
 #include "support/job_engine.h"
 #include "support/keys.h"
 #include "support/temp_dir.h"
@@ -26,14 +27,7 @@ ChunkKey Key(uint64_t i) { return kvtier::test::NumberedKey(i, 36, 8, 0x7c); }
 class PlannerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    EngineOptions o;
-    o.root = dir_.path();
-    o.identity.model = "planner-test";
-    o.identity.revision = "r1";
-    o.identity.kv_dtype = "bfloat16";
-    o.identity.tokens_per_chunk = 32;
-    o.identity.blocks_per_chunk = kBlocks;
-    o.identity.block_bytes = kBlockBytes;
+    EngineOptions o = test::BaseOptions(dir_.path(), "planner-test", 32, kBlocks, kBlockBytes);
     o.pool_bytes = kSlots * (4096 + kBlocks * kBlockBytes);
     o.io_depth = 4;  // demand reserve: 4 slots
     o.op_timeout_ms = 60000;

@@ -26,6 +26,7 @@
 #include "policy/job_client.h"
 #include "policy/preload_planner.h"
 #include "policy/stream_pump.h"
+#include "support/engine_options.h"
 #include "support/keys.h"
 #include "support/temp_dir.h"
 
@@ -78,14 +79,7 @@ class SignalDeliveryTest : public ::testing::TestWithParam<IoBackend> {
 };
 
 TEST_P(SignalDeliveryTest, ASignalToTheProcessIsNeverTakenByAnEngineThread) {
-  EngineOptions o;
-  o.root = dir_.path();
-  o.identity.model = "signal-test";
-  o.identity.revision = "r1";
-  o.identity.kv_dtype = "bfloat16";
-  o.identity.tokens_per_chunk = 32;
-  o.identity.blocks_per_chunk = kBlocks;
-  o.identity.block_bytes = kBlockBytes;
+  EngineOptions o = test::BaseOptions(dir_.path(), "signal-test", 32, kBlocks, kBlockBytes);
   o.pool_bytes = 64 * kSlotBytes;
   o.io_depth = 4;
   o.reactors = 2;

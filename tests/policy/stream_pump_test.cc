@@ -15,6 +15,7 @@
 #include "layout/chunk_format.h"
 #include "policy/job_client.h"
 #include "policy/preload_planner.h"
+#include "support/engine_options.h"
 #include "support/keys.h"
 #include "support/temp_dir.h"
 
@@ -36,14 +37,7 @@ class StreamPumpTest : public ::testing::Test {
   void Open(uint32_t slots, bool background = true) {
     slots_ = slots;
     background_ = background;
-    EngineOptions o;
-    o.root = dir_.path();
-    o.identity.model = "stream-test";
-    o.identity.revision = "r1";
-    o.identity.kv_dtype = "bfloat16";
-    o.identity.tokens_per_chunk = 32;
-    o.identity.blocks_per_chunk = kBlocks;
-    o.identity.block_bytes = kBlockBytes;
+    EngineOptions o = test::BaseOptions(dir_.path(), "stream-test", 32, kBlocks, kBlockBytes);
     o.pool_bytes = slots * kSlotBytes;
     o.io_depth = 4;
     o.demand_reserve_slots = 1;

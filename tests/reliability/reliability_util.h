@@ -17,6 +17,7 @@
 #include "kvtier/engine.h"
 #include "layout/chunk_path.h"
 #include "layout/namespace.h"
+#include "support/engine_options.h"
 #include "support/job_engine.h"
 
 namespace kvtier::rel {
@@ -55,14 +56,7 @@ inline std::vector<uint8_t> ContentFor(uint64_t i, uint64_t writer = 0) {
 }
 
 inline EngineOptions Options(const std::string& root, const std::string& revision = "1") {
-  EngineOptions o;
-  o.root = root;
-  o.identity.model = "reliability";
-  o.identity.revision = revision;
-  o.identity.kv_dtype = "bfloat16";
-  o.identity.tokens_per_chunk = 64;
-  o.identity.blocks_per_chunk = kBlocks;
-  o.identity.block_bytes = kBlockBytes;
+  EngineOptions o = test::BaseOptions(root, "reliability", 64, kBlocks, kBlockBytes, revision);
   o.pool_bytes = 32 * kChunkFileBytes;
   o.io_depth = 4;
   o.op_timeout_ms = 5000;

@@ -23,6 +23,7 @@
 #include "layout/namespace.h"
 #include "layout/usage_ledger.h"
 #include "policy/job_client.h"
+#include "support/engine_options.h"
 #include "support/temp_dir.h"
 
 namespace kvtier {
@@ -72,14 +73,7 @@ ChunkKey Key(uint64_t i) {
 }
 
 EngineOptions Options(const std::string& root) {
-  EngineOptions o;
-  o.root = root;
-  o.identity.model = "cli-test-model";
-  o.identity.revision = "r1";
-  o.identity.kv_dtype = "bfloat16";
-  o.identity.tokens_per_chunk = 64;
-  o.identity.blocks_per_chunk = kBlocks;
-  o.identity.block_bytes = kBlockBytes;
+  EngineOptions o = test::BaseOptions(root, "cli-test-model", 64, kBlocks, kBlockBytes);
   o.pool_bytes = 8 * ChunkFileBytes(kBlocks, kBlockBytes);
   o.io_depth = 4;
   return o;
