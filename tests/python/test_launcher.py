@@ -118,6 +118,15 @@ def test_shutdown_problems_name_what_is_not_clean():
     assert "kvtier's shutdown did not run" in missing
 
 
+# The end of every fake API server below: /health answers 200 on the port it was given.
+HEALTH_SERVER = r"""class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/health" else 404); self.end_headers()
+    def log_message(self, *a): pass
+http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+"""
+
+
 # A stand-in for the API server as `launcher serve` runs it (--host/--port appended): serves /health, has a child
 # (so the group kill is visible), exits 0 on SIGTERM, and with "dirty" logs a traceback while it does.
 FAKE_SERVER = r"""
@@ -130,12 +139,7 @@ def term(*_):
         print("Traceback (most recent call last):", flush=True)
     sys.exit(0)
 signal.signal(signal.SIGTERM, term)
-class H(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200 if self.path == "/health" else 404); self.end_headers()
-    def log_message(self, *a): pass
-http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
-"""
+""" + HEALTH_SERVER
 
 
 def start_serve(tmp_path, mode: str, **popen):
@@ -244,12 +248,7 @@ def term(*_):
     core.wait(60)
     sys.exit(0)
 signal.signal(signal.SIGTERM, term)
-class H(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200 if self.path == "/health" else 404); self.end_headers()
-    def log_message(self, *a): pass
-http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
-"""
+""" + HEALTH_SERVER
 
 
 def test_an_engine_core_that_ignores_sigterm_is_reported_with_its_threads_and_python_traceback(tmp_path, monkeypatch):
