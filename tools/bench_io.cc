@@ -1200,613 +1200,690 @@ int RemoveLeftoversOfKilledRuns(const std::string& dir) {
 
 }  // namespace
 
-int RunBenchIo(int argc, char** argv) {
-  Args args(
-      "bench io",
-      "Measures the kvtier engine's write (store) and read (load) bandwidth against a raw io_uring baseline\n"
-      "written with liburing, on the same directory, file sizes and queue depth, in the same run. For each\n"
-      "chunk size and depth: alternating raw and engine runs, --repeat times; GB/s are medians, the ratio\n"
-      "is the median over repetitions of engine/raw in the same repetition.\n"
-      "The engine also copies each chunk between host memory and its staging slot and checksums it\n"
-      "(XXH3); the raw baseline does neither. Beside the single-thread raw baseline, a multi-threaded one\n"
-      "(--raw-threads, --raw-split) measures the device's ceiling, 'raw best', on the same files.\n"
-      "Data written is incompressible. Files created are removed at the end.",
-      {{"dir", "DIR", "directory on the disk to measure (a subdirectory is created and removed)", ""},
-       {"chunk-sizes", "SIZES", "comma-separated chunk payload sizes", "28MiB,2MiB"},
-       {"depths", "LIST", "comma-separated queue depths", "4,16"},
-       {"total", "SIZE", "bytes written (and read) per run", "2GiB"},
-       {"repeat", "N", "repetitions per configuration; even, so that each side goes first equally often", "4"},
-       {"backend", "auto|uring|posix", "engine I/O backend", "auto"},
-       {"mode", "direct|buffered", "O_DIRECT or buffered I/O, for both raw and engine", "direct"},
-       {"raw-buffers", "huge|heap|shm|pool",
-        "memory of the raw baseline's buffers: huge = heap in 2 MiB "
-        "transparent huge pages (physically contiguous like the engine's pool, the strongest baseline), heap = "
-        "4 KiB pages, shm = POSIX shared memory with 4 KiB pages, pool = the engine's own staging slots (a "
-        "second mapping of its pool, with 4 KiB page-table entries: both sides transfer into the same "
-        "physical memory; peak RSS then counts the pool twice)",
-        "huge"},
-       {"raw-threads", "LIST|auto",
-        "thread counts of the multi-threaded raw baseline (the device's ceiling: "
-        "same files and request sizes, each thread with its own ring; 'raw best' is the best of it and the "
-        "single-thread baseline); auto = 1,2,4,8 up to the number of cores",
-        "auto"},
-       {"raw-split", "SIZES|none",
-        "request sizes the multi-threaded raw baseline also splits each file into "
-        "(all of a file's requests at once; multiples of 4KiB), besides one request per file",
-        "4MiB,1MiB"},
-       {"raw-queue", "total|per-thread",
-        "files in flight in the multi-threaded raw baseline: total = the depth "
-        "over all threads, as in the engine (thread counts above the depth are skipped), per-thread = the "
-        "depth on each thread",
-        "total"},
-       {"raw-verify", "",
-        "also run every raw variant (the single-thread whole-file one included) hashing every "
-        "byte with XXH3 as the engine does (a read hashes each request as it lands, a write hashes the file "
-        "before writing it): 'raw+xxh3 best', the floor of a program doing the engine's work, printed beside "
-        "'raw best' with the engine's ratio to it",
-        ""},
-       {"keep-cache", "",
-        "do not drop the page cache (and dentry/inode caches) before reads (default with "
-        "--mode direct: O_DIRECT data never sits in the page cache, and dropping only evicts directory "
-        "entries, which penalizes the engine's two-level fan-out against the raw side's single directory)",
-        ""},
-       {"drop-caches", "", "drop the page cache before reads also with --mode direct (default with buffered)", ""},
-       {"copier", "host|none",
-        "what moves the bytes between host buffers and staging slots: host = the "
-        "host copier (memcpy, as vLLM's CPU workers and the Python package's jobs copy), none = nobody "
-        "(the engine's disk path alone: verified reads into slots, checksummed stores from slots, as when the "
-        "CUDA copier or vLLM's workers move the bytes)",
-        "host"},
-       {"reactors", "N",
-        "engine reactor threads (EngineOptions::reactors; 0 = auto, sized from the cores); the "
-        "count used is printed with the engine's description",
-        "0"},
-       {"read-piece", "SIZE",
-        "EngineOptions::read_piece_bytes: a load reads its chunk in pieces of about this "
-        "size, each verified as it lands (0: one read per chunk)",
-        "1MiB"},
-       {"json", "OUT", "also write the results as JSON to OUT", ""},
-       {"verbose", "", "print every run, CPU use per phase and this machine's memcpy/XXH3 speed", ""},
-       {"cross", "",
-        "also time the raw reader on the engine's chunk files after each read phase (diagnostic: "
-        "separates where the engine's files lie on the disk from the engine's own costs; in "
-        "the JSON as raw_reads_engine_files_gbps)",
-        ""},
-       {"reread", "N",
-        "after the last repetition of each configuration, read its files N more times, the "
-        "three readers (raw on its own files, raw on the engine's files, engine) in rotating order, and "
-        "print their medians and ratios as a second table (diagnostic: reads of data at rest, away from the "
-        "write phases, and the engine against the raw reader on the very same files)",
-        "0"},
-       {"touch", "",
-        "with --reread: also time a raw reader and a raw writer that read every byte once from "
-        "memory (a plain sum; the least a load that verifies and a store that checksums, K1, must do): a "
-        "fourth reader in the rotation at rest (the raw reader on the engine's files, summing what it loaded), "
-        "then N rotations of three writers at rest (raw, raw reading each buffer before writing it, engine; "
-        "each writer's files removed before the next one writes); printed as raw+touch with engine/(raw+touch) "
-        "(diagnostic: what touching the data costs the disk, apart from the engine's own costs)",
-        ""},
-       {"trace-marks", "PATH",
-        "write a line at the start and end of every timed phase to PATH, e.g. "
-        "/sys/kernel/tracing/trace_marker, to cut a kernel trace of the block layer into phases "
-        "(bench/io/trace_bench_io.sh does it all)",
-        ""},
-       {"progress", "", "show a progress bar even when stderr is not a terminal", ""}});
-  if (!args.ParseOrHelp(argc, argv)) return 0;
-  const std::string dir = args.RequiredStr("dir");
-  const std::vector<uint64_t> sizes = args.SizeList("chunk-sizes", "28MiB,2MiB");
-  const std::vector<uint64_t> depths = args.UintList("depths", "4,16");
-  const uint64_t total = args.Size("total", 2ull << 30);
-  const uint64_t repeat = args.Uint("repeat", 4);
-  const std::string backend_s = args.Choice("backend", "auto", {"auto", "uring", "posix"});
-  const std::string mode_s = args.Choice("mode", "direct", {"direct", "buffered"});
-  const bool verbose = args.Has("verbose");
-  const bool cross = args.Has("cross");
-  const uint64_t reread = args.Uint("reread", 0);
-  const bool touch = args.Has("touch");
-  const std::string marks_path = args.Str("trace-marks");
-  if (args.Has("trace-marks") && marks_path.empty()) throw UsageError("--trace-marks: needs a path");
-  const std::string raw_memory = args.Choice("raw-buffers", "huge", {"huge", "heap", "shm", "pool"});
-  const bool host_copier = args.Choice("copier", "host", {"host", "none"}) == "host";
-  const RawCeilingOptions ceiling = ParseRawCeiling(args);
-  const uint64_t reactors = args.Uint("reactors", 0);
-  const uint64_t read_piece = args.Size("read-piece", EngineOptions{}.read_piece_bytes);
-  if (read_piece > (1ull << 30)) throw UsageError("--read-piece: " + FormatSize(read_piece) + " is above 1GiB");
-  if (reactors > kMaxReactors) throw UsageError("--reactors: must be 0 (auto) or 1.." + std::to_string(kMaxReactors));
-  for (uint64_t s : sizes) {
+namespace {
+
+// The flags of `kvtier bench io`: what it measures, then diagnostics (--help lists them in this order).
+std::vector<FlagSpec> BenchIoMeasureFlags() {
+  return {{"dir", "DIR", "directory on the disk to measure (a subdirectory is created and removed)", ""},
+          {"chunk-sizes", "SIZES", "comma-separated chunk payload sizes", "28MiB,2MiB"},
+          {"depths", "LIST", "comma-separated queue depths", "4,16"},
+          {"total", "SIZE", "bytes written (and read) per run", "2GiB"},
+          {"repeat", "N", "repetitions per configuration; even, so that each side goes first equally often", "4"},
+          {"backend", "auto|uring|posix", "engine I/O backend", "auto"},
+          {"mode", "direct|buffered", "O_DIRECT or buffered I/O, for both raw and engine", "direct"},
+          {"raw-buffers", "huge|heap|shm|pool",
+           "memory of the raw baseline's buffers: huge = heap in 2 MiB "
+           "transparent huge pages (physically contiguous like the engine's pool, the strongest baseline), heap = "
+           "4 KiB pages, shm = POSIX shared memory with 4 KiB pages, pool = the engine's own staging slots (a "
+           "second mapping of its pool, with 4 KiB page-table entries: both sides transfer into the same "
+           "physical memory; peak RSS then counts the pool twice)",
+           "huge"},
+          {"raw-threads", "LIST|auto",
+           "thread counts of the multi-threaded raw baseline (the device's ceiling: "
+           "same files and request sizes, each thread with its own ring; 'raw best' is the best of it and the "
+           "single-thread baseline); auto = 1,2,4,8 up to the number of cores",
+           "auto"},
+          {"raw-split", "SIZES|none",
+           "request sizes the multi-threaded raw baseline also splits each file into "
+           "(all of a file's requests at once; multiples of 4KiB), besides one request per file",
+           "4MiB,1MiB"},
+          {"raw-queue", "total|per-thread",
+           "files in flight in the multi-threaded raw baseline: total = the depth "
+           "over all threads, as in the engine (thread counts above the depth are skipped), per-thread = the "
+           "depth on each thread",
+           "total"},
+          {"raw-verify", "",
+           "also run every raw variant (the single-thread whole-file one included) hashing every "
+           "byte with XXH3 as the engine does (a read hashes each request as it lands, a write hashes the file "
+           "before writing it): 'raw+xxh3 best', the floor of a program doing the engine's work, printed beside "
+           "'raw best' with the engine's ratio to it",
+           ""},
+          {"keep-cache", "",
+           "do not drop the page cache (and dentry/inode caches) before reads (default with "
+           "--mode direct: O_DIRECT data never sits in the page cache, and dropping only evicts directory "
+           "entries, which penalizes the engine's two-level fan-out against the raw side's single directory)",
+           ""},
+          {"drop-caches", "", "drop the page cache before reads also with --mode direct (default with buffered)", ""},
+          {"copier", "host|none",
+           "what moves the bytes between host buffers and staging slots: host = the "
+           "host copier (memcpy, as vLLM's CPU workers and the Python package's jobs copy), none = nobody "
+           "(the engine's disk path alone: verified reads into slots, checksummed stores from slots, as when the "
+           "CUDA copier or vLLM's workers move the bytes)",
+           "host"},
+          {"reactors", "N",
+           "engine reactor threads (EngineOptions::reactors; 0 = auto, sized from the cores); the "
+           "count used is printed with the engine's description",
+           "0"},
+          {"read-piece", "SIZE",
+           "EngineOptions::read_piece_bytes: a load reads its chunk in pieces of about this "
+           "size, each verified as it lands (0: one read per chunk)",
+           "1MiB"}};
+}
+
+std::vector<FlagSpec> BenchIoDiagnosticFlags() {
+  return {{"json", "OUT", "also write the results as JSON to OUT", ""},
+          {"verbose", "", "print every run, CPU use per phase and this machine's memcpy/XXH3 speed", ""},
+          {"cross", "",
+           "also time the raw reader on the engine's chunk files after each read phase (diagnostic: "
+           "separates where the engine's files lie on the disk from the engine's own costs; in "
+           "the JSON as raw_reads_engine_files_gbps)",
+           ""},
+          {"reread", "N",
+           "after the last repetition of each configuration, read its files N more times, the "
+           "three readers (raw on its own files, raw on the engine's files, engine) in rotating order, and "
+           "print their medians and ratios as a second table (diagnostic: reads of data at rest, away from the "
+           "write phases, and the engine against the raw reader on the very same files)",
+           "0"},
+          {"touch", "",
+           "with --reread: also time a raw reader and a raw writer that read every byte once from "
+           "memory (a plain sum; the least a load that verifies and a store that checksums, K1, must do): a "
+           "fourth reader in the rotation at rest (the raw reader on the engine's files, summing what it loaded), "
+           "then N rotations of three writers at rest (raw, raw reading each buffer before writing it, engine; "
+           "each writer's files removed before the next one writes); printed as raw+touch with engine/(raw+touch) "
+           "(diagnostic: what touching the data costs the disk, apart from the engine's own costs)",
+           ""},
+          {"trace-marks", "PATH",
+           "write a line at the start and end of every timed phase to PATH, e.g. "
+           "/sys/kernel/tracing/trace_marker, to cut a kernel trace of the block layer into phases "
+           "(bench/io/trace_bench_io.sh does it all)",
+           ""},
+          {"progress", "", "show a progress bar even when stderr is not a terminal", ""}};
+}
+
+// What `kvtier bench io` was asked, checked before anything is created.
+struct BenchIoConfig {
+  std::string dir;
+  std::vector<uint64_t> sizes, depths;
+  uint64_t total = 0, repeat = 0, reread = 0, reactors = 0, read_piece = 0;
+  std::string backend_s, mode_s, marks_path, raw_memory;
+  bool verbose = false, cross = false, touch = false, host_copier = true, direct = true;
+  IoBackend backend = IoBackend::kAuto;
+  RawCeilingOptions ceiling;
+  bool keep_cache = false;        // the page cache is not dropped before reads
+  bool keep_cache_given = false;  // --keep-cache
+  bool show_progress = false;     // --progress
+  std::optional<std::string> json_path;
+};
+
+BenchIoConfig ParseBenchIo(const Args& args) {
+  BenchIoConfig c;
+  c.dir = args.RequiredStr("dir");
+  c.sizes = args.SizeList("chunk-sizes", "28MiB,2MiB");
+  c.depths = args.UintList("depths", "4,16");
+  c.total = args.Size("total", 2ull << 30);
+  c.repeat = args.Uint("repeat", 4);
+  c.backend_s = args.Choice("backend", "auto", {"auto", "uring", "posix"});
+  c.mode_s = args.Choice("mode", "direct", {"direct", "buffered"});
+  c.verbose = args.Has("verbose");
+  c.cross = args.Has("cross");
+  c.reread = args.Uint("reread", 0);
+  c.touch = args.Has("touch");
+  c.marks_path = args.Str("trace-marks");
+  if (args.Has("trace-marks") && c.marks_path.empty()) throw UsageError("--trace-marks: needs a path");
+  c.raw_memory = args.Choice("raw-buffers", "huge", {"huge", "heap", "shm", "pool"});
+  c.host_copier = args.Choice("copier", "host", {"host", "none"}) == "host";
+  c.ceiling = ParseRawCeiling(args);
+  c.reactors = args.Uint("reactors", 0);
+  c.read_piece = args.Size("read-piece", EngineOptions{}.read_piece_bytes);
+  if (c.read_piece > (1ull << 30)) throw UsageError("--read-piece: " + FormatSize(c.read_piece) + " is above 1GiB");
+  if (c.reactors > kMaxReactors) {
+    throw UsageError("--reactors: must be 0 (auto) or 1.." + std::to_string(kMaxReactors));
+  }
+  for (uint64_t s : c.sizes) {
     if (s % kPayloadAlignment != 0) {
       throw UsageError("--chunk-sizes: " + FormatSize(s) + " is not a multiple of 4KiB (the payload alignment)");
     }
     if (s > (1ull << 30)) throw UsageError("--chunk-sizes: " + FormatSize(s) + " is above 1GiB");
   }
-  for (uint64_t d : depths) {
+  for (uint64_t d : c.depths) {
     if (d > 1024) throw UsageError("--depths: " + std::to_string(d) + " is above 1024");
   }
-  if (repeat == 0 || repeat > 100) throw UsageError("--repeat: must be 1..100");
-  if (reread > 100) throw UsageError("--reread: must be 0..100");
-  if (touch && reread == 0) throw UsageError("--touch: needs --reread N (it adds readers and writers at rest)");
-  if (touch && raw_memory == "pool") throw UsageError("--touch: needs buffers of its own, not --raw-buffers pool");
-  if (total == 0) throw UsageError("--total: must be > 0");
-  const bool direct = mode_s == "direct";
-  const IoBackend backend = backend_s == "uring"   ? IoBackend::kUring
-                            : backend_s == "posix" ? IoBackend::kPosix
-                                                   : IoBackend::kAuto;
+  if (c.repeat == 0 || c.repeat > 100) throw UsageError("--repeat: must be 1..100");
+  if (c.reread > 100) throw UsageError("--reread: must be 0..100");
+  if (c.touch && c.reread == 0) throw UsageError("--touch: needs --reread N (it adds readers and writers at rest)");
+  if (c.touch && c.raw_memory == "pool") {
+    throw UsageError("--touch: needs buffers of its own, not --raw-buffers pool");
+  }
+  if (c.total == 0) throw UsageError("--total: must be > 0");
+  if (args.Has("keep-cache") && args.Has("drop-caches")) {
+    throw UsageError("--keep-cache and --drop-caches exclude each other");
+  }
+  c.direct = c.mode_s == "direct";
+  c.backend = c.backend_s == "uring"   ? IoBackend::kUring
+              : c.backend_s == "posix" ? IoBackend::kPosix
+                                       : IoBackend::kAuto;
+  c.keep_cache_given = args.Has("keep-cache");
+  c.keep_cache = c.keep_cache_given || (c.direct && !args.Has("drop-caches"));
+  c.show_progress = args.Has("progress");
+  if (args.Has("json")) c.json_path = args.Str("json");
+  return c;
+}
 
+// --dir is a writable directory whose filesystem takes O_DIRECT (with --mode direct), on a kernel with io_uring;
+// g_disk is its device.
+void CheckBenchDir(const BenchIoConfig& c) {
   struct stat st;
-  if (stat(dir.c_str(), &st) != 0) throw CliError("--dir " + dir + ": " + std::strerror(errno));
-  if (!S_ISDIR(st.st_mode)) throw CliError("--dir " + dir + " is not a directory");
+  if (stat(c.dir.c_str(), &st) != 0) throw CliError("--dir " + c.dir + ": " + std::strerror(errno));
+  if (!S_ISDIR(st.st_mode)) throw CliError("--dir " + c.dir + " is not a directory");
   g_disk = st.st_dev;
-  if (access(dir.c_str(), W_OK) != 0) throw CliError("--dir " + dir + " is not writable: " + std::strerror(errno));
-  if (direct) {
-    const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (access(c.dir.c_str(), W_OK) != 0) {
+    throw CliError("--dir " + c.dir + " is not writable: " + std::strerror(errno));
+  }
+  if (c.direct) {
+    const int fd = open(c.dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     const io::DirectIoInfo dio = io::ProbeDirectIo(fd);
     close(fd);
     if (!dio.supported || dio.mem_align > 4096 || dio.offset_align > 4096) {
-      throw CliError("the filesystem of " + dir + " refuses O_DIRECT (" + dio.how + "); use --mode buffered");
+      throw CliError("the filesystem of " + c.dir + " refuses O_DIRECT (" + dio.how + "); use --mode buffered");
     }
   }
   std::string why;
   if (!io::UringAvailable(&why)) throw CliError("io_uring is unavailable on this kernel: " + why);
-  PhaseMarks marks(marks_path);
+}
 
-  RemoveLeftoversOfKilledRuns(dir);
-  const std::string base = dir + "/kvtier-bench-io." + std::to_string(getpid());
-  if (mkdir(base.c_str(), 0750) != 0) throw CliError("cannot create " + base + ": " + std::strerror(errno));
-  // Held (and released by the kernel however this process ends) for the whole run: see RemoveLeftoversOfKilledRuns.
-  const int base_lock = open(base.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (base_lock < 0 || flock(base_lock, LOCK_EX) != 0) {
-    const std::string why = std::strerror(errno);
-    if (base_lock >= 0) close(base_lock);
-    rmdir(base.c_str());
-    throw CliError("cannot lock " + base + ": " + why);
-  }
-  struct LockCloser {
-    int fd;
-    ~LockCloser() { close(fd); }
-  } base_lock_closer{base_lock};
-  if (args.Has("keep-cache") && args.Has("drop-caches"))
-    throw UsageError("--keep-cache and --drop-caches exclude each other");
-  const bool keep_cache = args.Has("keep-cache") || (direct && !args.Has("drop-caches"));
-  const bool drop_ok = !keep_cache && DropPageCache();
-  if (verbose) PrintCpuContext();
-  std::printf(
-      "bench io: dir %s, mode %s, %s per run, %llu repetitions (alternating raw/engine), raw buffers %s, "
-      "page cache %s\n",
-      dir.c_str(), mode_s.c_str(), FormatSize(total).c_str(), static_cast<unsigned long long>(repeat),
-      raw_memory.c_str(),
-      drop_ok ? "dropped before each read"
-      : keep_cache
-          ? (args.Has("keep-cache") ? "kept (--keep-cache)" : "kept (O_DIRECT reads bypass it; --drop-caches to drop)")
-          : "NOT dropped (needs root)");
-  std::fflush(stdout);
-
-  std::vector<Row> rows;
-  const uint64_t steps_total = sizes.size() * depths.size() * (repeat + reread * (touch ? 2 : 1));
-  Progress progress("bench io", steps_total, args.Has("progress"));
-  uint64_t steps = 0;
-  std::random_device rd;
-  const uint64_t salt = (uint64_t{rd()} << 32) ^ rd();
-  std::string engine_described;
-  try {
-    for (uint64_t chunk : sizes) {
-      for (uint64_t depth64 : depths) {
-        const auto depth = static_cast<uint32_t>(depth64);
-        Row row;
-        row.chunk = chunk;
-        row.depth = depth;
-        row.files = std::max<uint64_t>(1, total / chunk);
-        const uint64_t file_bytes = kHeaderBytes + chunk;
-        const double gb = static_cast<double>(row.files * file_bytes) / 1e9;
-        EngineBench eng(base + "/engine", chunk, depth, backend, direct ? IoMode::kDirect : IoMode::kBuffered,
-                        salt ^ (chunk * 1315423911u) ^ depth, host_copier, static_cast<uint32_t>(reactors), read_piece);
-        RawBench raw(base + "/raw", file_bytes, depth, direct, raw_memory,
-                     raw_memory == "pool" ? eng.PoolSlots(depth) : std::vector<uint8_t*>{}, touch);
-        row.pool = eng.pool_bytes();
-        PlanVariants(ceiling, file_bytes, depth, &row);
-        uint32_t max_threads = 1;
-        for (const RawVariant& v : row.variants) max_threads = std::max(max_threads, v.threads);
-        RawParallel par(file_bytes, depth, direct, ceiling.per_thread_queue, max_threads, raw_memory, raw.buffers());
-        row.reactors = eng.reactors();
-        if (engine_described.empty()) engine_described = eng.Describe();
-        if (verbose) {
-          const double rp = raw.PiecesPerBuffer(), ep = eng.PoolPiecesPerSlot();
-          std::printf("  %s qd %u: physically contiguous pieces per %s transfer buffer: raw %s, engine %s\n",
-                      FormatSize(chunk).c_str(), depth, FormatSize(file_bytes).c_str(),
-                      rp > 0 ? Fixed(rp, 1).c_str() : "unknown", ep > 0 ? Fixed(ep, 1).c_str() : "unknown");
-        }
-        // Warm-up, untimed: faults in buffers and pool slots, creates the first fan-out directories.
-        const uint64_t warm = std::min<uint64_t>(row.files, 2ull * depth);
-        raw.Write(warm, "warm");
-        raw.Read(warm, "warm");
-        raw.Remove(warm, "warm");
-        eng.Write(warm, 1000);
-        eng.Read(warm, 1000);
-        eng.Remove(warm, 1000);
-        for (uint32_t rep = 0; rep < repeat; ++rep) {
-          // Both sides write, then both read, then both remove; the side that goes first alternates. Neither side
-          // reads right after its own writes, so a host-side cache of recent writes (virtual disks) and a drift of
-          // the disk during the run favour neither.
-          const std::string tag = "r" + std::to_string(rep);
-          double raw_w = 0, raw_r = 0, eng_w = 0, eng_r = 0;
-          std::string raw_wc, raw_rc, eng_wc, eng_rc;
-          auto timed = [](auto&& fn, std::string* cpu) {
-            CpuSample c0 = CpuSample::Now();
-            const double secs = fn();
-            *cpu = CpuSummary(c0, CpuSample::Now());
-            return secs;
-          };
-          // A phase run between its --trace-marks lines (outside the time it measures itself).
-          auto marked = [&](const char* phase, auto fn) {
-            return [&, phase, fn] { return marks.Around(phase, chunk, depth, rep, fn); };
-          };
-          auto write_raw = [&] {
-            raw_w = timed(marked("raw_write", [&] { return raw.Write(row.files, tag); }), &raw_wc);
-          };
-          auto write_eng = [&] {
-            eng_w = timed(marked("eng_write", [&] { return eng.Write(row.files, rep); }), &eng_wc);
-          };
-          auto read_raw = [&] { raw_r = timed(marked("raw_read", [&] { return raw.Read(row.files, tag); }), &raw_rc); };
-          auto read_eng = [&] { eng_r = timed(marked("eng_read", [&] { return eng.Read(row.files, rep); }), &eng_rc); };
-          // The multi-threaded raw variants: each writes files of its own (removed at once) and reads the raw
-          // baseline's files; after the pair in raw-first repetitions, before it in the others.
-          auto variants = [&](bool write) {
-            for (RawVariant& v : row.variants) {
-              const std::string files_tag = write ? "p" + tag : tag;
-              const std::string phase = v.Mark(write);
-              if (!write && drop_ok) DropPageCache();
-              std::string cpu;
-              const double secs =
-                  timed(marked(phase.c_str(),
-                               [&] {
-                                 return par.Run(
-                                     v, row.files, [&](uint64_t i) { return raw.Path(files_tag, i); }, write);
-                               }),
-                        &cpu);
-              if (write) raw.Remove(row.files, files_tag);
-              (write ? v.write_gbps : v.read_gbps).push_back(gb / secs);
-              if (verbose) {
-                std::printf("  %s qd %u rep %u raw %-10s %s %.3f GB/s (%s)\n", FormatSize(chunk).c_str(), depth, rep,
-                            v.Short().c_str(), write ? "write" : "read ", gb / secs, cpu.c_str());
-              }
-            }
-          };
-          const bool raw_first = rep % 2 == 0;
-          if (raw_first) {
-            write_raw();
-            write_eng();
-            variants(true);
-          } else {
-            variants(true);
-            write_eng();
-            write_raw();
-          }
-          if (drop_ok) DropPageCache();
-          if (raw_first) {
-            read_raw();
-            read_eng();
-            variants(false);
-          } else {
-            variants(false);
-            read_eng();
-            read_raw();
-          }
-          if (cross) {
-            if (drop_ok) DropPageCache();
-            const std::vector<std::string> paths = eng.FilePaths(rep, row.files);
-            std::string cross_c;
-            const double secs = timed(marked("cross_read", [&] { return raw.ReadPaths(paths); }), &cross_c);
-            row.cross_r.push_back(gb / secs);
-            if (verbose) {
-              std::printf("  %s qd %u rep %u raw reads the engine's files %.3f GB/s (%s)\n", FormatSize(chunk).c_str(),
-                          depth, rep, gb / secs, cross_c.c_str());
-            }
-          }
-          if (rep + 1 == repeat && reread > 0) {
-            // Reads at rest: each rotation runs the three readers (four with --touch), each one first in turn, so
-            // neither a drift of the disk nor the slow first read after the writes favours one of them.
-            const std::vector<std::string> paths = eng.FilePaths(rep, row.files);
-            const uint64_t readers = touch ? 4 : 3;
-            for (uint64_t a = 0; a < reread; ++a) {
-              double own = 0, crossed = 0, engine = 0, touched = 0;
-              for (uint64_t j = 0; j < readers; ++j) {
-                if (drop_ok) DropPageCache();
-                const uint64_t at = repeat + a;  // rotations are numbered after the repetitions in the marks
-                switch ((a + j) % readers) {
-                  case 0:
-                    own = marks.Around("rest_raw_read", chunk, depth, at, [&] { return raw.Read(row.files, tag); });
-                    break;
-                  case 1:
-                    crossed = marks.Around("rest_cross_read", chunk, depth, at, [&] { return raw.ReadPaths(paths); });
-                    break;
-                  case 2:
-                    engine = marks.Around("rest_eng_read", chunk, depth, at, [&] { return eng.Read(row.files, rep); });
-                    break;
-                  default:
-                    touched =
-                        marks.Around("rest_touch_read", chunk, depth, at, [&] { return raw.ReadPathsTouching(paths); });
-                    break;
-                }
-              }
-              row.at_rest_own.push_back(gb / own);
-              row.at_rest_cross.push_back(gb / crossed);
-              row.at_rest_eng.push_back(gb / engine);
-              if (touch) row.at_rest_touch.push_back(gb / touched);
-              if (verbose) {
-                std::printf(
-                    "  %s qd %u reread %llu: raw on its files %.3f, raw on the engine's files %.3f, engine "
-                    "%.3f GB/s%s\n",
-                    FormatSize(chunk).c_str(), depth, static_cast<unsigned long long>(a), gb / own, gb / crossed,
-                    gb / engine, touch ? (", raw+touch on the engine's files " + Fixed(gb / touched, 3)).c_str() : "");
-              }
-              std::fflush(stdout);
-              progress.Set(++steps);
-            }
-            // --touch: writes at rest, rotating like the reads; each writer's files go before the next one writes,
-            // so every writer finds the disk in the same state (the engine writes new keys each time).
-            for (uint64_t a = 0; touch && a < reread; ++a) {
-              double w_raw = 0, w_touch = 0, w_eng = 0;
-              const uint64_t at = repeat + a;
-              const auto eng_rep = static_cast<uint32_t>(2000 + a);
-              for (uint64_t j = 0; j < 3; ++j) {
-                switch ((a + j) % 3) {
-                  case 0:
-                    w_raw = marks.Around("rest_raw_write", chunk, depth, at, [&] { return raw.Write(row.files, "w"); });
-                    raw.Remove(row.files, "w");
-                    break;
-                  case 1:
-                    w_touch = marks.Around("rest_touch_write", chunk, depth, at,
-                                           [&] { return raw.WriteTouching(row.files, "w"); });
-                    raw.Remove(row.files, "w");
-                    break;
-                  default:
-                    w_eng =
-                        marks.Around("rest_eng_write", chunk, depth, at, [&] { return eng.Write(row.files, eng_rep); });
-                    eng.Remove(row.files, eng_rep);
-                    break;
-                }
-              }
-              row.rest_w_raw.push_back(gb / w_raw);
-              row.rest_w_touch.push_back(gb / w_touch);
-              row.rest_w_eng.push_back(gb / w_eng);
-              if (verbose) {
-                std::printf("  %s qd %u rewrite %llu: raw %.3f, raw+touch %.3f, engine %.3f GB/s\n",
-                            FormatSize(chunk).c_str(), depth, static_cast<unsigned long long>(a), gb / w_raw,
-                            gb / w_touch, gb / w_eng);
-              }
-              std::fflush(stdout);
-              progress.Set(++steps);
-            }
-          }
-          raw.Remove(row.files, tag);
-          eng.Remove(row.files, rep);
-          row.raw_w.push_back(gb / raw_w);
-          row.raw_r.push_back(gb / raw_r);
-          row.eng_w.push_back(gb / eng_w);
-          row.eng_r.push_back(gb / eng_r);
-          if (verbose) {
-            const std::string sz = FormatSize(chunk);
-            const char* size = sz.c_str();
-            std::printf(
-                "  %s qd %u rep %u raw    write %.3f GB/s (%s)\n  %s qd %u rep %u raw    read  %.3f GB/s (%s)\n"
-                "  %s qd %u rep %u engine write %.3f GB/s (%s)\n  %s qd %u rep %u engine read  %.3f GB/s (%s)\n",
-                size, depth, rep, gb / raw_w, raw_wc.c_str(), size, depth, rep, gb / raw_r, raw_rc.c_str(), size, depth,
-                rep, gb / eng_w, eng_wc.c_str(), size, depth, rep, gb / eng_r, eng_rc.c_str());
-            std::printf("  %s qd %u rep %u engine write %s\n  %s qd %u rep %u engine read  %s\n", size, depth, rep,
-                        eng.StreamNote(true).c_str(), size, depth, rep, eng.StreamNote(false).c_str());
-          }
-          std::fflush(stdout);
-          progress.Set(++steps);
-        }
-        raw.RemoveDir();
-        eng.RemoveAll();
-        rows.push_back(std::move(row));
-      }
+// The run's own directory under --dir, created and locked for as long as it lives (RemoveLeftoversOfKilledRuns
+// removes one whose lock nobody holds); Remove() takes it and everything in it away.
+class BenchDir {
+ public:
+  explicit BenchDir(const std::string& dir) : path_(dir + "/kvtier-bench-io." + std::to_string(getpid())) {
+    if (mkdir(path_.c_str(), 0750) != 0) throw CliError("cannot create " + path_ + ": " + std::strerror(errno));
+    lock_ = open(path_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (lock_ < 0 || flock(lock_, LOCK_EX) != 0) {
+      const std::string why = std::strerror(errno);
+      if (lock_ >= 0) close(lock_);
+      rmdir(path_.c_str());
+      throw CliError("cannot lock " + path_ + ": " + why);
     }
-  } catch (...) {
-    progress.Finish();
+  }
+  BenchDir(const BenchDir&) = delete;
+  BenchDir& operator=(const BenchDir&) = delete;
+  ~BenchDir() {
+    Remove();
+    close(lock_);
+  }
+  const std::string& path() const { return path_; }
+  void Remove() {
     std::error_code ec;
-    std::filesystem::remove_all(base, ec);
-    throw;
+    std::filesystem::remove_all(path_, ec);
   }
-  progress.Finish();
-  std::error_code ec;
-  std::filesystem::remove_all(base, ec);
 
-  // One line per cell and direction: the single-thread raw baseline, the best raw variant (the device's ceiling)
-  // and the engine, with the engine's ratio to each.
-  Table t({"chunk", "depth", "files", "pool", "op", "raw GB/s", "raw best GB/s", "best", "engine GB/s", "reactors",
-           "ratio", "ratio to best"});
-  Table tv({"chunk", "depth", "raw", "write GB/s", "read GB/s"});
-  Table tverify({"chunk", "depth", "op", "raw+xxh3 best GB/s", "best", "engine GB/s", "ratio to raw+xxh3 best"});
-  bool any_variants = false, any_verify = false;
-  std::string json_rows, skipped_notes;
-  auto arr = [](const std::vector<double>& v) {
-    std::string s = "[";
-    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + JsonNumber(v[i]);
-    return s + "]";
-  };
-  for (const Row& r : rows) {
-    const double rw = Median(r.raw_w), ew = Median(r.eng_w), rr = Median(r.raw_r), er = Median(r.eng_r);
-    const double wratio = PairedRatio(r.eng_w, r.raw_w), rratio = PairedRatio(r.eng_r, r.raw_r);
-    const RawBest bw = BestOf(r, true), br = BestOf(r, false);
-    const double wbest = PairedRatio(r.eng_w, *bw.gbps), rbest = PairedRatio(r.eng_r, *br.gbps);
-    const RawBest vw = BestVerifyOf(r, true), vr = BestVerifyOf(r, false);
-    std::string json_verify;
-    if (vw.gbps != nullptr && vr.gbps != nullptr) {
-      any_verify = true;
-      for (const bool write : {true, false}) {
-        const RawBest& b = write ? vw : vr;
-        const double ratio = PairedRatio(write ? r.eng_w : r.eng_r, *b.gbps);
-        tverify.AddRow({FormatSize(r.chunk), std::to_string(r.depth), write ? "write" : "read",
-                        Fixed(Median(*b.gbps), 3), b.label, Fixed(Median(write ? r.eng_w : r.eng_r), 3),
-                        Fixed(ratio, 3)});
-        json_verify += std::string(", \"raw_verify_best_") + (write ? "write" : "read") +
-                       "\": {\"variant\": " + JsonString(b.label) + ", \"threads\": " + std::to_string(b.threads) +
-                       ", \"request_bytes\": " + (b.split == 0 ? std::string("null") : std::to_string(b.split)) +
-                       ", \"median_gbps\": " + JsonNumber(Median(*b.gbps)) + "}, \"" + (write ? "write" : "read") +
-                       "_ratio_to_verify_best\": " + JsonNumber(ratio);
+ private:
+  std::string path_;
+  int lock_ = -1;
+};
+
+// A run while it measures: its options, where its files go, its phase marks and progress, and what the engine said.
+struct BenchRun {
+  const BenchIoConfig& c;
+  std::string base;
+  PhaseMarks& marks;
+  Progress& progress;
+  bool drop_ok = false;
+  uint64_t salt = 0;
+  uint64_t steps = 0;
+  std::string engine_described;
+};
+
+// The sides of one cell (chunk size and depth) and the bytes each run moves.
+struct BenchCell {
+  EngineBench& eng;
+  RawBench& raw;
+  RawParallel& par;
+  uint64_t chunk;
+  uint32_t depth;
+  double gb;
+};
+
+double TimedWithCpu(const std::function<double()>& fn, std::string* cpu) {
+  CpuSample c0 = CpuSample::Now();
+  const double secs = fn();
+  *cpu = CpuSummary(c0, CpuSample::Now());
+  return secs;
+}
+
+// The multi-threaded raw variants of a repetition: each writes files of its own (removed at once) and reads the raw
+// baseline's files.
+void RunVariants(BenchRun& run, BenchCell& cell, Row& row, uint32_t rep, const std::string& tag, bool write) {
+  for (RawVariant& v : row.variants) {
+    const std::string files_tag = write ? "p" + tag : tag;
+    const std::string phase = v.Mark(write);
+    if (!write && run.drop_ok) DropPageCache();
+    std::string cpu;
+    const double secs = TimedWithCpu(
+        [&] {
+          return run.marks.Around(phase.c_str(), cell.chunk, cell.depth, rep, [&] {
+            return cell.par.Run(
+                v, row.files, [&](uint64_t i) { return cell.raw.Path(files_tag, i); }, write);
+          });
+        },
+        &cpu);
+    if (write) cell.raw.Remove(row.files, files_tag);
+    (write ? v.write_gbps : v.read_gbps).push_back(cell.gb / secs);
+    if (run.c.verbose) {
+      std::printf("  %s qd %u rep %u raw %-10s %s %.3f GB/s (%s)\n", FormatSize(cell.chunk).c_str(), cell.depth, rep,
+                  v.Short().c_str(), write ? "write" : "read ", cell.gb / secs, cpu.c_str());
+    }
+  }
+}
+
+// Reads at rest after a cell's last repetition: each rotation runs the three readers (four with --touch), each one
+// first in turn, so neither a drift of the disk nor the slow first read after the writes favours one of them.
+void ReadAtRest(BenchRun& run, BenchCell& cell, Row& row, uint32_t rep, const std::string& tag) {
+  const BenchIoConfig& c = run.c;
+  const std::vector<std::string> paths = cell.eng.FilePaths(rep, row.files);
+  const uint64_t readers = c.touch ? 4 : 3;
+  for (uint64_t a = 0; a < c.reread; ++a) {
+    double own = 0, crossed = 0, engine = 0, touched = 0;
+    for (uint64_t j = 0; j < readers; ++j) {
+      if (run.drop_ok) DropPageCache();
+      const uint64_t at = c.repeat + a;  // rotations are numbered after the repetitions in the marks
+      auto around = [&](const char* phase, auto fn) { return run.marks.Around(phase, cell.chunk, cell.depth, at, fn); };
+      switch ((a + j) % readers) {
+        case 0: own = around("rest_raw_read", [&] { return cell.raw.Read(row.files, tag); }); break;
+        case 1: crossed = around("rest_cross_read", [&] { return cell.raw.ReadPaths(paths); }); break;
+        case 2: engine = around("rest_eng_read", [&] { return cell.eng.Read(row.files, rep); }); break;
+        default: touched = around("rest_touch_read", [&] { return cell.raw.ReadPathsTouching(paths); }); break;
       }
     }
-    for (const bool write : {true, false}) {
-      const RawBest& b = write ? bw : br;
-      t.AddRow({FormatSize(r.chunk), std::to_string(r.depth), std::to_string(r.files), FormatSize(r.pool),
-                write ? "write" : "read", Fixed(write ? rw : rr, 3), Fixed(Median(*b.gbps), 3), b.label,
-                Fixed(write ? ew : er, 3), r.reactors, Fixed(write ? wratio : rratio, 3),
-                Fixed(write ? wbest : rbest, 3)});
+    const double gb = cell.gb;
+    row.at_rest_own.push_back(gb / own);
+    row.at_rest_cross.push_back(gb / crossed);
+    row.at_rest_eng.push_back(gb / engine);
+    if (c.touch) row.at_rest_touch.push_back(gb / touched);
+    if (c.verbose) {
+      std::printf(
+          "  %s qd %u reread %llu: raw on its files %.3f, raw on the engine's files %.3f, engine "
+          "%.3f GB/s%s\n",
+          FormatSize(cell.chunk).c_str(), cell.depth, static_cast<unsigned long long>(a), gb / own, gb / crossed,
+          gb / engine, c.touch ? (", raw+touch on the engine's files " + Fixed(gb / touched, 3)).c_str() : "");
     }
-    const std::string mark_w = bw.label == "t1/whole" ? "*" : "", mark_r = br.label == "t1/whole" ? "*" : "";
-    tv.AddRow({FormatSize(r.chunk), std::to_string(r.depth), "t1/whole", Fixed(rw, 3) + mark_w, Fixed(rr, 3) + mark_r});
-    std::string json_variants =
-        "{\"variant\": \"t1/whole\", \"threads\": 1, \"request_bytes\": null, "
-        "\"write_gbps\": " +
-        arr(r.raw_w) + ", \"read_gbps\": " + arr(r.raw_r) + ", \"median_write_gbps\": " + JsonNumber(rw) +
-        ", \"median_read_gbps\": " + JsonNumber(rr) + "}";
-    for (const RawVariant& v : r.variants) {
-      any_variants = true;
-      const double vw = Median(v.write_gbps), vr = Median(v.read_gbps);
-      tv.AddRow({FormatSize(r.chunk), std::to_string(r.depth), v.Short(),
-                 Fixed(vw, 3) + (bw.label == v.Short() ? "*" : ""), Fixed(vr, 3) + (br.label == v.Short() ? "*" : "")});
-      json_variants += ", {\"variant\": " + JsonString(v.Short()) + ", \"threads\": " + std::to_string(v.threads) +
-                       ", \"request_bytes\": " + (v.split == 0 ? std::string("null") : std::to_string(v.split)) +
-                       ", \"write_gbps\": " + arr(v.write_gbps) + ", \"read_gbps\": " + arr(v.read_gbps) +
-                       ", \"median_write_gbps\": " + JsonNumber(vw) + ", \"median_read_gbps\": " + JsonNumber(vr) +
-                       ", \"verify\": " + (v.verify ? "true" : "false") + "}";
-    }
-    std::string json_skipped;
-    for (const std::string& k : r.skipped) json_skipped += (json_skipped.empty() ? "" : ", ") + JsonString(k);
-    if (!r.skipped.empty()) {
-      skipped_notes += "  " + FormatSize(r.chunk) + " depth " + std::to_string(r.depth) + ":";
-      for (const std::string& k : r.skipped) skipped_notes += " " + k;
-      skipped_notes += "\n";
-    }
-    auto best_json = [&](const RawBest& b) {
-      return "{\"variant\": " + JsonString(b.label) + ", \"threads\": " + std::to_string(b.threads) +
-             ", \"request_bytes\": " + (b.split == 0 ? std::string("null") : std::to_string(b.split)) +
-             ", \"median_gbps\": " + JsonNumber(Median(*b.gbps)) + "}";
-    };
-    const bool numeric = !r.reactors.empty() && r.reactors.find_first_not_of("0123456789") == std::string::npos;
-    json_rows += std::string(json_rows.empty() ? "" : ",\n    ") + "{\"chunk_bytes\": " + std::to_string(r.chunk) +
-                 ", \"depth\": " + std::to_string(r.depth) +
-                 ", \"engine_reactors\": " + (numeric ? r.reactors : JsonString(r.reactors)) +
-                 ", \"raw_best_write\": " + best_json(bw) + ", \"write_ratio_to_best\": " + JsonNumber(wbest) +
-                 ", \"raw_best_read\": " + best_json(br) + ", \"read_ratio_to_best\": " + JsonNumber(rbest) +
-                 ", \"raw_variants\": [" + json_variants + "], \"raw_variants_skipped\": [" + json_skipped + "]" +
-                 json_verify;
-    json_rows +=
-        ", \"files\": " + std::to_string(r.files) + ", \"file_bytes\": " + std::to_string(kHeaderBytes + r.chunk) +
-        ", \"pool_bytes\": " + std::to_string(r.pool) + ", \"raw_write_gbps\": " + arr(r.raw_w) +
-        ", \"engine_write_gbps\": " + arr(r.eng_w) + ", \"raw_read_gbps\": " + arr(r.raw_r) +
-        ", \"engine_read_gbps\": " + arr(r.eng_r) + ", \"median_raw_write_gbps\": " + JsonNumber(rw) +
-        ", \"median_engine_write_gbps\": " + JsonNumber(ew) + ", \"write_ratio\": " + JsonNumber(wratio) +
-        ", \"write_ratio_of_medians\": " + JsonNumber(ew / rw) + ", \"median_raw_read_gbps\": " + JsonNumber(rr) +
-        ", \"median_engine_read_gbps\": " + JsonNumber(er) + ", \"read_ratio\": " + JsonNumber(rratio) +
-        ", \"read_ratio_of_medians\": " + JsonNumber(er / rr) +
-        (r.rest_w_eng.empty()
-             ? std::string()
-             : ", \"writes_at_rest\": {\"raw_gbps\": " + arr(r.rest_w_raw) +
-                   ", \"raw_touch_gbps\": " + arr(r.rest_w_touch) + ", \"engine_gbps\": " + arr(r.rest_w_eng) +
-                   ", \"engine_over_raw_ratio\": " + JsonNumber(PairedRatio(r.rest_w_eng, r.rest_w_raw)) +
-                   ", \"raw_touch_over_raw_ratio\": " + JsonNumber(PairedRatio(r.rest_w_touch, r.rest_w_raw)) +
-                   ", \"engine_over_raw_touch_ratio\": " + JsonNumber(PairedRatio(r.rest_w_eng, r.rest_w_touch)) +
-                   "}") +
-        (r.cross_r.empty() ? std::string() : ", \"raw_reads_engine_files_gbps\": " + arr(r.cross_r)) +
-        (r.at_rest_eng.empty()
-             ? std::string()
-             : ", \"at_rest\": {\"raw_own_files_gbps\": " + arr(r.at_rest_own) +
-                   ", \"raw_engine_files_gbps\": " + arr(r.at_rest_cross) + ", \"engine_gbps\": " + arr(r.at_rest_eng) +
-                   ", \"engine_over_raw_ratio\": " + JsonNumber(PairedRatio(r.at_rest_eng, r.at_rest_own)) +
-                   ", \"engine_over_raw_same_files_ratio\": " +
-                   JsonNumber(PairedRatio(r.at_rest_eng, r.at_rest_cross)) +
-                   (r.at_rest_touch.empty() ? std::string()
-                                            : ", \"raw_touch_engine_files_gbps\": " + arr(r.at_rest_touch) +
-                                                  ", \"raw_touch_over_raw_same_files_ratio\": " +
-                                                  JsonNumber(PairedRatio(r.at_rest_touch, r.at_rest_cross)) +
-                                                  ", \"engine_over_raw_touch_same_files_ratio\": " +
-                                                  JsonNumber(PairedRatio(r.at_rest_eng, r.at_rest_touch))) +
-                   "}") +
-        "}";
+    std::fflush(stdout);
+    run.progress.Set(++run.steps);
   }
-  std::fputs(t.Render().c_str(), stdout);
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  const uint64_t peak_rss = static_cast<uint64_t>(ru.ru_maxrss) * 1024;
+}
+
+// --touch: writes at rest, rotating like the reads; each writer's files go before the next one writes, so every
+// writer finds the disk in the same state (the engine writes new keys each time).
+void WriteAtRest(BenchRun& run, BenchCell& cell, Row& row) {
+  const BenchIoConfig& c = run.c;
+  for (uint64_t a = 0; a < c.reread; ++a) {
+    double w_raw = 0, w_touch = 0, w_eng = 0;
+    const uint64_t at = c.repeat + a;
+    const auto eng_rep = static_cast<uint32_t>(2000 + a);
+    auto around = [&](const char* phase, auto fn) { return run.marks.Around(phase, cell.chunk, cell.depth, at, fn); };
+    for (uint64_t j = 0; j < 3; ++j) {
+      switch ((a + j) % 3) {
+        case 0:
+          w_raw = around("rest_raw_write", [&] { return cell.raw.Write(row.files, "w"); });
+          cell.raw.Remove(row.files, "w");
+          break;
+        case 1:
+          w_touch = around("rest_touch_write", [&] { return cell.raw.WriteTouching(row.files, "w"); });
+          cell.raw.Remove(row.files, "w");
+          break;
+        default:
+          w_eng = around("rest_eng_write", [&] { return cell.eng.Write(row.files, eng_rep); });
+          cell.eng.Remove(row.files, eng_rep);
+          break;
+      }
+    }
+    const double gb = cell.gb;
+    row.rest_w_raw.push_back(gb / w_raw);
+    row.rest_w_touch.push_back(gb / w_touch);
+    row.rest_w_eng.push_back(gb / w_eng);
+    if (c.verbose) {
+      std::printf("  %s qd %u rewrite %llu: raw %.3f, raw+touch %.3f, engine %.3f GB/s\n",
+                  FormatSize(cell.chunk).c_str(), cell.depth, static_cast<unsigned long long>(a), gb / w_raw,
+                  gb / w_touch, gb / w_eng);
+    }
+    std::fflush(stdout);
+    run.progress.Set(++run.steps);
+  }
+}
+
+// One repetition of a cell: both sides write, then both read, then both remove; the side that goes first alternates.
+// Neither side reads right after its own writes, so a host-side cache of recent writes (virtual disks) and a drift
+// of the disk during the run favour neither. The multi-threaded raw variants run after the pair in raw-first
+// repetitions, before it in the others.
+void RunRepetition(BenchRun& run, BenchCell& cell, Row& row, uint32_t rep) {
+  const BenchIoConfig& c = run.c;
+  const std::string tag = "r" + std::to_string(rep);
+  double raw_w = 0, raw_r = 0, eng_w = 0, eng_r = 0;
+  std::string raw_wc, raw_rc, eng_wc, eng_rc;
+  // A phase run between its --trace-marks lines (outside the time it measures itself).
+  auto phase = [&](const char* name, double* secs, std::string* cpu, auto fn) {
+    *secs = TimedWithCpu([&] { return run.marks.Around(name, cell.chunk, cell.depth, rep, fn); }, cpu);
+  };
+  auto write_raw = [&] { phase("raw_write", &raw_w, &raw_wc, [&] { return cell.raw.Write(row.files, tag); }); };
+  auto write_eng = [&] { phase("eng_write", &eng_w, &eng_wc, [&] { return cell.eng.Write(row.files, rep); }); };
+  auto read_raw = [&] { phase("raw_read", &raw_r, &raw_rc, [&] { return cell.raw.Read(row.files, tag); }); };
+  auto read_eng = [&] { phase("eng_read", &eng_r, &eng_rc, [&] { return cell.eng.Read(row.files, rep); }); };
+  const bool raw_first = rep % 2 == 0;
+  if (raw_first) {
+    write_raw();
+    write_eng();
+    RunVariants(run, cell, row, rep, tag, true);
+  } else {
+    RunVariants(run, cell, row, rep, tag, true);
+    write_eng();
+    write_raw();
+  }
+  if (run.drop_ok) DropPageCache();
+  if (raw_first) {
+    read_raw();
+    read_eng();
+    RunVariants(run, cell, row, rep, tag, false);
+  } else {
+    RunVariants(run, cell, row, rep, tag, false);
+    read_eng();
+    read_raw();
+  }
+  const double gb = cell.gb;
+  if (c.cross) {
+    if (run.drop_ok) DropPageCache();
+    const std::vector<std::string> paths = cell.eng.FilePaths(rep, row.files);
+    double secs = 0;
+    std::string cross_c;
+    phase("cross_read", &secs, &cross_c, [&] { return cell.raw.ReadPaths(paths); });
+    row.cross_r.push_back(gb / secs);
+    if (c.verbose) {
+      std::printf("  %s qd %u rep %u raw reads the engine's files %.3f GB/s (%s)\n", FormatSize(cell.chunk).c_str(),
+                  cell.depth, rep, gb / secs, cross_c.c_str());
+    }
+  }
+  if (rep + 1 == c.repeat && c.reread > 0) {
+    ReadAtRest(run, cell, row, rep, tag);
+    if (c.touch) WriteAtRest(run, cell, row);
+  }
+  cell.raw.Remove(row.files, tag);
+  cell.eng.Remove(row.files, rep);
+  row.raw_w.push_back(gb / raw_w);
+  row.raw_r.push_back(gb / raw_r);
+  row.eng_w.push_back(gb / eng_w);
+  row.eng_r.push_back(gb / eng_r);
+  if (c.verbose) {
+    const std::string sz = FormatSize(cell.chunk);
+    const char* size = sz.c_str();
+    const uint32_t depth = cell.depth;
+    std::printf(
+        "  %s qd %u rep %u raw    write %.3f GB/s (%s)\n  %s qd %u rep %u raw    read  %.3f GB/s (%s)\n"
+        "  %s qd %u rep %u engine write %.3f GB/s (%s)\n  %s qd %u rep %u engine read  %.3f GB/s (%s)\n",
+        size, depth, rep, gb / raw_w, raw_wc.c_str(), size, depth, rep, gb / raw_r, raw_rc.c_str(), size, depth, rep,
+        gb / eng_w, eng_wc.c_str(), size, depth, rep, gb / eng_r, eng_rc.c_str());
+    std::printf("  %s qd %u rep %u engine write %s\n  %s qd %u rep %u engine read  %s\n", size, depth, rep,
+                cell.eng.StreamNote(true).c_str(), size, depth, rep, cell.eng.StreamNote(false).c_str());
+  }
+  std::fflush(stdout);
+  run.progress.Set(++run.steps);
+}
+
+// One cell (chunk size, depth): the engine, the raw baseline and its multi-threaded variants on the same files, an
+// untimed warm-up, then --repeat repetitions.
+Row MeasureCell(BenchRun& run, uint64_t chunk, uint32_t depth) {
+  const BenchIoConfig& c = run.c;
+  Row row;
+  row.chunk = chunk;
+  row.depth = depth;
+  row.files = std::max<uint64_t>(1, c.total / chunk);
+  const uint64_t file_bytes = kHeaderBytes + chunk;
+  EngineBench eng(run.base + "/engine", chunk, depth, c.backend, c.direct ? IoMode::kDirect : IoMode::kBuffered,
+                  run.salt ^ (chunk * 1315423911u) ^ depth, c.host_copier, static_cast<uint32_t>(c.reactors),
+                  c.read_piece);
+  RawBench raw(run.base + "/raw", file_bytes, depth, c.direct, c.raw_memory,
+               c.raw_memory == "pool" ? eng.PoolSlots(depth) : std::vector<uint8_t*>{}, c.touch);
+  row.pool = eng.pool_bytes();
+  PlanVariants(c.ceiling, file_bytes, depth, &row);
+  uint32_t max_threads = 1;
+  for (const RawVariant& v : row.variants) max_threads = std::max(max_threads, v.threads);
+  RawParallel par(file_bytes, depth, c.direct, c.ceiling.per_thread_queue, max_threads, c.raw_memory, raw.buffers());
+  row.reactors = eng.reactors();
+  if (run.engine_described.empty()) run.engine_described = eng.Describe();
+  if (c.verbose) {
+    const double rp = raw.PiecesPerBuffer(), ep = eng.PoolPiecesPerSlot();
+    std::printf("  %s qd %u: physically contiguous pieces per %s transfer buffer: raw %s, engine %s\n",
+                FormatSize(chunk).c_str(), depth, FormatSize(file_bytes).c_str(),
+                rp > 0 ? Fixed(rp, 1).c_str() : "unknown", ep > 0 ? Fixed(ep, 1).c_str() : "unknown");
+  }
+  // Warm-up, untimed: faults in buffers and pool slots, creates the first fan-out directories.
+  const uint64_t warm = std::min<uint64_t>(row.files, 2ull * depth);
+  raw.Write(warm, "warm");
+  raw.Read(warm, "warm");
+  raw.Remove(warm, "warm");
+  eng.Write(warm, 1000);
+  eng.Read(warm, 1000);
+  eng.Remove(warm, 1000);
+  BenchCell cell{eng, raw, par, chunk, depth, static_cast<double>(row.files * file_bytes) / 1e9};
+  for (uint32_t rep = 0; rep < c.repeat; ++rep) RunRepetition(run, cell, row, rep);
+  raw.RemoveDir();
+  eng.RemoveAll();
+  return row;
+}
+
+std::string JsonArray(const std::vector<double>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + JsonNumber(v[i]);
+  return s + "]";
+}
+
+std::string BestJson(const RawBest& b) {
+  return "{\"variant\": " + JsonString(b.label) + ", \"threads\": " + std::to_string(b.threads) +
+         ", \"request_bytes\": " + (b.split == 0 ? std::string("null") : std::to_string(b.split)) +
+         ", \"median_gbps\": " + JsonNumber(Median(*b.gbps)) + "}";
+}
+
+// The report's tables: one line per cell and direction (the single-thread raw baseline, the best raw variant, the
+// device's ceiling, and the engine, with the engine's ratio to each), the raw variants, and --raw-verify's floor.
+struct BenchTables {
+  Table t{{"chunk", "depth", "files", "pool", "op", "raw GB/s", "raw best GB/s", "best", "engine GB/s", "reactors",
+           "ratio", "ratio to best"}};
+  Table tv{{"chunk", "depth", "raw", "write GB/s", "read GB/s"}};
+  Table tverify{{"chunk", "depth", "op", "raw+xxh3 best GB/s", "best", "engine GB/s", "ratio to raw+xxh3 best"}};
+  bool any_variants = false, any_verify = false;
+  std::string skipped_notes;
+};
+
+void AddRowToTables(const Row& r, BenchTables* tables) {
+  const double rw = Median(r.raw_w), ew = Median(r.eng_w), rr = Median(r.raw_r), er = Median(r.eng_r);
+  const RawBest bw = BestOf(r, true), br = BestOf(r, false);
+  const RawBest vw = BestVerifyOf(r, true), vr = BestVerifyOf(r, false);
+  if (vw.gbps != nullptr && vr.gbps != nullptr) {
+    tables->any_verify = true;
+    for (const bool write : {true, false}) {
+      const RawBest& b = write ? vw : vr;
+      tables->tverify.AddRow({FormatSize(r.chunk), std::to_string(r.depth), write ? "write" : "read",
+                              Fixed(Median(*b.gbps), 3), b.label, Fixed(Median(write ? r.eng_w : r.eng_r), 3),
+                              Fixed(PairedRatio(write ? r.eng_w : r.eng_r, *b.gbps), 3)});
+    }
+  }
+  for (const bool write : {true, false}) {
+    const RawBest& b = write ? bw : br;
+    tables->t.AddRow({FormatSize(r.chunk), std::to_string(r.depth), std::to_string(r.files), FormatSize(r.pool),
+                      write ? "write" : "read", Fixed(write ? rw : rr, 3), Fixed(Median(*b.gbps), 3), b.label,
+                      Fixed(write ? ew : er, 3), r.reactors,
+                      Fixed(write ? PairedRatio(r.eng_w, r.raw_w) : PairedRatio(r.eng_r, r.raw_r), 3),
+                      Fixed(PairedRatio(write ? r.eng_w : r.eng_r, *b.gbps), 3)});
+  }
+  const std::string mark_w = bw.label == "t1/whole" ? "*" : "", mark_r = br.label == "t1/whole" ? "*" : "";
+  tables->tv.AddRow(
+      {FormatSize(r.chunk), std::to_string(r.depth), "t1/whole", Fixed(rw, 3) + mark_w, Fixed(rr, 3) + mark_r});
+  for (const RawVariant& v : r.variants) {
+    tables->any_variants = true;
+    tables->tv.AddRow({FormatSize(r.chunk), std::to_string(r.depth), v.Short(),
+                       Fixed(Median(v.write_gbps), 3) + (bw.label == v.Short() ? "*" : ""),
+                       Fixed(Median(v.read_gbps), 3) + (br.label == v.Short() ? "*" : "")});
+  }
+  if (!r.skipped.empty()) {
+    tables->skipped_notes += "  " + FormatSize(r.chunk) + " depth " + std::to_string(r.depth) + ":";
+    for (const std::string& k : r.skipped) tables->skipped_notes += " " + k;
+    tables->skipped_notes += "\n";
+  }
+}
+
+// The raw baseline's variants of a row, and --raw-verify's best with the engine's ratio to it, as JSON members.
+std::string RowRawJson(const Row& r) {
+  std::string json =
+      ", \"raw_variants\": [{\"variant\": \"t1/whole\", \"threads\": 1, \"request_bytes\": null, "
+      "\"write_gbps\": " +
+      JsonArray(r.raw_w) + ", \"read_gbps\": " + JsonArray(r.raw_r) +
+      ", \"median_write_gbps\": " + JsonNumber(Median(r.raw_w)) +
+      ", \"median_read_gbps\": " + JsonNumber(Median(r.raw_r)) + "}";
+  for (const RawVariant& v : r.variants) {
+    json += ", {\"variant\": " + JsonString(v.Short()) + ", \"threads\": " + std::to_string(v.threads) +
+            ", \"request_bytes\": " + (v.split == 0 ? std::string("null") : std::to_string(v.split)) +
+            ", \"write_gbps\": " + JsonArray(v.write_gbps) + ", \"read_gbps\": " + JsonArray(v.read_gbps) +
+            ", \"median_write_gbps\": " + JsonNumber(Median(v.write_gbps)) +
+            ", \"median_read_gbps\": " + JsonNumber(Median(v.read_gbps)) +
+            ", \"verify\": " + (v.verify ? "true" : "false") + "}";
+  }
+  std::string skipped;
+  for (const std::string& k : r.skipped) skipped += (skipped.empty() ? "" : ", ") + JsonString(k);
+  json += "], \"raw_variants_skipped\": [" + skipped + "]";
+  const RawBest vw = BestVerifyOf(r, true), vr = BestVerifyOf(r, false);
+  if (vw.gbps == nullptr || vr.gbps == nullptr) return json;
+  for (const bool write : {true, false}) {
+    const RawBest& b = write ? vw : vr;
+    const char* op = write ? "write" : "read";
+    json += std::string(", \"raw_verify_best_") + op + "\": " + BestJson(b) + ", \"" + op +
+            "_ratio_to_verify_best\": " + JsonNumber(PairedRatio(write ? r.eng_w : r.eng_r, *b.gbps));
+  }
+  return json;
+}
+
+// --reread and --touch's measurements of a row as JSON members (none without them).
+std::string RowAtRestJson(const Row& r) {
+  std::string json;
+  if (!r.rest_w_eng.empty()) {
+    json += ", \"writes_at_rest\": {\"raw_gbps\": " + JsonArray(r.rest_w_raw) +
+            ", \"raw_touch_gbps\": " + JsonArray(r.rest_w_touch) + ", \"engine_gbps\": " + JsonArray(r.rest_w_eng) +
+            ", \"engine_over_raw_ratio\": " + JsonNumber(PairedRatio(r.rest_w_eng, r.rest_w_raw)) +
+            ", \"raw_touch_over_raw_ratio\": " + JsonNumber(PairedRatio(r.rest_w_touch, r.rest_w_raw)) +
+            ", \"engine_over_raw_touch_ratio\": " + JsonNumber(PairedRatio(r.rest_w_eng, r.rest_w_touch)) + "}";
+  }
+  if (!r.cross_r.empty()) json += ", \"raw_reads_engine_files_gbps\": " + JsonArray(r.cross_r);
+  if (r.at_rest_eng.empty()) return json;
+  json += ", \"at_rest\": {\"raw_own_files_gbps\": " + JsonArray(r.at_rest_own) +
+          ", \"raw_engine_files_gbps\": " + JsonArray(r.at_rest_cross) +
+          ", \"engine_gbps\": " + JsonArray(r.at_rest_eng) +
+          ", \"engine_over_raw_ratio\": " + JsonNumber(PairedRatio(r.at_rest_eng, r.at_rest_own)) +
+          ", \"engine_over_raw_same_files_ratio\": " + JsonNumber(PairedRatio(r.at_rest_eng, r.at_rest_cross));
+  if (!r.at_rest_touch.empty()) {
+    json += ", \"raw_touch_engine_files_gbps\": " + JsonArray(r.at_rest_touch) +
+            ", \"raw_touch_over_raw_same_files_ratio\": " + JsonNumber(PairedRatio(r.at_rest_touch, r.at_rest_cross)) +
+            ", \"engine_over_raw_touch_same_files_ratio\": " + JsonNumber(PairedRatio(r.at_rest_eng, r.at_rest_touch));
+  }
+  return json + "}";
+}
+
+// One row of the JSON's "results".
+std::string RowJson(const Row& r) {
+  const double rw = Median(r.raw_w), ew = Median(r.eng_w), rr = Median(r.raw_r), er = Median(r.eng_r);
+  const RawBest bw = BestOf(r, true), br = BestOf(r, false);
+  const bool numeric = !r.reactors.empty() && r.reactors.find_first_not_of("0123456789") == std::string::npos;
+  return "{\"chunk_bytes\": " + std::to_string(r.chunk) + ", \"depth\": " + std::to_string(r.depth) +
+         ", \"engine_reactors\": " + (numeric ? r.reactors : JsonString(r.reactors)) +
+         ", \"raw_best_write\": " + BestJson(bw) +
+         ", \"write_ratio_to_best\": " + JsonNumber(PairedRatio(r.eng_w, *bw.gbps)) +
+         ", \"raw_best_read\": " + BestJson(br) +
+         ", \"read_ratio_to_best\": " + JsonNumber(PairedRatio(r.eng_r, *br.gbps)) + RowRawJson(r) +
+         ", \"files\": " + std::to_string(r.files) + ", \"file_bytes\": " + std::to_string(kHeaderBytes + r.chunk) +
+         ", \"pool_bytes\": " + std::to_string(r.pool) + ", \"raw_write_gbps\": " + JsonArray(r.raw_w) +
+         ", \"engine_write_gbps\": " + JsonArray(r.eng_w) + ", \"raw_read_gbps\": " + JsonArray(r.raw_r) +
+         ", \"engine_read_gbps\": " + JsonArray(r.eng_r) + ", \"median_raw_write_gbps\": " + JsonNumber(rw) +
+         ", \"median_engine_write_gbps\": " + JsonNumber(ew) +
+         ", \"write_ratio\": " + JsonNumber(PairedRatio(r.eng_w, r.raw_w)) +
+         ", \"write_ratio_of_medians\": " + JsonNumber(ew / rw) + ", \"median_raw_read_gbps\": " + JsonNumber(rr) +
+         ", \"median_engine_read_gbps\": " + JsonNumber(er) +
+         ", \"read_ratio\": " + JsonNumber(PairedRatio(r.eng_r, r.raw_r)) +
+         ", \"read_ratio_of_medians\": " + JsonNumber(er / rr) + RowAtRestJson(r) + "}";
+}
+
+// The main table and what its columns mean; the raw variants, --raw-verify's floor and the skipped variants.
+void PrintTables(const BenchIoConfig& c, const BenchTables& tables) {
+  std::fputs(tables.t.Render().c_str(), stdout);
   std::printf(
       "GB/s: medians of %llu repetitions, 10^9 file bytes (4KiB header + chunk, same files on both sides) "
       "per s; ratio: median over repetitions of engine/raw in the same repetition\n",
-      static_cast<unsigned long long>(repeat));
+      static_cast<unsigned long long>(c.repeat));
   std::printf(
       "raw best: the best median of the single-thread raw baseline (t1/whole) and the multi-threaded one "
       "(tT/REQUEST: T threads, requests of REQUEST or whole files; --raw-queue %s); ratio to best: median "
       "over repetitions of engine/(that variant) in the same repetition\n",
-      ceiling.per_thread_queue ? "per-thread: the depth on each thread" : "total: the depth over all threads");
-  if (any_variants) {
+      c.ceiling.per_thread_queue ? "per-thread: the depth on each thread" : "total: the depth over all threads");
+  if (tables.any_variants) {
     std::printf("raw baseline variants, GB/s (medians; * the best of the cell):\n");
-    std::fputs(tv.Render().c_str(), stdout);
+    std::fputs(tables.tv.Render().c_str(), stdout);
   }
-  if (any_verify) {
+  if (tables.any_verify) {
     std::printf(
         "raw+xxh3 best (--raw-verify): the best raw variant that also hashes every byte with XXH3, the "
         "engine's per-byte work (K1); ratio: median over repetitions of engine/(that variant):\n");
-    std::fputs(tverify.Render().c_str(), stdout);
+    std::fputs(tables.tverify.Render().c_str(), stdout);
   }
-  if (!skipped_notes.empty()) {
+  if (!tables.skipped_notes.empty()) {
     std::printf("raw variants skipped (--raw-queue total: more threads than files in flight):\n%s",
-                skipped_notes.c_str());
+                tables.skipped_notes.c_str());
   }
-  if (repeat % 2 != 0) {
+  if (c.repeat % 2 != 0) {
     std::printf(
         "note: an odd --repeat lets the raw side go first once more than the engine; the phase that goes "
         "second is often faster on a virtual disk (see docs/performance.md), so use an even count\n");
   }
-  if (reread > 0) {
-    std::vector<std::string> cols = {"chunk",  "depth",      "raw on its files",     "raw on engine's files",
-                                     "engine", "engine/raw", "engine/raw same files"};
-    if (touch) {
-      cols.insert(cols.end(), {"raw+touch on engine's files", "raw+touch/raw same files", "engine/(raw+touch)"});
+}
+
+// --reread's table of reads at rest.
+void PrintReadsAtRest(const BenchIoConfig& c, const std::vector<Row>& rows) {
+  std::vector<std::string> cols = {"chunk",  "depth",      "raw on its files",     "raw on engine's files",
+                                   "engine", "engine/raw", "engine/raw same files"};
+  if (c.touch)
+    cols.insert(cols.end(), {"raw+touch on engine's files", "raw+touch/raw same files", "engine/(raw+touch)"});
+  Table at_rest(cols);
+  for (const Row& r : rows) {
+    std::vector<std::string> cells = {FormatSize(r.chunk),
+                                      std::to_string(r.depth),
+                                      Fixed(Median(r.at_rest_own), 3),
+                                      Fixed(Median(r.at_rest_cross), 3),
+                                      Fixed(Median(r.at_rest_eng), 3),
+                                      Fixed(PairedRatio(r.at_rest_eng, r.at_rest_own), 3),
+                                      Fixed(PairedRatio(r.at_rest_eng, r.at_rest_cross), 3)};
+    if (c.touch) {
+      cells.insert(cells.end(),
+                   {Fixed(Median(r.at_rest_touch), 3), Fixed(PairedRatio(r.at_rest_touch, r.at_rest_cross), 3),
+                    Fixed(PairedRatio(r.at_rest_eng, r.at_rest_touch), 3)});
     }
-    Table at_rest(cols);
-    for (const Row& r : rows) {
-      std::vector<std::string> cells = {FormatSize(r.chunk),
-                                        std::to_string(r.depth),
-                                        Fixed(Median(r.at_rest_own), 3),
-                                        Fixed(Median(r.at_rest_cross), 3),
-                                        Fixed(Median(r.at_rest_eng), 3),
-                                        Fixed(PairedRatio(r.at_rest_eng, r.at_rest_own), 3),
-                                        Fixed(PairedRatio(r.at_rest_eng, r.at_rest_cross), 3)};
-      if (touch) {
-        cells.insert(cells.end(),
-                     {Fixed(Median(r.at_rest_touch), 3), Fixed(PairedRatio(r.at_rest_touch, r.at_rest_cross), 3),
-                      Fixed(PairedRatio(r.at_rest_eng, r.at_rest_touch), 3)});
-      }
-      at_rest.AddRow(cells);
-    }
-    std::printf("reads at rest (--reread %llu: the last repetition's files read again, readers rotating):\n",
-                static_cast<unsigned long long>(reread));
-    std::fputs(at_rest.Render().c_str(), stdout);
-    std::printf("GB/s: medians over rotations; ratios: medians over rotations of engine/raw in the same rotation\n");
+    at_rest.AddRow(cells);
   }
-  if (touch) {
-    Table tw({"chunk", "depth", "raw", "raw+touch", "engine", "engine/raw", "raw+touch/raw", "engine/(raw+touch)"});
-    for (const Row& r : rows) {
-      tw.AddRow({FormatSize(r.chunk), std::to_string(r.depth), Fixed(Median(r.rest_w_raw), 3),
-                 Fixed(Median(r.rest_w_touch), 3), Fixed(Median(r.rest_w_eng), 3),
-                 Fixed(PairedRatio(r.rest_w_eng, r.rest_w_raw), 3), Fixed(PairedRatio(r.rest_w_touch, r.rest_w_raw), 3),
-                 Fixed(PairedRatio(r.rest_w_eng, r.rest_w_touch), 3)});
-    }
-    std::printf(
-        "writes at rest (--touch: %llu rotations of three writers, each writer's files removed before the "
-        "next writes; raw+touch reads every byte before writing it), GB/s:\n",
-        static_cast<unsigned long long>(reread));
-    std::fputs(tw.Render().c_str(), stdout);
-    std::printf("GB/s: medians over rotations; ratios: medians over rotations, within one rotation\n");
+  std::printf("reads at rest (--reread %llu: the last repetition's files read again, readers rotating):\n",
+              static_cast<unsigned long long>(c.reread));
+  std::fputs(at_rest.Render().c_str(), stdout);
+  std::printf("GB/s: medians over rotations; ratios: medians over rotations of engine/raw in the same rotation\n");
+}
+
+// --touch's table of writes at rest.
+void PrintWritesAtRest(const BenchIoConfig& c, const std::vector<Row>& rows) {
+  Table tw({"chunk", "depth", "raw", "raw+touch", "engine", "engine/raw", "raw+touch/raw", "engine/(raw+touch)"});
+  for (const Row& r : rows) {
+    tw.AddRow({FormatSize(r.chunk), std::to_string(r.depth), Fixed(Median(r.rest_w_raw), 3),
+               Fixed(Median(r.rest_w_touch), 3), Fixed(Median(r.rest_w_eng), 3),
+               Fixed(PairedRatio(r.rest_w_eng, r.rest_w_raw), 3), Fixed(PairedRatio(r.rest_w_touch, r.rest_w_raw), 3),
+               Fixed(PairedRatio(r.rest_w_eng, r.rest_w_touch), 3)});
   }
+  std::printf(
+      "writes at rest (--touch: %llu rotations of three writers, each writer's files removed before the "
+      "next writes; raw+touch reads every byte before writing it), GB/s:\n",
+      static_cast<unsigned long long>(c.reread));
+  std::fputs(tw.Render().c_str(), stdout);
+  std::printf("GB/s: medians over rotations; ratios: medians over rotations, within one rotation\n");
+}
+
+// What the engine was and did, and the run's peak memory.
+void PrintEngineNotes(const BenchIoConfig& c, const std::string& engine_described, uint64_t peak_rss) {
   std::printf("engine: %s\n", engine_described.c_str());
   std::printf(
       "the engine's transfers went through JobClient over StreamPump (vLLM's path: OpenStore/OpenLoad, "
       "copier lanes %s each ready slot and ack it)\n",
-      host_copier ? "filling or copying out (the host copier, one thread per lane)" : "only acking");
+      c.host_copier ? "filling or copying out (the host copier, one thread per lane)" : "only acking");
   const std::string xxh3(detail::Xxh3Variant());
-  if (host_copier) {
+  if (c.host_copier) {
     std::printf(
         "the engine also copies every chunk between host memory and its staging slot and checksums it "
         "(XXH3, %s build); the raw baseline does neither. SPEC target: ratio to best >= 0.9 on a fast "
@@ -1820,26 +1897,92 @@ int RunBenchIo(int argc, char** argv) {
         xxh3.c_str());
   }
   std::printf("peak RSS %s (raw buffers %sdepth x file, engine pool 2 x depth slots + depth host buffers)\n",
-              FormatSize(peak_rss).c_str(), touch ? "2 x " : "");
-  std::string raw_threads_json, raw_split_json;
-  for (uint32_t th : ceiling.threads) raw_threads_json += (raw_threads_json.empty() ? "" : ", ") + std::to_string(th);
-  for (uint64_t sp : ceiling.splits) raw_split_json += (raw_split_json.empty() ? "" : ", ") + std::to_string(sp);
-  if (args.Has("json")) {
-    WriteFile(args.Str("json"),
-              "{\n  \"dir\": " + JsonString(dir) + ", \"block_device\": " + JsonString(BlockDeviceName(g_disk)) +
-                  ", \"cores\": " + std::to_string(std::thread::hardware_concurrency()) +
-                  ", \"mode\": " + JsonString(mode_s) + ", \"backend\": " + JsonString(backend_s) +
-                  ", \"raw_buffers\": " + JsonString(raw_memory) +
-                  ", \"copier\": " + JsonString(host_copier ? "host" : "none") + ", \"path\": \"stream\"" +
-                  ", \"raw_threads\": [" + raw_threads_json + "], \"raw_split_bytes\": [" + raw_split_json +
-                  "], \"raw_queue\": " + JsonString(ceiling.per_thread_queue ? "per-thread" : "total") +
-                  ", \"reactors_option\": " + std::to_string(reactors) +
-                  ", \"read_piece_bytes\": " + std::to_string(read_piece) + ", \"xxh3\": " + JsonString(xxh3) +
-                  ", \"total_bytes\": " + std::to_string(total) + ", \"repeat\": " + std::to_string(repeat) +
-                  ", \"page_cache_dropped\": " + (drop_ok ? "true" : "false") + ", \"peak_rss_bytes\": " +
-                  std::to_string(peak_rss) + ",\n  \"engine\": " + JsonString(engine_described) +
-                  ",\n  \"results\": [\n    " + json_rows + "\n  ]\n}\n");
+              FormatSize(peak_rss).c_str(), c.touch ? "2 x " : "");
+}
+
+// --json: the run's settings and every row.
+void WriteBenchJson(const BenchRun& run, const std::vector<Row>& rows, uint64_t peak_rss) {
+  const BenchIoConfig& c = run.c;
+  std::string raw_threads_json, raw_split_json, json_rows;
+  for (uint32_t th : c.ceiling.threads) raw_threads_json += (raw_threads_json.empty() ? "" : ", ") + std::to_string(th);
+  for (uint64_t sp : c.ceiling.splits) raw_split_json += (raw_split_json.empty() ? "" : ", ") + std::to_string(sp);
+  for (const Row& r : rows) json_rows += (json_rows.empty() ? "" : ",\n    ") + RowJson(r);
+  WriteFile(*c.json_path,
+            "{\n  \"dir\": " + JsonString(c.dir) + ", \"block_device\": " + JsonString(BlockDeviceName(g_disk)) +
+                ", \"cores\": " + std::to_string(std::thread::hardware_concurrency()) +
+                ", \"mode\": " + JsonString(c.mode_s) + ", \"backend\": " + JsonString(c.backend_s) +
+                ", \"raw_buffers\": " + JsonString(c.raw_memory) +
+                ", \"copier\": " + JsonString(c.host_copier ? "host" : "none") + ", \"path\": \"stream\"" +
+                ", \"raw_threads\": [" + raw_threads_json + "], \"raw_split_bytes\": [" + raw_split_json +
+                "], \"raw_queue\": " + JsonString(c.ceiling.per_thread_queue ? "per-thread" : "total") +
+                ", \"reactors_option\": " + std::to_string(c.reactors) + ", \"read_piece_bytes\": " +
+                std::to_string(c.read_piece) + ", \"xxh3\": " + JsonString(detail::Xxh3Variant()) +
+                ", \"total_bytes\": " + std::to_string(c.total) + ", \"repeat\": " + std::to_string(c.repeat) +
+                ", \"page_cache_dropped\": " + (run.drop_ok ? "true" : "false") + ", \"peak_rss_bytes\": " +
+                std::to_string(peak_rss) + ",\n  \"engine\": " + JsonString(run.engine_described) +
+                ",\n  \"results\": [\n    " + json_rows + "\n  ]\n}\n");
+}
+
+}  // namespace
+
+int RunBenchIo(int argc, char** argv) {
+  std::vector<FlagSpec> flags = BenchIoMeasureFlags();
+  for (FlagSpec& f : BenchIoDiagnosticFlags()) flags.push_back(std::move(f));
+  Args args("bench io",
+            "Measures the kvtier engine's write (store) and read (load) bandwidth against a raw io_uring baseline\n"
+            "written with liburing, on the same directory, file sizes and queue depth, in the same run. For each\n"
+            "chunk size and depth: alternating raw and engine runs, --repeat times; GB/s are medians, the ratio\n"
+            "is the median over repetitions of engine/raw in the same repetition.\n"
+            "The engine also copies each chunk between host memory and its staging slot and checksums it\n"
+            "(XXH3); the raw baseline does neither. Beside the single-thread raw baseline, a multi-threaded one\n"
+            "(--raw-threads, --raw-split) measures the device's ceiling, 'raw best', on the same files.\n"
+            "Data written is incompressible. Files created are removed at the end.",
+            std::move(flags));
+  if (!args.ParseOrHelp(argc, argv)) return 0;
+  const BenchIoConfig c = ParseBenchIo(args);
+  CheckBenchDir(c);
+  PhaseMarks marks(c.marks_path);
+  RemoveLeftoversOfKilledRuns(c.dir);
+  BenchDir base(c.dir);  // held (and its lock released by the kernel however this process ends) for the whole run
+  const bool drop_ok = !c.keep_cache && DropPageCache();
+  if (c.verbose) PrintCpuContext();
+  std::printf(
+      "bench io: dir %s, mode %s, %s per run, %llu repetitions (alternating raw/engine), raw buffers %s, "
+      "page cache %s\n",
+      c.dir.c_str(), c.mode_s.c_str(), FormatSize(c.total).c_str(), static_cast<unsigned long long>(c.repeat),
+      c.raw_memory.c_str(),
+      drop_ok ? "dropped before each read"
+      : c.keep_cache
+          ? (c.keep_cache_given ? "kept (--keep-cache)" : "kept (O_DIRECT reads bypass it; --drop-caches to drop)")
+          : "NOT dropped (needs root)");
+  std::fflush(stdout);
+
+  std::vector<Row> rows;
+  Progress progress("bench io", c.sizes.size() * c.depths.size() * (c.repeat + c.reread * (c.touch ? 2 : 1)),
+                    c.show_progress);
+  std::random_device rd;
+  BenchRun run{c, base.path(), marks, progress, drop_ok, (uint64_t{rd()} << 32) ^ rd()};
+  try {
+    for (uint64_t chunk : c.sizes) {
+      for (uint64_t depth : c.depths) rows.push_back(MeasureCell(run, chunk, static_cast<uint32_t>(depth)));
+    }
+  } catch (...) {
+    progress.Finish();
+    throw;  // base removes the run's files
   }
+  progress.Finish();
+  base.Remove();
+
+  BenchTables tables;
+  for (const Row& r : rows) AddRowToTables(r, &tables);
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  const uint64_t peak_rss = static_cast<uint64_t>(ru.ru_maxrss) * 1024;
+  PrintTables(c, tables);
+  if (c.reread > 0) PrintReadsAtRest(c, rows);
+  if (c.touch) PrintWritesAtRest(c, rows);
+  PrintEngineNotes(c, run.engine_described, peak_rss);
+  if (c.json_path) WriteBenchJson(run, rows, peak_rss);
   return 0;
 }
 

@@ -127,10 +127,12 @@ class CliTest : public ::testing::Test {
     return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   }
   // bench io with a bad `arg` fails and names `option` in its message.
+  // Nothing is created for a refused invocation.
   void ExpectBenchIoRefuses(const std::string& arg, const std::string& option) {
     CliRun r = Kvtier("bench io --dir " + dir_.path() + " " + arg);
     EXPECT_NE(r.rc, 0) << arg;
     EXPECT_NE(r.out.find(option), std::string::npos) << r.out;
+    ExpectNoBenchLeftovers();
   }
   // A bench removed everything it created under the test directory.
   void ExpectNoBenchLeftovers() {
@@ -727,6 +729,7 @@ TEST_F(CliTest, BenchIoRereadsTheFilesAtRestWithTheReadersRotating) {
   EXPECT_NE(doc.find("\"engine_over_raw_same_files_ratio\": "), std::string::npos) << doc;
   ExpectNoBenchLeftovers();
   ExpectBenchIoRefuses("--reread 101", "--reread");
+  ExpectBenchIoRefuses("--keep-cache --drop-caches", "--drop-caches");
 }
 
 // --touch adds a fourth reader to the rotation at rest (the raw reader on the engine's files that also reads every
