@@ -15,16 +15,11 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <condition_variable>
 #include <cstring>
-#include <deque>
-#include <mutex>
-#include <system_error>
-#include <thread>
 
+#include "io/blocking_workers.h"
 #include "io/io_engine.h"
 #include "io/op_exec.h"
-#include "util/thread.h"
 
 namespace kvtier::io {
 namespace {
@@ -293,52 +288,25 @@ class UringEngine final : public IoEngine {
     return appended;
   }
 
-  // The side thread (see the top of the file).
+  // The side thread (see the top of the file): the op's slot index travels as its user_data there.
   void SubmitToSide(uint32_t index, const IoOp& op) {
-    {
-      std::lock_guard lock(side_mu_);
-      side_work_.push_back(SideOp{index, op});
-    }
+    IoOp side = op;
+    side.user_data = index;
+    side_.Post(side);
     ++side_in_flight_;
-    side_cv_.notify_one();
   }
 
   // Starts the side thread on its first op; false when the thread cannot be made (the op is not taken).
-  bool StartSide() {
-    if (side_.joinable()) return true;
-    try {
-      side_ = StartThread([this] { SideLoop(); });
-    } catch (const std::system_error&) {
-      return false;
-    }
-    return true;
-  }
-
-  void SideLoop() {
-    std::unique_lock lock(side_mu_);
-    for (;;) {
-      side_cv_.wait(lock, [this] { return side_stop_ || !side_work_.empty(); });
-      if (side_stop_) return;
-      SideOp work = side_work_.front();
-      side_work_.pop_front();
-      lock.unlock();
-      const int64_t result = internal::ExecuteBlocking(work.op);
-      lock.lock();
-      side_done_.push_back(std::make_pair(work.index, result));
-      Wake();
-    }
-  }
+  bool StartSide() { return side_.Start(1); }
 
   // Moves the side thread's completions into *out (issuer thread). Returns ops appended.
   int DrainSide(std::vector<IoCompletion>* out) {
     if (side_in_flight_ == 0) return 0;
-    std::vector<std::pair<uint32_t, int64_t>> done;
-    {
-      std::lock_guard lock(side_mu_);
-      done.swap(side_done_);
-    }
-    for (const auto& [index, result] : done) {
-      out->push_back(IoCompletion{slots_[index].user_data, result});
+    std::vector<IoCompletion> done;
+    side_.TakeDone(&done);
+    for (const IoCompletion& c : done) {
+      const auto index = static_cast<uint32_t>(c.user_data);
+      out->push_back(IoCompletion{slots_[index].user_data, c.result});
       free_slots_.push_back(index);
       --in_flight_;
       --side_in_flight_;
@@ -348,28 +316,13 @@ class UringEngine final : public IoEngine {
 
   // Finishes the side thread's op under way; ops it has not started are dropped (their callers reap no more).
   void StopSide() {
-    if (!side_.joinable()) return;
-    {
-      std::lock_guard lock(side_mu_);
-      side_stop_ = true;
-    }
-    side_cv_.notify_all();
-    side_.join();
+    side_.Stop();
     in_flight_ -= side_in_flight_;
     side_in_flight_ = 0;
   }
 
-  struct SideOp {
-    uint32_t index;
-    IoOp op;
-  };
-  std::mutex side_mu_;
-  std::condition_variable side_cv_;
-  std::deque<SideOp> side_work_;                         // guarded by side_mu_
-  std::vector<std::pair<uint32_t, int64_t>> side_done_;  // guarded by side_mu_: (slot index, result)
-  bool side_stop_ = false;                               // guarded by side_mu_
-  uint32_t side_in_flight_ = 0;                          // issuer thread only
-  std::thread side_;                                     // started by the first side op
+  uint32_t side_in_flight_ = 0;                         // issuer thread only
+  internal::BlockingWorkers side_{[this] { Wake(); }};  // one thread, started by the first side op
 
   io_uring ring_{};
   bool ring_ok_ = false;
