@@ -50,6 +50,7 @@
 #include <latch>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>

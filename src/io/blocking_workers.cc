@@ -9,6 +9,7 @@
 namespace kvtier::io::internal {
 
 bool BlockingWorkers::Start(uint32_t threads) {
+  threads_.reserve(threads);  // a push_back that cannot allocate would drop a running thread
   while (threads_.size() < threads) {
     try {
       threads_.push_back(StartThread([this] { Loop(); }));
@@ -67,7 +68,7 @@ void BlockingWorkers::Stop() {
   {
     std::lock_guard lock(mu_);
     stopping_ = true;
-    work_.clear();  // never started: dropping them has no effect on disk and leaks no fd
+    work_.clear();  // never started: dropping them has no effect on disk (see the header for closes)
   }
   work_cv_.notify_all();
   // Running ops finish first (a blocking system call cannot be interrupted portably).

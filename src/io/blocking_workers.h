@@ -1,14 +1,16 @@
 // BlockingWorkers: threads that run IoOps with their blocking system calls (internal::ExecuteBlocking): every op of
 // the POSIX engine (I3), and the ops io_uring has no opcode for. Internal to src/io.
 //
-// Contract: one issuer thread calls Start, Post, Wait, TakeDone and Stop; any thread may call Interrupt. Post hands
+// Contract: Start, Post, Wait, TakeDone and Stop are called one at a time (the owner's issuer thread, or the thread
+// that creates or destroys the owner); any thread may call Interrupt. Nothing is posted after Stop. Post hands
 // ops to the threads; an op's user_data comes back in its completion. A finished op joins the done list, and
 // on_done, when given, runs on the worker's thread once the list's lock is released (the owner's wake-up: the
 // io_uring engine's eventfd). Wait blocks until the done list is not empty or Interrupt was called since the last
 // Wait (timeout_ns < 0: no limit; 0: no wait), and clears the interrupt. Deadlines are not enforced: a blocking
 // system call cannot be cancelled, so a late op's real result arrives late. Stop (and the destructor) lets the ops
-// under way finish; ops not started are dropped (no effect on disk, no fd leaked) and come back no more. Threads
-// block the process's signals (src/util/thread.h).
+// under way finish; ops not started are dropped (no effect on disk, and no fd is opened; a dropped close leaves its
+// fd open) and come back no more, while those finished can still be taken. Threads block the process's signals
+// (src/util/thread.h).
 #pragma once
 
 #include <condition_variable>
