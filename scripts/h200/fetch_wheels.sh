@@ -33,10 +33,12 @@ if [[ $RELOCK == 1 ]]; then
   python3 scripts/h200/resolve.py "$H/wheels" --set "$H200_SET"
 fi
 
+# Every glibc 2.17-2.35 manylinux tag: older pips do not expand a
+# manylinux_2_X tag to the ones below it, so each is named, newest first (pip prefers the earlier
+# tag where a release has several wheels, and the lock names those).
 PLAT=()
-for p in manylinux_2_35_x86_64 manylinux_2_34_x86_64 manylinux_2_31_x86_64 manylinux_2_28_x86_64 \
-         manylinux_2_27_x86_64 manylinux_2_26_x86_64 manylinux_2_24_x86_64 manylinux_2_17_x86_64 \
-         manylinux2014_x86_64 manylinux1_x86_64; do PLAT+=(--platform "$p"); done
+for minor in $(seq 35 -1 17); do PLAT+=(--platform "manylinux_2_${minor}_x86_64"); done
+PLAT+=(--platform manylinux2014_x86_64 --platform manylinux1_x86_64)
 
 # name==version of every wheel in the lock; download the ones not already here.
 mapfile -t WHEELS < <(grep -v '^#' "$LOCK" | awk 'NF {print $1}')

@@ -5,9 +5,7 @@
 // another host's publication not visible yet (M1) or keyed for another secret (K3); a verified load of an old entry
 // touches it (M3). Runs on the chunk's reactor.
 #include <fcntl.h>
-#include <linux/openat2.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -50,7 +48,7 @@ void Reactor::OnStatxDone(const OpCtx& ctx, int64_t res) {
     } else if (YoungOnSharedRoot(*c)) {
       ForgetEntry(c->key);  // M1: maybe another host's entry whose data is not visible here yet
     } else {
-      QuarantineCorrupt(c->key, c->rel_path, shape, c->opened_ino);
+      QuarantineCorrupt(*c);
     }
     FailChunk(*c, shape.WithContext(c->rel_path));
     return;
@@ -112,8 +110,7 @@ void Reactor::OnReadDone(const OpCtx& ctx, int64_t res) {
     if (YoungOnSharedRoot(*c)) {
       ForgetEntry(c->key);  // M1: see YoungOnSharedRoot
     } else {
-      QuarantineCorrupt(c->key, c->rel_path, Status(StatusCode::kCorrupt, "file shorter than its header says"),
-                        c->opened_ino);
+      QuarantineCorrupt(*c);  // shorter than its header says
     }
     FailChunk(*c, Status(StatusCode::kCorrupt, "truncated chunk file " + c->rel_path));
   } else {
@@ -212,7 +209,7 @@ void Reactor::FailVerification(Chunk& c, const Status& verdict) {
   if (YoungOnSharedRoot(c)) {
     ForgetEntry(c.key);  // M1: see YoungOnSharedRoot
   } else {
-    QuarantineCorrupt(c.key, c.rel_path, verdict, c.opened_ino);
+    QuarantineCorrupt(c);
   }
   FailChunk(c, verdict.WithContext(c.rel_path));
 }
@@ -292,50 +289,104 @@ bool Reactor::YoungOnSharedRoot(const Chunk& c) const {
   return now_ns - c.opened_mtime_ns < int64_t(options_.temp_max_age_s) * 1000000000;
 }
 
-void Reactor::QuarantineCorrupt(const ChunkKey& key, const std::string& rel_path, const Status& why,
-                                uint64_t opened_ino) {
+void Reactor::QuarantineCorrupt(Chunk& c) {
+  if (c.quarantine) return;  // one removal per load
   // K1: a bad entry is removed so no reader sees it again; the miss and the counter tell the operator.
   stats_.corrupt_entries.Add(1);
-  ForgetEntry(key);
-  // Removed by name in its fan-out directory opened without following symlinks (K2): a symlink planted on the path
-  // is never followed to delete something outside the root. Synchronous: corrupt entries are rare. A directory is
-  // removed only when empty.
-  const std::string dir = FanoutDir(key);
-  int dfd = -1;
+  ForgetEntry(c.key);
+  if (trace_ && trace_->enabled()) trace_->Instant("corrupt_entry", "integrity", io::NowNs(), trace_tid_);
+  c.quarantine = std::make_unique<Quarantine>();
+  c.quarantine->name = c.rel_path.substr(c.rel_path.rfind('/') + 1);
+  SubmitQuarantineOpen(c, files_.open_resolve != 0 ? 2 : 1);
+}
+
+void Reactor::SubmitQuarantineOpen(Chunk& c, int level) {
+  // K2: a symlink planted on the path is never followed to delete something outside the root: the fan-out
+  // directory is opened with openat2's RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS, or one level at a time with O_NOFOLLOW.
+  const std::string dir = FanoutDir(c.key);
+  io::IoOp op;
+  op.code = io::OpCode::kOpenAt;
+  op.flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC;
+  OpCtx ctx{OpRole::kOpen, &c, &Reactor::OnQuarantineDirOpen};
   if (files_.open_resolve != 0) {
-    open_how how{};
-    how.flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC;
-    how.resolve = files_.open_resolve;
-    dfd = static_cast<int>(syscall(SYS_openat2, ns_->dirfd(), dir.c_str(), &how, sizeof(how)));
+    op.dirfd = ns_->dirfd();
+    op.resolve = files_.open_resolve;
+    ctx.path = dir;
   } else {
-    const int first = openat(ns_->dirfd(), dir.substr(0, 2).c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (first >= 0) {
-      dfd = openat(first, dir.substr(3).c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-      close(first);
-    }
+    op.flags |= O_NOFOLLOW;
+    op.dirfd = level == 1 ? ns_->dirfd() : c.quarantine->first_fd;
+    ctx.path = level == 1 ? dir.substr(0, 2) : dir.substr(3);
   }
-  if (dfd >= 0) {
-    const std::string name = rel_path.substr(rel_path.rfind('/') + 1);
-    struct stat st;
-    const bool named = fstatat(dfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
-    const bool directory = named && S_ISDIR(st.st_mode);
-    // M1: the name points at another file than the one that failed (a writer republished it): leave it. (A
-    // replacement between this check and the unlink is not excluded; it costs that writer's entry one miss.)
-    if (named && opened_ino != 0 && st.st_ino != opened_ino) {
-      // nothing to remove
-    } else if (unlinkat(dfd, name.c_str(), directory ? AT_REMOVEDIR : 0) != 0) {
-      if (errno != ENOENT && errno != ENOTEMPTY) stats_.io_errors.Add(1);
-    } else if (named && S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) == files_.slot_bytes) {
-      // C1, M2: a file of a chunk's size was counted in the usage when it was linked; it leaves it now. (A file of
-      // another size never was one of ours: a lookup requires the exact size; gc reconciles anything else.)
-      budget_->Add(-static_cast<int64_t>(files_.slot_bytes));
-    }
-    close(dfd);
-    PruneFanoutDir(ns_->dirfd(), dir);  // C1
+  ctx.len = static_cast<uint64_t>(level);
+  ctx.deadline_ns = Deadline();
+  SubmitOp(std::move(ctx), op);
+}
+
+void Reactor::OnQuarantineDirOpen(const OpCtx& ctx, int64_t res) {
+  Chunk& c = *ctx.chunk;
+  Quarantine& q = *c.quarantine;
+  if (res < 0) {  // gone (ENOENT), not a directory, or the filesystem did not answer: nothing removed
+    EndQuarantine(c, false);
+    return;
   }
-  if (trace_ && trace_->enabled()) {
-    trace_->Instant("corrupt_entry", "integrity", io::NowNs(), trace_tid_);
+  if (ctx.len == 1) {
+    q.first_fd = static_cast<int>(res);
+    SubmitQuarantineOpen(c, 2);
+    return;
   }
+  q.dirfd = static_cast<int>(res);
+  io::IoOp op;
+  op.code = io::OpCode::kStatx;
+  op.dirfd = q.dirfd;
+  op.buf = &q.sx;
+  op.len = sizeof(q.sx);
+  OpCtx next{OpRole::kStatx, &c, &Reactor::OnQuarantineStatx};
+  next.path = q.name;
+  next.deadline_ns = Deadline();
+  SubmitOp(std::move(next), op);
+}
+
+void Reactor::OnQuarantineStatx(const OpCtx& ctx, int64_t res) {
+  Chunk& c = *ctx.chunk;
+  Quarantine& q = *c.quarantine;
+  // M1: unknown (statx failed), or the name points at another file than the one that failed (a writer republished
+  // it): leave it. (A replacement between this check and the unlink is not excluded; it costs that writer's entry
+  // one miss.)
+  if (res < 0 || (c.opened_ino != 0 && q.sx.stx_ino != c.opened_ino)) {
+    EndQuarantine(c, res == -ENOENT);
+    return;
+  }
+  io::IoOp op;
+  op.code = io::OpCode::kUnlinkAt;
+  op.dirfd = q.dirfd;
+  op.flags = S_ISDIR(q.sx.stx_mode) ? AT_REMOVEDIR : 0;
+  OpCtx next{OpRole::kUnlinkCorrupt, &c, &Reactor::OnQuarantineUnlink};
+  next.errors_are_answers = S_ISDIR(q.sx.stx_mode);  // ENOTEMPTY: a directory with something in it stays
+  next.path = q.name;
+  next.deadline_ns = Deadline();
+  SubmitOp(std::move(next), op);
+}
+
+void Reactor::OnQuarantineUnlink(const OpCtx& ctx, int64_t res) {
+  Chunk& c = *ctx.chunk;
+  const struct statx& sx = c.quarantine->sx;
+  if (res < 0 && ctx.errors_are_answers && res != -ENOENT && res != -ENOTEMPTY && !ctx.late) {
+    // A directory's other failures (a file's are counted by OnCompletion).
+    (res == -ETIMEDOUT || res == -ECANCELED ? stats_.timeouts : stats_.io_errors).Add(1);
+  } else if (res == 0 && S_ISREG(sx.stx_mode) && sx.stx_size == files_.slot_bytes) {
+    // C1, M2: a file of a chunk's size was counted in the usage when it was linked; it leaves it now. (A file of
+    // another size never was one of ours: a lookup requires the exact size; gc reconciles anything else.)
+    budget_->Add(-static_cast<int64_t>(files_.slot_bytes));
+  }
+  EndQuarantine(c, res == 0 || res == -ENOENT);
+}
+
+void Reactor::EndQuarantine(Chunk& c, bool prune) {
+  Quarantine& q = *c.quarantine;
+  SubmitClose(q.first_fd);
+  SubmitClose(q.dirfd);
+  q.first_fd = q.dirfd = -1;
+  if (prune) SubmitRmdirFanout(c.key, 2, &c);  // C1
 }
 
 void Reactor::ForgetEntry(const ChunkKey& key) { disk_->Forget(key); }

@@ -364,7 +364,7 @@ void Reactor::OnOpenDone(const OpCtx& ctx, int64_t res) {
                    "open " + c->rel_path + " refused (" + std::string(strerror(static_cast<int>(-res))) +
                        "): a symlink or special file where a chunk belongs",
                    static_cast<int>(-res));
-        QuarantineCorrupt(c->key, c->rel_path, why);
+        QuarantineCorrupt(*c);
         FailChunk(*c, why);
       } else if (res == -ENOENT) {
         ForgetEntry(c->key);  // evicted by another instance, or never there
@@ -524,7 +524,8 @@ const char* Reactor::OpRoleName(OpRole r) {
     case OpRole::kCloseBeforeLink: return "close";
     case OpRole::kLink: return "link";
     case OpRole::kUnlinkTmp:
-    case OpRole::kUnlinkEvicted: return "unlink";
+    case OpRole::kUnlinkEvicted:
+    case OpRole::kUnlinkCorrupt: return "unlink";
     case OpRole::kMkdir: return "mkdir";
     case OpRole::kRmdirFanout: return "rmdir";
     case OpRole::kStatx: return "statx";

@@ -50,6 +50,7 @@ class Reactor {
   struct Job;
   struct Part;
   struct Chunk;
+  struct Quarantine;
 
   // The engine's parts a reactor uses besides its own state; owned by the engine, which outlives its reactors.
   struct Parts {
@@ -96,6 +97,7 @@ class Reactor {
     kLink,
     kUnlinkTmp,
     kUnlinkEvicted,
+    kUnlinkCorrupt,
     kMkdir,
     kRmdirFanout,
     kChmod,
@@ -217,10 +219,18 @@ class Reactor {
   // the index learns the new mtime (OnTouchDone).
   void MaybeTouchEntry(const Chunk& c);
   void OnTouchDone(const OpCtx& ctx, int64_t res);
-  // Counts, forgets and removes a bad entry (an empty directory too; a non-empty one stays and misses each time).
-  // opened_ino: the inode the load verified (0: unknown); the name is removed only while it still points at it, so
-  // a good entry republished under the name meanwhile stays (M1).
-  void QuarantineCorrupt(const ChunkKey& key, const std::string& rel_path, const Status& why, uint64_t opened_ino = 0);
+  // K1: counts, forgets and removes c's bad entry (an empty directory too; a non-empty one stays and misses each
+  // time), then the fan-out directories it leaves empty (C1). The removal is a chain of c's own ops through the ring
+  // (the fan-out directory opened without following symlinks (K2), the name's statx, its unlink, the rmdirs), so c
+  // settles, and its miss reaches the resident set, only once the entry is gone. The name is removed only while it
+  // points at the inode the load opened (c.opened_ino; 0: unknown), so a good entry republished under it meanwhile
+  // stays (M1); a failed step leaves the entry for the next load to find (and quarantine) again.
+  void QuarantineCorrupt(Chunk& c);
+  void SubmitQuarantineOpen(Chunk& c, int level);  // level 1: "ab" (without openat2), 2: "ab/cd"
+  void OnQuarantineDirOpen(const OpCtx& ctx, int64_t res);
+  void OnQuarantineStatx(const OpCtx& ctx, int64_t res);
+  void OnQuarantineUnlink(const OpCtx& ctx, int64_t res);
+  void EndQuarantine(Chunk& c, bool prune);  // closes what the chain opened; prune: the fan-out directories' rmdirs
   void ForgetEntry(const ChunkKey& key);
 
   // The committed store's machine (store.cc).
@@ -268,7 +278,8 @@ class Reactor {
   void OnUnlinkEvictedDone(const OpCtx& ctx, int64_t res);
   // C1: after an eviction's unlink, removes the entry's fan-out directory and then its first level if empty
   // (unlinkat AT_REMOVEDIR through this ring; ENOTEMPTY leaves it).
-  void SubmitRmdirFanout(const ChunkKey& key, int level);
+  // owner: a quarantining chunk whose miss waits for them (QuarantineCorrupt); null: on their own.
+  void SubmitRmdirFanout(const ChunkKey& key, int level, Chunk* owner = nullptr);
   void OnRmdirFanoutDone(const OpCtx& ctx, int64_t res);
 
   // The engine's parts (Parts).
@@ -338,6 +349,14 @@ struct Reactor::Part {
   uint32_t slots_held = 0;  // <= 2 x the reactor's depth
 };
 
+// A corrupt entry's removal in progress (QuarantineCorrupt): what its chain of ops needs from one step to the next.
+struct Reactor::Quarantine {
+  std::string name;    // the entry's name in its fan-out directory
+  int first_fd = -1;   // without openat2: the fan-out directory's first level, open while the second is opened
+  int dirfd = -1;      // the fan-out directory
+  struct statx sx {};  // the name's statx
+};
+
 struct Reactor::Chunk {
   Job* job = nullptr;
   Part* part = nullptr;
@@ -366,6 +385,7 @@ struct Reactor::Chunk {
   uint8_t dir_retries = 0;      // RetryAfterVanishedDir
   uint8_t mkdir_retries = 0;    // M1: EEXIST from mkdir, then ENOENT from stat (another host's mkdir in flight)
   std::unique_ptr<struct statx> statx_buf;  // SubmitStatx's answer: a load's open file, a store's fan-out dir
+  std::unique_ptr<Quarantine> quarantine;   // loads: the removal of a corrupt entry under way (QuarantineCorrupt)
   uint64_t opened_ino = 0;                  // loads: the file's inode and mtime at open (M1)
   int64_t opened_mtime_ns = 0;
   bool data_phase = false;  // holds a place at the disk: counted in its reactor's data_in_flight_

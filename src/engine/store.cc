@@ -452,12 +452,12 @@ void Reactor::OnUnlinkEvictedDone(const OpCtx& ctx, int64_t res) {
   budget_->Unlinked(DiskBudget::Victim{ctx.key, ctx.len}, static_cast<int>(res));
 }
 
-void Reactor::SubmitRmdirFanout(const ChunkKey& key, int level) {
+void Reactor::SubmitRmdirFanout(const ChunkKey& key, int level, Chunk* owner) {
   io::IoOp op;
   op.code = io::OpCode::kUnlinkAt;
   op.dirfd = ns_->dirfd();
   op.flags = AT_REMOVEDIR;
-  OpCtx ctx{OpRole::kRmdirFanout, nullptr, &Reactor::OnRmdirFanoutDone};
+  OpCtx ctx{OpRole::kRmdirFanout, owner, &Reactor::OnRmdirFanoutDone};
   ctx.errors_are_answers = true;
   ctx.path = FanoutDir(key);
   if (level == 1) ctx.path.resize(2);
@@ -471,7 +471,7 @@ void Reactor::OnRmdirFanoutDone(const OpCtx& ctx, int64_t res) {
   // (OpCtx::errors_are_answers).
   if (res != 0) return;
   fanout_cache_.Forget(ctx.key);
-  if (ctx.len == 2) SubmitRmdirFanout(ctx.key, 1);
+  if (ctx.len == 2) SubmitRmdirFanout(ctx.key, 1, ctx.chunk);
 }
 
 }  // namespace kvtier

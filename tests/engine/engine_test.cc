@@ -654,6 +654,52 @@ TEST_F(EngineFaultTest, AFailedOrLateStatxOfAnOpenedChunkIsAMissThatKeepsTheEntr
   }
 }
 
+// K1 through the I/O seam: a corrupt entry's removal (the fan-out directory's open, the name's statx, its unlink)
+// goes through the ring. A step that fails or passes its deadline leaves the entry, and the load is a miss either
+// way; the next engine to load it removes it, with the fan-out directories it empties (C1).
+TEST_F(EngineFaultTest, ACorruptEntrysRemovalGoesThroughTheRingAndAFailedStepKeepsItForTheNextLoad) {
+  EngineOptions o = Options(root_);
+  o.op_timeout_ms = 100;
+  for (const io::FaultRule& rule :
+       {io::FaultRule::FailNth(2, EIO, io::OpCode::kOpenAt), io::FaultRule::FailNth(2, EIO, io::OpCode::kStatx),
+        io::FaultRule::FailNth(1, EIO, io::OpCode::kUnlinkAt),
+        io::FaultRule::DelayPastDeadline(io::OpCode::kUnlinkAt)}) {
+    SCOPED_TRACE(testing::Message() << "rule kind " << int(rule.kind) << " op " << io::OpCodeName(*rule.code));
+    std::vector<HostChunk> src(1);
+    src[0].Fill(5);
+    uint64_t stride = 0;
+    {
+      auto e = Open(o);
+      ASSERT_TRUE(Store(e, src).all_ok());
+      stride = e->block_stride();
+    }
+    std::string file;
+    ASSERT_NO_FATAL_FAILURE(FlipStoredByte(static_cast<off_t>(kHeaderBytes + stride + 3), 0x10, &file));
+    {
+      auto e = OpenWithFaults({rule}, o);
+      HostChunk a;
+      JobResult r = Run(e, e.jobs->SubmitLoad({{Key(0), 0, 0, a.Segments(e->block_stride())}}));
+      EXPECT_EQ(r.chunks[0].status.code(), StatusCode::kNotFound) << r.chunks[0].status.ToString();
+      EXPECT_EQ(e->Stats().corrupt_entries, 1u);
+      if (rule.kind == io::FaultRule::Kind::kDelayPastDeadline) {
+        EXPECT_GE(e->Stats().timeouts, 1u);
+      } else {
+        EXPECT_GE(e->Stats().io_errors, 1u);
+      }
+      EXPECT_TRUE(std::filesystem::exists(file)) << "a failed step removed it anyway";
+    }
+    auto e = Open(o);
+    HostChunk b;
+    JobResult r = Run(e, e.jobs->SubmitLoad({{Key(0), 0, 0, b.Segments(e->block_stride())}}));
+    EXPECT_FALSE(r.all_ok());
+    EXPECT_EQ(e->Stats().corrupt_entries, 1u);
+    EXPECT_EQ(e->Stats().io_errors, 0u);
+    // Gone when the miss is reported (the chunk's removal ops are its own), its fan-out directories too.
+    EXPECT_FALSE(std::filesystem::exists(file));
+    EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(file).parent_path().parent_path()));
+  }
+}
+
 TEST_F(EngineFaultTest, ShortReadsAndWritesAreCompleted) {
   auto e = OpenWithFaults({io::FaultRule::ShortTransfer(io::OpCode::kWrite, 8192)}, Options(root_));
   std::vector<HostChunk> src(2);
