@@ -2,10 +2,15 @@
 //
 // Exit codes: 0 success; 1 the command ran and found a problem or could not work (bad root, corrupt entries
 // left, I/O error); 2 usage error (bad flag or value).
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include "cli_util.h"
 #include "commands.h"
@@ -36,6 +41,25 @@ bool IsPythonCommand(const std::string& cmd, const char* sub) {
          (cmd == "bench" && sub != nullptr && std::strcmp(sub, "longdoc") == 0);
 }
 
+// `kvtier bench io|meta`: the benchmark program kvtier-bench (bench/kvtier_bench.cc), which the build puts beside
+// this binary (building the kvtier target builds it too) and the Python package installs beside it. Replaces this
+// process; returns only by throwing.
+[[noreturn]] void ExecBench(int argc, char** argv) {
+  using namespace kvtier::cli;
+  char self[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) throw CliError(std::string("cannot find this binary's directory: ") + std::strerror(errno));
+  std::string path(self, static_cast<size_t>(n));
+  path = path.substr(0, path.rfind('/') + 1) + "kvtier-bench";
+  std::vector<char*> args{path.data()};
+  for (int i = 2; i < argc; ++i) args.push_back(argv[i]);
+  args.push_back(nullptr);
+  execv(path.c_str(), args.data());
+  throw CliError("cannot run " + path + " (" + std::strerror(errno) +
+                 "): 'kvtier bench io|meta' runs the benchmark program kvtier-bench from beside this binary; build "
+                 "it (cmake --build <dir> --target kvtier builds both)");
+}
+
 int Dispatch(int argc, char** argv) {
   using namespace kvtier::cli;
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0 ||
@@ -58,8 +82,7 @@ int Dispatch(int argc, char** argv) {
       throw UsageError("kvtier bench: which benchmark? accepted: io, meta, longdoc");
     }
     const std::string which = argv[2];
-    if (which == "io") return RunBenchIo(argc - 3, argv + 3);
-    if (which == "meta") return RunBenchMeta(argc - 3, argv + 3);
+    if (which == "io" || which == "meta") ExecBench(argc, argv);
     throw UsageError("kvtier bench: unknown benchmark '" + which + "'; accepted: io, meta, longdoc");
   }
   if (cmd == "stats") return RunStats(argc - 2, argv + 2);

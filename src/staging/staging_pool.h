@@ -93,7 +93,7 @@ struct StagingPoolOptions {
   // tmpfs mounted huge=never), best effort, else 4 KiB pages as before. A slot then lies in one or two physically
   // contiguous pieces, so an O_DIRECT read or write of a chunk reaches the disk as a few large DMA segments instead
   // of up to one per 4 KiB page; on a virtual disk with a segment limit per request (virtio-blk: 254) scattered
-  // pages split a 2 MiB transfer into several requests and halve its bandwidth (tools/bench_io.cc, --raw-buffers).
+  // pages split a 2 MiB transfer into several requests and halve its bandwidth (bench/io/bench_io.cc, --raw-buffers).
   bool huge_pages = true;
   uint32_t stream_entries = 0;  // entries of the stream board (0: none)
 };

@@ -48,10 +48,10 @@ struct CliRun {
   std::string out;  // stdout and stderr together
 };
 
-// Runs `kvtier <args>` through the shell, capturing both streams.
-CliRun Kvtier(const std::string& args) {
+// Runs `kvtier <args>` (the binary at `binary`) through the shell, capturing both streams.
+CliRun Kvtier(const std::string& args, const std::string& binary = CliPath()) {
   CliRun r;
-  const std::string cmd = "'" + CliPath() + "' " + args + " 2>&1";
+  const std::string cmd = "'" + binary + "' " + args + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   if (p == nullptr) return r;
   char buf[4096];
@@ -211,6 +211,24 @@ TEST_F(CliTest, HelpListsEveryCommandWithItsDocs) {
     r = Kvtier(cmd);
     EXPECT_EQ(r.rc, 1) << cmd << ": " << r.out;
     EXPECT_NE(r.out.find("command of the Python package"), std::string::npos) << r.out;
+  }
+}
+
+// The benchmarks are a program of their own (bench/kvtier_bench.cc) that `kvtier bench io|meta` runs from beside
+// this binary; a kvtier without it says so, with exit 1, instead of failing obscurely.
+TEST_F(CliTest, BenchRunsTheBenchmarkProgramBesideItAndSaysSoWhenItIsMissing) {
+  CliRun r = Kvtier("bench meta --help");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.out.rfind("usage: kvtier bench meta", 0), 0u) << r.out;
+  const std::string alone = dir_.path() + "/alone/kvtier";
+  fs::create_directories(fs::path(alone).parent_path());
+  fs::copy_file(CliPath(), alone);
+  fs::permissions(alone, fs::perms::owner_all);
+  for (const char* which : {"io", "meta"}) {
+    CliRun a = Kvtier(std::string("bench ") + which + " --help", alone);
+    EXPECT_EQ(a.rc, 1) << a.out;
+    EXPECT_NE(a.out.find("cannot run " + fs::path(alone).parent_path().string() + "/kvtier-bench"), std::string::npos)
+        << a.out;
   }
 }
 

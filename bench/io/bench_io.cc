@@ -58,7 +58,7 @@
 #include <vector>
 
 #include "cli_util.h"
-#include "commands.h"
+#include "bench_commands.h"
 #include "io/io_engine.h"
 #include "kvtier/engine.h"
 #include "layout/chunk_format.h"

@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "cli_util.h"
-#include "commands.h"
+#include "bench_commands.h"
 #include "kvtier/engine.h"
 #include "layout/chunk_format.h"
 #include "policy/job_client.h"
