@@ -13,6 +13,9 @@ Rows (docs/performance.md, "The scoreboard", says what each field means):
   peers_storage  one per chunk size and operation, from `bench/peers/run.sh` (bench/results/peers/results.json)
   vllm_ttft      one per system and phase of a `bench/h200/headline.py run` file (headline.json): TTFT in a real vLLM on
                  the GPU box
+  engine_paths   one per chunk size of a bench/io/path_ab.py summary: the stream path over the former job path
+  engine_builds  one per chunk size of bench/io/build_ab.py summaries (runs pooled): a change's build over the build
+                 before it
 A field a source file does not have is null, and the row's "note" says why. A source that a later run replaced
 says so ("superseded": what replaced it): its rows stay in the JSON with "current": false and that reason, and the
 doc's tables show current rows only (history lives in the result files, not in the tables).
@@ -160,6 +163,20 @@ SOURCES = {
                       "--dir /var/tmp --total 256MiB --chunk-sizes 2MiB --depths 4 --repeat 4 --raw-threads 1 "
                       "--raw-split none",
            "file": f"bench/results/io/path-ab-2mib-quiet-{pairs}pairs-2026-12-04/summary.json"} for pairs in (4, 8)],
+    ],
+    # engine_builds: bench/io/build_ab.py summaries (an engine change's build B over the build before it A, alternating
+    # pairs); the runs a source lists are pooled.
+    "engine_builds": [
+        {"machine": "cpu", "date": "2026-12-05", "load": "quiet", "change": "0ea7e19 -> d3a9901 (issue 28, part)",
+         "superseded": "the whole of issue 28's engine work (issue28-build-ab-final)",
+         "command": "bench/io/build_ab.py --a A/kvtier --b B/kvtier --pairs 8 --out OUT -- --dir /var/tmp --total "
+                    "256MiB --chunk-sizes 2MiB --depths 4 --repeat 4 --raw-threads 1 --raw-split none (run1: 4 pairs; "
+                    "run4-28mib: --total 512MiB --chunk-sizes 28MiB)",
+         "files": ["bench/results/io/issue28-build-ab-2026-12-05/run*/summary.json"]},
+        {"machine": "cpu", "date": "2026-12-05", "load": "quiet (run5: a compile started beside it)", "change": "a9943b6 -> df58d61 (issue 28)",
+         "command": "bench/io/build_ab.py --a A/kvtier --b B/kvtier --pairs 4 --out OUT -- --dir /var/tmp --total "
+                    "256MiB --chunk-sizes 2MiB --depths 4 --repeat 4 --raw-threads 1 --raw-split none (once per run)",
+         "files": ["bench/results/io/issue28-build-ab-final/run*/summary.json"]},
     ],
 }
 
@@ -344,6 +361,29 @@ def engine_paths_rows(source, load=None):
     return rows
 
 
+def engine_builds_rows(source, load=None):
+    """One row per chunk size over a change's build_ab.py summaries: the runs' pairs pooled, medians of B/A per pair,
+    and the pairs' spread."""
+    load = load or (lambda p: json.loads((REPO / p).read_text()))
+    docs = [load(f) for f in _expand(source["files"])]
+    sizes = sorted({int(size) for d in docs for size in d["b_over_a"]})
+    rows = []
+    for size in sizes:
+        per = {}
+        for d in docs:
+            for k, v in d["b_over_a"].get(str(size), {}).get("per_pair", {}).items():
+                per.setdefault(k, []).extend(v)
+        spread = [x for k, v in per.items() if k.endswith("ratio_to_best") for x in v]
+        rows.append({"machine": source["machine"], "change": source["change"], "chunk_mib": _mib(size),
+                     "runs": sum(str(size) in d["b_over_a"] for d in docs),
+                     "pairs": len(per.get("write_ratio_to_best", [])),
+                     **{f"b_over_a_{k}": _r(_median(v)) for k, v in per.items()},
+                     "pair_min": _r(min(spread)), "pair_max": _r(max(spread)), "load": source["load"],
+                     "date": source["date"], "command": source["command"],
+                     "result": str(Path(_expand(source["files"])[0]).parent.parent)})
+    return rows
+
+
 def _marked(source, rows):
     """rows with whether their source is current (and, if not, what superseded it)."""
     why = source.get("superseded")
@@ -360,6 +400,7 @@ def build(sources=SOURCES, load=None):
         "peers_storage": rows("peers_storage", peers_rows),
         "vllm_ttft": rows("vllm_ttft", vllm_rows),
         "engine_paths": rows("engine_paths", engine_paths_rows),
+        "engine_builds": rows("engine_builds", engine_builds_rows),
         "notes": {"vllm_ttft": VLLM_TTFT_NOTE} if not sources["vllm_ttft"] else {},
     }
 
@@ -439,8 +480,22 @@ def table_engine_paths(board):
     return "\n".join(out) + note
 
 
+def table_engine_builds(board):
+    out = ["| machine | change | chunk | runs | pairs | write ratio | read ratio | engine write GB/s "
+           "| engine read GB/s | pairs from | to | load | date | result |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|"]
+    rows, note = _current(board, "engine_builds")
+    for r in rows:
+        out.append(f"| {r['machine']} | {r['change']} | {r['chunk_mib']} MiB | {r['runs']} | {r['pairs']} "
+                   f"| {_f(r['b_over_a_write_ratio_to_best'])} | {_f(r['b_over_a_read_ratio_to_best'])} "
+                   f"| {_f(r['b_over_a_median_engine_write_gbps'])} | {_f(r['b_over_a_median_engine_read_gbps'])} "
+                   f"| {_f(r['pair_min'])} | {_f(r['pair_max'])} | {r['load']} | {r['date']} "
+                   f"| {r['result'].split('/')[-1]} |")
+    return "\n".join(out) + note
+
+
 TABLES = {"engine_io": table_engine_io, "peers_storage": table_peers, "vllm_ttft": table_vllm_ttft,
-          "engine_paths": table_engine_paths}
+          "engine_paths": table_engine_paths, "engine_builds": table_engine_builds}
 MARK = re.compile(r"(<!-- scoreboard:(\w+) -->\n)(.*?)(<!-- /scoreboard:\2 -->)", re.S)
 
 
@@ -505,7 +560,7 @@ def main(argv=None):
     DOC.write_text(render_doc(DOC.read_text(), board))
     print(f"wrote {SCOREBOARD.relative_to(REPO)} ({len(board['engine_io'])} engine_io, "
           f"{len(board['peers_storage'])} peers_storage, {len(board['vllm_ttft'])} vllm_ttft, "
-          f"{len(board['engine_paths'])} engine_paths rows) and "
+          f"{len(board['engine_paths'])} engine_paths, {len(board['engine_builds'])} engine_builds rows) and "
           f"{DOC.relative_to(REPO)}'s tables")
     return 0
 

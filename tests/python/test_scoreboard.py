@@ -146,6 +146,24 @@ def test_engine_paths_rows_take_each_chunk_sizes_medians_and_the_pairs_spread():
     assert "| cpu | 28 MiB | 2 |" in scoreboard.table_engine_paths({"engine_paths": rows})
 
 
+def test_engine_builds_rows_pool_the_runs_pairs_per_chunk_size():
+    def summary(write, read, sizes=(2 << 20,)):
+        pairs = {"write_ratio_to_best": write, "read_ratio_to_best": read,
+                 "median_engine_write_gbps": write, "median_engine_read_gbps": read}
+        return {"b_over_a": {str(size): {"median": {}, "per_pair": pairs} for size in sizes}}
+    files = {"r1/summary.json": summary([1.0, 0.9], [1.2, 0.8]),
+             "r2/summary.json": summary([1.1, 1.05, 0.95], [1.0, 0.7, 1.0], sizes=(2 << 20, 28 << 20))}
+    source = {"machine": "cpu", "date": "d", "load": "quiet", "change": "a -> b", "command": "c",
+              "files": list(files)}
+    rows = scoreboard.engine_builds_rows(source, load=files.__getitem__)
+    assert [(r["chunk_mib"], r["runs"], r["pairs"]) for r in rows] == [(2, 2, 5), (28, 1, 3)]
+    two = rows[0]
+    assert two["b_over_a_write_ratio_to_best"] == 1.0 and two["b_over_a_read_ratio_to_best"] == 1.0
+    assert (two["pair_min"], two["pair_max"]) == (0.7, 1.2)
+    table = scoreboard.table_engine_builds({"engine_builds": rows})
+    assert "| cpu | a -> b | 2 MiB | 2 | 5 | 1.00 | 1.00 |" in table
+
+
 def test_superseded_rows_stay_in_the_json_and_leave_the_tables():
     doc = bench_io_doc()
     old = {"machine": "h200", "date": "d1", "command": "old run", "files": ["a.json"], "superseded": "run b"}
