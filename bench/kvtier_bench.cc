@@ -12,10 +12,10 @@
 #include "bench_commands.h"
 #include "cli_util.h"
 
+namespace kvtier {
 namespace {
 
 int Dispatch(int argc, char** argv) {
-  using namespace kvtier::cli;
   if (argc < 2 || argv[1][0] == '-') {
     if (argc >= 2 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0)) {
       std::fputs("usage: kvtier bench io|meta [flags]   (or kvtier-bench io|meta [flags])\n", stdout);
@@ -30,14 +30,15 @@ int Dispatch(int argc, char** argv) {
 }
 
 }  // namespace
+}  // namespace kvtier
 
 int main(int argc, char** argv) {
   try {
-    return Dispatch(argc, argv);
-  } catch (const kvtier::cli::UsageError& e) {
+    return kvtier::Dispatch(argc, argv);
+  } catch (const kvtier::UsageError& e) {
     std::fprintf(stderr, "kvtier: error: %s\n(run 'kvtier --help' or 'kvtier <command> --help')\n", e.what());
     return 2;
-  } catch (const kvtier::cli::CliError& e) {
+  } catch (const kvtier::CliError& e) {
     std::fprintf(stderr, "kvtier: error: %s\n", e.what());
     return 1;
   } catch (const std::exception& e) {

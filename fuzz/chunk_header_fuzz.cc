@@ -15,7 +15,7 @@
 
 #include "layout/chunk_format.h"
 
-using namespace kvtier;
+namespace kvtier {
 
 namespace {
 const Fingerprint16 kFp = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
@@ -23,9 +23,7 @@ const ChecksumKey& Key() {
   static const ChecksumKey k = DeriveChecksumKey("fuzzing-secret-0123456789").value();
   return k;
 }
-}  // namespace
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+int FuzzOne(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
   const uint8_t mode = data[0];
   std::vector<uint8_t> bytes(data + 1, data + size);
@@ -56,3 +54,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (n > 0) (void)VerifyBlocks(h.value(), 0, n, bytes.data() + kHeaderBytes, ck);
   return 0;
 }
+
+}  // namespace
+}  // namespace kvtier
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) { return kvtier::FuzzOne(data, size); }

@@ -11,9 +11,11 @@
 #include "cli_util.h"
 #include "kvtier/options.h"
 
-using namespace kvtier;
+namespace kvtier {
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+namespace {
+
+int FuzzOne(const uint8_t* data, size_t size) {
   std::vector<std::string> words;
   std::string cur;
   for (size_t i = 0; i < size; ++i) {
@@ -29,14 +31,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<char*> argv;
   for (auto& w : words) argv.push_back(w.data());
   try {
-    cli::Args args("fuzz", "fuzzing",
-                   {{"root", "DIR", "root", ""},
-                    {"budget", "SIZE", "budget", ""},
-                    {"depths", "LIST", "depths", "4"},
-                    {"sizes", "SIZES", "sizes", "1MiB"},
-                    {"watermark", "FRACTION", "w", "0.9"},
-                    {"mode", "direct|buffered", "m", "direct"},
-                    {"repair", "", "switch", ""}});
+    CliArgs args("fuzz", "fuzzing",
+                 {{"root", "DIR", "root", ""},
+                  {"budget", "SIZE", "budget", ""},
+                  {"depths", "LIST", "depths", "4"},
+                  {"sizes", "SIZES", "sizes", "1MiB"},
+                  {"watermark", "FRACTION", "w", "0.9"},
+                  {"mode", "direct|buffered", "m", "direct"},
+                  {"repair", "", "switch", ""}});
     args.Parse(static_cast<int>(argv.size()), argv.data());
     (void)args.Size("budget", 0);
     (void)args.UintList("depths", "4");
@@ -69,3 +71,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)o.Validate();
   return 0;
 }
+
+}  // namespace
+}  // namespace kvtier
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) { return kvtier::FuzzOne(data, size); }

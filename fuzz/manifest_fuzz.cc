@@ -6,9 +6,11 @@
 
 #include "layout/namespace.h"
 
-using namespace kvtier;
+namespace kvtier {
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+namespace {
+
+int FuzzOne(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   auto id = ParseManifest(text);
   if (!id.ok()) return 0;
@@ -20,3 +22,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)Fingerprint(id.value());
   return 0;
 }
+
+}  // namespace
+}  // namespace kvtier
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) { return kvtier::FuzzOne(data, size); }

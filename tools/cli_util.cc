@@ -12,22 +12,22 @@
 #include <fstream>
 #include <sstream>
 
-namespace kvtier::cli {
+namespace kvtier {
 
 // ---------------------------------------------------------------------------------------------------------------
-// Args
+// CliArgs
 
-Args::Args(std::string command, std::string summary, std::vector<FlagSpec> flags)
+CliArgs::CliArgs(std::string command, std::string summary, std::vector<FlagSpec> flags)
     : command_(std::move(command)), summary_(std::move(summary)), flags_(std::move(flags)) {}
 
-const FlagSpec* Args::Find(std::string_view name) const {
+const FlagSpec* CliArgs::Find(std::string_view name) const {
   for (const FlagSpec& f : flags_) {
     if (f.name == name) return &f;
   }
   return nullptr;
 }
 
-std::string Args::Accepted() const {
+std::string CliArgs::Accepted() const {
   std::string s;
   for (const FlagSpec& f : flags_) {
     s += "--" + f.name + (f.value_name.empty() ? "" : " " + f.value_name) + ", ";
@@ -35,14 +35,14 @@ std::string Args::Accepted() const {
   return s + "--help";
 }
 
-bool Args::ParseOrHelp(int argc, char** argv) {
+bool CliArgs::ParseOrHelp(int argc, char** argv) {
   Parse(argc, argv);
   if (!help_) return true;
   std::fputs(Usage().c_str(), stdout);
   return false;
 }
 
-void Args::Parse(int argc, char** argv) {
+void CliArgs::Parse(int argc, char** argv) {
   for (int i = 0; i < argc; ++i) {
     std::string_view a = argv[i];
     if (a == "--help" || a == "-h") {
@@ -76,7 +76,7 @@ void Args::Parse(int argc, char** argv) {
   }
 }
 
-std::string Args::Usage() const {
+std::string CliArgs::Usage() const {
   std::ostringstream o;
   o << "usage: kvtier " << command_ << " [flags]\n\n" << summary_ << "\n\nflags:\n";
   size_t w = 0;
@@ -94,21 +94,21 @@ std::string Args::Usage() const {
   return o.str();
 }
 
-bool Args::Has(std::string_view name) const {
+bool CliArgs::Has(std::string_view name) const {
   for (auto& [n, v] : given_) {
     if (n == name) return true;
   }
   return false;
 }
 
-std::string Args::Str(std::string_view name, std::string_view fallback) const {
+std::string CliArgs::Str(std::string_view name, std::string_view fallback) const {
   for (auto& [n, v] : given_) {
     if (n == name) return v;
   }
   return std::string(fallback);
 }
 
-std::string Args::RequiredStr(std::string_view name) const {
+std::string CliArgs::RequiredStr(std::string_view name) const {
   if (!Has(name)) {
     const FlagSpec* f = Find(name);
     throw UsageError("kvtier " + command_ + ": --" + std::string(name) + " " + (f ? f->value_name : "") +
@@ -119,7 +119,7 @@ std::string Args::RequiredStr(std::string_view name) const {
   return v;
 }
 
-uint64_t Args::Size(std::string_view name, uint64_t fallback) const {
+uint64_t CliArgs::Size(std::string_view name, uint64_t fallback) const {
   if (!Has(name)) return fallback;
   uint64_t v = 0;
   const std::string s = Str(name);
@@ -129,7 +129,7 @@ uint64_t Args::Size(std::string_view name, uint64_t fallback) const {
   return v;
 }
 
-uint64_t Args::Uint(std::string_view name, uint64_t fallback) const {
+uint64_t CliArgs::Uint(std::string_view name, uint64_t fallback) const {
   if (!Has(name)) return fallback;
   const std::string s = Str(name);
   char* end = nullptr;
@@ -141,7 +141,7 @@ uint64_t Args::Uint(std::string_view name, uint64_t fallback) const {
   return v;
 }
 
-double Args::Double(std::string_view name, double fallback) const {
+double CliArgs::Double(std::string_view name, double fallback) const {
   if (!Has(name)) return fallback;
   const std::string s = Str(name);
   char* end = nullptr;
@@ -166,7 +166,7 @@ std::vector<std::string> SplitComma(const std::string& s) {
 }
 }  // namespace
 
-std::vector<uint64_t> Args::SizeList(std::string_view name, std::string_view fallback) const {
+std::vector<uint64_t> CliArgs::SizeList(std::string_view name, std::string_view fallback) const {
   const std::string s = Has(name) ? Str(name) : std::string(fallback);
   std::vector<uint64_t> out;
   for (const std::string& item : SplitComma(s)) {
@@ -180,7 +180,7 @@ std::vector<uint64_t> Args::SizeList(std::string_view name, std::string_view fal
   return out;
 }
 
-std::vector<uint64_t> Args::UintList(std::string_view name, std::string_view fallback) const {
+std::vector<uint64_t> CliArgs::UintList(std::string_view name, std::string_view fallback) const {
   const std::string s = Has(name) ? Str(name) : std::string(fallback);
   std::vector<uint64_t> out;
   for (const std::string& item : SplitComma(s)) {
@@ -196,8 +196,8 @@ std::vector<uint64_t> Args::UintList(std::string_view name, std::string_view fal
   return out;
 }
 
-std::string Args::Choice(std::string_view name, std::string_view fallback,
-                         const std::vector<std::string>& choices) const {
+std::string CliArgs::Choice(std::string_view name, std::string_view fallback,
+                            const std::vector<std::string>& choices) const {
   const std::string v = Has(name) ? Str(name) : std::string(fallback);
   if (std::find(choices.begin(), choices.end(), v) != choices.end()) return v;
   std::string list;
@@ -246,22 +246,22 @@ std::string FormatSize(uint64_t bytes) {
     ++u;
   }
   if (bytes % div == 0) return std::to_string(bytes / div) + units[u];
-  return Fixed(static_cast<double>(bytes) / static_cast<double>(div), 1) + units[u];
+  return FormatFixed(static_cast<double>(bytes) / static_cast<double>(div), 1) + units[u];
 }
 
-std::string Fixed(double v, int decimals) {
+std::string FormatFixed(double v, int decimals) {
   if (!std::isfinite(v)) return "-";
   char buf[64];
   std::snprintf(buf, sizeof(buf), "%.*f", decimals, v);
   return buf;
 }
 
-std::string Rate(double v) {
+std::string FormatRate(double v) {
   if (!std::isfinite(v)) return "-";
-  if (v >= 1e6) return Fixed(v / 1e6, 2) + "M";
-  if (v >= 1e4) return Fixed(v / 1e3, 1) + "k";
-  if (v >= 100) return Fixed(v, 0);
-  return Fixed(v, 1);
+  if (v >= 1e6) return FormatFixed(v / 1e6, 2) + "M";
+  if (v >= 1e4) return FormatFixed(v / 1e3, 1) + "k";
+  if (v >= 100) return FormatFixed(v, 0);
+  return FormatFixed(v, 1);
 }
 
 double Median(std::vector<double> v) {
@@ -272,18 +272,18 @@ double Median(std::vector<double> v) {
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// Progress
+// ProgressBar
 
-Progress::Progress(std::string label, uint64_t total, bool force)
+ProgressBar::ProgressBar(std::string label, uint64_t total, bool force)
     : label_(std::move(label)), total_(total), start_(std::chrono::steady_clock::now()) {
   tty_ = isatty(STDERR_FILENO) == 1;
   enabled_ = tty_ || force;
   last_draw_ = start_ - std::chrono::seconds(60);
 }
 
-Progress::~Progress() { Finish(); }
+ProgressBar::~ProgressBar() { Finish(); }
 
-void Progress::Set(uint64_t done) {
+void ProgressBar::Set(uint64_t done) {
   done_ = done;
   if (!enabled_ || finished_) return;
   const auto now = std::chrono::steady_clock::now();
@@ -293,13 +293,13 @@ void Progress::Set(uint64_t done) {
   Draw(false);
 }
 
-void Progress::Finish() {
+void ProgressBar::Finish() {
   if (finished_) return;
   finished_ = true;
   if (enabled_) Draw(true);
 }
 
-void Progress::Draw(bool final) {
+void ProgressBar::Draw(bool final) {
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   std::string line = label_ + " ";
   if (total_ > 0) {
@@ -307,12 +307,12 @@ void Progress::Draw(bool final) {
     constexpr int kWidth = 30;
     const int fill = static_cast<int>(frac * kWidth);
     line += "[" + std::string(fill, '#') + std::string(kWidth - fill, '.') + "] " + std::to_string(done_) + "/" +
-            std::to_string(total_) + " " + Fixed(frac * 100, 0) + "%";
-    if (!final && frac > 0.01 && secs > 1) line += " eta " + Fixed(secs / frac - secs, 0) + "s";
+            std::to_string(total_) + " " + FormatFixed(frac * 100, 0) + "%";
+    if (!final && frac > 0.01 && secs > 1) line += " eta " + FormatFixed(secs / frac - secs, 0) + "s";
   } else {
     line += std::to_string(done_);
   }
-  line += " " + Fixed(secs, 1) + "s";
+  line += " " + FormatFixed(secs, 1) + "s";
   if (tty_) {
     std::fprintf(stderr, "\r\033[K%s%s", line.c_str(), final ? "\n" : "");
   } else {
@@ -322,9 +322,9 @@ void Progress::Draw(bool final) {
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// Table
+// TextTable
 
-std::string Table::Render() const {
+std::string TextTable::Render() const {
   std::vector<size_t> w(headers_.size(), 0);
   for (size_t c = 0; c < headers_.size(); ++c) w[c] = headers_[c].size();
   for (const auto& r : rows_) {
@@ -412,4 +412,4 @@ bool DropPageCache() {
   return static_cast<bool>(f);
 }
 
-}  // namespace kvtier::cli
+}  // namespace kvtier

@@ -15,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-namespace kvtier::cli {
+namespace kvtier {
 
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -34,10 +34,10 @@ struct FlagSpec {
 };
 
 // Parses the arguments of one subcommand. Every command also accepts --help (and -h).
-class Args {
+class CliArgs {
  public:
   // command: e.g. "bench io" (used in messages); summary: one paragraph for --help.
-  Args(std::string command, std::string summary, std::vector<FlagSpec> flags);
+  CliArgs(std::string command, std::string summary, std::vector<FlagSpec> flags);
 
   // Parses argv[0, argc) (the words after the subcommand). Throws UsageError naming the bad flag and listing the
   // accepted ones: unknown flag, missing value, value given to a switch, flag repeated, positional argument.
@@ -83,19 +83,19 @@ std::string FormatSize(uint64_t bytes);
 // sync(), then drops the page, dentry and inode caches (root only). False when not permitted.
 bool DropPageCache();
 // Fixed-point with `decimals` digits.
-std::string Fixed(double v, int decimals);
+std::string FormatFixed(double v, int decimals);
 // Rates with a sensible number of digits: 1234567 -> "1.23M", 12345 -> "12.3k", 12.3 -> "12.3".
-std::string Rate(double per_second);
+std::string FormatRate(double per_second);
 
 // A progress bar on stderr. Shown when stderr is a terminal, or when forced (--progress); otherwise silent.
 // On a terminal it redraws one line at most 10 times a second; when forced onto a non-terminal (a log file) it
 // writes a full line at most every 5 seconds, so logs never flood. total == 0: unknown total (shows a count).
-class Progress {
+class ProgressBar {
  public:
-  Progress(std::string label, uint64_t total, bool force);
-  ~Progress();  // Finish()
-  Progress(const Progress&) = delete;
-  Progress& operator=(const Progress&) = delete;
+  ProgressBar(std::string label, uint64_t total, bool force);
+  ~ProgressBar();  // Finish()
+  ProgressBar(const ProgressBar&) = delete;
+  ProgressBar& operator=(const ProgressBar&) = delete;
 
   void Set(uint64_t done);
   void Add(uint64_t n) { Set(done_ + n); }
@@ -117,9 +117,9 @@ class Progress {
 
 // An aligned text table: a header row, then rows; numbers (cells starting with a digit, '-' or '+') are
 // right-aligned, text left-aligned.
-class Table {
+class TextTable {
  public:
-  explicit Table(std::vector<std::string> headers) : headers_(std::move(headers)) {}
+  explicit TextTable(std::vector<std::string> headers) : headers_(std::move(headers)) {}
   void AddRow(std::vector<std::string> cells) { rows_.push_back(std::move(cells)); }
   std::string Render() const;
 
@@ -141,4 +141,4 @@ std::string FormatTime(int64_t unix_ns);
 
 double Median(std::vector<double> v);
 
-}  // namespace kvtier::cli
+}  // namespace kvtier

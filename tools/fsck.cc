@@ -23,7 +23,7 @@
 #include "layout/shared_fs.h"
 #include "root.h"
 
-namespace kvtier::cli {
+namespace kvtier {
 namespace {
 
 constexpr uint64_t kReadGroupBytes = 16ull << 20;  // bytes verified per read
@@ -172,7 +172,7 @@ std::string OtherKeyRefusal(const Namespace& ns, const ChecksumKey* checksum_key
 // The namespace's entries and temporaries (foreign files are counted and printed); false when the scan failed.
 bool ScanNamespace(const RootNamespace& r, const FsckOptions& o, Tally& t, std::vector<Found>& chunks,
                    std::vector<Found>& temps) {
-  Progress scan("scanning " + r.dir_name, 0, o.progress);
+  ProgressBar scan("scanning " + r.dir_name, 0, o.progress);
   Status st = ScanEntries(*r.ns, [&](const EntryInfo& e) {
     scan.Add(1);
     if (e.is_foreign) {
@@ -202,7 +202,7 @@ bool RemoveCorrupt(const Namespace& ns, const Found& f, const EntryCheck& c) {
 void VerifyEntries(const RootNamespace& r, const FsckOptions& o, Verifier& verifier, bool shared, int64_t now_ns,
                    const std::vector<Found>& chunks, Tally& t) {
   const Namespace& ns = *r.ns;
-  Progress progress("verifying " + r.dir_name, chunks.size(), o.progress);
+  ProgressBar progress("verifying " + r.dir_name, chunks.size(), o.progress);
   for (size_t i = 0; i < chunks.size(); ++i) {
     const Found& f = chunks[i];
     EntryCheck c = verifier.Check(ns, f.rel, f.key);
@@ -305,21 +305,21 @@ int PrintSummary(const Tally& t, bool repair) {
 }  // namespace
 
 int RunFsck(int argc, char** argv) {
-  Args args("fsck",
-            "Verifies every entry under a storage root as a load would: header, namespace fingerprint, key, file\n"
-            "size and every block checksum. Reports corrupt entries with the reason, publication temporaries and\n"
-            "foreign files. With --repair, removes corrupt entries and temporaries older than --temp-max-age\n"
-            "(foreign files are never removed). Exit code 0 when no corrupt entry remains, 1 otherwise.",
-            {{"root", "DIR", "storage root", ""},
-             {"namespace", "NS", "check only this namespace directory (ns-<16 hex>)", "all"},
-             {"repair", "", "remove corrupt entries and stale temporaries", ""},
-             {"temp-max-age", "SECONDS", "a temporary older than this is stale (a crashed writer's)", "600"},
-             {"checksum-secret", "SECRET",
-              "the engines' checksum_secret (file:<path> or the secret): entries must "
-              "be keyed with it; a namespace whose MANIFEST records another key (or none) is refused, not checked",
-              ""},
-             {"allow-insecure-root", "", kAllowInsecureRootHelp, ""},
-             {"progress", "", "show a progress bar even when stderr is not a terminal", ""}});
+  CliArgs args("fsck",
+               "Verifies every entry under a storage root as a load would: header, namespace fingerprint, key, file\n"
+               "size and every block checksum. Reports corrupt entries with the reason, publication temporaries and\n"
+               "foreign files. With --repair, removes corrupt entries and temporaries older than --temp-max-age\n"
+               "(foreign files are never removed). Exit code 0 when no corrupt entry remains, 1 otherwise.",
+               {{"root", "DIR", "storage root", ""},
+                {"namespace", "NS", "check only this namespace directory (ns-<16 hex>)", "all"},
+                {"repair", "", "remove corrupt entries and stale temporaries", ""},
+                {"temp-max-age", "SECONDS", "a temporary older than this is stale (a crashed writer's)", "600"},
+                {"checksum-secret", "SECRET",
+                 "the engines' checksum_secret (file:<path> or the secret): entries must "
+                 "be keyed with it; a namespace whose MANIFEST records another key (or none) is refused, not checked",
+                 ""},
+                {"allow-insecure-root", "", kAllowInsecureRootHelp, ""},
+                {"progress", "", "show a progress bar even when stderr is not a terminal", ""}});
   if (!args.ParseOrHelp(argc, argv)) return 0;
   const std::string root = args.RequiredStr("root");
   FsckOptions o;
@@ -363,4 +363,4 @@ int RunFsck(int argc, char** argv) {
   return rc;
 }
 
-}  // namespace kvtier::cli
+}  // namespace kvtier

@@ -30,7 +30,7 @@
 #include "layout/usage_ledger.h"
 #include "root.h"
 
-namespace kvtier::cli {
+namespace kvtier {
 namespace {
 
 struct Candidate {
@@ -85,7 +85,7 @@ int ScanRoot(std::vector<RootNamespace>& spaces, const GcOptions& o, std::vector
   int rc = 0;
   const int64_t now_ns =
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-  Progress scan("scanning", 0, o.progress);
+  ProgressBar scan("scanning", 0, o.progress);
   for (uint32_t i = 0; i < spaces.size(); ++i) {
     auto& r = spaces[i];
     // The MANIFEST temporaries of a cut publication: recovered from, or swept (their bytes count either way).
@@ -155,7 +155,7 @@ Eviction EvictOldest(std::vector<RootNamespace>& spaces, const GcOptions& o, uin
   Eviction out;
   std::sort(candidates.begin(), candidates.end(),
             [](const Candidate& a, const Candidate& b) { return a.mtime_ns < b.mtime_ns; });
-  Progress progress(o.dry ? "selecting" : "removing", 0, o.progress);
+  ProgressBar progress(o.dry ? "selecting" : "removing", 0, o.progress);
   std::vector<std::unique_ptr<SharedUsage>> usages(spaces.size());
   for (const Candidate& c : candidates) {
     if (*total <= target) break;
@@ -237,21 +237,21 @@ int ReconcileRecords(std::vector<RootNamespace>& spaces, const std::vector<PerNs
 }  // namespace
 
 int RunGc(int argc, char** argv) {
-  Args args("gc",
-            "Enforces a disk budget on a storage root: when the bytes of all namespaces exceed\n"
-            "high-watermark x budget, removes entries oldest first (by modification time, i.e. publication) until\n"
-            "they are at most low-watermark x budget. Also removes publication temporaries older than\n"
-            "--temp-max-age. Prints what it removed.",
-            {{"root", "DIR", "storage root", ""},
-             {"budget", "SIZE", "disk budget for the whole root, e.g. 500GiB", ""},
-             {"low-watermark", "FRACTION", "evict down to this fraction of the budget", "0.85"},
-             {"high-watermark", "FRACTION", "evict only when usage exceeds this fraction of the budget", "1.0"},
-             {"temp-max-age", "SECONDS", "sweep temporaries older than this", "600"},
-             {"dry-run", "", "print what would be removed, remove nothing", ""},
-             {"no-reconcile", "", "leave the usage records of shared roots as they are", ""},
-             {"allow-insecure-root", "", kAllowInsecureRootHelp, ""},
-             {"verbose", "", "print every removed file", ""},
-             {"progress", "", "show a progress bar even when stderr is not a terminal", ""}});
+  CliArgs args("gc",
+               "Enforces a disk budget on a storage root: when the bytes of all namespaces exceed\n"
+               "high-watermark x budget, removes entries oldest first (by modification time, i.e. publication) until\n"
+               "they are at most low-watermark x budget. Also removes publication temporaries older than\n"
+               "--temp-max-age. Prints what it removed.",
+               {{"root", "DIR", "storage root", ""},
+                {"budget", "SIZE", "disk budget for the whole root, e.g. 500GiB", ""},
+                {"low-watermark", "FRACTION", "evict down to this fraction of the budget", "0.85"},
+                {"high-watermark", "FRACTION", "evict only when usage exceeds this fraction of the budget", "1.0"},
+                {"temp-max-age", "SECONDS", "sweep temporaries older than this", "600"},
+                {"dry-run", "", "print what would be removed, remove nothing", ""},
+                {"no-reconcile", "", "leave the usage records of shared roots as they are", ""},
+                {"allow-insecure-root", "", kAllowInsecureRootHelp, ""},
+                {"verbose", "", "print every removed file", ""},
+                {"progress", "", "show a progress bar even when stderr is not a terminal", ""}});
   if (!args.ParseOrHelp(argc, argv)) return 0;
   const std::string root = args.RequiredStr("root");
   if (!args.Has("budget")) throw UsageError("kvtier gc: --budget SIZE is required");
@@ -281,7 +281,8 @@ int RunGc(int argc, char** argv) {
   Eviction ev;
   if (total > trigger) ev = EvictOldest(spaces, o, target, candidates, per, &total);
   if (!o.dry && !args.Has("no-reconcile")) rc |= ReconcileRecords(spaces, per);
-  Table t({"namespace", "entries", "bytes", o.dry ? "would remove" : "removed", "removed bytes", "temporaries swept"});
+  TextTable t(
+      {"namespace", "entries", "bytes", o.dry ? "would remove" : "removed", "removed bytes", "temporaries swept"});
   uint64_t swept = 0, swept_bytes = 0;
   for (size_t i = 0; i < spaces.size(); ++i) {
     const PerNs& p = per[i];
@@ -306,4 +307,4 @@ int RunGc(int argc, char** argv) {
   return rc;
 }
 
-}  // namespace kvtier::cli
+}  // namespace kvtier

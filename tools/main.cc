@@ -15,6 +15,7 @@
 #include "cli_util.h"
 #include "commands.h"
 
+namespace kvtier {
 namespace {
 
 // The one list of every `kvtier` command, the C++ ones and those of the Python package (python/kvtier/cli.py runs
@@ -45,7 +46,6 @@ bool IsPythonCommand(const std::string& cmd, const char* sub) {
 // this binary (building the kvtier target builds it too) and the Python package installs beside it. Replaces this
 // process; returns only by throwing.
 [[noreturn]] void ExecBench(int argc, char** argv) {
-  using namespace kvtier::cli;
   char self[PATH_MAX];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
   if (n <= 0) throw CliError(std::string("cannot find this binary's directory: ") + std::strerror(errno));
@@ -61,7 +61,6 @@ bool IsPythonCommand(const std::string& cmd, const char* sub) {
 }
 
 int Dispatch(int argc, char** argv) {
-  using namespace kvtier::cli;
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0 ||
       std::strcmp(argv[1], "help") == 0) {
     std::fputs(kUsage, argc < 2 ? stderr : stdout);
@@ -93,14 +92,15 @@ int Dispatch(int argc, char** argv) {
 }
 
 }  // namespace
+}  // namespace kvtier
 
 int main(int argc, char** argv) {
   try {
-    return Dispatch(argc, argv);
-  } catch (const kvtier::cli::UsageError& e) {
+    return kvtier::Dispatch(argc, argv);
+  } catch (const kvtier::UsageError& e) {
     std::fprintf(stderr, "kvtier: error: %s\n(run 'kvtier --help' or 'kvtier <command> --help')\n", e.what());
     return 2;
-  } catch (const kvtier::cli::CliError& e) {
+  } catch (const kvtier::CliError& e) {
     std::fprintf(stderr, "kvtier: error: %s\n", e.what());
     return 1;
   } catch (const std::exception& e) {

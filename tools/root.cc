@@ -7,7 +7,7 @@
 
 #include "cli_util.h"
 
-namespace kvtier::cli {
+namespace kvtier {
 namespace {
 
 // CheckTrustedDirectory's advice, for the CLI: the engine's option is the CLI's flag.
@@ -86,4 +86,4 @@ std::vector<RootNamespace> OpenRootNamespaces(const std::string& root, const std
   return out;
 }
 
-}  // namespace kvtier::cli
+}  // namespace kvtier

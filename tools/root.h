@@ -8,7 +8,7 @@
 
 #include "layout/namespace.h"
 
-namespace kvtier::cli {
+namespace kvtier {
 
 struct RootNamespace {
   std::string dir_name;         // "ns-<16 hex>"
@@ -42,4 +42,4 @@ inline constexpr const char* kAllowInsecureRootHelp =
     "accept a root that is world-writable without the sticky bit, or owned by another user (refused otherwise, as "
     "by the engine: docs/cli.md)";
 
-}  // namespace kvtier::cli
+}  // namespace kvtier

@@ -11,7 +11,7 @@
 #include "layout/usage_ledger.h"
 #include "root.h"
 
-namespace kvtier::cli {
+namespace kvtier {
 namespace {
 
 struct NsStats {
@@ -53,7 +53,7 @@ NsStats ScanNamespace(RootNamespace& r, bool progress_bar) {
   s.id = r.ns->identity();
   s.fingerprint = Fingerprint(s.id);
   s.oldest_ns = std::numeric_limits<int64_t>::max();
-  Progress progress("scanning " + r.dir_name, 0, progress_bar);
+  ProgressBar progress("scanning " + r.dir_name, 0, progress_bar);
   Status st = ScanEntries(*r.ns, [&](const EntryInfo& e) {
     if (e.is_foreign) {
       s.foreign++;
@@ -156,14 +156,14 @@ void PrintText(const std::string& root, const std::vector<NsStats>& all, uint64_
 }  // namespace
 
 int RunStats(int argc, char** argv) {
-  Args args("stats",
-            "Reads a storage root and prints, for each namespace: its identity (from MANIFEST), the number of\n"
-            "entries and their bytes, publication temporaries, foreign files, and the oldest and newest entry.\n"
-            "Live engine counters (hits, loads, ...) come from the running engine, not from here.",
-            {{"root", "DIR", "storage root", ""},
-             {"json", "", "print one JSON object instead of text", ""},
-             {"allow-insecure-root", "", kAllowInsecureRootHelp, ""},
-             {"progress", "", "show a progress bar even when stderr is not a terminal", ""}});
+  CliArgs args("stats",
+               "Reads a storage root and prints, for each namespace: its identity (from MANIFEST), the number of\n"
+               "entries and their bytes, publication temporaries, foreign files, and the oldest and newest entry.\n"
+               "Live engine counters (hits, loads, ...) come from the running engine, not from here.",
+               {{"root", "DIR", "storage root", ""},
+                {"json", "", "print one JSON object instead of text", ""},
+                {"allow-insecure-root", "", kAllowInsecureRootHelp, ""},
+                {"progress", "", "show a progress bar even when stderr is not a terminal", ""}});
   if (!args.ParseOrHelp(argc, argv)) return 0;
   const std::string root = args.RequiredStr("root");
   auto spaces = OpenRootNamespaces(root, "", RootOpen{args.Has("allow-insecure-root")});
@@ -185,4 +185,4 @@ int RunStats(int argc, char** argv) {
   return rc;
 }
 
-}  // namespace kvtier::cli
+}  // namespace kvtier

@@ -1,5 +1,5 @@
 // kvtier_gpu_bench: the engine's host path with the CUDA copier, on a GPU (scripts/gpu_bench.sh runs it). Loads and
-// stores go through the job API as a client of the engine's slot path (policy::JobClient with the CUDA copier,
+// stores go through the job API as a client of the engine's slot path (JobClient with the CUDA copier,
 // docs/architecture.md "One data path"): each chunk is read whole into a slot (or written from one) and only the
 // blocks asked for are copied.
 //
@@ -37,9 +37,9 @@
 #include "kvtier/engine.h"
 #include "policy/job_client.h"
 
+namespace kvtier {
 namespace {
 
-using namespace kvtier;
 using Clock = std::chrono::steady_clock;
 
 #define CHECK_CUDA(expr)                                                                         \
@@ -116,23 +116,23 @@ struct Bench {
   std::unique_ptr<Engine> engine;
   // Declared last, so destroyed first: it finishes its jobs, and its copier unregisters the client's mapping of the
   // pool, before the engine goes.
-  std::unique_ptr<policy::JobClient> jobs;
+  std::unique_ptr<JobClient> jobs;
   void reset() {
     jobs.reset();
     engine.reset();
   }
 };
 
-Bench OpenBench(const EngineOptions& o, cuda::CudaCopyMode mode) {
+Bench OpenBench(const EngineOptions& o, CudaCopyMode mode) {
   Bench b;
   auto opened = Engine::Open(o);
   if (!opened.ok()) Die("Engine::Open: " + opened.status().ToString());
   b.engine = std::move(opened.value());
-  cuda::CudaCopierOptions co;
+  CudaCopierOptions co;
   co.mode = mode;
-  auto copier = cuda::CreateCudaDeviceCopier(co);
+  auto copier = CreateCudaDeviceCopier(co);
   if (!copier.ok()) Die("CUDA copier: " + copier.status().ToString());
-  auto client = policy::JobClient::Create(b.engine.get(), std::move(copier.value()));
+  auto client = JobClient::Create(b.engine.get(), std::move(copier.value()));
   if (!client.ok()) Die("JobClient: " + client.status().ToString());
   b.jobs = std::move(client.value());
   return b;
@@ -223,9 +223,7 @@ double Median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int Main(int argc, char** argv) {
   Args a;
   for (int i = 1; i < argc; ++i) {
     std::string k = argv[i];
@@ -253,7 +251,7 @@ int main(int argc, char** argv) {
   if (a.root.empty()) Die("--root is required");
   const Geometry g = ModelGeometry(a.model);
   constexpr uint32_t kBlocksPerChunk = 16;
-  auto mode = cuda::ParseCudaCopyMode(a.mode);
+  auto mode = ParseCudaCopyMode(a.mode);
   if (!mode.ok()) Die(mode.status().ToString());
 
   // GPU KV tensors: room for every chunk twice (store ids and load ids are drawn from disjoint halves).
@@ -434,3 +432,8 @@ int main(int argc, char** argv) {
   for (auto* p : kv.layers) CHECK_CUDA(cudaFree(p));
   return exact ? 0 : 1;
 }
+
+}  // namespace
+}  // namespace kvtier
+
+int main(int argc, char** argv) { return kvtier::Main(argc, argv); }

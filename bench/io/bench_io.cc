@@ -57,8 +57,8 @@
 #include <thread>
 #include <vector>
 
-#include "cli_util.h"
 #include "bench_commands.h"
+#include "cli_util.h"
 #include "io/io_engine.h"
 #include "kvtier/engine.h"
 #include "layout/chunk_format.h"
@@ -77,7 +77,7 @@
 #pragma GCC diagnostic ignored "-Wrestrict"
 #endif
 
-namespace kvtier::cli {
+namespace kvtier {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -277,14 +277,14 @@ std::string CpuSummary(const CpuSample& a, const CpuSample& b) {
   std::sort(per.rbegin(), per.rend());
   // Threads that ended within the phase (the multi-threaded raw baseline's) are gone from /proc: the process total.
   total = std::max(total, b.cpu_seconds - a.cpu_seconds);
-  std::string s = "cpu " + Fixed(total / wall, 2) + " cores:";
+  std::string s = "cpu " + FormatFixed(total / wall, 2) + " cores:";
   for (size_t i = 0; i < per.size() && i < 3; ++i)
-    s += " tid " + per[i].second + " " + Fixed(100 * per[i].first / wall, 0) + "%";
-  s += " iou-wrk " + Fixed(100 * iou / wall, 0) + "%, " + std::to_string(b.minor_faults - a.minor_faults) +
+    s += " tid " + per[i].second + " " + FormatFixed(100 * per[i].first / wall, 0) + "%";
+  s += " iou-wrk " + FormatFixed(100 * iou / wall, 0) + "%, " + std::to_string(b.minor_faults - a.minor_faults) +
        " page faults";
   if (a.disk.ok && b.disk.ok && b.disk.ios > a.disk.ios) {
     s += "; disk qd " +
-         Fixed(static_cast<double>(b.disk.time_in_queue_ms - a.disk.time_in_queue_ms) / (wall * 1000), 1) + ", " +
+         FormatFixed(static_cast<double>(b.disk.time_in_queue_ms - a.disk.time_in_queue_ms) / (wall * 1000), 1) + ", " +
          FormatSize((b.disk.sectors - a.disk.sectors) * 512 / (b.disk.ios - a.disk.ios)) + "/req";
     const uint64_t reads = (b.disk.ios - b.disk.writes) - (a.disk.ios - a.disk.writes);
     const uint64_t writes = b.disk.writes - a.disk.writes;
@@ -822,10 +822,10 @@ class EngineBench {
     if (!host_copier) FillPoolIncompressible();
     // vLLM's path, through JobClient: each job one stream of a StreamPump over the engine's slot API, its copies
     // on one copier lane per reactor (the host copier's lanes are threads: memcpys spread over cores).
-    policy::JobClientOptions co;
+    JobClientOptions co;
     co.max_window = 2 * depth;  // a stream's window, as the vLLM manager sets it
     co.copy_lanes = host_copier ? std::max<uint32_t>(1, engine_->reactors()) : 1;
-    auto client = policy::JobClient::Create(engine_.get(), host_copier ? nullptr : std::make_unique<NullCopier>(), co);
+    auto client = JobClient::Create(engine_.get(), host_copier ? nullptr : std::make_unique<NullCopier>(), co);
     if (!client.ok()) throw CliError("job client: " + client.status().ToString());
     client_ = std::move(client).value();
     lanes_ = co.copy_lanes;
@@ -875,7 +875,7 @@ class EngineBench {
   // would let the engine's writes skip work the raw writer pays). Only the slots' bytes: the pool's header, control
   // lines and stream board stay as the engine wrote them (the job client attaches to them).
   void FillPoolIncompressible() {
-    auto pool = staging::StagingPool::Attach(engine_->pool_name());
+    auto pool = StagingPool::Attach(engine_->pool_name());
     if (!pool.ok()) throw CliError("cannot attach to the engine's pool: " + pool.status().ToString());
     std::mt19937_64 rng(salt_ ^ 0x706f6f6cull);
     for (uint32_t slot = 0; slot < (*pool)->num_slots(); ++slot) {
@@ -888,7 +888,7 @@ class EngineBench {
   // slots the engine may still keep as DRAM-resident; harmless here because the bench never loads a key twice.
   std::vector<uint8_t*> PoolSlots(uint32_t n) {
     if (!attached_) {
-      auto pool = staging::StagingPool::Attach(engine_->pool_name());
+      auto pool = StagingPool::Attach(engine_->pool_name());
       if (!pool.ok()) throw CliError("cannot attach to the engine's pool: " + pool.status().ToString());
       attached_ = std::move(pool).value();
     }
@@ -930,7 +930,7 @@ class EngineBench {
     for (const ChunkTransfer& t : chunks) keys.push_back(t.key);
     if (!store) EmptyDramTier(keys);
     const StatsSnapshot before = engine_->Stats();
-    const policy::StreamStats pump_before = client_->stream_stats();
+    const StreamStats pump_before = client_->stream_stats();
     const auto t0 = Clock::now();
     Result<JobId> id = store ? client_->SubmitStore(std::move(chunks)) : client_->SubmitLoad(std::move(chunks));
     if (!id.ok()) throw CliError("engine: submit: " + id.status().message());
@@ -946,7 +946,7 @@ class EngineBench {
         }
       }
     }
-    const policy::StreamStats pump_after = client_->stream_stats();
+    const StreamStats pump_after = client_->stream_stats();
     (store ? store_note_ : load_note_) = "stream: " + std::to_string(pump_after.slot_waits - pump_before.slot_waits) +
                                          " slot waits, peak window " + std::to_string(pump_after.peak_window) + ", " +
                                          std::to_string(lanes_) + " copier lanes";
@@ -991,11 +991,11 @@ class EngineBench {
   uint64_t pool_bytes_ = 0;
   std::string ns_path_;
   std::unique_ptr<Engine> engine_;
-  std::unique_ptr<staging::StagingPool> attached_;  // --raw-buffers pool
+  std::unique_ptr<StagingPool> attached_;  // --raw-buffers pool
   std::vector<Buffer> host_;
   uint32_t lanes_ = 1;
-  std::string store_note_, load_note_;         // the last stream of each kind (--verbose)
-  std::unique_ptr<policy::JobClient> client_;  // declared last: stopped before the engine goes
+  std::string store_note_, load_note_;  // the last stream of each kind (--verbose)
+  std::unique_ptr<JobClient> client_;   // declared last: stopped before the engine goes
 };
 
 struct Row {
@@ -1023,7 +1023,7 @@ struct RawCeilingOptions {
   bool verify = false;  // --raw-verify: every variant also with XXH3 over every byte
 };
 
-RawCeilingOptions ParseRawCeiling(const Args& args) {
+RawCeilingOptions ParseRawCeiling(const CliArgs& args) {
   RawCeilingOptions o;
   const std::string threads = args.Str("raw-threads", "auto");
   if (threads == "auto") {
@@ -1154,7 +1154,7 @@ void PrintCpuContext() {
   std::printf(
       "cpu context: one thread memcpy %.2f GB/s, XXH3-64 (%s build) %.2f GB/s (sink %llx); host copier "
       "copy-out of 64 MiB, %s: %.2f GB/s\n",
-      copy, std::string(detail::Xxh3Variant()).c_str(), xxh, static_cast<unsigned long long>(sink & 0xf),
+      copy, std::string(internal::Xxh3Variant()).c_str(), xxh, static_cast<unsigned long long>(sink & 0xf),
       HostCopierStreams(bytes) ? "streaming stores" : "memcpy", copy_out);
 }
 
@@ -1306,7 +1306,7 @@ struct BenchIoConfig {
   std::optional<std::string> json_path;
 };
 
-BenchIoConfig ParseBenchIo(const Args& args) {
+BenchIoConfig ParseBenchIo(const CliArgs& args) {
   BenchIoConfig c;
   c.dir = args.RequiredStr("dir");
   c.sizes = args.SizeList("chunk-sizes", "28MiB,2MiB");
@@ -1372,14 +1372,14 @@ void CheckBenchDir(const BenchIoConfig& c) {
   }
   if (c.direct) {
     const int fd = open(c.dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    const io::DirectIoInfo dio = io::ProbeDirectIo(fd);
+    const DirectIoInfo dio = ProbeDirectIo(fd);
     close(fd);
     if (!dio.supported || dio.mem_align > 4096 || dio.offset_align > 4096) {
       throw CliError("the filesystem of " + c.dir + " refuses O_DIRECT (" + dio.how + "); use --mode buffered");
     }
   }
   std::string why;
-  if (!io::UringAvailable(&why)) throw CliError("io_uring is unavailable on this kernel: " + why);
+  if (!UringAvailable(&why)) throw CliError("io_uring is unavailable on this kernel: " + why);
 }
 
 // The run's own directory under --dir, created and locked for as long as it lives (RemoveLeftoversOfKilledRuns
@@ -1418,7 +1418,7 @@ struct BenchRun {
   const BenchIoConfig& c;
   std::string base;
   PhaseMarks& marks;
-  Progress& progress;
+  ProgressBar& progress;
   bool drop_ok = false;
   uint64_t salt = 0;
   uint64_t steps = 0;
@@ -1496,7 +1496,7 @@ void ReadAtRest(BenchRun& run, BenchCell& cell, Row& row, uint32_t rep, const st
           "  %s qd %u reread %llu: raw on its files %.3f, raw on the engine's files %.3f, engine "
           "%.3f GB/s%s\n",
           FormatSize(cell.chunk).c_str(), cell.depth, static_cast<unsigned long long>(a), gb / own, gb / crossed,
-          gb / engine, c.touch ? (", raw+touch on the engine's files " + Fixed(gb / touched, 3)).c_str() : "");
+          gb / engine, c.touch ? (", raw+touch on the engine's files " + FormatFixed(gb / touched, 3)).c_str() : "");
     }
     std::fflush(stdout);
     run.progress.Set(++run.steps);
@@ -1643,7 +1643,7 @@ Row MeasureCell(BenchRun& run, uint64_t chunk, uint32_t depth) {
     const double rp = raw.PiecesPerBuffer(), ep = eng.PoolPiecesPerSlot();
     std::printf("  %s qd %u: physically contiguous pieces per %s transfer buffer: raw %s, engine %s\n",
                 FormatSize(chunk).c_str(), depth, FormatSize(file_bytes).c_str(),
-                rp > 0 ? Fixed(rp, 1).c_str() : "unknown", ep > 0 ? Fixed(ep, 1).c_str() : "unknown");
+                rp > 0 ? FormatFixed(rp, 1).c_str() : "unknown", ep > 0 ? FormatFixed(ep, 1).c_str() : "unknown");
   }
   // Warm-up, untimed: faults in buffers and pool slots, creates the first fan-out directories.
   const uint64_t warm = std::min<uint64_t>(row.files, 2ull * depth);
@@ -1675,10 +1675,10 @@ std::string BestJson(const RawBest& b) {
 // The report's tables: one line per cell and direction (the single-thread raw baseline, the best raw variant, the
 // device's ceiling, and the engine, with the engine's ratio to each), the raw variants, and --raw-verify's floor.
 struct BenchTables {
-  Table t{{"chunk", "depth", "files", "pool", "op", "raw GB/s", "raw best GB/s", "best", "engine GB/s", "reactors",
-           "ratio", "ratio to best"}};
-  Table tv{{"chunk", "depth", "raw", "write GB/s", "read GB/s"}};
-  Table tverify{{"chunk", "depth", "op", "raw+xxh3 best GB/s", "best", "engine GB/s", "ratio to raw+xxh3 best"}};
+  TextTable t{{"chunk", "depth", "files", "pool", "op", "raw GB/s", "raw best GB/s", "best", "engine GB/s", "reactors",
+               "ratio", "ratio to best"}};
+  TextTable tv{{"chunk", "depth", "raw", "write GB/s", "read GB/s"}};
+  TextTable tverify{{"chunk", "depth", "op", "raw+xxh3 best GB/s", "best", "engine GB/s", "ratio to raw+xxh3 best"}};
   bool any_variants = false, any_verify = false;
   std::string skipped_notes;
 };
@@ -1692,26 +1692,27 @@ void AddRowToTables(const Row& r, BenchTables* tables) {
     for (const bool write : {true, false}) {
       const RawBest& b = write ? vw : vr;
       tables->tverify.AddRow({FormatSize(r.chunk), std::to_string(r.depth), write ? "write" : "read",
-                              Fixed(Median(*b.gbps), 3), b.label, Fixed(Median(write ? r.eng_w : r.eng_r), 3),
-                              Fixed(PairedRatio(write ? r.eng_w : r.eng_r, *b.gbps), 3)});
+                              FormatFixed(Median(*b.gbps), 3), b.label,
+                              FormatFixed(Median(write ? r.eng_w : r.eng_r), 3),
+                              FormatFixed(PairedRatio(write ? r.eng_w : r.eng_r, *b.gbps), 3)});
     }
   }
   for (const bool write : {true, false}) {
     const RawBest& b = write ? bw : br;
     tables->t.AddRow({FormatSize(r.chunk), std::to_string(r.depth), std::to_string(r.files), FormatSize(r.pool),
-                      write ? "write" : "read", Fixed(write ? rw : rr, 3), Fixed(Median(*b.gbps), 3), b.label,
-                      Fixed(write ? ew : er, 3), r.reactors,
-                      Fixed(write ? PairedRatio(r.eng_w, r.raw_w) : PairedRatio(r.eng_r, r.raw_r), 3),
-                      Fixed(PairedRatio(write ? r.eng_w : r.eng_r, *b.gbps), 3)});
+                      write ? "write" : "read", FormatFixed(write ? rw : rr, 3), FormatFixed(Median(*b.gbps), 3),
+                      b.label, FormatFixed(write ? ew : er, 3), r.reactors,
+                      FormatFixed(write ? PairedRatio(r.eng_w, r.raw_w) : PairedRatio(r.eng_r, r.raw_r), 3),
+                      FormatFixed(PairedRatio(write ? r.eng_w : r.eng_r, *b.gbps), 3)});
   }
   const std::string mark_w = bw.label == "t1/whole" ? "*" : "", mark_r = br.label == "t1/whole" ? "*" : "";
-  tables->tv.AddRow(
-      {FormatSize(r.chunk), std::to_string(r.depth), "t1/whole", Fixed(rw, 3) + mark_w, Fixed(rr, 3) + mark_r});
+  tables->tv.AddRow({FormatSize(r.chunk), std::to_string(r.depth), "t1/whole", FormatFixed(rw, 3) + mark_w,
+                     FormatFixed(rr, 3) + mark_r});
   for (const RawVariant& v : r.variants) {
     tables->any_variants = true;
     tables->tv.AddRow({FormatSize(r.chunk), std::to_string(r.depth), v.Short(),
-                       Fixed(Median(v.write_gbps), 3) + (bw.label == v.Short() ? "*" : ""),
-                       Fixed(Median(v.read_gbps), 3) + (br.label == v.Short() ? "*" : "")});
+                       FormatFixed(Median(v.write_gbps), 3) + (bw.label == v.Short() ? "*" : ""),
+                       FormatFixed(Median(v.read_gbps), 3) + (br.label == v.Short() ? "*" : "")});
   }
   if (!r.skipped.empty()) {
     tables->skipped_notes += "  " + FormatSize(r.chunk) + " depth " + std::to_string(r.depth) + ":";
@@ -1837,19 +1838,19 @@ void PrintReadsAtRest(const BenchIoConfig& c, const std::vector<Row>& rows) {
                                    "engine", "engine/raw", "engine/raw same files"};
   if (c.touch)
     cols.insert(cols.end(), {"raw+touch on engine's files", "raw+touch/raw same files", "engine/(raw+touch)"});
-  Table at_rest(cols);
+  TextTable at_rest(cols);
   for (const Row& r : rows) {
     std::vector<std::string> cells = {FormatSize(r.chunk),
                                       std::to_string(r.depth),
-                                      Fixed(Median(r.at_rest_own), 3),
-                                      Fixed(Median(r.at_rest_cross), 3),
-                                      Fixed(Median(r.at_rest_eng), 3),
-                                      Fixed(PairedRatio(r.at_rest_eng, r.at_rest_own), 3),
-                                      Fixed(PairedRatio(r.at_rest_eng, r.at_rest_cross), 3)};
+                                      FormatFixed(Median(r.at_rest_own), 3),
+                                      FormatFixed(Median(r.at_rest_cross), 3),
+                                      FormatFixed(Median(r.at_rest_eng), 3),
+                                      FormatFixed(PairedRatio(r.at_rest_eng, r.at_rest_own), 3),
+                                      FormatFixed(PairedRatio(r.at_rest_eng, r.at_rest_cross), 3)};
     if (c.touch) {
-      cells.insert(cells.end(),
-                   {Fixed(Median(r.at_rest_touch), 3), Fixed(PairedRatio(r.at_rest_touch, r.at_rest_cross), 3),
-                    Fixed(PairedRatio(r.at_rest_eng, r.at_rest_touch), 3)});
+      cells.insert(cells.end(), {FormatFixed(Median(r.at_rest_touch), 3),
+                                 FormatFixed(PairedRatio(r.at_rest_touch, r.at_rest_cross), 3),
+                                 FormatFixed(PairedRatio(r.at_rest_eng, r.at_rest_touch), 3)});
     }
     at_rest.AddRow(cells);
   }
@@ -1861,12 +1862,13 @@ void PrintReadsAtRest(const BenchIoConfig& c, const std::vector<Row>& rows) {
 
 // --touch's table of writes at rest.
 void PrintWritesAtRest(const BenchIoConfig& c, const std::vector<Row>& rows) {
-  Table tw({"chunk", "depth", "raw", "raw+touch", "engine", "engine/raw", "raw+touch/raw", "engine/(raw+touch)"});
+  TextTable tw({"chunk", "depth", "raw", "raw+touch", "engine", "engine/raw", "raw+touch/raw", "engine/(raw+touch)"});
   for (const Row& r : rows) {
-    tw.AddRow({FormatSize(r.chunk), std::to_string(r.depth), Fixed(Median(r.rest_w_raw), 3),
-               Fixed(Median(r.rest_w_touch), 3), Fixed(Median(r.rest_w_eng), 3),
-               Fixed(PairedRatio(r.rest_w_eng, r.rest_w_raw), 3), Fixed(PairedRatio(r.rest_w_touch, r.rest_w_raw), 3),
-               Fixed(PairedRatio(r.rest_w_eng, r.rest_w_touch), 3)});
+    tw.AddRow({FormatSize(r.chunk), std::to_string(r.depth), FormatFixed(Median(r.rest_w_raw), 3),
+               FormatFixed(Median(r.rest_w_touch), 3), FormatFixed(Median(r.rest_w_eng), 3),
+               FormatFixed(PairedRatio(r.rest_w_eng, r.rest_w_raw), 3),
+               FormatFixed(PairedRatio(r.rest_w_touch, r.rest_w_raw), 3),
+               FormatFixed(PairedRatio(r.rest_w_eng, r.rest_w_touch), 3)});
   }
   std::printf(
       "writes at rest (--touch: %llu rotations of three writers, each writer's files removed before the "
@@ -1883,7 +1885,7 @@ void PrintEngineNotes(const BenchIoConfig& c, const std::string& engine_describe
       "the engine's transfers went through JobClient over StreamPump (vLLM's path: OpenStore/OpenLoad, "
       "copier lanes %s each ready slot and ack it)\n",
       c.host_copier ? "filling or copying out (the host copier, one thread per lane)" : "only acking");
-  const std::string xxh3(detail::Xxh3Variant());
+  const std::string xxh3(internal::Xxh3Variant());
   if (c.host_copier) {
     std::printf(
         "the engine also copies every chunk between host memory and its staging slot and checksums it "
@@ -1917,7 +1919,7 @@ void WriteBenchJson(const BenchRun& run, const std::vector<Row>& rows, uint64_t 
                 ", \"raw_threads\": [" + raw_threads_json + "], \"raw_split_bytes\": [" + raw_split_json +
                 "], \"raw_queue\": " + JsonString(c.ceiling.per_thread_queue ? "per-thread" : "total") +
                 ", \"reactors_option\": " + std::to_string(c.reactors) + ", \"read_piece_bytes\": " +
-                std::to_string(c.read_piece) + ", \"xxh3\": " + JsonString(detail::Xxh3Variant()) +
+                std::to_string(c.read_piece) + ", \"xxh3\": " + JsonString(internal::Xxh3Variant()) +
                 ", \"total_bytes\": " + std::to_string(c.total) + ", \"repeat\": " + std::to_string(c.repeat) +
                 ", \"page_cache_dropped\": " + (run.drop_ok ? "true" : "false") + ", \"peak_rss_bytes\": " +
                 std::to_string(peak_rss) + ",\n  \"engine\": " + JsonString(run.engine_described) +
@@ -1929,16 +1931,16 @@ void WriteBenchJson(const BenchRun& run, const std::vector<Row>& rows, uint64_t 
 int RunBenchIo(int argc, char** argv) {
   std::vector<FlagSpec> flags = BenchIoMeasureFlags();
   for (FlagSpec& f : BenchIoDiagnosticFlags()) flags.push_back(std::move(f));
-  Args args("bench io",
-            "Measures the kvtier engine's write (store) and read (load) bandwidth against a raw io_uring baseline\n"
-            "written with liburing, on the same directory, file sizes and queue depth, in the same run. For each\n"
-            "chunk size and depth: alternating raw and engine runs, --repeat times; GB/s are medians, the ratio\n"
-            "is the median over repetitions of engine/raw in the same repetition.\n"
-            "The engine also copies each chunk between host memory and its staging slot and checksums it\n"
-            "(XXH3); the raw baseline does neither. Beside the single-thread raw baseline, a multi-threaded one\n"
-            "(--raw-threads, --raw-split) measures the device's ceiling, 'raw best', on the same files.\n"
-            "Data written is incompressible. Files created are removed at the end.",
-            std::move(flags));
+  CliArgs args("bench io",
+               "Measures the kvtier engine's write (store) and read (load) bandwidth against a raw io_uring baseline\n"
+               "written with liburing, on the same directory, file sizes and queue depth, in the same run. For each\n"
+               "chunk size and depth: alternating raw and engine runs, --repeat times; GB/s are medians, the ratio\n"
+               "is the median over repetitions of engine/raw in the same repetition.\n"
+               "The engine also copies each chunk between host memory and its staging slot and checksums it\n"
+               "(XXH3); the raw baseline does neither. Beside the single-thread raw baseline, a multi-threaded one\n"
+               "(--raw-threads, --raw-split) measures the device's ceiling, 'raw best', on the same files.\n"
+               "Data written is incompressible. Files created are removed at the end.",
+               std::move(flags));
   if (!args.ParseOrHelp(argc, argv)) return 0;
   const BenchIoConfig c = ParseBenchIo(args);
   CheckBenchDir(c);
@@ -1959,8 +1961,8 @@ int RunBenchIo(int argc, char** argv) {
   std::fflush(stdout);
 
   std::vector<Row> rows;
-  Progress progress("bench io", c.sizes.size() * c.depths.size() * (c.repeat + c.reread * (c.touch ? 2 : 1)),
-                    c.show_progress);
+  ProgressBar progress("bench io", c.sizes.size() * c.depths.size() * (c.repeat + c.reread * (c.touch ? 2 : 1)),
+                       c.show_progress);
   std::random_device rd;
   BenchRun run{c, base.path(), marks, progress, drop_ok, (uint64_t{rd()} << 32) ^ rd()};
   try {
@@ -1987,4 +1989,4 @@ int RunBenchIo(int argc, char** argv) {
   return 0;
 }
 
-}  // namespace kvtier::cli
+}  // namespace kvtier

@@ -6,7 +6,7 @@
 //
 // Chunks use the smallest geometry (1 block of 1 byte: an 8 KiB file, header plus one 4 KiB block), so the numbers
 // are per-entry costs, not bandwidth. Stores go through the job API as a client of the engine's slot path
-// (policy::JobClient, docs/architecture.md "One data path"), as vLLM's do: each chunk is reserved a slot, copied
+// (JobClient, docs/architecture.md "One data path"), as vLLM's do: each chunk is reserved a slot, copied
 // into it and committed.
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -24,13 +24,13 @@
 #include <string>
 #include <vector>
 
-#include "cli_util.h"
 #include "bench_commands.h"
+#include "cli_util.h"
 #include "kvtier/engine.h"
 #include "layout/chunk_format.h"
 #include "policy/job_client.h"
 
-namespace kvtier::cli {
+namespace kvtier {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -106,10 +106,10 @@ class MetaBench {
 
     // Publish.
     {
-      auto client = policy::JobClient::Create(engine.get());
+      auto client = JobClient::Create(engine.get());
       if (!client.ok()) throw CliError("engine: " + client.status().message());
-      policy::JobClient& jobs = **client;
-      Progress progress("publish " + std::to_string(n), n, force_progress_);
+      JobClient& jobs = **client;
+      ProgressBar progress("publish " + std::to_string(n), n, force_progress_);
       std::deque<JobId> in_flight;
       uint64_t next = 0, done = 0;
       auto wait_one = [&] {
@@ -204,7 +204,7 @@ class MetaBench {
     r.evict_rate = static_cast<double>(r.evicted) / r.evict_s;
     engine.reset();
 
-    Progress cleanup("removing " + std::to_string(n) + " test entries", 0, force_progress_);
+    ProgressBar cleanup("removing " + std::to_string(n) + " test entries", 0, force_progress_);
     std::error_code ec;
     std::filesystem::remove_all(root_, ec);
     return r;
@@ -222,17 +222,17 @@ class MetaBench {
 }  // namespace
 
 int RunBenchMeta(int argc, char** argv) {
-  Args args("bench meta",
-            "Measures the engine's per-entry costs at several index sizes: publish (store of a tiny chunk: 8 KiB\n"
-            "file), lookup of present keys (index hit), lookup of absent keys (first: one stat; second: negative\n"
-            "cache), engine open (temporary sweep + index rebuild from the tree; cold = caches dropped first),\n"
-            "and eviction of half the entries (EvictToBudget). Entries are created under DIR and removed after.",
-            {{"dir", "DIR", "directory on the disk to measure (a subdirectory is created and removed)", ""},
-             {"entries", "LIST", "comma-separated index sizes", "10000,100000"},
-             {"depth", "N", "engine io_depth", "16"},
-             {"mode", "auto|direct|buffered", "engine I/O mode", "auto"},
-             {"json", "OUT", "also write the results as JSON to OUT", ""},
-             {"progress", "", "show a progress bar even when stderr is not a terminal", ""}});
+  CliArgs args("bench meta",
+               "Measures the engine's per-entry costs at several index sizes: publish (store of a tiny chunk: 8 KiB\n"
+               "file), lookup of present keys (index hit), lookup of absent keys (first: one stat; second: negative\n"
+               "cache), engine open (temporary sweep + index rebuild from the tree; cold = caches dropped first),\n"
+               "and eviction of half the entries (EvictToBudget). Entries are created under DIR and removed after.",
+               {{"dir", "DIR", "directory on the disk to measure (a subdirectory is created and removed)", ""},
+                {"entries", "LIST", "comma-separated index sizes", "10000,100000"},
+                {"depth", "N", "engine io_depth", "16"},
+                {"mode", "auto|direct|buffered", "engine I/O mode", "auto"},
+                {"json", "OUT", "also write the results as JSON to OUT", ""},
+                {"progress", "", "show a progress bar even when stderr is not a terminal", ""}});
   if (!args.ParseOrHelp(argc, argv)) return 0;
   const std::string dir = args.RequiredStr("dir");
   const std::vector<uint64_t> entries = args.UintList("entries", "10000,100000");
@@ -262,13 +262,14 @@ int RunBenchMeta(int argc, char** argv) {
   std::error_code ec;
   std::filesystem::remove_all(base, ec);
 
-  Table t({"entries", "publish/s", "publish s", "lookup hit/s", "miss stat/s", "miss neg-cache/s", "open cold s",
-           "open warm s", "evict/s", "evicted"});
+  TextTable t({"entries", "publish/s", "publish s", "lookup hit/s", "miss stat/s", "miss neg-cache/s", "open cold s",
+               "open warm s", "evict/s", "evicted"});
   std::string json;
   for (const Result_& r : results) {
-    t.AddRow({std::to_string(r.entries), Rate(r.publish_rate), Fixed(r.publish_s, 1), Rate(r.hit_rate),
-              Rate(r.miss_stat_rate), Rate(r.miss_neg_rate), r.cold ? Fixed(r.open_cold_s, 2) : "-",
-              Fixed(r.open_warm_s, 2), Rate(r.evict_rate), std::to_string(r.evicted)});
+    t.AddRow({std::to_string(r.entries), FormatRate(r.publish_rate), FormatFixed(r.publish_s, 1),
+              FormatRate(r.hit_rate), FormatRate(r.miss_stat_rate), FormatRate(r.miss_neg_rate),
+              r.cold ? FormatFixed(r.open_cold_s, 2) : "-", FormatFixed(r.open_warm_s, 2), FormatRate(r.evict_rate),
+              std::to_string(r.evicted)});
     json += std::string(json.empty() ? "" : ",\n    ") + "{\"entries\": " + std::to_string(r.entries) +
             ", \"publish_per_s\": " + JsonNumber(r.publish_rate) + ", \"publish_s\": " + JsonNumber(r.publish_s) +
             ", \"lookup_hit_per_s\": " + JsonNumber(r.hit_rate) +
@@ -295,4 +296,4 @@ int RunBenchMeta(int argc, char** argv) {
   return 0;
 }
 
-}  // namespace kvtier::cli
+}  // namespace kvtier

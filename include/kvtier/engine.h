@@ -5,7 +5,7 @@
 // one ring each).
 //
 // Its job ends at the slot (docs/architecture.md, "One data path"): Promote reads and verifies a chunk into a pool
-// slot; a worker process (vLLM's, or policy::JobClient's copy thread for every other caller) copies it out of the
+// slot; a worker process (vLLM's, or JobClient's copy thread for every other caller) copies it out of the
 // slot and unpins it. ReserveForStore hands out slots a worker fills; CommitStore writes and publishes them.
 //
 // Threads: every public method is thread-safe. Lookup runs on the caller's thread against the index (and, for
@@ -67,7 +67,7 @@ class Engine {
   // Whether the disk index holds key as published. No counters, no recency, no file system access (a stream asks
   // it to tell "no slot free now" from "gone" after a promotion found no room).
   virtual bool Stored(const ChunkKey& key) = 0;
-  // The outcome of a committed store, for a committer that reports its stores (policy::JobClient). WatchStore(key),
+  // The outcome of a committed store, for a committer that reports its stores (JobClient). WatchStore(key),
   // called before the CommitStore that writes key (a client: before it acks the slot its stream's pump commits),
   // asks the engine to keep that store's outcome; TakeStoreOutcome then answers nullopt while the store is not
   // committed or still in flight, and then once: Ok (written and published, or an entry already published covered
@@ -90,7 +90,7 @@ class Engine {
   // success the chunks are written and published asynchronously and stay resident (write-through DRAM tier).
   virtual void CommitStore(std::span<const ChunkKey> keys, bool success) = 0;
 
-  // The job API's loads (policy::JobClient, a client of the slot path) in the engine's counters, so that Stats()
+  // The job API's loads (JobClient, a client of the slot path) in the engine's counters, so that Stats()
   // shows them beside the promotions they made: a load job started, and one that ended (all_ok: every chunk
   // loaded; chunks_loaded of them; bytes_needed: the payload bytes its chunks asked for; latency_ns: submit to end).
   virtual void CountClientLoadStarted() = 0;

@@ -18,7 +18,7 @@
 namespace nb = nanobind;
 using namespace nb::literals;
 
-namespace kvtier::cuda {
+namespace kvtier {
 namespace {
 
 [[noreturn]] void ThrowStatus(const Status& s) {
@@ -78,7 +78,7 @@ class PyCudaCopier {
     Result<uint64_t> t = Status::Ok();
     {
       nb::gil_scoped_release release;
-      t = copier_->CopyBatch(d, dst.data(), src.data(), sizes.data(), n, static_cast<StreamHandle>(stream));
+      t = copier_->CopyBatch(d, dst.data(), src.data(), sizes.data(), n, static_cast<CudaStreamHandle>(stream));
     }
     if (!t.ok()) ThrowStatus(t.status());
     return *t;
@@ -102,7 +102,7 @@ class PyCudaCopier {
   }
 
   void StreamWait(uint64_t ticket, uint64_t stream) {
-    Status s = copier_->StreamWait(ticket, static_cast<StreamHandle>(stream));
+    Status s = copier_->StreamWait(ticket, static_cast<CudaStreamHandle>(stream));
     if (!s.ok()) ThrowStatus(s);
   }
 
@@ -128,10 +128,10 @@ class PyCudaCopier {
 };
 
 }  // namespace
-}  // namespace kvtier::cuda
+}  // namespace kvtier
 
 NB_MODULE(_kvtier_cuda, m) {
-  using kvtier::cuda::PyCudaCopier;
+  using kvtier::PyCudaCopier;
   m.doc() = "kvtier CUDA copier: batched host<->GPU copies of scattered KV segments (docs/gpu.md)";
   nb::class_<PyCudaCopier>(m, "CudaCopier")
       .def(nb::init<int, const std::string&, uint32_t, uint32_t>(), "device"_a = 0, "mode"_a = "auto",
@@ -152,8 +152,8 @@ NB_MODULE(_kvtier_cuda, m) {
           "address"_a, "bytes"_a)
       .def(
           "copy_batch",
-          [](PyCudaCopier& c, const std::string& d, kvtier::cuda::U64Array dst, kvtier::cuda::U64Array src,
-             kvtier::cuda::U64Array sizes, uint64_t stream) {
+          [](PyCudaCopier& c, const std::string& d, kvtier::U64Array dst, kvtier::U64Array src, kvtier::U64Array sizes,
+             uint64_t stream) {
             c.copier();
             return c.CopyBatch(d, dst, src, sizes, stream);
           },
@@ -204,5 +204,5 @@ NB_MODULE(_kvtier_cuda, m) {
       .def("close", &PyCudaCopier::Close)
       .def("__enter__", [](nb::handle self) { return self; })
       .def("__exit__", [](PyCudaCopier& c, nb::args) { c.Close(); });
-  m.attr("NO_STREAM_DEPENDENCY") = static_cast<uint64_t>(kvtier::cuda::kNoStreamDependency);
+  m.attr("NO_STREAM_DEPENDENCY") = static_cast<uint64_t>(kvtier::kNoCudaStreamDependency);
 }

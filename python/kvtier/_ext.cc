@@ -260,22 +260,22 @@ const char* PromoteStateName(PromoteState s) {
   return "miss";
 }
 
-const char* SlotStateLabel(staging::SlotState s) {
+const char* SlotStateLabel(SlotState s) {
   switch (s) {
-    case staging::SlotState::kFree: return "free";
-    case staging::SlotState::kFilling: return "filling";
-    case staging::SlotState::kReady: return "ready";
-    case staging::SlotState::kFailed: return "failed";
+    case SlotState::kFree: return "free";
+    case SlotState::kFilling: return "filling";
+    case SlotState::kReady: return "ready";
+    case SlotState::kFailed: return "failed";
   }
   return "free";
 }
 
-const char* WaitOutcomeLabel(staging::WaitOutcome w) {
+const char* WaitOutcomeLabel(SlotWaitOutcome w) {
   switch (w) {
-    case staging::WaitOutcome::kReady: return "ready";
-    case staging::WaitOutcome::kFailed: return "failed";
-    case staging::WaitOutcome::kSuperseded: return "superseded";
-    case staging::WaitOutcome::kTimedOut: return "timeout";
+    case SlotWaitOutcome::kReady: return "ready";
+    case SlotWaitOutcome::kFailed: return "failed";
+    case SlotWaitOutcome::kSuperseded: return "superseded";
+    case SlotWaitOutcome::kTimedOut: return "timeout";
   }
   return "timeout";
 }
@@ -446,27 +446,27 @@ class PyEngine {
 
   // --- Streamed transfers (policy/stream_pump.h): the vLLM path's loads and stores -----------------------------
   // The pump is made at the first stream, over a second mapping of the engine's own pool (its stream board).
-  policy::StreamPump& PumpOf(Engine& e) {
+  StreamPump& PumpOf(Engine& e) {
     std::lock_guard<std::mutex> lock(pump_mu_);
     return PumpLocked(e);
   }
-  policy::StreamPump& PumpLocked(Engine& e) {
+  StreamPump& PumpLocked(Engine& e) {
     if (!pump_) {
-      auto pool = staging::StagingPool::Attach(e.pool_name());
+      auto pool = StagingPool::Attach(e.pool_name());
       if (!pool.ok())
         throw std::runtime_error("kvtier: cannot map the pool's stream board: " + pool.status().message());
-      policy::StreamOptions o;
+      StreamOptions o;
       o.max_window = std::max<uint32_t>(1, 2 * e.options().io_depth);
-      pump_ = std::make_unique<policy::StreamPump>(&e, std::move(pool.value()), o);
+      pump_ = std::make_unique<StreamPump>(&e, std::move(pool.value()), o);
     }
     return *pump_;
   }
   // Jobs (store, load, wait) go through a JobClient over the same pump (docs/architecture.md, "One data path"): the
   // path vLLM's workers use, with the host copier.
-  policy::JobClient& JobsOf(Engine& e) {
+  JobClient& JobsOf(Engine& e) {
     std::lock_guard<std::mutex> lock(pump_mu_);
     if (!jobs_) {
-      auto c = policy::JobClient::Create(&e, nullptr, {}, &PumpLocked(e));
+      auto c = JobClient::Create(&e, nullptr, {}, &PumpLocked(e));
       if (!c.ok()) throw std::runtime_error("kvtier: cannot start the job client: " + c.status().message());
       jobs_ = std::move(c.value());
     }
@@ -475,8 +475,8 @@ class PyEngine {
   using StreamTuple = std::tuple<uint64_t, uint32_t, uint32_t, uint32_t>;
   std::optional<StreamTuple> stream_open(const std::vector<nb::bytes>& keys, uint32_t consumers, bool load) {
     std::vector<ChunkKey> ks = KeysFromList(keys);
-    Result<policy::StreamSpan> r = Call([&](Engine& e) {
-      policy::StreamPump& p = PumpOf(e);
+    Result<StreamSpan> r = Call([&](Engine& e) {
+      StreamPump& p = PumpOf(e);
       return load ? p.OpenLoad(ks, consumers) : p.OpenStore(ks, consumers);
     });
     if (!r.ok()) {
@@ -506,7 +506,7 @@ class PyEngine {
     return d;
   }
   nb::dict stream_stats() {
-    policy::StreamStats st = Call([&](Engine& e) { return PumpOf(e).stats(); });
+    StreamStats st = Call([&](Engine& e) { return PumpOf(e).stats(); });
     nb::dict d;
     d["loads_opened"] = st.loads_opened;
     d["stores_opened"] = st.stores_opened;
@@ -524,12 +524,12 @@ class PyEngine {
   // --- Preload planner (R1-R3, src/policy): one per engine, configured once -----------------------------------
   void preload_configure(uint32_t max_inflight, int64_t max_queue_age_ms) {
     Call([&](Engine& e) {
-      planner_ = std::make_unique<policy::PreloadPlanner>(&e, policy::PlannerOptions{max_inflight, max_queue_age_ms});
+      planner_ = std::make_unique<PreloadPlanner>(&e, PlannerOptions{max_inflight, max_queue_age_ms});
       // Reads advance as they complete, not only once per scheduler step (a step can be a multi-second prefill).
       planner_->StartBackgroundPump(std::chrono::microseconds(1000));
     });
   }
-  policy::PreloadPlanner& Planner() {
+  PreloadPlanner& Planner() {
     if (!planner_) throw nb::value_error("kvtier: preload_configure() was not called");
     return *planner_;
   }
@@ -554,7 +554,7 @@ class PyEngine {
   }
   nb::dict preload_stats() {
     auto& p = Planner();
-    policy::PlannerStats st = Call([&](Engine&) { return p.stats(); });
+    PlannerStats st = Call([&](Engine&) { return p.stats(); });
     nb::dict d;
     d["enqueued"] = st.enqueued;
     d["started"] = st.started;
@@ -717,31 +717,31 @@ class PyEngine {
 
  private:
   std::shared_mutex mu_;
-  std::unique_ptr<Engine> engine_;                   // null once closed
-  std::unique_ptr<policy::PreloadPlanner> planner_;  // null until preload_configure; reset before engine_
+  std::unique_ptr<Engine> engine_;           // null once closed
+  std::unique_ptr<PreloadPlanner> planner_;  // null until preload_configure; reset before engine_
   std::mutex pump_mu_;
-  std::unique_ptr<policy::StreamPump> pump_;  // null until the first stream; reset before engine_
-  std::unique_ptr<policy::JobClient> jobs_;   // null until the first job; over pump_, reset before it
+  std::unique_ptr<StreamPump> pump_;  // null until the first stream; reset before engine_
+  std::unique_ptr<JobClient> jobs_;   // null until the first job; over pump_, reset before it
 };
 
 // --- Pool ----------------------------------------------------------------------------------------------------------
 
 class PyPool {
  public:
-  explicit PyPool(std::unique_ptr<staging::StagingPool> pool) : pool_(std::move(pool)) {}
+  explicit PyPool(std::unique_ptr<StagingPool> pool) : pool_(std::move(pool)) {}
 
   static std::unique_ptr<PyPool> attach(const std::string& name) {
-    Result<std::unique_ptr<staging::StagingPool>> r = Status(StatusCode::kInternal, "not attached");
+    Result<std::unique_ptr<StagingPool>> r = Status(StatusCode::kInternal, "not attached");
     {
       nb::gil_scoped_release unlocked;
-      r = staging::StagingPool::Attach(name);
+      r = StagingPool::Attach(name);
     }
     if (!r.ok()) ThrowStatus(r.status());
     return std::make_unique<PyPool>(std::move(r.value()));
   }
 
   // Geometry and observation are lock-free reads of the mapping; they hold the lock only to keep close() off.
-  staging::StagingPool& Get() {
+  StagingPool& Get() {
     if (!pool_) throw nb::value_error("kvtier Pool is closed");
     return *pool_;
   }
@@ -763,7 +763,7 @@ class PyPool {
     return Get().mapped_bytes();
   }
 
-  void CheckSlot(staging::StagingPool& p, int64_t slot) {
+  void CheckSlot(StagingPool& p, int64_t slot) {
     if (slot < 0 || slot >= static_cast<int64_t>(p.num_slots())) {
       throw nb::index_error(
           ("slot " + std::to_string(slot) + " outside a pool of " + std::to_string(p.num_slots()) + " slots").c_str());
@@ -772,16 +772,16 @@ class PyPool {
 
   uint64_t slot_address(int64_t slot) {
     std::shared_lock lock(mu_);
-    staging::StagingPool& p = Get();
+    StagingPool& p = Get();
     CheckSlot(p, slot);
     return reinterpret_cast<uintptr_t>(p.SlotData(static_cast<uint32_t>(slot)));
   }
 
   std::tuple<uint32_t, std::string> observe(int64_t slot) {
     std::shared_lock lock(mu_);
-    staging::StagingPool& p = Get();
+    StagingPool& p = Get();
     CheckSlot(p, slot);
-    staging::SlotView v = p.Observe(static_cast<uint32_t>(slot));
+    SlotView v = p.Observe(static_cast<uint32_t>(slot));
     return {v.generation, SlotStateLabel(v.state)};
   }
 
@@ -793,7 +793,7 @@ class PyPool {
     if (!(timeout_s >= 0)) throw nb::value_error("timeout_s must be >= 0");
     const auto timeout = std::chrono::nanoseconds(static_cast<int64_t>(std::min(timeout_s, 1e9) * 1e9));
     bool closed = false;
-    staging::WaitOutcome w = staging::WaitOutcome::kTimedOut;
+    SlotWaitOutcome w = SlotWaitOutcome::kTimedOut;
     {
       nb::gil_scoped_release unlocked;
       std::shared_lock lock(mu_);
@@ -811,21 +811,21 @@ class PyPool {
     std::shared_lock lock(mu_);
     return Get().stream_entries();
   }
-  void CheckEntries(staging::StagingPool& p, int64_t first, int64_t count) {
+  void CheckEntries(StagingPool& p, int64_t first, int64_t count) {
     if (first < 0 || count < 0 || first + count > static_cast<int64_t>(p.stream_entries())) {
       throw nb::index_error(("entries [" + std::to_string(first) + ", +" + std::to_string(count) +
                              ") outside a board of " + std::to_string(p.stream_entries()))
                                 .c_str());
     }
   }
-  // count entries from first, packed as 4 uint32 each: tag, state (staging::EntryState), slot, generation.
+  // count entries from first, packed as 4 uint32 each: tag, state (StreamEntryState), slot, generation.
   nb::bytes observe_entries(int64_t first, int64_t count) {
     std::shared_lock lock(mu_);
-    staging::StagingPool& p = Get();
+    StagingPool& p = Get();
     CheckEntries(p, first, count);
     std::vector<uint32_t> out(static_cast<size_t>(count) * 4);
     for (int64_t i = 0; i < count; ++i) {
-      staging::EntryView v = p.ObserveEntry(static_cast<uint32_t>(first + i));
+      StreamEntryView v = p.ObserveEntry(static_cast<uint32_t>(first + i));
       out[i * 4] = v.tag;
       out[i * 4 + 1] = static_cast<uint32_t>(v.state);
       out[i * 4 + 2] = v.slot;
@@ -835,7 +835,7 @@ class PyPool {
   }
   bool ack_entry(int64_t entry, uint32_t tag) {
     std::shared_lock lock(mu_);
-    staging::StagingPool& p = Get();
+    StagingPool& p = Get();
     CheckEntries(p, entry, 1);
     return p.AckEntry(static_cast<uint32_t>(entry), tag);
   }
@@ -859,7 +859,7 @@ class PyPool {
 
  private:
   std::shared_mutex mu_;
-  std::unique_ptr<staging::StagingPool> pool_;  // null once closed
+  std::unique_ptr<StagingPool> pool_;  // null once closed
 };
 
 // --- copy_batch ----------------------------------------------------------------------------------------------------

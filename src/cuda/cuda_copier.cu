@@ -13,7 +13,7 @@
 
 #include "cuda/cuda_copier.h"
 
-namespace kvtier::cuda {
+namespace kvtier {
 
 namespace {
 
@@ -477,7 +477,7 @@ bool CudaCopier::IsRegistered(const void* addr, size_t bytes) const {
 }
 
 Result<uint64_t> CudaCopier::CopyBatch(CudaCopyDirection direction, const uint64_t* dst, const uint64_t* src,
-                                       const uint64_t* sizes, size_t n, StreamHandle stream) {
+                                       const uint64_t* sizes, size_t n, CudaStreamHandle stream) {
   for (size_t i = 0; i < n; ++i) {
     if (sizes[i] != 0 && (dst[i] == 0 || src[i] == 0)) {
       return Status(StatusCode::kInvalidArgument, "copy segment " + std::to_string(i) + " has a null address");
@@ -487,7 +487,7 @@ Result<uint64_t> CudaCopier::CopyBatch(CudaCopyDirection direction, const uint64
   std::lock_guard<std::mutex> lock(m.mu);
   KVTIER_CUDA_RETURN(cudaSetDevice(m.options.device), "cudaSetDevice");
   if (m.mode == CudaCopyMode::kKernel) KVTIER_RETURN_IF_ERROR(m.BuildPieces(direction, dst, src, sizes, n));
-  if (stream != kNoStreamDependency) {
+  if (stream != kNoCudaStreamDependency) {
     KVTIER_CUDA_RETURN(cudaEventRecord(m.dep(direction), reinterpret_cast<cudaStream_t>(stream)),
                        "cudaEventRecord on the caller's stream");
     KVTIER_CUDA_RETURN(cudaStreamWaitEvent(m.stream(direction), m.dep(direction), 0), "cudaStreamWaitEvent");
@@ -549,7 +549,7 @@ Status CudaCopier::Wait(uint64_t ticket) {
   return Status::Ok();
 }
 
-Status CudaCopier::StreamWait(uint64_t ticket, StreamHandle stream) {
+Status CudaCopier::StreamWait(uint64_t ticket, CudaStreamHandle stream) {
   Impl& m = *impl_;
   std::lock_guard<std::mutex> lock(m.mu);
   if (ticket == 0 || ticket >= m.next_ticket) {
@@ -582,4 +582,4 @@ std::string CudaCopier::Describe() const {
   return d.str();
 }
 
-}  // namespace kvtier::cuda
+}  // namespace kvtier

@@ -28,7 +28,7 @@
 #include "kvtier/status.h"
 #include "transfer/device_copier.h"
 
-namespace kvtier::cuda {
+namespace kvtier {
 
 enum class CudaCopyMode { kAuto, kBatchApi, kKernel };
 enum class CudaCopyDirection { kHostToDevice, kDeviceToHost };
@@ -37,8 +37,8 @@ std::string_view CudaCopyModeName(CudaCopyMode mode);        // "auto" | "batch_
 Result<CudaCopyMode> ParseCudaCopyMode(std::string_view s);  // the names above; kInvalidArgument otherwise
 
 // The caller's stream handle: copies wait for the work queued on it so far. 0 is the legacy default stream.
-using StreamHandle = uintptr_t;
-inline constexpr StreamHandle kNoStreamDependency = ~StreamHandle{0};
+using CudaStreamHandle = uintptr_t;
+inline constexpr CudaStreamHandle kNoCudaStreamDependency = ~CudaStreamHandle{0};
 
 // cudaHostRegister refuses very large ranges on some drivers; RegisterHost registers in pieces of at most this.
 inline constexpr uint64_t kMaxRegisterPieceBytes = uint64_t{64} << 30;
@@ -77,7 +77,7 @@ class CudaCopier {
   // allowed (a ticket for the work queued so far). Errors: kInvalidArgument (null address, a host range not
   // registered in kernel mode), kInternal with the CUDA error's name and message.
   Result<uint64_t> CopyBatch(CudaCopyDirection direction, const uint64_t* dst, const uint64_t* src,
-                             const uint64_t* sizes, size_t n, StreamHandle stream);
+                             const uint64_t* sizes, size_t n, CudaStreamHandle stream);
   // A ticket for everything queued so far on the direction's stream.
   Result<uint64_t> Record(CudaCopyDirection direction);
   // True once the ticket's copies completed (and for tickets already waited for or seen complete). False while
@@ -87,7 +87,7 @@ class CudaCopier {
   // tickets never issued; kInternal if the copies failed.
   Status Wait(uint64_t ticket);
   // Makes `stream` wait (on the device, no host block) for the ticket's copies: e.g. the forward pass after a load.
-  Status StreamWait(uint64_t ticket, StreamHandle stream);
+  Status StreamWait(uint64_t ticket, CudaStreamHandle stream);
 
   // Calls fn(arg) on a CUDA-owned thread after the work queued so far on the direction's stream
   // (cudaLaunchHostFunc). fn must be cheap and must not call CUDA; arg must outlive the call. Used to wake the
@@ -118,4 +118,4 @@ class CudaCopier {
 // hands over slot pointers only). Completion wakes the engine's reactor through a host callback.
 Result<std::unique_ptr<DeviceCopier>> CreateCudaDeviceCopier(const CudaCopierOptions& options);
 
-}  // namespace kvtier::cuda
+}  // namespace kvtier

@@ -10,7 +10,7 @@
 
 #include "cuda/cuda_copier.h"
 
-namespace kvtier::cuda {
+namespace kvtier {
 namespace {
 
 class CudaDeviceCopier final : public DeviceCopier {
@@ -98,7 +98,7 @@ class CudaDeviceCopier final : public DeviceCopier {
     if (f.ids.empty()) return;
     pending_ += f.ids.size();
     auto ticket =
-        copier_->CopyBatch(cuda_dir, dst_.data(), src_.data(), sizes_.data(), sizes_.size(), kNoStreamDependency);
+        copier_->CopyBatch(cuda_dir, dst_.data(), src_.data(), sizes_.data(), sizes_.size(), kNoCudaStreamDependency);
     if (!ticket.ok()) {
       pending_ -= f.ids.size();
       for (uint64_t id : f.ids) Fail(id, ticket.status());
@@ -125,4 +125,4 @@ Result<std::unique_ptr<DeviceCopier>> CreateCudaDeviceCopier(const CudaCopierOpt
   return std::unique_ptr<DeviceCopier>(std::make_unique<CudaDeviceCopier>(std::move(copier.value())));
 }
 
-}  // namespace kvtier::cuda
+}  // namespace kvtier

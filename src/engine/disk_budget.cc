@@ -151,7 +151,7 @@ uint64_t DiskBudget::ExcessToTake(uint64_t excess) {
   if (ledger_) excess = excess / std::max<uint32_t>(1, ledger_->live_engines()) + 1;
   // The index knows too little (entries of other instances): merge the tree into it first, at most every 500 ms.
   int64_t last = last_merge_ns_.load();
-  const int64_t now = io::NowNs();
+  const int64_t now = NowNs();
   if (shared() && excess > index_.bytes() && now - last > kMergeGapNs &&
       last_merge_ns_.compare_exchange_strong(last, now)) {
     static_cast<void>(index_.Rescan(/*drop_absent=*/false));  // best effort: a failed rescan leaves the index as it was
@@ -179,7 +179,7 @@ void DiskBudget::MaintenanceMain() {
     const int64_t others = Others();
     stale |= others < last_others || Usage() < index_.bytes();
     last_others = others;
-    const int64_t now = io::NowNs();
+    const int64_t now = NowNs();
     if (stale && now - last_rescan_ns >= kMinRescanGapNs) {
       stale = false;
       last_rescan_ns = now;

@@ -48,11 +48,11 @@ Status CheckRootOwnership(const EngineOptions& o) {
 }
 
 // I2: O_DIRECT works there with an alignment our 4 KiB layout meets.
-bool DirectIoUsable(const io::DirectIoInfo& dio) {
+bool DirectIoUsable(const DirectIoInfo& dio) {
   return dio.supported && dio.mem_align <= 4096 && dio.offset_align <= 4096;
 }
 
-Status DirectIoRefused(const EngineOptions& o, const io::DirectIoInfo& dio) {
+Status DirectIoRefused(const EngineOptions& o, const DirectIoInfo& dio) {
   return Status(StatusCode::kUnsupported, "io_mode=direct but the filesystem of " + o.root +
                                               " refuses O_DIRECT: " + dio.how + "; set io_mode=auto or buffered");
 }
@@ -61,9 +61,9 @@ Status DirectIoRefused(const EngineOptions& o, const io::DirectIoInfo& dio) {
 
 Result<std::unique_ptr<Engine>> Engine::Open(const EngineOptions& options) { return EngineImpl::Create(options); }
 
-Result<std::unique_ptr<Engine>> EngineImpl::Create(const EngineOptions& options, std::unique_ptr<io::IoEngine> io) {
+Result<std::unique_ptr<Engine>> EngineImpl::Create(const EngineOptions& options, std::unique_ptr<IoEngine> io) {
   if (!io) return Create(options, IoFactory());
-  auto given = std::make_shared<std::unique_ptr<io::IoEngine>>(std::move(io));
+  auto given = std::make_shared<std::unique_ptr<IoEngine>>(std::move(io));
   auto engine = std::make_unique<EngineImpl>(Passkey{});
   Status s = engine->Init(
       options, [given](uint32_t) { return std::move(*given); }, /*forced_reactors=*/1);
@@ -129,10 +129,10 @@ Status EngineImpl::Init(const EngineOptions& options, IoFactory io_factory, uint
   // The probe file is an O_TMPFILE or a name unlinked at once, in the namespace directory or, where that does not
   // exist yet, the root; none where neither can hold one: Namespace::Open reports those, and the engine probes the
   // namespace directory once it has it.
-  std::optional<io::DirectIoInfo> dio = io::ProbeDirectIoBeneath(
-      CanonicalRootPath(options.root), NamespaceDirName(ToNamespaceIdentity(options.identity)));
+  std::optional<DirectIoInfo> dio =
+      ProbeDirectIoBeneath(CanonicalRootPath(options.root), NamespaceDirName(ToNamespaceIdentity(options.identity)));
   if (dio && options.io_mode == IoMode::kDirect && !DirectIoUsable(*dio)) return DirectIoRefused(options, *dio);
-  std::vector<std::unique_ptr<io::IoEngine>> ios;
+  std::vector<std::unique_ptr<IoEngine>> ios;
   KVTIER_RETURN_IF_ERROR(CreateIoEngines(options, std::move(io_factory), forced_reactors, &report, &ios));
   KVTIER_RETURN_IF_ERROR(CreatePool(options, &report));
   if (!options.trace_path.empty()) {
@@ -173,20 +173,20 @@ Status EngineImpl::InitFileModes(const EngineOptions& options) {
     if (!key.ok()) return key.status().WithContext("option checksum_secret");
     files_.checksum_key = std::make_unique<ChecksumKey>(key.value());
   }
-  files_.open_resolve = io::Openat2Available() ? (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS) : 0;
+  files_.open_resolve = Openat2Available() ? (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS) : 0;
   return Status::Ok();
 }
 
 Status EngineImpl::CreateIoEngines(const EngineOptions& options, IoFactory io_factory, uint32_t forced_reactors,
-                                   OpenReport* report, std::vector<std::unique_ptr<io::IoEngine>>* ios) {
+                                   OpenReport* report, std::vector<std::unique_ptr<IoEngine>>* ios) {
   // I1: several reactors, one ring and one issuer thread each; a chunk's reactor is ChunkPlacement's choice.
   report->reactors_why = "given I/O engine";
   const uint32_t nreactors = forced_reactors ? forced_reactors : ResolveReactors(options, &report->reactors_why);
   report->reactor_depth = (options.io_depth + nreactors - 1) / nreactors;
-  io::EngineConfig io_cfg;
-  io_cfg.kind = options.backend == IoBackend::kUring   ? io::EngineKind::kUring
-                : options.backend == IoBackend::kPosix ? io::EngineKind::kPosix
-                                                       : io::EngineKind::kAuto;
+  IoEngineConfig io_cfg;
+  io_cfg.kind = options.backend == IoBackend::kUring   ? IoEngineKind::kUring
+                : options.backend == IoBackend::kPosix ? IoEngineKind::kPosix
+                                                       : IoEngineKind::kAuto;
   // Each chunk in flight needs up to ~4 ops at once (open, header/payload reads or writes, close, unlink).
   io_cfg.depth = report->reactor_depth * 4 + 8;
   io_cfg.posix_threads = options.posix_threads;
@@ -196,7 +196,7 @@ Status EngineImpl::CreateIoEngines(const EngineOptions& options, IoFactory io_fa
       ios->push_back(io_factory(i));
       if (!ios->back()) return Status(StatusCode::kInternal, "I/O engine factory gave no engine");
     } else {
-      auto io = io::CreateEngine(io_cfg, &report->backend_why);
+      auto io = CreateIoEngine(io_cfg, &report->backend_why);
       if (!io.ok()) return io.status().WithContext("reactor " + std::to_string(i));
       ios->push_back(std::move(io.value()));
     }
@@ -205,7 +205,7 @@ Status EngineImpl::CreateIoEngines(const EngineOptions& options, IoFactory io_fa
   return Status::Ok();
 }
 
-void EngineImpl::BuildReactors(std::vector<std::unique_ptr<io::IoEngine>> ios, uint32_t depth) {
+void EngineImpl::BuildReactors(std::vector<std::unique_ptr<IoEngine>> ios, uint32_t depth) {
   {
     MutexLock lock(inbox_.mu);
     inbox_.parts.resize(ios.size());
@@ -259,7 +259,7 @@ Status EngineImpl::CreatePool(const EngineOptions& options, OpenReport* report) 
   if (!pool.ok()) return pool.status();
   pool_ = std::move(pool.value());
   ResidentSet::Options dram_opts;
-  dram_opts.policy = tier::ParseDramPolicy(options.dram_policy).value();
+  dram_opts.policy = ParseDramPolicy(options.dram_policy).value();
   dram_opts.max_slots =
       options.dram_max_slots ? std::min(options.dram_max_slots, pool_->num_slots()) : pool_->num_slots();
   // R2: unused preloads hold at most half of the non-reserved slots, so they never crowd out the DRAM tier.
@@ -273,8 +273,7 @@ Status EngineImpl::CreatePool(const EngineOptions& options, OpenReport* report) 
   return Status::Ok();
 }
 
-Status EngineImpl::OpenNamespace(const EngineOptions& options, std::optional<io::DirectIoInfo> dio,
-                                 OpenReport* report) {
+Status EngineImpl::OpenNamespace(const EngineOptions& options, std::optional<DirectIoInfo> dio, OpenReport* report) {
   NamespaceOpenOptions ns_opts;
   ns_opts.create = true;
   ns_opts.dir_mode = options.dir_mode;
@@ -286,7 +285,7 @@ Status EngineImpl::OpenNamespace(const EngineOptions& options, std::optional<io:
 
   // I2: direct I/O where the filesystem allows it and its alignment fits our 4 KiB layout. Probed above where the
   // root (or the namespace directory) could be; here only when that probe could make no file.
-  if (!dio) dio = io::ProbeDirectIo(ns_->dirfd());
+  if (!dio) dio = ProbeDirectIo(ns_->dirfd());
   bool direct = false;
   if (options.io_mode == IoMode::kBuffered) {
     report->io_mode_why = "buffered (by option)";
@@ -304,7 +303,7 @@ Status EngineImpl::OpenNamespace(const EngineOptions& options, std::optional<io:
   files_.shared_root = fs_kind.shared;
   report->filesystem = fs_kind.name;
   if (options.anonymous_temporaries) {
-    files_.tmpfile_publish = io::TmpfileAvailable(ns_->dirfd(), files_.open_flags, files_.file_mode) &&
+    files_.tmpfile_publish = TmpfileAvailable(ns_->dirfd(), files_.open_flags, files_.file_mode) &&
                              access("/proc/self/fd", F_OK) == 0;  // linkat names it through /proc/self/fd
   }
 
@@ -342,8 +341,8 @@ std::string EngineImpl::DescribeOpen(const EngineOptions& options, const OpenRep
     << (files_.open_resolve ? "openat2 (RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS)" : "openat (O_NOFOLLOW)")
     << (files_.checksum_key ? ", keyed checksums" : "") << "; pool " << pool_->name() << " " << pool_->num_slots()
     << " slots x " << files_.slot_bytes << " B (reserve " << report.demand_reserve << "), DRAM tier "
-    << tier::DramPolicyName(resident_->policy()) << " " << resident_->max_slots() << " slots; index "
-    << disk_->entries() << " entries, " << disk_->bytes() << " B";
+    << DramPolicyName(resident_->policy()) << " " << resident_->max_slots() << " slots; index " << disk_->entries()
+    << " entries, " << disk_->bytes() << " B";
   if (options.disk_budget_bytes) d << "; budget " << options.disk_budget_bytes << " B";
   d << "; usage " << budget_->Describe();
   if (report.orphan_pools_removed)
@@ -367,7 +366,7 @@ EngineImpl::~EngineImpl() {
 
 ChunkLocation EngineImpl::Lookup(const ChunkKey& key) {
   stats_.lookups.Add(1);
-  const int64_t now = io::NowNs();
+  const int64_t now = NowNs();
   switch (resident_->Lookup(key)) {
     case ResidentSet::Hit::kReady: stats_.lookup_hits_dram.Add(1); return ChunkLocation::kDram;
     case ResidentSet::Hit::kFilling: return ChunkLocation::kPending;
@@ -409,7 +408,7 @@ size_t EngineImpl::LookupPrefix(std::span<const ChunkKey> keys) {
 Status EngineImpl::Enqueue(JobKind kind, std::vector<ChunkKey> keys, std::vector<uint32_t> slots) {
   auto job = std::make_shared<Job>();
   job->kind = kind;
-  job->start_ns = io::NowNs();
+  job->start_ns = NowNs();
   for (size_t i = 0; i < keys.size(); ++i) {
     auto c = std::make_unique<Chunk>();
     c->job = job.get();
@@ -476,7 +475,7 @@ void EngineImpl::WatchStore(const ChunkKey& key) { outcomes_.Watch(key); }
 std::optional<Status> EngineImpl::TakeStoreOutcome(const ChunkKey& key) { return outcomes_.Take(key); }
 
 PromoteResult EngineImpl::Promote(const ChunkKey& key, bool speculative) {
-  const int64_t now = io::NowNs();
+  const int64_t now = NowNs();
   if (auto resident = resident_->PromoteResident(key, speculative, now)) return *resident;
   if (!disk_->OnDisk(key, now, NegativeTtlNs())) return PromoteResult{PromoteState::kMiss, {}};
   PromoteResult result;
@@ -484,7 +483,7 @@ PromoteResult EngineImpl::Promote(const ChunkKey& key, bool speculative) {
   if (!slot) return result;
   if (speculative) stats_.preload_started.Add(1);
   if (!Enqueue(JobKind::kLoad, {key}, {*slot}).ok()) {
-    resident_->Loaded(key, *slot, 0, false, io::NowNs());
+    resident_->Loaded(key, *slot, 0, false, NowNs());
     return PromoteResult{PromoteState::kMiss, {}};
   }
   return result;

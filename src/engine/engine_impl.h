@@ -20,7 +20,7 @@
 //   (StoreOutcomes, src/engine/store_outcomes.h) keeps the outcomes of watched committed stores (WatchStore), which
 //   the reactor that finishes a store chunk records. Each has a leaf mutex of its own.
 // - pool_ is shared memory: slot data is touched by the reactors (I/O buffers) and by the consumers that copy out of
-//   and into slots (vLLM's worker processes, policy::JobClient's copy thread); the slot state words say who may
+//   and into slots (vLLM's worker processes, JobClient's copy thread); the slot state words say who may
 //   touch a slot when.
 #pragma once
 
@@ -49,11 +49,7 @@
 #include "trace/trace_recorder.h"
 #include "util/mutex.h"
 
-namespace kvtier {
-using staging::StagingPool;
-using staging::StagingPoolOptions;
-using trace::TraceRecorder;
-}  // namespace kvtier
+namespace kvtier {}  // namespace kvtier
 
 namespace kvtier {
 
@@ -72,10 +68,9 @@ class EngineImpl final : public Engine {
   explicit EngineImpl(Passkey) {}
   // io: the I/O engine to use instead of the one options.backend selects (tests: fake, fault-injecting); the
   // engine then runs one reactor whatever options.reactors says.
-  static Result<std::unique_ptr<Engine>> Create(const EngineOptions& options,
-                                                std::unique_ptr<io::IoEngine> io = nullptr);
+  static Result<std::unique_ptr<Engine>> Create(const EngineOptions& options, std::unique_ptr<IoEngine> io = nullptr);
   // io_factory(r): reactor r's I/O engine (tests with several reactors: one fault-injecting engine each).
-  using IoFactory = std::function<std::unique_ptr<io::IoEngine>(uint32_t reactor)>;
+  using IoFactory = std::function<std::unique_ptr<IoEngine>(uint32_t reactor)>;
   static Result<std::unique_ptr<Engine>> Create(const EngineOptions& options, IoFactory io_factory);
   // The reactor count an engine with these options runs (options.reactors, else the test default, else auto).
   static uint32_t ResolveReactors(const EngineOptions& options, std::string* why = nullptr);
@@ -130,13 +125,13 @@ class EngineImpl final : public Engine {
   Status InitFileModes(const EngineOptions& options);  // files_' modes and checksum key; the root's owner (K2)
   // I1: one I/O engine per reactor (into *ios); the placement.
   Status CreateIoEngines(const EngineOptions& options, IoFactory io_factory, uint32_t forced_reactors,
-                         OpenReport* report, std::vector<std::unique_ptr<io::IoEngine>>* ios);
+                         OpenReport* report, std::vector<std::unique_ptr<IoEngine>>* ios);
   Status CreatePool(const EngineOptions& options, OpenReport* report);  // the staging pool and the DRAM tier
   // The namespace (created if new), direct I/O (I2), the filesystem's kind (M1), O_TMPFILE publication (L4).
-  Status OpenNamespace(const EngineOptions& options, std::optional<io::DirectIoInfo> dio, OpenReport* report);
+  Status OpenNamespace(const EngineOptions& options, std::optional<DirectIoInfo> dio, OpenReport* report);
   Status BuildIndex(const EngineOptions& options);  // temporaries swept (L5), the disk index, the budget (C1)
   // The reactors, one per I/O engine, each given the parts above (Init starts them last: nothing fails after).
-  void BuildReactors(std::vector<std::unique_ptr<io::IoEngine>> ios, uint32_t depth);
+  void BuildReactors(std::vector<std::unique_ptr<IoEngine>> ios, uint32_t depth);
   std::string DescribeOpen(const EngineOptions& options, const OpenReport& report) const;
   // Queues a job of the engine's own: a promotion (one key, into the slot the DRAM tier gave it) or a committed
   // store (keys written from their slots), one Part per reactor it has chunks on (ChunkPlacement). kFailedPrecondition

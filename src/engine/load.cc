@@ -20,8 +20,8 @@ namespace kvtier {
 
 void Reactor::SubmitStatx(Chunk& c, OpHandler on_done, std::string path, uint64_t level) {
   if (!c.statx_buf) c.statx_buf = std::make_unique<struct statx>();
-  io::IoOp op;
-  op.code = io::OpCode::kStatx;
+  IoOp op;
+  op.code = OpCode::kStatx;
   op.fd = c.fd;
   op.dirfd = ns_->dirfd();
   op.buf = c.statx_buf.get();  // the chunk outlives its ops (Settle waits for them)
@@ -79,13 +79,13 @@ Status Reactor::CheckOpenedChunk(int fd, const struct statx& sx) const {
 }
 
 bool Reactor::StartLoadChunk(Part&, Chunk& c) {
-  c.started_ns = io::NowNs();
+  c.started_ns = NowNs();
   if (c.admitted == 0) c.admitted = next_admission_++;
   c.pinned = disk_->Pin(c.key);
   c.slot_gen = pool_->BeginFill(c.slot);
 
-  io::IoOp op;
-  op.code = io::OpCode::kOpenAt;
+  IoOp op;
+  op.code = OpCode::kOpenAt;
   op.dirfd = ns_->dirfd();
   // K2: no symlink anywhere on the path and nothing outside the namespace (openat2; O_NOFOLLOW where the kernel
   // lacks it). O_NONBLOCK: a FIFO planted under a chunk's name must not block the open (it is cleared again once
@@ -242,13 +242,13 @@ void Reactor::LoadReadsDone(Chunk& c) {
     return;
   }
   if (trace_ && trace_->enabled()) {
-    trace_->Complete("load_read", "load", c.started_ns, io::NowNs() - c.started_ns, trace_tid_,
+    trace_->Complete("load_read", "load", c.started_ns, NowNs() - c.started_ns, trace_tid_,
                      {{"blocks", c.num_blocks}, {"job", c.job->id}});
   }
   MaybeTouchEntry(c);
   c.ready = true;
   pool_->PublishReady(c.slot, c.slot_gen);
-  resident_->Loaded(c.key, c.slot, c.slot_gen, true, io::NowNs());
+  resident_->Loaded(c.key, c.slot, c.slot_gen, true, NowNs());
   pool_->RingEngine();  // a load stream waits for this read (policy/stream_pump.h)
   c.job->bytes += uint64_t(c.num_blocks) * options_.identity.block_bytes;
   FinishChunk(c);  // VerifyReadChunks settles it
@@ -263,8 +263,8 @@ void Reactor::MaybeTouchEntry(const Chunk& c) {
   // Both times "now": write permission suffices, as in group-shared deployments (K2). Not following a symlink as
   // the last component; the fan-out directories were checked when created (docs/operations.md, K2). Through the
   // ring's side (no synchronous utimensat on the reactor); OnTouchDone tells the index.
-  io::IoOp op;
-  op.code = io::OpCode::kUtimensAt;
+  IoOp op;
+  op.code = OpCode::kUtimensAt;
   op.dirfd = ns_->dirfd();
   OpCtx ctx{OpRole::kTouch, nullptr, &Reactor::OnTouchDone};
   ctx.errors_are_answers = true;  // a root mounted read-only or without write permission: no touch, no error
@@ -294,7 +294,7 @@ void Reactor::QuarantineCorrupt(Chunk& c) {
   // K1: a bad entry is removed so no reader sees it again; the miss and the counter tell the operator.
   stats_.corrupt_entries.Add(1);
   ForgetEntry(c.key);
-  if (trace_ && trace_->enabled()) trace_->Instant("corrupt_entry", "integrity", io::NowNs(), trace_tid_);
+  if (trace_ && trace_->enabled()) trace_->Instant("corrupt_entry", "integrity", NowNs(), trace_tid_);
   c.quarantine = std::make_unique<Quarantine>();
   c.quarantine->name = c.rel_path.substr(c.rel_path.rfind('/') + 1);
   SubmitQuarantineOpen(c, files_.open_resolve != 0 ? 2 : 1);
@@ -304,8 +304,8 @@ void Reactor::SubmitQuarantineOpen(Chunk& c, int level) {
   // K2: a symlink planted on the path is never followed to delete something outside the root: the fan-out
   // directory is opened with openat2's RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS, or one level at a time with O_NOFOLLOW.
   const std::string dir = FanoutDir(c.key);
-  io::IoOp op;
-  op.code = io::OpCode::kOpenAt;
+  IoOp op;
+  op.code = OpCode::kOpenAt;
   op.flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC;
   OpCtx ctx{OpRole::kOpen, &c, &Reactor::OnQuarantineDirOpen};
   if (files_.open_resolve != 0) {
@@ -335,8 +335,8 @@ void Reactor::OnQuarantineDirOpen(const OpCtx& ctx, int64_t res) {
     return;
   }
   q.dirfd = static_cast<int>(res);
-  io::IoOp op;
-  op.code = io::OpCode::kStatx;
+  IoOp op;
+  op.code = OpCode::kStatx;
   op.dirfd = q.dirfd;
   op.buf = &q.sx;
   op.len = sizeof(q.sx);
@@ -356,8 +356,8 @@ void Reactor::OnQuarantineStatx(const OpCtx& ctx, int64_t res) {
     EndQuarantine(c, res == -ENOENT);
     return;
   }
-  io::IoOp op;
-  op.code = io::OpCode::kUnlinkAt;
+  IoOp op;
+  op.code = OpCode::kUnlinkAt;
   op.dirfd = q.dirfd;
   op.flags = S_ISDIR(q.sx.stx_mode) ? AT_REMOVEDIR : 0;
   OpCtx next{OpRole::kUnlinkCorrupt, &c, &Reactor::OnQuarantineUnlink};

@@ -28,7 +28,7 @@ constexpr uint32_t kReadsPerDataPlace = 2;         // a reactor's piece budget: 
 constexpr int64_t kMsToNs = 1000000;
 }  // namespace
 
-Reactor::Reactor(const Parts& parts, uint32_t index, uint32_t depth, std::unique_ptr<io::IoEngine> io)
+Reactor::Reactor(const Parts& parts, uint32_t index, uint32_t depth, std::unique_ptr<IoEngine> io)
     : options_(*parts.options),
       files_(*parts.files),
       ns_(parts.ns),
@@ -55,7 +55,7 @@ void Reactor::Join() {
   if (thread_.joinable()) thread_.join();
 }
 
-int64_t Reactor::Deadline() const { return io::NowNs() + static_cast<int64_t>(options_.op_timeout_ms) * kMsToNs; }
+int64_t Reactor::Deadline() const { return NowNs() + static_cast<int64_t>(options_.op_timeout_ms) * kMsToNs; }
 
 void Reactor::InsertByAdmission(std::deque<Chunk*>& q, Chunk* c) {
   auto at = q.end();
@@ -66,7 +66,7 @@ void Reactor::InsertByAdmission(std::deque<Chunk*>& q, Chunk* c) {
 // ---------------------------------------------------------------------------------------------------------------
 
 void Reactor::Run() {
-  std::vector<io::IoCompletion> cqes;
+  std::vector<IoCompletion> cqes;
   for (;;) {
     bool stopping;
     {
@@ -99,7 +99,7 @@ void Reactor::Run() {
     if (rc < 0 && rc != -EINTR && rc != -ETIME && rc != -ETIMEDOUT) {
       stats_.io_errors.Add(1);
     }
-    for (const io::IoCompletion& cqe : cqes) OnCompletion(cqe);
+    for (const IoCompletion& cqe : cqes) OnCompletion(cqe);
     // Chunks whose data transfer finished freed places at the disk: start the next reads/writes before any
     // checksum pass (loads' verification below).
     PumpData();
@@ -231,7 +231,7 @@ void Reactor::ReturnJobSlot(Chunk& c) {
 // ---------------------------------------------------------------------------------------------------------------
 // Operations
 
-void Reactor::SubmitOp(OpCtx ctx, io::IoOp op) {
+void Reactor::SubmitOp(OpCtx ctx, IoOp op) {
   const uint64_t id = next_op_id_++;
   auto [it, inserted] = ops_.emplace(id, std::move(ctx));
   OpCtx& c = it->second;
@@ -241,15 +241,15 @@ void Reactor::SubmitOp(OpCtx ctx, io::IoOp op) {
   op.user_data = id;
   // I4: a close carries no linked timeout: a cancelled close (FUSE and NFS hand closes with a flush to a worker)
   // would leave the fd open for good. Its deadline still holds: CheckDeadlines fails the chunk on time.
-  op.deadline_ns = op.code == io::OpCode::kClose ? 0 : c.deadline_ns;
-  c.start_ns = io::NowNs();
+  op.deadline_ns = op.code == OpCode::kClose ? 0 : c.deadline_ns;
+  c.start_ns = NowNs();
   if (c.chunk) c.chunk->ops_in_flight++;
   if (c.role == OpRole::kRead) reads_at_disk_++;
   const int rc = io_->Submit(op);
   if (rc == -EAGAIN) {
     deferred_ops_.push_back(DeferredOp{id, op});  // ring full: resubmitted next iteration
   } else if (rc < 0) {
-    io::IoCompletion fake{id, rc};
+    IoCompletion fake{id, rc};
     OnCompletion(fake);
   }
 }
@@ -265,7 +265,7 @@ void Reactor::RetryDeferredOps() {
     if (rc == -EAGAIN) return;
     const uint64_t id = d.id;
     deferred_ops_.pop_front();
-    if (rc < 0) OnCompletion(io::IoCompletion{id, rc});
+    if (rc < 0) OnCompletion(IoCompletion{id, rc});
   }
 }
 
@@ -275,8 +275,8 @@ void Reactor::SubmitRead(Chunk& c, uint8_t* buf, uint64_t len, uint64_t offset, 
   ctx.piece_first = piece_first;
   ctx.piece_blocks = piece_blocks;
   ctx.with_header = with_header;
-  io::IoOp op;
-  op.code = io::OpCode::kRead;
+  IoOp op;
+  op.code = OpCode::kRead;
   op.fd = c.fd;
   op.buf = buf;
   op.len = static_cast<uint32_t>(std::min<uint64_t>(len, 1u << 30));
@@ -286,8 +286,8 @@ void Reactor::SubmitRead(Chunk& c, uint8_t* buf, uint64_t len, uint64_t offset, 
 
 void Reactor::SubmitWrite(Chunk& c, uint8_t* buf, uint64_t len, uint64_t offset) {
   OpCtx ctx{OpRole::kWrite, &c, &Reactor::OnWriteDone, buf, len, offset, Deadline()};
-  io::IoOp op;
-  op.code = io::OpCode::kWrite;
+  IoOp op;
+  op.code = OpCode::kWrite;
   op.fd = c.fd;
   op.buf = buf;
   op.len = static_cast<uint32_t>(std::min<uint64_t>(len, 1u << 30));
@@ -300,8 +300,8 @@ void Reactor::SubmitClose(int fd, std::string then_unlink) {
     if (!then_unlink.empty()) SubmitUnlinkTemporary(std::move(then_unlink));
     return;
   }
-  io::IoOp op;
-  op.code = io::OpCode::kClose;
+  IoOp op;
+  op.code = OpCode::kClose;
   op.fd = fd;
   OpCtx ctx{OpRole::kClose, nullptr, nullptr};  // nothing to do when it is back
   if (!then_unlink.empty()) {
@@ -314,15 +314,15 @@ void Reactor::SubmitClose(int fd, std::string then_unlink) {
 void Reactor::OnClosedThenUnlink(const OpCtx& ctx, int64_t) { SubmitUnlinkTemporary(ctx.path); }
 
 void Reactor::SubmitUnlinkTemporary(std::string path) {
-  io::IoOp op;
-  op.code = io::OpCode::kUnlinkAt;
+  IoOp op;
+  op.code = OpCode::kUnlinkAt;
   op.dirfd = ns_->dirfd();
   OpCtx ctx{OpRole::kUnlinkTmp, nullptr, nullptr};  // fire and forget, no deadline: the name must go
   ctx.path = std::move(path);
   SubmitOp(std::move(ctx), op);
 }
 
-void Reactor::OnCompletion(const io::IoCompletion& cqe) {
+void Reactor::OnCompletion(const IoCompletion& cqe) {
   auto it = ops_.find(cqe.user_data);
   if (it == ops_.end()) return;
   OpCtx ctx = std::move(it->second);
@@ -388,8 +388,8 @@ void Reactor::OnOpenDone(const OpCtx& ctx, int64_t res) {
   if (files_.chmod_files) {
     // K2: the umask stripped bits of files_.file_mode (e.g. group write of a 0770 deployment): set it exactly, before
     // the temporary is written and linked.
-    io::IoOp op;
-    op.code = io::OpCode::kFchmod;
+    IoOp op;
+    op.code = OpCode::kFchmod;
     op.fd = c->fd;
     op.mode = files_.file_mode;
     OpCtx chmod{OpRole::kChmod, c, &Reactor::OnTemporaryChmodDone};
@@ -403,13 +403,13 @@ void Reactor::OnOpenDone(const OpCtx& ctx, int64_t res) {
 
 void Reactor::TraceTransfer(const OpCtx& ctx, int64_t res, const char* name) {
   if (trace_ && trace_->enabled()) {
-    trace_->Complete(name, "io", ctx.start_ns, io::NowNs() - ctx.start_ns, trace_tid_,
+    trace_->Complete(name, "io", ctx.start_ns, NowNs() - ctx.start_ns, trace_tid_,
                      {{"bytes", res > 0 ? uint64_t(res) : 0}});
   }
 }
 
 void Reactor::CheckDeadlines() {
-  const int64_t now = io::NowNs();
+  const int64_t now = NowNs();
   for (auto& [id, ctx] : ops_) {
     if (ctx.chunk == nullptr || ctx.late || ctx.deadline_ns == 0 || ctx.deadline_ns > now) continue;
     ctx.late = true;  // I4: the chunk becomes a miss now; its buffer stays held until the op returns
@@ -455,7 +455,7 @@ void Reactor::FinishChunk(Chunk& c) {
 }
 
 void Reactor::PublishJob(Job& job) {
-  const int64_t latency_ns = io::NowNs() - job.start_ns;
+  const int64_t latency_ns = NowNs() - job.start_ns;
   uint32_t ok = 0;
   for (auto& ch : job.chunks) ok += ch->status.ok() ? 1 : 0;
   const uint64_t us = static_cast<uint64_t>(latency_ns / 1000);
@@ -492,7 +492,7 @@ void Reactor::Settle(Chunk& c) {
   } else if (!c.ready) {
     // A failed promotion gives its slot back, now that no read of it is in flight (the kernel may have been
     // writing into it until the last one came back).
-    resident_->Loaded(c.key, c.slot, 0, false, io::NowNs());
+    resident_->Loaded(c.key, c.slot, 0, false, NowNs());
     pool_->RingEngine();  // a load stream waits for this read (policy/stream_pump.h)
   }
   if (c.counts_committed) {

@@ -57,8 +57,8 @@ class Reactor {
     const EngineOptions* options = nullptr;
     const EntryFiles* files = nullptr;
     Namespace* ns = nullptr;
-    staging::StagingPool* pool = nullptr;
-    trace::TraceRecorder* trace = nullptr;  // null: no trace
+    StagingPool* pool = nullptr;
+    TraceRecorder* trace = nullptr;  // null: no trace
     kvtier::Stats* stats = nullptr;
     DiskIndex* disk = nullptr;
     DiskBudget* budget = nullptr;
@@ -71,7 +71,7 @@ class Reactor {
   };
 
   // index: this reactor's place in parts.peers; depth: its chunks with data at the disk at once (I1).
-  Reactor(const Parts& parts, uint32_t index, uint32_t depth, std::unique_ptr<io::IoEngine> io);
+  Reactor(const Parts& parts, uint32_t index, uint32_t depth, std::unique_ptr<IoEngine> io);
   Reactor(const Reactor&) = delete;
   Reactor& operator=(const Reactor&) = delete;
   ~Reactor() { Join(); }  // the engine has said stop (ReactorInbox::stop) and woken it first
@@ -80,7 +80,7 @@ class Reactor {
   void Wake() { io_->Wake(); }
   void Join();
   uint32_t index() const { return index_; }
-  const io::IoEngine& io() const { return *io_; }
+  const IoEngine& io() const { return *io_; }
 
  private:
   // One I/O operation in flight; user_data of the IoOp is its id in ops_. Each carries its own completion handler
@@ -132,7 +132,7 @@ class Reactor {
   };
   struct DeferredOp {
     uint64_t id;
-    io::IoOp op;
+    IoOp op;
   };
 
   // The loop (reactor.cc).
@@ -156,10 +156,10 @@ class Reactor {
   int64_t Deadline() const;
 
   // Ops (reactor.cc).
-  void SubmitOp(OpCtx ctx, io::IoOp op);
+  void SubmitOp(OpCtx ctx, IoOp op);
   void RetryDeferredOps();
   // An op came back: shared bookkeeping, then the op's own handler (OpCtx::on_done), then the chunk's settling.
-  void OnCompletion(const io::IoCompletion& cqe);
+  void OnCompletion(const IoCompletion& cqe);
   void OnOpenDone(const OpCtx& ctx, int64_t res);
   void SubmitRead(Chunk& c, uint8_t* buf, uint64_t len, uint64_t offset, uint32_t piece_first = 0,
                   uint32_t piece_blocks = 0, bool with_header = false);
@@ -286,8 +286,8 @@ class Reactor {
   const EngineOptions& options_;
   const EntryFiles& files_;
   Namespace* const ns_;
-  staging::StagingPool* const pool_;
-  trace::TraceRecorder* const trace_;
+  StagingPool* const pool_;
+  TraceRecorder* const trace_;
   kvtier::Stats& stats_;
   DiskIndex* const disk_;
   DiskBudget* const budget_;
@@ -301,7 +301,7 @@ class Reactor {
   const uint32_t index_;
   const uint32_t depth_;  // chunks with data at the disk: ceil(io_depth / reactors) (I1)
   const uint32_t trace_tid_;
-  std::unique_ptr<io::IoEngine> io_;
+  std::unique_ptr<IoEngine> io_;
   std::thread thread_;
   std::deque<std::unique_ptr<Part>> parts_;  // FIFO: earlier jobs get slots first
   std::unordered_map<uint64_t, OpCtx> ops_;  // the ops in flight, by id (IoOp::user_data)

@@ -6,15 +6,15 @@
 
 namespace kvtier {
 
-ResidentSet::ResidentSet(staging::StagingPool& pool, const Options& options, Stats& stats,
+ResidentSet::ResidentSet(StagingPool& pool, const Options& options, Stats& stats,
                          std::function<void(uint32_t slot)> free_slot)
     : pool_(pool),
       options_(options),
       stats_(stats),
       free_slot_(std::move(free_slot)),
-      order_(tier::DramTier::Make(options.policy, options.max_slots)) {}
+      order_(DramTier::Make(options.policy, options.max_slots)) {}
 
-tier::DramPolicy ResidentSet::policy() const { return options_.policy; }
+DramPolicy ResidentSet::policy() const { return options_.policy; }
 
 ResidentSet::Hit ResidentSet::Lookup(const ChunkKey& key) {
   MutexLock lock(mu_);
@@ -55,7 +55,7 @@ std::optional<uint32_t> ResidentSet::BeginLoad(const ChunkKey& key, bool specula
     if (!resident_.count(key)) {
       // R2: unused preloads hold at most half of the non-reserved slots, so they never crowd out the DRAM tier.
       if (speculative && unused_preloads_ >= options_.max_unused_preloads) return std::nullopt;
-      auto slot = AcquireSlotLocked(speculative ? staging::Priority::kSpeculative : staging::Priority::kDemand,
+      auto slot = AcquireSlotLocked(speculative ? SlotPriority::kSpeculative : SlotPriority::kDemand,
                                     /*for_resident=*/true);
       if (!slot) return std::nullopt;
       order_->Insert(key);
@@ -140,7 +140,7 @@ Result<std::vector<std::optional<SlotRef>>> ResidentSet::ReserveForStore(std::sp
     bool dup = false;
     for (size_t j : taken) dup |= keys[j] == k;
     if (dup) continue;
-    auto slot = AcquireSlotLocked(staging::Priority::kDemand, /*for_resident=*/true);
+    auto slot = AcquireSlotLocked(SlotPriority::kDemand, /*for_resident=*/true);
     if (!slot) {
       for (size_t j : taken) EraseLocked(resident_.find(keys[j]), /*evicted=*/false);
       stats_.dram_entries.Set(resident_.size());
@@ -185,13 +185,13 @@ void ResidentSet::Written(const ChunkKey& key) {
   stats_.dram_entries.Set(resident_.size());
 }
 
-std::optional<uint32_t> ResidentSet::AcquireSlot(staging::Priority priority, bool for_resident) {
+std::optional<uint32_t> ResidentSet::AcquireSlot(SlotPriority priority, bool for_resident) {
   MutexLock lock(mu_);
   return AcquireSlotLocked(priority, for_resident);
 }
 
-std::optional<uint32_t> ResidentSet::AcquireSlotLocked(staging::Priority priority, bool for_resident) {
-  const bool speculative = priority == staging::Priority::kSpeculative;
+std::optional<uint32_t> ResidentSet::AcquireSlotLocked(SlotPriority priority, bool for_resident) {
+  const bool speculative = priority == SlotPriority::kSpeculative;
   // T1: the tier's bound. Several entries may be over it (write-through stores join it while they are written, when
   // nothing is evictable yet), so evict until there is room or nothing more can go.
   while (for_resident && resident_.size() >= options_.max_slots && EvictOneLocked(speculative)) {
@@ -202,7 +202,7 @@ std::optional<uint32_t> ResidentSet::AcquireSlotLocked(staging::Priority priorit
 }
 
 bool ResidentSet::EvictOneLocked(bool for_speculative) {
-  const int64_t now = io::NowNs();
+  const int64_t now = NowNs();
   auto evictable = [this, now](bool preloads_too) {
     return [this, preloads_too, now](const ChunkKey& k) {
       mu_.AssertHeld();  // the tier calls back from Victim, under mu_

@@ -1,5 +1,5 @@
 // ResidentSet: the DRAM tier (T1, T2, R2, R3). Which chunks are held in which staging-pool slot, in which state,
-// pinned by how many users, ordered by the tier's replacement policy (tier::DramTier), and the preload accounting.
+// pinned by how many users, ordered by the tier's replacement policy (DramTier), and the preload accounting.
 // It also hands out every pool slot the engine takes (AcquireSlot): a slot for anyone may have to come from evicting
 // a resident chunk, and only the set knows which may go.
 //
@@ -32,13 +32,12 @@ namespace kvtier {
 class ResidentSet {
  public:
   struct Options {
-    tier::DramPolicy policy = tier::DramPolicy::kLru;
+    DramPolicy policy = DramPolicy::kLru;
     uint32_t max_slots = 1;            // T1: resident entries the tier holds (dram_max_slots)
     uint32_t max_unused_preloads = 1;  // R2: resident preloads no demand load used yet
   };
   // free_slot(slot) returns a slot to the pool; called with mu_ held.
-  ResidentSet(staging::StagingPool& pool, const Options& options, Stats& stats,
-              std::function<void(uint32_t slot)> free_slot);
+  ResidentSet(StagingPool& pool, const Options& options, Stats& stats, std::function<void(uint32_t slot)> free_slot);
   ResidentSet(const ResidentSet&) = delete;
   ResidentSet& operator=(const ResidentSet&) = delete;
 
@@ -87,9 +86,9 @@ class ResidentSet {
 
   // A free pool slot (T1): for a resident entry (for_resident) the tier's own bound applies first; when the pool has
   // none, the least valuable unpinned ready entry gives way (unused preloads last, never for another preload).
-  std::optional<uint32_t> AcquireSlot(staging::Priority priority, bool for_resident = false) EXCLUDES(mu_);
+  std::optional<uint32_t> AcquireSlot(SlotPriority priority, bool for_resident = false) EXCLUDES(mu_);
 
-  tier::DramPolicy policy() const;
+  DramPolicy policy() const;
   uint32_t max_slots() const { return options_.max_slots; }
 
  private:
@@ -103,7 +102,7 @@ class ResidentSet {
     int64_t awaited_until_ns = 0;  // kAwaitedProtectionNs
   };
   static bool Readable(const Resident& r) { return r.state == State::kReady || r.state == State::kWriting; }
-  std::optional<uint32_t> AcquireSlotLocked(staging::Priority priority, bool for_resident) REQUIRES(mu_);
+  std::optional<uint32_t> AcquireSlotLocked(SlotPriority priority, bool for_resident) REQUIRES(mu_);
   // Evicts one unpinned ready entry in the policy's order; unused preloads go only for demand work and only after
   // everything else (R2). False when nothing can go.
   bool EvictOneLocked(bool for_speculative) REQUIRES(mu_);
@@ -111,15 +110,15 @@ class ResidentSet {
   void UsePreloadLocked(Resident& r) REQUIRES(mu_);
   void EraseLocked(std::unordered_map<ChunkKey, Resident, ChunkKeyHash>::iterator it, bool evicted) REQUIRES(mu_);
 
-  staging::StagingPool& pool_;
+  StagingPool& pool_;
   const Options options_;
   Stats& stats_;
   const std::function<void(uint32_t)> free_slot_;
 
   mutable Mutex mu_;
   std::unordered_map<ChunkKey, Resident, ChunkKeyHash> resident_ GUARDED_BY(mu_);
-  std::unique_ptr<tier::DramTier> order_ PT_GUARDED_BY(mu_);  // replacement order of resident_ (T1)
-  uint32_t unused_preloads_ GUARDED_BY(mu_) = 0;              // resident entries with speculative set
+  std::unique_ptr<DramTier> order_ PT_GUARDED_BY(mu_);  // replacement order of resident_ (T1)
+  uint32_t unused_preloads_ GUARDED_BY(mu_) = 0;        // resident entries with speculative set
 };
 
 }  // namespace kvtier

@@ -20,7 +20,7 @@
 namespace kvtier {
 
 bool Reactor::StartStoreChunk(Part& part, Chunk& c) {
-  c.started_ns = io::NowNs();
+  c.started_ns = NowNs();
   if (c.admitted == 0) c.admitted = next_admission_++;
   if (disk_->Contains(c.key) || stores_in_flight_.count(c.key)) {
     // Already published (or being published by an earlier job): nothing to write.
@@ -83,8 +83,8 @@ void Reactor::OpenTemporary(Chunk& c) {
     SubmitMkdir(c, fanout_cache_.HasFirstLevel(c.key.data()[0]) ? 2 : 1);
     return;
   }
-  io::IoOp op;
-  op.code = io::OpCode::kOpenAt;
+  IoOp op;
+  op.code = OpCode::kOpenAt;
   op.dirfd = ns_->dirfd();
   op.mode = files_.file_mode;
   OpCtx ctx{OpRole::kOpen, &c, &Reactor::OnOpenDone};
@@ -105,8 +105,8 @@ void Reactor::OpenTemporary(Chunk& c) {
 }
 
 void Reactor::SubmitMkdir(Chunk& c, int level) {
-  io::IoOp op;
-  op.code = io::OpCode::kMkdirAt;
+  IoOp op;
+  op.code = OpCode::kMkdirAt;
   op.dirfd = ns_->dirfd();
   op.mode = options_.dir_mode;
   OpCtx ctx{OpRole::kMkdir, &c, &Reactor::OnMkdirDone};
@@ -125,8 +125,8 @@ void Reactor::OnMkdirDone(const OpCtx& ctx, int64_t res) {
     // mkdir applied the umask; group-shared deployments need the configured mode exactly (K2). Rare: only where
     // the umask strips bits of dir_mode.
     if (files_.chmod_dirs) {
-      io::IoOp op;
-      op.code = io::OpCode::kFchmod;
+      IoOp op;
+      op.code = OpCode::kFchmod;
       op.dirfd = ns_->dirfd();
       op.flags = O_DIRECTORY;  // K2: whatever replaced the new directory meanwhile is refused, not chmod'ed
       op.mode = options_.dir_mode;
@@ -256,8 +256,8 @@ void Reactor::StoreWritesDone(Chunk& c) {
   // names it (it stays open until then, so its close cannot do it first).
   const bool sync = options_.fsync_on_publish || (files_.shared_root && c.tmp_anonymous);
   if (sync && c.state == ChunkState::kTransferring) {
-    io::IoOp op;
-    op.code = io::OpCode::kFsync;
+    IoOp op;
+    op.code = OpCode::kFsync;
     op.fd = c.fd;
     OpCtx ctx{OpRole::kFsync, &c, &Reactor::OnFsyncDone};
     ctx.deadline_ns = Deadline();
@@ -284,8 +284,8 @@ void Reactor::OnFsyncDone(const OpCtx& ctx, int64_t res) {
 }
 
 void Reactor::SubmitCloseBeforeLink(Chunk& c) {
-  io::IoOp op;
-  op.code = io::OpCode::kClose;
+  IoOp op;
+  op.code = OpCode::kClose;
   op.fd = c.fd;
   c.fd = -1;  // the close owns it now
   OpCtx ctx{OpRole::kCloseBeforeLink, &c, &Reactor::OnCloseBeforeLinkDone};
@@ -305,8 +305,8 @@ void Reactor::OnCloseBeforeLinkDone(const OpCtx& ctx, int64_t res) {
 }
 
 void Reactor::SubmitLink(Chunk& c) {
-  io::IoOp op;
-  op.code = io::OpCode::kLinkAt;
+  IoOp op;
+  op.code = OpCode::kLinkAt;
   op.dirfd = ns_->dirfd();
   OpCtx ctx{OpRole::kLink, &c, &Reactor::OnLinkDone};
   if (c.tmp_anonymous) {
@@ -371,8 +371,8 @@ bool Reactor::RetryStoreAfterEnospc(Chunk& c) {
   // while they are submitted: one refused at submission completes at once, before the others are out.
   c.ops_in_flight++;
   if (c.fd >= 0) {
-    io::IoOp op;
-    op.code = io::OpCode::kClose;
+    IoOp op;
+    op.code = OpCode::kClose;
     op.fd = c.fd;
     OpCtx ctx{OpRole::kClose, &c, &Reactor::OnEnospcRemovalDone};
     if (c.tmp_exists) ctx.path = c.tmp_path;  // unlinked once closed (NFS, FUSE: never while open)
@@ -392,8 +392,8 @@ bool Reactor::RetryStoreAfterEnospc(Chunk& c) {
 }
 
 void Reactor::SubmitEnospcUnlink(Chunk& c, OpRole role, std::string path, const ChunkKey& key, uint64_t bytes) {
-  io::IoOp op;
-  op.code = io::OpCode::kUnlinkAt;
+  IoOp op;
+  op.code = OpCode::kUnlinkAt;
   op.dirfd = ns_->dirfd();
   OpCtx ctx{role, &c, &Reactor::OnEnospcRemovalDone};
   ctx.path = std::move(path);
@@ -436,8 +436,8 @@ void Reactor::EvictAboveHighWatermark() {
   // On the reactor: unlink through its I/O engine so eviction never stalls other I/O; OnUnlinkEvictedDone reports
   // each to the budget.
   for (const DiskBudget::Victim& v : budget_->TakeAboveHighWatermark()) {
-    io::IoOp op;
-    op.code = io::OpCode::kUnlinkAt;
+    IoOp op;
+    op.code = OpCode::kUnlinkAt;
     op.dirfd = ns_->dirfd();
     OpCtx ctx{OpRole::kUnlinkEvicted, nullptr, &Reactor::OnUnlinkEvictedDone};
     ctx.len = v.bytes;  // subtracted from the shared usage when this unlink removes the file
@@ -453,8 +453,8 @@ void Reactor::OnUnlinkEvictedDone(const OpCtx& ctx, int64_t res) {
 }
 
 void Reactor::SubmitRmdirFanout(const ChunkKey& key, int level, Chunk* owner) {
-  io::IoOp op;
-  op.code = io::OpCode::kUnlinkAt;
+  IoOp op;
+  op.code = OpCode::kUnlinkAt;
   op.dirfd = ns_->dirfd();
   op.flags = AT_REMOVEDIR;
   OpCtx ctx{OpRole::kRmdirFanout, owner, &Reactor::OnRmdirFanoutDone};

@@ -6,7 +6,7 @@
 #include "io/op_exec.h"
 #include "util/thread.h"
 
-namespace kvtier::io::internal {
+namespace kvtier::internal {
 
 bool BlockingWorkers::Start(uint32_t threads) {
   threads_.reserve(threads);  // a push_back that cannot allocate would drop a running thread
@@ -96,4 +96,4 @@ void BlockingWorkers::Loop() {
   }
 }
 
-}  // namespace kvtier::io::internal
+}  // namespace kvtier::internal

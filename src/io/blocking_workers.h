@@ -23,7 +23,7 @@
 
 #include "io/io_engine.h"
 
-namespace kvtier::io::internal {
+namespace kvtier::internal {
 
 class BlockingWorkers {
  public:
@@ -57,4 +57,4 @@ class BlockingWorkers {
   std::vector<std::thread> threads_;  // issuer thread only
 };
 
-}  // namespace kvtier::io::internal
+}  // namespace kvtier::internal

@@ -15,7 +15,7 @@
 
 #include "io/io_engine.h"
 
-namespace kvtier::io {
+namespace kvtier {
 namespace {
 
 std::atomic<bool> refuse_for_tests{false};  // RefuseDirectIoForTests
@@ -189,4 +189,4 @@ bool TmpfileAvailable(int dirfd, int flags, mode_t mode) {
   return true;
 }
 
-}  // namespace kvtier::io
+}  // namespace kvtier

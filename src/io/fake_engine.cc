@@ -6,7 +6,7 @@
 
 #include "io/op_exec.h"
 
-namespace kvtier::io {
+namespace kvtier {
 
 uint32_t FakeEngine::depth() const {
   std::lock_guard lock(mu_);
@@ -149,4 +149,4 @@ std::vector<IoOp> FakeEngine::executed() const {
   return executed_;
 }
 
-}  // namespace kvtier::io
+}  // namespace kvtier

@@ -21,7 +21,7 @@
 
 #include "io/io_engine.h"
 
-namespace kvtier::io {
+namespace kvtier {
 
 class FakeEngine final : public IoEngine {
  public:
@@ -66,4 +66,4 @@ class FakeEngine final : public IoEngine {
   std::vector<IoOp> executed_;
 };
 
-}  // namespace kvtier::io
+}  // namespace kvtier

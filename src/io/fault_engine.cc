@@ -4,7 +4,7 @@
 
 #include "io/op_exec.h"
 
-namespace kvtier::io {
+namespace kvtier {
 
 FaultInjectingEngine::FaultInjectingEngine(std::unique_ptr<IoEngine> inner)
     : inner_(std::move(inner)), name_("fault(" + std::string(inner_->name()) + ")") {}
@@ -95,4 +95,4 @@ int FaultInjectingEngine::Reap(std::vector<IoCompletion>* out, int64_t timeout_n
   return appended;
 }
 
-}  // namespace kvtier::io
+}  // namespace kvtier

@@ -18,7 +18,7 @@
 
 #include "io/io_engine.h"
 
-namespace kvtier::io {
+namespace kvtier {
 
 struct FaultRule {
   enum class Kind { kFailNth, kFailEvery, kShortTransfer, kDelayPastDeadline };
@@ -82,4 +82,4 @@ class FaultInjectingEngine final : public IoEngine {
   std::vector<Delayed> delayed_;     // synthesized timeouts, reaped once their deadline passes
 };
 
-}  // namespace kvtier::io
+}  // namespace kvtier

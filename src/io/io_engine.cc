@@ -11,7 +11,7 @@
 
 #include "io/op_exec.h"
 
-namespace kvtier::io {
+namespace kvtier {
 
 std::string_view OpCodeName(OpCode code) {
   switch (code) {
@@ -48,20 +48,20 @@ int64_t NowNs() {
   return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
 }
 
-Result<std::unique_ptr<IoEngine>> CreateEngine(const EngineConfig& config, std::string* why) {
+Result<std::unique_ptr<IoEngine>> CreateIoEngine(const IoEngineConfig& config, std::string* why) {
   auto say = [why](std::string text) {
     if (why != nullptr) *why = std::move(text);
   };
   switch (config.kind) {
-    case EngineKind::kUring: {
+    case IoEngineKind::kUring: {
       say("io_uring requested");
       return CreateUringEngine(config.depth);
     }
-    case EngineKind::kPosix: {
+    case IoEngineKind::kPosix: {
       say("posix requested");
       return CreatePosixEngine(config.depth, config.posix_threads);
     }
-    case EngineKind::kAuto: break;
+    case IoEngineKind::kAuto: break;
   }
   std::string uring_why;
   if (UringAvailable(&uring_why)) {
@@ -162,4 +162,4 @@ int64_t ExecuteBlocking(const IoOp& op) {
 }
 
 }  // namespace internal
-}  // namespace kvtier::io
+}  // namespace kvtier

@@ -28,7 +28,7 @@
 
 #include "kvtier/status.h"
 
-namespace kvtier::io {
+namespace kvtier {
 
 enum class OpCode : uint8_t {
   kOpenAt,     // openat(dirfd, path, flags, mode) -> fd; with resolve != 0: openat2(dirfd, path, {flags, mode,
@@ -110,17 +110,17 @@ class IoEngine {
   virtual void Wake() = 0;
 };
 
-enum class EngineKind { kAuto, kUring, kPosix };
+enum class IoEngineKind { kAuto, kUring, kPosix };
 
-struct EngineConfig {
-  EngineKind kind = EngineKind::kAuto;
+struct IoEngineConfig {
+  IoEngineKind kind = IoEngineKind::kAuto;
   uint32_t depth = 16;         // ops in flight
   uint32_t posix_threads = 4;  // PosixEngine worker threads
 };
 
 // kAuto probes io_uring (creating a ring and running a NOP) and falls back to POSIX when the kernel refuses it
 // (ENOSYS, EPERM under seccomp, ...). *why, when given, receives a one-line reason for the choice.
-Result<std::unique_ptr<IoEngine>> CreateEngine(const EngineConfig& config, std::string* why = nullptr);
+Result<std::unique_ptr<IoEngine>> CreateIoEngine(const IoEngineConfig& config, std::string* why = nullptr);
 
 Result<std::unique_ptr<IoEngine>> CreateUringEngine(uint32_t depth);
 Result<std::unique_ptr<IoEngine>> CreatePosixEngine(uint32_t depth, uint32_t threads);
@@ -149,4 +149,4 @@ void RefuseDirectIoForTests(bool refuse);
 // L4: an anonymous temporary (O_TMPFILE with `flags` and `mode`) can be made in dirfd; the probe leaves nothing.
 bool TmpfileAvailable(int dirfd, int flags, mode_t mode);
 
-}  // namespace kvtier::io
+}  // namespace kvtier

@@ -4,7 +4,7 @@
 
 #include "io/io_engine.h"
 
-namespace kvtier::io::internal {
+namespace kvtier::internal {
 
 // 0 when op is well formed for its code, else -EINVAL (missing path, negative fd, null buffer with len > 0).
 int ValidateOp(const IoOp& op);
@@ -13,4 +13,4 @@ int ValidateOp(const IoOp& op);
 // -errno. Retries EINTR except for close (a retried close may close an fd another thread just opened).
 int64_t ExecuteBlocking(const IoOp& op);
 
-}  // namespace kvtier::io::internal
+}  // namespace kvtier::internal

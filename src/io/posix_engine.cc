@@ -6,7 +6,7 @@
 #include "io/io_engine.h"
 #include "io/op_exec.h"
 
-namespace kvtier::io {
+namespace kvtier {
 namespace {
 
 class PosixEngine final : public IoEngine {
@@ -63,4 +63,4 @@ Result<std::unique_ptr<IoEngine>> CreatePosixEngine(uint32_t depth, uint32_t thr
   return std::unique_ptr<IoEngine>(std::move(engine));
 }
 
-}  // namespace kvtier::io
+}  // namespace kvtier

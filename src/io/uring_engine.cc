@@ -21,7 +21,7 @@
 #include "io/io_engine.h"
 #include "io/op_exec.h"
 
-namespace kvtier::io {
+namespace kvtier {
 namespace {
 
 constexpr uint64_t kTimeoutTag = ~uint64_t{0};
@@ -386,4 +386,4 @@ bool UringAvailable(std::string* why) {
   return ok;
 }
 
-}  // namespace kvtier::io
+}  // namespace kvtier

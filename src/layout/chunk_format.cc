@@ -81,7 +81,7 @@ std::array<uint8_t, 32> HmacSha256(std::span<const uint8_t> key, std::string_vie
 }
 
 uint64_t KeyedBlockChecksum(const ChunkHeader& h, uint32_t index, const uint8_t* block, const ChecksumKey& key) {
-  return detail::Xxh3Secret(block, h.block_bytes, key.xxh3_secret.data(), key.xxh3_secret.size()) ^
+  return internal::Xxh3Secret(block, h.block_bytes, key.xxh3_secret.data(), key.xxh3_secret.size()) ^
          BlockChecksumSeed(h, index);
 }
 
@@ -104,7 +104,7 @@ Result<ChecksumKey> DeriveChecksumKey(std::string_view secret) {
   return out;
 }
 
-uint64_t BlockChecksum(const void* data, size_t len, uint64_t seed) { return detail::Xxh3Seeded(data, len, seed); }
+uint64_t BlockChecksum(const void* data, size_t len, uint64_t seed) { return internal::Xxh3Seeded(data, len, seed); }
 
 uint64_t BlockChecksumSeed(const ChunkHeader& header, uint32_t index) {
   // Binding the seed to namespace, key and position makes a block copied from another file, another namespace or

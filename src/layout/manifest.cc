@@ -69,7 +69,7 @@ Status ParseNumber(std::string_view field, std::string_view v, T* out) {
 
 }  // namespace
 
-namespace manifest_text {
+namespace internal {
 
 std::string Escape(std::string_view v) {
   std::string out;
@@ -108,13 +108,13 @@ bool IsChecksumKeyRecord(std::string_view v) {
   return std::all_of(v.begin() + 3, v.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
-}  // namespace manifest_text
+}  // namespace internal
 
-using manifest_text::Escape;
-using manifest_text::Field;
-using manifest_text::Fields;
-using manifest_text::IsChecksumKeyRecord;
-using manifest_text::kMaxManifestBytes;
+using internal::Escape;
+using internal::Field;
+using internal::Fields;
+using internal::IsChecksumKeyRecord;
+using internal::kMaxManifestBytes;
 
 bool operator==(const NamespaceIdentity& a, const NamespaceIdentity& b) {
   return a.model == b.model && a.revision == b.revision && a.kv_dtype == b.kv_dtype &&

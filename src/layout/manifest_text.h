@@ -9,7 +9,7 @@
 
 #include "layout/namespace.h"
 
-namespace kvtier::manifest_text {
+namespace kvtier::internal {
 
 // A MANIFEST longer than this is refused when read; a valid identity's is far shorter (ValidateIdentity).
 inline constexpr size_t kMaxManifestBytes = 64 * 1024;
@@ -31,4 +31,4 @@ std::vector<Field> Fields(const NamespaceIdentity& id);
 // K3: "none" or "k3:" + 32 lowercase hex digits.
 bool IsChecksumKeyRecord(std::string_view v);
 
-}  // namespace kvtier::manifest_text
+}  // namespace kvtier::internal

@@ -18,11 +18,11 @@
 namespace kvtier {
 namespace {
 
-using manifest_text::Escape;
-using manifest_text::Field;
-using manifest_text::Fields;
-using manifest_text::IsChecksumKeyRecord;
-using manifest_text::kMaxManifestBytes;
+using internal::Escape;
+using internal::Field;
+using internal::Fields;
+using internal::IsChecksumKeyRecord;
+using internal::kMaxManifestBytes;
 
 constexpr char kManifestName[] = "MANIFEST";
 

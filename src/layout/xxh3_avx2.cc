@@ -13,7 +13,7 @@
 
 #include "layout/xxh3_dispatch.h"
 
-namespace kvtier::detail {
+namespace kvtier::internal {
 
 uint64_t Xxh3SeededAvx2(const void* data, size_t len, uint64_t seed) { return XXH3_64bits_withSeed(data, len, seed); }
 
@@ -21,5 +21,5 @@ uint64_t Xxh3SecretAvx2(const void* data, size_t len, const void* secret, size_t
   return XXH3_64bits_withSecret(data, len, secret, secret_len);
 }
 
-}  // namespace kvtier::detail
+}  // namespace kvtier::internal
 #endif

@@ -7,7 +7,7 @@
 
 #include "util/cpu.h"
 
-namespace kvtier::detail {
+namespace kvtier::internal {
 namespace {
 
 // KVTIER_XXH3=libxxhash forces the package's build (to compare the two, or to rule this path out).
@@ -42,4 +42,4 @@ uint64_t Xxh3Secret(const void* data, size_t len, const void* secret, size_t sec
 
 std::string_view Xxh3Variant() { return UseAvx2() ? "avx2" : "libxxhash"; }
 
-}  // namespace kvtier::detail
+}  // namespace kvtier::internal

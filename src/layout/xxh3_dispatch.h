@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string_view>
 
-namespace kvtier::detail {
+namespace kvtier::internal {
 
 #if defined(KVTIER_XXH3_AVX2)  // set by CMake on x86-64, where xxh3_avx2.cc is built with -mavx2
 uint64_t Xxh3SeededAvx2(const void* data, size_t len, uint64_t seed);
@@ -19,4 +19,4 @@ uint64_t Xxh3Secret(const void* data, size_t len, const void* secret, size_t sec
 // "avx2" or "libxxhash" (the package's build): which one Xxh3Seeded/Xxh3Secret use on this CPU.
 std::string_view Xxh3Variant();
 
-}  // namespace kvtier::detail
+}  // namespace kvtier::internal

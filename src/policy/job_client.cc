@@ -8,9 +8,7 @@
 #include "layout/chunk_format.h"
 #include "util/thread.h"
 
-namespace kvtier::policy {
-
-using staging::EntryState;
+namespace kvtier {
 
 namespace {
 
@@ -48,7 +46,7 @@ Status ValidateTransfer(JobKind kind, const ChunkTransfer& t, uint32_t blocks_pe
 Result<std::unique_ptr<JobClient>> JobClient::Create(Engine* engine, std::unique_ptr<DeviceCopier> copier,
                                                      JobClientOptions options, StreamPump* pump) {
   if (engine == nullptr) return Status(StatusCode::kInvalidArgument, "JobClient needs an engine");
-  auto view = staging::StagingPool::Attach(engine->pool_name());
+  auto view = StagingPool::Attach(engine->pool_name());
   if (!view.ok()) return view.status().WithContext("JobClient: the engine's pool");
   if ((*view)->stream_entries() == 0) {
     return Status(StatusCode::kFailedPrecondition, "JobClient: the engine's pool has no stream board");
@@ -57,7 +55,7 @@ Result<std::unique_ptr<JobClient>> JobClient::Create(Engine* engine, std::unique
   so.max_window = options.max_window ? options.max_window : 2 * engine->options().io_depth;
   std::unique_ptr<StreamPump> own;
   if (pump == nullptr) {
-    auto mine = staging::StagingPool::Attach(engine->pool_name());
+    auto mine = StagingPool::Attach(engine->pool_name());
     if (!mine.ok()) return mine.status().WithContext("JobClient: the engine's pool");
     own = std::make_unique<StreamPump>(engine, std::move(mine).value(), so);
     pump = own.get();
@@ -73,9 +71,8 @@ Result<std::unique_ptr<JobClient>> JobClient::Create(Engine* engine, std::unique
                                      2 * so.max_window + 64);
 }
 
-JobClient::JobClient(Passkey, Engine* engine, std::unique_ptr<staging::StagingPool> view,
-                     std::unique_ptr<StreamPump> own_pump, StreamPump* pump,
-                     std::vector<std::unique_ptr<DeviceCopier>> lanes, uint32_t scan_window)
+JobClient::JobClient(Passkey, Engine* engine, std::unique_ptr<StagingPool> view, std::unique_ptr<StreamPump> own_pump,
+                     StreamPump* pump, std::vector<std::unique_ptr<DeviceCopier>> lanes, uint32_t scan_window)
     : engine_(engine),
       view_(std::move(view)),
       own_pump_(std::move(own_pump)),
@@ -84,7 +81,7 @@ JobClient::JobClient(Passkey, Engine* engine, std::unique_ptr<staging::StagingPo
       scan_window_(scan_window),
       blocks_per_chunk_(engine->options().identity.blocks_per_chunk),
       block_stride_(engine->block_stride()) {
-  staging::StagingPool* bell = view_.get();
+  StagingPool* bell = view_.get();
   for (auto& lane : lanes_) lane->SetWakeup([bell] { bell->RingWorkers(); });
   thread_ = StartThread([this] { Run(); });
 }
@@ -128,7 +125,7 @@ Result<JobId> JobClient::SubmitStore(std::vector<ChunkTransfer> chunks) {
 Result<JobId> JobClient::Submit(JobKind kind, std::vector<ChunkTransfer> chunks) {
   auto job = std::make_unique<Job>();
   job->kind = kind;
-  job->start_ns = io::NowNs();
+  job->start_ns = NowNs();
   for (size_t i = 0; i < chunks.size(); ++i) {
     Status s = ValidateTransfer(kind, chunks[i], blocks_per_chunk_, block_stride_);
     if (!s.ok()) return s.WithContext("chunk " + std::to_string(i));
@@ -255,17 +252,17 @@ void JobClient::ObserveLocked(Job& job, std::vector<std::vector<CopyTask>>* batc
   for (uint32_t k = job.settled; k < job.span.count && waiting < scan_window_; ++k) {
     const uint32_t i = job.part_first + k;
     if (job.steps[i] != Step::kWaiting) continue;
-    const staging::EntryView v = view_->ObserveEntry(job.span.first_entry + k);
-    if (v.tag != job.span.tag || v.state == EntryState::kWaiting) {
+    const StreamEntryView v = view_->ObserveEntry(job.span.first_entry + k);
+    if (v.tag != job.span.tag || v.state == StreamEntryState::kWaiting) {
       waiting++;
       continue;
     }
     const ChunkTransfer& t = job.chunks[i];
-    if (v.state == EntryState::kSkipped) {  // stores only: another writer covers the chunk
+    if (v.state == StreamEntryState::kSkipped) {  // stores only: another writer covers the chunk
       OutcomeLocked(job, i, Status::Ok(), 0);
       continue;
     }
-    if (v.state != EntryState::kReady) {
+    if (v.state != StreamEntryState::kReady) {
       OutcomeLocked(job, i, Status(StatusCode::kNotFound, "chunk not loaded (absent, corrupt, late or unreadable)"), 0);
       continue;
     }
@@ -331,7 +328,7 @@ void JobClient::OutcomeLocked(Job& job, uint32_t i, Status status, uint64_t byte
 }
 
 void JobClient::FinishLocked(Job& job) {
-  job.result.latency_ns = io::NowNs() - job.start_ns;
+  job.result.latency_ns = NowNs() - job.start_ns;
   if (job.kind == JobKind::kLoad) {
     engine_->CountClientLoadEnded(job.result.all_ok(), job.result.chunks_ok, job.bytes_needed, job.result.latency_ns);
   }
@@ -340,4 +337,4 @@ void JobClient::FinishLocked(Job& job) {
   done_cv_.notify_all();
 }
 
-}  // namespace kvtier::policy
+}  // namespace kvtier

@@ -68,7 +68,7 @@ struct JobResult {
 
 }  // namespace kvtier
 
-namespace kvtier::policy {
+namespace kvtier {
 
 struct JobClientOptions {
   uint32_t max_window = 0;  // slots one job's stream holds at most (0: 2 x the engine's io_depth)
@@ -89,7 +89,7 @@ class JobClient {
   static Result<std::unique_ptr<JobClient>> Create(Engine* engine, std::unique_ptr<DeviceCopier> copier = nullptr,
                                                    JobClientOptions options = {}, StreamPump* pump = nullptr);
   // Only Create constructs it (std::make_unique with a key nobody else can name).
-  JobClient(Passkey, Engine* engine, std::unique_ptr<staging::StagingPool> view, std::unique_ptr<StreamPump> own_pump,
+  JobClient(Passkey, Engine* engine, std::unique_ptr<StagingPool> view, std::unique_ptr<StreamPump> own_pump,
             StreamPump* pump, std::vector<std::unique_ptr<DeviceCopier>> lanes, uint32_t scan_window);
   ~JobClient();  // finishes every job submitted (bounded by the engine's op deadlines), then stops
   JobClient(const JobClient&) = delete;
@@ -141,8 +141,8 @@ class JobClient {
   void FinishLocked(Job& job);
 
   Engine* const engine_;
-  const std::unique_ptr<staging::StagingPool> view_;  // the consumer's mapping of the pool (a vLLM worker's)
-  std::unique_ptr<StreamPump> own_pump_;              // null when the client was given one
+  const std::unique_ptr<StagingPool> view_;  // the consumer's mapping of the pool (a vLLM worker's)
+  std::unique_ptr<StreamPump> own_pump_;     // null when the client was given one
   StreamPump* const pump_;
   std::vector<std::unique_ptr<DeviceCopier>> lanes_;  // Submit/Poll on the copy thread only
   const uint32_t scan_window_;  // board entries past `settled` worth observing (the pump's window bounds them)
@@ -163,4 +163,4 @@ class JobClient {
   std::thread thread_;
 };
 
-}  // namespace kvtier::policy
+}  // namespace kvtier

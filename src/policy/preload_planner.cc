@@ -6,7 +6,7 @@
 
 #include "util/thread.h"
 
-namespace kvtier::policy {
+namespace kvtier {
 
 namespace {
 int64_t MonotonicNs() {
@@ -178,4 +178,4 @@ PlannerStats PreloadPlanner::stats() const {
   return stats_;
 }
 
-}  // namespace kvtier::policy
+}  // namespace kvtier

@@ -5,7 +5,7 @@
 //  - Demand first (R2): Demand() promotes at once with demand priority; while any demand read is in flight no
 //    speculative read starts (queued ones are deferred, not dropped).
 //  - Bounded (R2): at most max_inflight speculative chunk reads are in flight (default 1). They acquire with
-//    Priority::kSpeculative, so they never take the pool's demand reserve (S2), and the engine never lets a preload
+//    SlotPriority::kSpeculative, so they never take the pool's demand reserve (S2), and the engine never lets a preload
 //    evict another unused preload or anything in use, and caps unused preloads at half of the non-reserved slots.
 //  - Shared (X4, R3): a key already resident or being read is not read again; a demand load of a key with a preload
 //    in flight or finished joins it (the engine's resident map; counted as preload_used by the engine, as
@@ -36,7 +36,7 @@
 
 #include "kvtier/engine.h"
 
-namespace kvtier::policy {
+namespace kvtier {
 
 struct PlannerOptions {
   uint32_t max_inflight = 1;     // speculative chunk reads in flight at once (preload_max_inflight); 0: off
@@ -109,4 +109,4 @@ class PreloadPlanner {
   std::thread pump_thread_;
 };
 
-}  // namespace kvtier::policy
+}  // namespace kvtier

@@ -4,11 +4,9 @@
 
 #include "util/thread.h"
 
-namespace kvtier::policy {
+namespace kvtier {
 
-using staging::EntryState;
-
-StreamPump::StreamPump(Engine* engine, std::unique_ptr<staging::StagingPool> pool, StreamOptions options)
+StreamPump::StreamPump(Engine* engine, std::unique_ptr<StagingPool> pool, StreamOptions options)
     : engine_(engine), pool_(std::move(pool)), options_(options) {
   if (options_.background) thread_ = StartThread([this] { Run(); });
 }
@@ -114,13 +112,13 @@ void StreamPump::PublishLoadLocked(Stream& s, uint32_t i, SlotRef ref) {
   pool_->RingWorkers();
 }
 
-void StreamPump::FailLocked(Stream& s, uint32_t i, EntryState state) {
+void StreamPump::FailLocked(Stream& s, uint32_t i, StreamEntryState state) {
   Chunk& c = s.chunks[i];
   if (c.step == ChunkStep::kPromoting) reading_--;
   if (c.step == ChunkStep::kPromoting || c.step == ChunkStep::kPublished) s.held--;
   c.step = ChunkStep::kDone;
   pool_->SetEntry(s.span.first_entry + i, s.span.tag, state);
-  if (state == EntryState::kSkipped) {
+  if (state == StreamEntryState::kSkipped) {
     s.progress.skipped++;
     stats_.chunks_skipped++;
   } else {
@@ -185,7 +183,7 @@ bool StreamPump::SettleLoadLocked(Stream& s) {
           continue;
         }
       }
-      FailLocked(s, i, EntryState::kFailed);
+      FailLocked(s, i, StreamEntryState::kFailed);
     } else if (c.step == ChunkStep::kPublished) {
       if (pool_->EntryAcks(s.span.first_entry + i, s.span.tag) >= s.consumers) FinishLocked(s, i);
     }
@@ -208,7 +206,7 @@ bool StreamPump::StartLoadsLocked(Stream& s) {
       // No slot free right now, or the chunk is gone (absent, or it failed verification and was removed).
       if (engine_->Residency(c.key) == PromoteState::kMiss && !engine_->Stored(c.key)) {
         s.next++;
-        FailLocked(s, i, EntryState::kFailed);
+        FailLocked(s, i, StreamEntryState::kFailed);
         continue;
       }
       stats_.slot_waits++;
@@ -252,7 +250,7 @@ void StreamPump::StartStoresLocked(Stream& s) {
     }
     s.next++;
     if (!(*reserved)[0]) {  // stored, resident or being stored by someone else meanwhile
-      FailLocked(s, i, EntryState::kSkipped);
+      FailLocked(s, i, StreamEntryState::kSkipped);
       continue;
     }
     s.held++;
@@ -331,4 +329,4 @@ void StreamPump::Run() {
   }
 }
 
-}  // namespace kvtier::policy
+}  // namespace kvtier

@@ -38,7 +38,7 @@
 #include "kvtier/engine.h"
 #include "staging/staging_pool.h"
 
-namespace kvtier::policy {
+namespace kvtier {
 
 struct StreamOptions {
   uint32_t max_window = 32;  // slots one stream holds at most (the engine's per-job bound, 2 x io_depth)
@@ -78,7 +78,7 @@ struct StreamStats {
 class StreamPump {
  public:
   // pool maps the engine's staging pool (the engine's pool_name()); it must have a stream board.
-  StreamPump(Engine* engine, std::unique_ptr<staging::StagingPool> pool, StreamOptions options);
+  StreamPump(Engine* engine, std::unique_ptr<StagingPool> pool, StreamOptions options);
   ~StreamPump();  // stops the thread and closes every open stream
   StreamPump(const StreamPump&) = delete;
   StreamPump& operator=(const StreamPump&) = delete;
@@ -128,14 +128,14 @@ class StreamPump {
   void StartStoresLocked(Stream& s);
   void AdvanceFirstOpen(Stream& s);
   void PublishLoadLocked(Stream& s, uint32_t i, SlotRef ref);
-  void FailLocked(Stream& s, uint32_t i, staging::EntryState state);
+  void FailLocked(Stream& s, uint32_t i, StreamEntryState state);
   void FinishLocked(Stream& s, uint32_t i);
   void ReleaseLocked(Stream& s);
   std::optional<uint32_t> AllocateEntriesLocked(uint32_t count);
   void Run();
 
   Engine* const engine_;
-  const std::unique_ptr<staging::StagingPool> pool_;
+  const std::unique_ptr<StagingPool> pool_;
   const StreamOptions options_;
 
   std::mutex mu_;
@@ -151,4 +151,4 @@ class StreamPump {
   std::thread thread_;
 };
 
-}  // namespace kvtier::policy
+}  // namespace kvtier

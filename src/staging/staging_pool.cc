@@ -22,7 +22,7 @@
 #include <random>
 #include <thread>
 
-namespace kvtier::staging {
+namespace kvtier {
 
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "slot words must be lock-free across processes");
 static_assert(sizeof(std::atomic<uint64_t>) == sizeof(uint64_t), "slot words must have the size of a uint64_t");
@@ -65,7 +65,7 @@ uint64_t RoundUp(uint64_t v, uint64_t align) { return (v + align - 1) / align * 
 
 uint64_t SystemPageSize() {
   long page = sysconf(_SC_PAGESIZE);
-  return page > 0 ? static_cast<uint64_t>(page) : kMinAlignment;
+  return page > 0 ? static_cast<uint64_t>(page) : kMinStagingAlignment;
 }
 
 // POSIX shm names: a leading '/', no other '/', at most NAME_MAX characters after it.
@@ -118,7 +118,7 @@ Result<Geometry> ComputeGeometry(const StagingPoolOptions& o) {
                                                     " exceeds num_slots " + std::to_string(o.num_slots));
   }
   Geometry g;
-  g.alignment = std::max<uint64_t>({o.alignment, kMinAlignment, SystemPageSize()});
+  g.alignment = std::max<uint64_t>({o.alignment, kMinStagingAlignment, SystemPageSize()});
   if (o.slot_bytes > kMaxPoolBytes) {
     return Status(StatusCode::kInvalidArgument,
                   "staging pool slot_bytes " + std::to_string(o.slot_bytes) + " exceeds the 1 TiB limit");
@@ -203,7 +203,7 @@ struct StagingPool::Bells {
 
 struct alignas(32) StagingPool::BoardEntry {
   std::atomic<uint64_t> ref;    // slot:32 | generation:32
-  std::atomic<uint64_t> state;  // tag:32 | EntryState:8
+  std::atomic<uint64_t> state;  // tag:32 | StreamEntryState:8
   std::atomic<uint64_t> acks;   // tag:32 | count:32
   uint64_t unused;
 };
@@ -303,12 +303,12 @@ void PublishHeader(void* base, const Geometry& g, const StagingPoolOptions& opti
 }
 }  // namespace
 
-std::string_view EntryStateName(EntryState state) {
+std::string_view StreamEntryStateName(StreamEntryState state) {
   switch (state) {
-    case EntryState::kWaiting: return "waiting";
-    case EntryState::kReady: return "ready";
-    case EntryState::kFailed: return "failed";
-    case EntryState::kSkipped: return "skipped";
+    case StreamEntryState::kWaiting: return "waiting";
+    case StreamEntryState::kReady: return "ready";
+    case StreamEntryState::kFailed: return "failed";
+    case StreamEntryState::kSkipped: return "skipped";
   }
   return "unknown";
 }
@@ -323,12 +323,12 @@ std::string_view SlotStateName(SlotState state) {
   return "Unknown";
 }
 
-std::string_view WaitOutcomeName(WaitOutcome outcome) {
+std::string_view SlotWaitOutcomeName(SlotWaitOutcome outcome) {
   switch (outcome) {
-    case WaitOutcome::kReady: return "Ready";
-    case WaitOutcome::kFailed: return "Failed";
-    case WaitOutcome::kSuperseded: return "Superseded";
-    case WaitOutcome::kTimedOut: return "TimedOut";
+    case SlotWaitOutcome::kReady: return "Ready";
+    case SlotWaitOutcome::kFailed: return "Failed";
+    case SlotWaitOutcome::kSuperseded: return "Superseded";
+    case SlotWaitOutcome::kTimedOut: return "TimedOut";
   }
   return "Unknown";
 }
@@ -491,16 +491,16 @@ void StagingPool::ResetEntry(uint32_t entry, uint32_t tag) {
   BoardEntry& e = board_entry(entry);
   e.acks.store(PackTagged(tag, 0), std::memory_order_relaxed);
   e.ref.store(0, std::memory_order_relaxed);
-  e.state.store(PackTagged(tag, static_cast<uint8_t>(EntryState::kWaiting)), std::memory_order_release);
+  e.state.store(PackTagged(tag, static_cast<uint8_t>(StreamEntryState::kWaiting)), std::memory_order_release);
 }
 
 void StagingPool::PublishEntry(uint32_t entry, uint32_t tag, uint32_t slot, uint32_t generation) {
   BoardEntry& e = board_entry(entry);
   e.ref.store(PackTagged(slot, generation), std::memory_order_relaxed);
-  e.state.store(PackTagged(tag, static_cast<uint8_t>(EntryState::kReady)), std::memory_order_release);
+  e.state.store(PackTagged(tag, static_cast<uint8_t>(StreamEntryState::kReady)), std::memory_order_release);
 }
 
-void StagingPool::SetEntry(uint32_t entry, uint32_t tag, EntryState state) {
+void StagingPool::SetEntry(uint32_t entry, uint32_t tag, StreamEntryState state) {
   board_entry(entry).state.store(PackTagged(tag, static_cast<uint8_t>(state)), std::memory_order_release);
 }
 
@@ -509,12 +509,12 @@ uint32_t StagingPool::EntryAcks(uint32_t entry, uint32_t tag) const {
   return static_cast<uint32_t>(a >> 32) == tag ? static_cast<uint32_t>(a) : 0;
 }
 
-EntryView StagingPool::ObserveEntry(uint32_t entry) const {
+StreamEntryView StagingPool::ObserveEntry(uint32_t entry) const {
   const BoardEntry& e = board_entry(entry);
   const uint64_t st = e.state.load(std::memory_order_acquire);
   const uint64_t ref = e.ref.load(std::memory_order_relaxed);
-  return EntryView{static_cast<uint32_t>(st >> 32), static_cast<EntryState>(st & 0xff),
-                   static_cast<uint32_t>(ref >> 32), static_cast<uint32_t>(ref)};
+  return StreamEntryView{static_cast<uint32_t>(st >> 32), static_cast<StreamEntryState>(st & 0xff),
+                         static_cast<uint32_t>(ref >> 32), static_cast<uint32_t>(ref)};
 }
 
 bool StagingPool::AckEntry(uint32_t entry, uint32_t tag) {
@@ -550,10 +550,10 @@ void StagingPool::WaitWorkerBell(uint32_t seen, std::chrono::nanoseconds timeout
 
 // --- Allocation ---
 
-std::optional<uint32_t> StagingPool::Acquire(Priority priority) {
+std::optional<uint32_t> StagingPool::Acquire(SlotPriority priority) {
   std::lock_guard<std::mutex> lock(mu_);
   if (free_list_.empty()) return std::nullopt;
-  if (priority == Priority::kSpeculative && free_list_.size() <= demand_reserve_) return std::nullopt;
+  if (priority == SlotPriority::kSpeculative && free_list_.size() <= demand_reserve_) return std::nullopt;
   uint32_t slot = free_list_.back();
   free_list_.pop_back();
   slot_in_use_[slot] = true;
@@ -615,17 +615,17 @@ SlotView StagingPool::Observe(uint32_t slot) const {
   return UnpackState(control(slot).state.load(std::memory_order_acquire));
 }
 
-WaitOutcome StagingPool::WaitReady(uint32_t slot, uint32_t generation, std::chrono::nanoseconds timeout) const {
-  auto classify = [generation](SlotView v) -> std::optional<WaitOutcome> {
+SlotWaitOutcome StagingPool::WaitReady(uint32_t slot, uint32_t generation, std::chrono::nanoseconds timeout) const {
+  auto classify = [generation](SlotView v) -> std::optional<SlotWaitOutcome> {
     if (v.generation != generation) {
       // An older generation means the fill has not begun yet (the engine told us before BeginFill's store
       // became visible); a newer one means we are too late. Generations wrap, so compare by signed distance.
       if (static_cast<int32_t>(v.generation - generation) < 0) return std::nullopt;
-      return WaitOutcome::kSuperseded;
+      return SlotWaitOutcome::kSuperseded;
     }
-    if (v.state == SlotState::kReady) return WaitOutcome::kReady;
-    if (v.state == SlotState::kFailed) return WaitOutcome::kFailed;
-    if (v.state == SlotState::kFree) return WaitOutcome::kSuperseded;  // released: the fill will never finish
+    if (v.state == SlotState::kReady) return SlotWaitOutcome::kReady;
+    if (v.state == SlotState::kFailed) return SlotWaitOutcome::kFailed;
+    if (v.state == SlotState::kFree) return SlotWaitOutcome::kSuperseded;  // released: the fill will never finish
     return std::nullopt;
   };
   for (int i = 0; i < kSpinIterations; ++i) {
@@ -638,10 +638,10 @@ WaitOutcome StagingPool::WaitReady(uint32_t slot, uint32_t generation, std::chro
   auto sleep = std::chrono::microseconds(1);
   while (true) {
     if (auto outcome = classify(Observe(slot))) return *outcome;
-    if (std::chrono::steady_clock::now() >= deadline) return WaitOutcome::kTimedOut;
+    if (std::chrono::steady_clock::now() >= deadline) return SlotWaitOutcome::kTimedOut;
     std::this_thread::sleep_for(sleep);
     sleep = std::min(sleep * 2, kMaxPollSleep);
   }
 }
 
-}  // namespace kvtier::staging
+}  // namespace kvtier

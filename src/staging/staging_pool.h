@@ -40,7 +40,7 @@
 // Stream board (docs/architecture.md, "Streamed transfers"). A streamed load or store tells its consumers, chunk by
 // chunk, which slot holds (load) or receives (store) chunk i, through one board entry per chunk; the entries of one
 // stream are a contiguous range the engine hands out (StreamPump) and names in the transfer spec with a tag:
-//   entry  = ref (slot:32 | generation:32), state (tag:32 | EntryState:8), acks (tag:32 | count:32)
+//   entry  = ref (slot:32 | generation:32), state (tag:32 | StreamEntryState:8), acks (tag:32 | count:32)
 //   Engine (the range's owner):  ResetEntry(i, tag)              kWaiting, acks 0, for a new stream
 //                                PublishEntry(i, tag, slot, gen)  ref, then kReady (release)
 //                                SetEntry(i, tag, kFailed/kSkipped)
@@ -72,11 +72,11 @@
 
 #include "kvtier/status.h"
 
-namespace kvtier::staging {
+namespace kvtier {
 
 // Data region and slot stride are aligned to at least this many bytes: the page size and the usual O_DIRECT
 // alignment. Larger alignments come from the options (the engine passes the root's probed DIO alignment).
-inline constexpr uint32_t kMinAlignment = 4096;
+inline constexpr uint32_t kMinStagingAlignment = 4096;
 // A pool larger than this is refused: it is certainly a configuration error.
 inline constexpr uint64_t kMaxPoolBytes = uint64_t{1} << 40;   // 1 TiB
 inline constexpr uint64_t kPoolMagic = 0x4c4f4f5052544b56ULL;  // "VKTRPOOL" little-endian
@@ -85,7 +85,7 @@ inline constexpr uint32_t kPoolVersion = 2;                    // 2: the stream 
 struct StagingPoolOptions {
   uint32_t num_slots = 0;       // > 0
   uint64_t slot_bytes = 0;      // > 0: one chunk's payload
-  uint32_t alignment = 4096;    // power of two; effective alignment is max(alignment, kMinAlignment)
+  uint32_t alignment = 4096;    // power of two; effective alignment is max(alignment, kMinStagingAlignment)
   uint32_t demand_reserve = 0;  // <= num_slots: slots that Acquire(kSpeculative) can never take
   std::string name;             // POSIX shm name ("/x", no other '/'); empty -> "/kvtier-<pid>-<random>"
   bool populate = false;        // MAP_POPULATE: fault every page in at Create (slower start, no faults later)
@@ -106,31 +106,31 @@ struct SlotView {
   SlotState state = SlotState::kFree;
 };
 
-enum class WaitOutcome : uint8_t {
+enum class SlotWaitOutcome : uint8_t {
   kReady,       // the generation waited for is ready: its bytes are visible
   kFailed,      // the engine published failure for that generation
   kSuperseded,  // the slot now carries another generation (the wait came too late, or the generation was wrong)
   kTimedOut,    // still filling (or free) when the timeout passed
 };
-std::string_view WaitOutcomeName(WaitOutcome outcome);
+std::string_view SlotWaitOutcomeName(SlotWaitOutcome outcome);
 
 // A stream board entry's state (see the header comment).
-enum class EntryState : uint8_t {
+enum class StreamEntryState : uint8_t {
   kWaiting = 0,  // not yet: the engine has not read (load) or granted (store) the chunk's slot
   kReady = 1,    // ref names the slot: verified bytes to copy out (load), or the slot to fill (store)
   kFailed = 2,   // the chunk will never be ready (load: a miss mid-stream; store: dropped); nothing to copy
   kSkipped = 3,  // nothing to do for this chunk (a store another writer already covers)
 };
-std::string_view EntryStateName(EntryState state);
+std::string_view StreamEntryStateName(StreamEntryState state);
 
-struct EntryView {
+struct StreamEntryView {
   uint32_t tag = 0;
-  EntryState state = EntryState::kWaiting;
+  StreamEntryState state = StreamEntryState::kWaiting;
   uint32_t slot = 0;
   uint32_t generation = 0;
 };
 
-enum class Priority : uint8_t { kDemand, kSpeculative };
+enum class SlotPriority : uint8_t { kDemand, kSpeculative };
 
 class StagingPool {
  private:
@@ -162,7 +162,7 @@ class StagingPool {
 
   // --- Allocation (engine process only; thread-safe). ---
   // A free slot, or nullopt when none is free; kSpeculative also fails while free_slots() <= demand_reserve.
-  std::optional<uint32_t> Acquire(Priority priority);
+  std::optional<uint32_t> Acquire(SlotPriority priority);
   // Returns a slot taken by Acquire and marks its state kFree. Releasing a slot that is not in use aborts: it
   // would hand one slot to two users.
   void Release(uint32_t slot);
@@ -180,15 +180,15 @@ class StagingPool {
   // --- Slot protocol, consumer side. ---
   SlotView Observe(uint32_t slot) const;
   // Spins briefly, then sleeps with a backoff of up to ~50us between polls.
-  WaitOutcome WaitReady(uint32_t slot, uint32_t generation, std::chrono::nanoseconds timeout) const;
+  SlotWaitOutcome WaitReady(uint32_t slot, uint32_t generation, std::chrono::nanoseconds timeout) const;
 
   // --- Stream board (see the header comment). Entry indices are < stream_entries(). ---
   uint32_t stream_entries() const { return stream_entries_; }
   void ResetEntry(uint32_t entry, uint32_t tag);
   void PublishEntry(uint32_t entry, uint32_t tag, uint32_t slot, uint32_t generation);
-  void SetEntry(uint32_t entry, uint32_t tag, EntryState state);
+  void SetEntry(uint32_t entry, uint32_t tag, StreamEntryState state);
   uint32_t EntryAcks(uint32_t entry, uint32_t tag) const;  // 0 when the entry carries another tag
-  EntryView ObserveEntry(uint32_t entry) const;
+  StreamEntryView ObserveEntry(uint32_t entry) const;
   bool AckEntry(uint32_t entry, uint32_t tag);  // false (nothing done) when the entry carries another tag
   uint32_t EngineBell() const;
   void RingEngine();
@@ -241,4 +241,4 @@ class StagingPool {
   uint32_t peak_in_use_ = 0;         // guarded by mu_
 };
 
-}  // namespace kvtier::staging
+}  // namespace kvtier

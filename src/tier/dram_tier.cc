@@ -4,7 +4,7 @@
 #include <list>
 #include <unordered_map>
 
-namespace kvtier::tier {
+namespace kvtier {
 
 Result<DramPolicy> ParseDramPolicy(std::string_view name) {
   if (name == "lru") return DramPolicy::kLru;
@@ -149,4 +149,4 @@ std::unique_ptr<DramTier> DramTier::Make(DramPolicy policy, size_t capacity) {
   return std::make_unique<LruTier>(capacity);
 }
 
-}  // namespace kvtier::tier
+}  // namespace kvtier

@@ -19,7 +19,7 @@
 #include "kvtier/chunk_key.h"
 #include "kvtier/status.h"
 
-namespace kvtier::tier {
+namespace kvtier {
 
 enum class DramPolicy { kLru, kArc };
 
@@ -48,4 +48,4 @@ class DramTier {
   virtual DramPolicy policy() const = 0;
 };
 
-}  // namespace kvtier::tier
+}  // namespace kvtier

@@ -8,7 +8,7 @@
 #include <cerrno>
 #include <cstdio>
 
-namespace kvtier::trace {
+namespace kvtier {
 
 namespace {
 
@@ -210,4 +210,4 @@ Status TraceRecorder::Close() {
   return status_;
 }
 
-}  // namespace kvtier::trace
+}  // namespace kvtier

@@ -32,7 +32,7 @@
 
 #include "kvtier/status.h"
 
-namespace kvtier::trace {
+namespace kvtier {
 
 using TraceArg = std::pair<std::string_view, uint64_t>;
 using TraceArgs = std::initializer_list<TraceArg>;
@@ -162,4 +162,4 @@ class ScopedTrace {
   size_t num_args_ = 0;
 };
 
-}  // namespace kvtier::trace
+}  // namespace kvtier

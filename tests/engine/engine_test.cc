@@ -463,10 +463,10 @@ TEST_F(EngineTest, BadOptionsNameTheField) {
 // Fault injection through the I/O seam: the engine keeps serving, failures become misses or dropped stores.
 class EngineFaultTest : public EngineTest {
  protected:
-  test::JobEngine OpenWithFaults(std::vector<io::FaultRule> rules, EngineOptions o) {
-    auto inner = io::CreateEngine(io::EngineConfig{io::EngineKind::kAuto, 64, 4});
+  test::JobEngine OpenWithFaults(std::vector<FaultRule> rules, EngineOptions o) {
+    auto inner = CreateIoEngine(IoEngineConfig{IoEngineKind::kAuto, 64, 4});
     EXPECT_TRUE(inner.ok());
-    auto fault = std::make_unique<io::FaultInjectingEngine>(std::move(inner.value()));
+    auto fault = std::make_unique<FaultInjectingEngine>(std::move(inner.value()));
     for (auto& r : rules) fault->AddRule(r);
     auto e = EngineImpl::Create(o, std::move(fault));
     EXPECT_TRUE(e.ok()) << e.status().ToString();
@@ -485,7 +485,7 @@ TEST_F(EngineFaultTest, ReadErrorsAreMissesAndTheEngineKeepsServing) {
     src[1].Fill(2);
     ASSERT_TRUE(Store(e, src).all_ok());
   }
-  auto e = OpenWithFaults({io::FaultRule::FailNth(1, EIO, io::OpCode::kRead)}, Options(root_));
+  auto e = OpenWithFaults({FaultRule::FailNth(1, EIO, OpCode::kRead)}, Options(root_));
   HostChunk a, b;
   JobResult r1 = Run(e, e.jobs->SubmitLoad({{Key(0), 0, 0, a.Segments(e->block_stride())}}));
   EXPECT_FALSE(r1.all_ok());
@@ -496,7 +496,7 @@ TEST_F(EngineFaultTest, ReadErrorsAreMissesAndTheEngineKeepsServing) {
 }
 
 TEST_F(EngineFaultTest, EnospcOnWriteEvictsAndRetriesOnce) {
-  auto e = OpenWithFaults({io::FaultRule::FailNth(2, ENOSPC, io::OpCode::kWrite)}, Options(root_));
+  auto e = OpenWithFaults({FaultRule::FailNth(2, ENOSPC, OpCode::kWrite)}, Options(root_));
   std::vector<HostChunk> src(3);
   for (size_t i = 0; i < 3; ++i) src[i].Fill(i);
   JobResult r = Store(e, src);
@@ -517,8 +517,8 @@ TEST_F(EngineFaultTest, TheEnospcRetrysUnlinksGoThroughTheRingAndAFailedOneKeeps
     auto e = Open(o);
     ASSERT_TRUE(Store(e, old).all_ok());
   }
-  auto e = OpenWithFaults(
-      {io::FaultRule::FailNth(1, ENOSPC, io::OpCode::kWrite), io::FaultRule::FailEvery(io::OpCode::kUnlinkAt, EIO)}, o);
+  auto e =
+      OpenWithFaults({FaultRule::FailNth(1, ENOSPC, OpCode::kWrite), FaultRule::FailEvery(OpCode::kUnlinkAt, EIO)}, o);
   std::vector<HostChunk> src(1);
   src[0].Fill(1);
   JobResult r = Store(e, src, /*first_key=*/100);
@@ -554,8 +554,7 @@ TEST_F(EngineFaultTest, AnEnospcRetryWhoseUnlinksPassTheirDeadlineKeepsTheVictim
     ASSERT_TRUE(Store(e, old).all_ok());
   }
   auto e = OpenWithFaults(
-      {io::FaultRule::FailNth(1, ENOSPC, io::OpCode::kWrite), io::FaultRule::DelayPastDeadline(io::OpCode::kUnlinkAt)},
-      o);
+      {FaultRule::FailNth(1, ENOSPC, OpCode::kWrite), FaultRule::DelayPastDeadline(OpCode::kUnlinkAt)}, o);
   std::vector<HostChunk> src(1);
   src[0].Fill(2);
   JobResult r = Store(e, src, /*first_key=*/100);
@@ -577,9 +576,9 @@ TEST_F(EngineFaultTest, AnEnospcRetryWhoseUnlinksPassTheirDeadlineKeepsTheVictim
 TEST_F(EngineFaultTest, AStaleHandleFromAFanoutMkdirIsAskedAgain) {
   // M1: GlusterFS answers ESTALE to a mkdir that races another host's mkdir of the same fan-out directory; the
   // store asks again instead of being dropped. Both levels' first mkdirs fail.
-  auto e = OpenWithFaults({io::FaultRule::FailNth(1, ESTALE, io::OpCode::kMkdirAt),
-                           io::FaultRule::FailNth(3, ESTALE, io::OpCode::kMkdirAt)},
-                          Options(root_));
+  auto e =
+      OpenWithFaults({FaultRule::FailNth(1, ESTALE, OpCode::kMkdirAt), FaultRule::FailNth(3, ESTALE, OpCode::kMkdirAt)},
+                     Options(root_));
   std::vector<HostChunk> src(1);
   src[0].Fill(7);
   JobResult r = Store(e, src);
@@ -591,7 +590,7 @@ TEST_F(EngineFaultTest, AStaleHandleFromAFanoutMkdirIsAskedAgain) {
 TEST_F(EngineFaultTest, PersistentEnospcDropsTheStoreAndLeavesNoTemporary) {
   EngineOptions o = Options(root_);
   o.anonymous_temporaries = false;  // a named temporary is the one that could be left behind
-  auto e = OpenWithFaults({io::FaultRule::FailEvery(io::OpCode::kWrite, ENOSPC)}, o);
+  auto e = OpenWithFaults({FaultRule::FailEvery(OpCode::kWrite, ENOSPC)}, o);
   std::vector<HostChunk> src(1);
   src[0].Fill(1);
   JobResult r = Store(e, src);
@@ -613,7 +612,7 @@ TEST_F(EngineFaultTest, AReadPastItsDeadlineIsAMiss) {
   }
   EngineOptions o = Options(root_);
   o.op_timeout_ms = 50;
-  auto e = OpenWithFaults({io::FaultRule::DelayPastDeadline(io::OpCode::kRead)}, o);
+  auto e = OpenWithFaults({FaultRule::DelayPastDeadline(OpCode::kRead)}, o);
   HostChunk a;
   JobResult r = Run(e, e.jobs->SubmitLoad({{Key(0), 0, 0, a.Segments(e->block_stride())}}));
   EXPECT_FALSE(r.all_ok());
@@ -632,15 +631,15 @@ TEST_F(EngineFaultTest, AFailedOrLateStatxOfAnOpenedChunkIsAMissThatKeepsTheEntr
   }
   EngineOptions o = Options(root_);
   o.op_timeout_ms = 50;
-  for (const io::FaultRule& rule :
-       {io::FaultRule::FailNth(1, EIO, io::OpCode::kStatx), io::FaultRule::FailNth(1, ESTALE, io::OpCode::kStatx),
-        io::FaultRule::DelayPastDeadline(io::OpCode::kStatx)}) {
+  for (const FaultRule& rule :
+       {FaultRule::FailNth(1, EIO, OpCode::kStatx), FaultRule::FailNth(1, ESTALE, OpCode::kStatx),
+        FaultRule::DelayPastDeadline(OpCode::kStatx)}) {
     auto e = OpenWithFaults({rule}, o);
     HostChunk a;
     JobResult r = Run(e, e.jobs->SubmitLoad({{Key(0), 0, 0, a.Segments(e->block_stride())}}));
     EXPECT_FALSE(r.all_ok());
     EXPECT_EQ(e->Stats().corrupt_entries, 0u) << "a statx that failed says nothing about the entry";
-    if (rule.kind == io::FaultRule::Kind::kDelayPastDeadline) {
+    if (rule.kind == FaultRule::Kind::kDelayPastDeadline) {
       EXPECT_GE(e->Stats().timeouts, 1u);
       e.reset();  // the delayed statx comes back only at its deadline; the next load is a new engine's
       e = Open(o);
@@ -660,11 +659,10 @@ TEST_F(EngineFaultTest, AFailedOrLateStatxOfAnOpenedChunkIsAMissThatKeepsTheEntr
 TEST_F(EngineFaultTest, ACorruptEntrysRemovalGoesThroughTheRingAndAFailedStepKeepsItForTheNextLoad) {
   EngineOptions o = Options(root_);
   o.op_timeout_ms = 100;
-  for (const io::FaultRule& rule :
-       {io::FaultRule::FailNth(2, EIO, io::OpCode::kOpenAt), io::FaultRule::FailNth(2, EIO, io::OpCode::kStatx),
-        io::FaultRule::FailNth(1, EIO, io::OpCode::kUnlinkAt),
-        io::FaultRule::DelayPastDeadline(io::OpCode::kUnlinkAt)}) {
-    SCOPED_TRACE(testing::Message() << "rule kind " << int(rule.kind) << " op " << io::OpCodeName(*rule.code));
+  for (const FaultRule& rule :
+       {FaultRule::FailNth(2, EIO, OpCode::kOpenAt), FaultRule::FailNth(2, EIO, OpCode::kStatx),
+        FaultRule::FailNth(1, EIO, OpCode::kUnlinkAt), FaultRule::DelayPastDeadline(OpCode::kUnlinkAt)}) {
+    SCOPED_TRACE(testing::Message() << "rule kind " << int(rule.kind) << " op " << OpCodeName(*rule.code));
     std::vector<HostChunk> src(1);
     src[0].Fill(5);
     uint64_t stride = 0;
@@ -681,7 +679,7 @@ TEST_F(EngineFaultTest, ACorruptEntrysRemovalGoesThroughTheRingAndAFailedStepKee
       JobResult r = Run(e, e.jobs->SubmitLoad({{Key(0), 0, 0, a.Segments(e->block_stride())}}));
       EXPECT_EQ(r.chunks[0].status.code(), StatusCode::kNotFound) << r.chunks[0].status.ToString();
       EXPECT_EQ(e->Stats().corrupt_entries, 1u);
-      if (rule.kind == io::FaultRule::Kind::kDelayPastDeadline) {
+      if (rule.kind == FaultRule::Kind::kDelayPastDeadline) {
         EXPECT_GE(e->Stats().timeouts, 1u);
       } else {
         EXPECT_GE(e->Stats().io_errors, 1u);
@@ -701,13 +699,13 @@ TEST_F(EngineFaultTest, ACorruptEntrysRemovalGoesThroughTheRingAndAFailedStepKee
 }
 
 TEST_F(EngineFaultTest, ShortReadsAndWritesAreCompleted) {
-  auto e = OpenWithFaults({io::FaultRule::ShortTransfer(io::OpCode::kWrite, 8192)}, Options(root_));
+  auto e = OpenWithFaults({FaultRule::ShortTransfer(OpCode::kWrite, 8192)}, Options(root_));
   std::vector<HostChunk> src(2);
   src[0].Fill(1);
   src[1].Fill(2);
   ASSERT_TRUE(Store(e, src).all_ok());
   e.reset();  // loads by an engine of its own read the disk, not the stores' resident copies
-  e = OpenWithFaults({io::FaultRule::ShortTransfer(io::OpCode::kRead, 4096)}, Options(root_));
+  e = OpenWithFaults({FaultRule::ShortTransfer(OpCode::kRead, 4096)}, Options(root_));
   std::vector<HostChunk> dst(2);
   ASSERT_TRUE(Run(e, e.jobs->SubmitLoad({{Key(0), 0, 0, dst[0].Segments(e->block_stride())},
                                          {Key(1), 0, 0, dst[1].Segments(e->block_stride())}}))
@@ -725,7 +723,7 @@ TEST_P(EngineBackendTest, RoundTripOnThisBackendAndMode) {
   o.backend = std::get<0>(GetParam());
   o.io_mode = std::get<1>(GetParam());
   o.anonymous_temporaries = std::get<2>(GetParam());
-  if (o.backend == IoBackend::kUring && !io::UringAvailable()) GTEST_SKIP() << "io_uring unavailable on this kernel";
+  if (o.backend == IoBackend::kUring && !UringAvailable()) GTEST_SKIP() << "io_uring unavailable on this kernel";
   auto opened = test::OpenWithJobs(o);
   if (!opened.ok() && opened.status().code() == StatusCode::kUnsupported) {
     GTEST_SKIP() << "O_DIRECT unsupported here: " << opened.status().ToString();
@@ -771,7 +769,7 @@ TEST_F(ResidentTest, PromotedChunkIsReadableFromItsSlotByAnAttachedWorker) {
   EXPECT_EQ(e->Lookup(Key(0)), ChunkLocation::kDram);
   auto pins = e->PinResident(std::vector<ChunkKey>{Key(0)});
   ASSERT_TRUE(pins.ok());
-  auto worker = staging::StagingPool::Attach(e->pool_name());
+  auto worker = StagingPool::Attach(e->pool_name());
   ASSERT_TRUE(worker.ok()) << worker.status().ToString();
   auto view = worker.value()->Observe(p.ref.slot);
   EXPECT_EQ(view.generation, p.ref.generation);
@@ -841,7 +839,7 @@ TEST_F(ResidentTest, AWorkerFilledSlotIsPublishedAndServedAfterARestart) {
     ASSERT_TRUE(reserved.ok()) << reserved.status().ToString();
     ASSERT_TRUE(reserved.value()[0].has_value() && reserved.value()[1].has_value());
     EXPECT_EQ(e->Lookup(Key(0)), ChunkLocation::kPending);
-    auto worker = staging::StagingPool::Attach(e->pool_name());
+    auto worker = StagingPool::Attach(e->pool_name());
     ASSERT_TRUE(worker.ok());
     for (int i = 0; i < 2; ++i) {
       uint8_t* payload = worker.value()->SlotData(reserved.value()[i]->slot) + kHeaderBytes;

@@ -49,7 +49,7 @@ JobResult StoreKeys(Engine& e, uint64_t first, uint64_t n) {
         ChunkTransfer{Key(first + i), 0, 0, {{0, reinterpret_cast<uint64_t>(data[i].data()), kBlocks * kBlockBytes}}});
   }
   // Through a JobClient, the slot path (docs/architecture.md, "One data path").
-  auto client = policy::JobClient::Create(&e);
+  auto client = JobClient::Create(&e);
   EXPECT_TRUE(client.ok()) << client.status().ToString();
   if (!client.ok()) return JobResult{};
   auto id = (*client)->SubmitStore(std::move(t));
@@ -76,10 +76,10 @@ TEST(Limits, ACloseIsNeverCancelledByItsDeadline) {
   o.op_timeout_ms = 200;
   const size_t fds_before = OpenFds();
   {
-    auto inner = io::CreateEngine(io::EngineConfig{io::EngineKind::kAuto, 64, 4});
+    auto inner = CreateIoEngine(IoEngineConfig{IoEngineKind::kAuto, 64, 4});
     ASSERT_TRUE(inner.ok());
-    auto fault = std::make_unique<io::FaultInjectingEngine>(std::move(inner.value()));
-    fault->AddRule(io::FaultRule::DelayPastDeadline(io::OpCode::kClose));
+    auto fault = std::make_unique<FaultInjectingEngine>(std::move(inner.value()));
+    fault->AddRule(FaultRule::DelayPastDeadline(OpCode::kClose));
     auto e = EngineImpl::Create(o, std::move(fault));
     ASSERT_TRUE(e.ok()) << e.status().ToString();
     JobResult r = StoreKeys(**e, 0, 3);
@@ -141,16 +141,16 @@ TEST(Limits, ABudgetAtTheTopOfItsRangeHoldsEverything) {
 }
 
 // A real I/O engine that holds every write while its gate is closed and counts the opens it is given.
-class WriteGate final : public io::IoEngine {
+class WriteGate final : public IoEngine {
  public:
-  WriteGate(std::unique_ptr<io::IoEngine> inner, std::atomic<bool>* open, std::atomic<uint64_t>* opens)
+  WriteGate(std::unique_ptr<IoEngine> inner, std::atomic<bool>* open, std::atomic<uint64_t>* opens)
       : inner_(std::move(inner)), open_(open), opens_(opens) {}
   std::string_view name() const override { return inner_->name(); }
   uint32_t depth() const override { return inner_->depth(); }
   uint32_t in_flight() const override { return inner_->in_flight() + static_cast<uint32_t>(held_.size()); }
-  int Submit(const io::IoOp& op) override {
-    if (op.code == io::OpCode::kOpenAt) (*opens_)++;
-    if (op.code == io::OpCode::kWrite && !open_->load()) {
+  int Submit(const IoOp& op) override {
+    if (op.code == OpCode::kOpenAt) (*opens_)++;
+    if (op.code == OpCode::kWrite && !open_->load()) {
       held_.push_back(op);
       return 0;
     }
@@ -160,7 +160,7 @@ class WriteGate final : public io::IoEngine {
     Release();
     return inner_->Flush();
   }
-  int Reap(std::vector<io::IoCompletion>* out, int64_t timeout_ns) override {
+  int Reap(std::vector<IoCompletion>* out, int64_t timeout_ns) override {
     Release();
     inner_->Flush();
     const int64_t wait =
@@ -177,10 +177,10 @@ class WriteGate final : public io::IoEngine {
       held_.pop_front();
     }
   }
-  std::unique_ptr<io::IoEngine> inner_;
+  std::unique_ptr<IoEngine> inner_;
   std::atomic<bool>* open_;
   std::atomic<uint64_t>* opens_;
-  std::deque<io::IoOp> held_;
+  std::deque<IoOp> held_;
 };
 
 // An engine at io_depth 2 (one reactor: the I/O engine is given) whose writes are held until open_ is set.
@@ -190,7 +190,7 @@ class GatedCommits : public ::testing::Test {
     o_ = Options(dir_.path());
     o_.io_depth = 2;
     o_.pool_bytes = 24 * (kHeaderBytes + kBlocks * kBlockBytes);
-    auto inner = io::CreateEngine(io::EngineConfig{io::EngineKind::kAuto, 64, 4});
+    auto inner = CreateIoEngine(IoEngineConfig{IoEngineKind::kAuto, 64, 4});
     ASSERT_TRUE(inner.ok());
     auto e = EngineImpl::Create(o_, std::make_unique<WriteGate>(std::move(inner.value()), &open_, &opens_));
     ASSERT_TRUE(e.ok()) << e.status().ToString();

@@ -1,5 +1,5 @@
 // S1: host memory is bounded by the staging pool, whatever the request size. Loads 10x the pool through it (the job
-// API as a client of the slot path, policy::JobClient: docs/architecture.md "One data path") and compares the
+// API as a client of the slot path, JobClient: docs/architecture.md "One data path") and compares the
 // process's peak RSS growth (VmHWM, which counts the pool's shared-memory pages) with the pool size.
 #include <gtest/gtest.h>
 

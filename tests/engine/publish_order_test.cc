@@ -37,10 +37,10 @@ size_t ChunkFiles(const std::string& root) {
 
 TEST(PublishOrder, AFailedCloseOfANamedTemporaryPublishesNothing) {
   test::TempDir dir;
-  auto inner = io::CreateEngine(io::EngineConfig{io::EngineKind::kAuto, 64, 4});
+  auto inner = CreateIoEngine(IoEngineConfig{IoEngineKind::kAuto, 64, 4});
   ASSERT_TRUE(inner.ok());
-  auto fault = std::make_unique<io::FaultInjectingEngine>(std::move(inner.value()));
-  fault->AddRule(io::FaultRule::FailEvery(io::OpCode::kClose, EIO));  // a write error reported at close (NFS, FUSE)
+  auto fault = std::make_unique<FaultInjectingEngine>(std::move(inner.value()));
+  fault->AddRule(FaultRule::FailEvery(OpCode::kClose, EIO));  // a write error reported at close (NFS, FUSE)
   auto opened = EngineImpl::Create(Options(dir.path()), std::move(fault));
   ASSERT_TRUE(opened.ok()) << opened.status().ToString();
   auto e = test::WithJobs(std::move(opened).value());

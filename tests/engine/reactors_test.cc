@@ -1,5 +1,5 @@
 // Several reactors (I1, docs/architecture.md "Threads and ownership"), driven through the job API as a client of the
-// slot path (policy::JobClient, "One data path"): each chunk of a job is a promotion placed on a reactor. A job whose
+// slot path (JobClient, "One data path"): each chunk of a job is a promotion placed on a reactor. A job whose
 // chunks live on different reactors completes exactly once, when all of them have; misses are per chunk, in request
 // order; identical chunks of two jobs share one read (X4, through the DRAM tier); a job's window of slots (S1) and
 // the demand reserve (S2) hold across reactors; the reactor count is the option's, auto's or the test binary's
@@ -43,14 +43,14 @@ struct OpenOnExit {
   ~OpenOnExit() { gate.open = true; }
 };
 
-class GatedEngine final : public io::IoEngine {
+class GatedEngine final : public IoEngine {
  public:
-  GatedEngine(std::unique_ptr<io::IoEngine> inner, Gate* gate) : inner_(std::move(inner)), gate_(gate) {}
+  GatedEngine(std::unique_ptr<IoEngine> inner, Gate* gate) : inner_(std::move(inner)), gate_(gate) {}
   std::string_view name() const override { return inner_->name(); }
   uint32_t depth() const override { return inner_->depth(); }
   uint32_t in_flight() const override { return inner_->in_flight() + static_cast<uint32_t>(held_.size()); }
-  int Submit(const io::IoOp& op) override {
-    if (op.code == io::OpCode::kRead && !gate_->open.load()) {
+  int Submit(const IoOp& op) override {
+    if (op.code == OpCode::kRead && !gate_->open.load()) {
       held_.push_back(op);
       gate_->reads_held++;
       return 0;
@@ -61,7 +61,7 @@ class GatedEngine final : public io::IoEngine {
     Release();
     return inner_->Flush();
   }
-  int Reap(std::vector<io::IoCompletion>* out, int64_t timeout_ns) override {
+  int Reap(std::vector<IoCompletion>* out, int64_t timeout_ns) override {
     reaps++;
     Release();
     inner_->Flush();
@@ -82,9 +82,9 @@ class GatedEngine final : public io::IoEngine {
       held_.pop_front();
     }
   }
-  std::unique_ptr<io::IoEngine> inner_;
+  std::unique_ptr<IoEngine> inner_;
   Gate* gate_;
-  std::deque<io::IoOp> held_;  // reactor thread only
+  std::deque<IoOp> held_;  // reactor thread only
 };
 
 // The host copy, held: copies are taken (Submit) and counted but end only once the gate opens, so the chunks they
@@ -162,10 +162,10 @@ class ReactorsTest : public ::testing::Test {
   // An engine whose reactor r reads through a gate (every reactor when gated_reactor < 0), with a JobClient over it.
   test::JobEngine OpenGated(EngineOptions o, Gate* gate, int gated_reactor,
                             std::vector<GatedEngine*>* gated = nullptr) {
-    auto e = EngineImpl::Create(o, [&](uint32_t r) -> std::unique_ptr<io::IoEngine> {
-      io::EngineConfig cfg;
+    auto e = EngineImpl::Create(o, [&](uint32_t r) -> std::unique_ptr<IoEngine> {
+      IoEngineConfig cfg;
       cfg.depth = 64;
-      auto inner = io::CreateEngine(cfg);
+      auto inner = CreateIoEngine(cfg);
       if (!inner.ok()) return nullptr;
       if (gated_reactor >= 0 && r != static_cast<uint32_t>(gated_reactor)) return std::move(inner.value());
       auto g = std::make_unique<GatedEngine>(std::move(inner.value()), gate);

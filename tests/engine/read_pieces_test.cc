@@ -1,6 +1,6 @@
 // K1, I1: a promotion reads a chunk in pieces of read_piece_bytes (whole blocks; a reactor's reads go to its oldest
 // chunk first) and verifies each piece as it lands, the last one after the disk has the next chunk's reads. Loads go
-// through the job API as a client of the slot path (policy::JobClient, docs/architecture.md "One data path"): each
+// through the job API as a client of the slot path (JobClient, docs/architecture.md "One data path"): each
 // chunk is read whole into a slot and only the blocks asked for are copied out (X3's partial reads are not on the
 // slot path). Every piece size serves the same bytes, whole chunks and block ranges alike; a damaged block or header
 // anywhere is a miss that writes nothing to the destination; short reads continue inside their piece.
@@ -66,8 +66,7 @@ JobResult RunJob(test::JobEngine& e, Result<JobId> id) {
 }
 
 // An engine over `io` (null: the options' backend) with a JobClient over it.
-test::JobEngine Open(const EngineOptions& o, std::unique_ptr<io::IoEngine> io = nullptr,
-                     policy::JobClientOptions client = {}) {
+test::JobEngine Open(const EngineOptions& o, std::unique_ptr<IoEngine> io = nullptr, JobClientOptions client = {}) {
   auto e = io ? EngineImpl::Create(o, std::move(io)) : Engine::Open(o);
   EXPECT_TRUE(e.ok()) << e.status().ToString();
   if (!e.ok()) return {};
@@ -172,10 +171,10 @@ TEST_P(ReadPieces, ADamagedBlockInAnyPieceIsAMissThatWritesNothing) {
 // once, when the piece is complete.
 TEST_P(ReadPieces, ShortReadsContinueInsideTheirPiece) {
   StoreChunks(dir_.path(), 3);
-  auto inner = io::CreateEngine(io::EngineConfig{io::EngineKind::kAuto, 64, 4});
+  auto inner = CreateIoEngine(IoEngineConfig{IoEngineKind::kAuto, 64, 4});
   ASSERT_TRUE(inner.ok());
-  auto fault = std::make_unique<io::FaultInjectingEngine>(std::move(inner.value()));
-  fault->AddRule(io::FaultRule::ShortTransfer(io::OpCode::kRead, 4096));
+  auto fault = std::make_unique<FaultInjectingEngine>(std::move(inner.value()));
+  fault->AddRule(FaultRule::ShortTransfer(OpCode::kRead, 4096));
   auto e = Open(Options(dir_.path(), GetParam()), std::move(fault));
   ASSERT_TRUE(e.jobs);
   const uint64_t stride = e->block_stride();
@@ -199,38 +198,38 @@ TEST_P(ReadPieces, ShortReadsContinueInsideTheirPiece) {
 // Forwards to a real I/O engine and logs, in submission order, which chunk each read is for and at what offset.
 // The first `hold_opens` opened chunks' statx (the check of the open file that follows each open) to come back are
 // held and then handed to the reactor all at once in reverse order, as a filesystem may answer out of order.
-class ReadOrderEngine final : public io::IoEngine {
+class ReadOrderEngine final : public IoEngine {
  public:
   struct Read {
     int chunk;  // index of Key(i) in the chunk file's name; -1: not a chunk file
     uint64_t offset;
   };
   // `reads`: the log, outliving the engine (the test reads it once the engine and its reactor are gone).
-  ReadOrderEngine(std::unique_ptr<io::IoEngine> inner, int chunks, size_t hold_opens,
+  ReadOrderEngine(std::unique_ptr<IoEngine> inner, int chunks, size_t hold_opens,
                   std::shared_ptr<std::vector<Read>> reads)
       : inner_(std::move(inner)), chunks_(chunks), hold_left_(hold_opens), reads_(std::move(reads)) {}
 
   std::string_view name() const override { return "read-order"; }
   uint32_t depth() const override { return inner_->depth(); }
   uint32_t in_flight() const override { return inner_->in_flight() + static_cast<uint32_t>(held_.size()); }
-  int Submit(const io::IoOp& op) override {
+  int Submit(const IoOp& op) override {
     const int rc = inner_->Submit(op);
     if (rc != 0) return rc;
-    if (op.code == io::OpCode::kOpenAt) opens_[op.user_data] = op.path;
-    if (op.code == io::OpCode::kStatx && op.path == nullptr) checks_.insert(op.user_data);
-    if (op.code == io::OpCode::kRead) {
+    if (op.code == OpCode::kOpenAt) opens_[op.user_data] = op.path;
+    if (op.code == OpCode::kStatx && op.path == nullptr) checks_.insert(op.user_data);
+    if (op.code == OpCode::kRead) {
       auto it = fd_chunk_.find(op.fd);
       reads_->push_back(Read{it == fd_chunk_.end() ? -1 : it->second, op.offset});
     }
     return rc;
   }
   int Flush() override { return inner_->Flush(); }
-  int Reap(std::vector<io::IoCompletion>* out, int64_t timeout_ns) override {
-    std::vector<io::IoCompletion> got;
+  int Reap(std::vector<IoCompletion>* out, int64_t timeout_ns) override {
+    std::vector<IoCompletion> got;
     const int rc = inner_->Reap(&got, timeout_ns);
     if (rc < 0) return rc;
     const size_t before = out->size();
-    for (const io::IoCompletion& c : got) {
+    for (const IoCompletion& c : got) {
       auto open = opens_.find(c.user_data);
       if (open != opens_.end()) {
         if (c.result >= 0) fd_chunk_[static_cast<int>(c.result)] = ChunkOf(open->second);
@@ -256,10 +255,10 @@ class ReadOrderEngine final : public io::IoEngine {
     }
     return -1;
   }
-  std::unique_ptr<io::IoEngine> inner_;
+  std::unique_ptr<IoEngine> inner_;
   int chunks_;
   size_t hold_left_;
-  std::vector<io::IoCompletion> held_;
+  std::vector<IoCompletion> held_;
   std::map<uint64_t, std::string> opens_;
   std::set<uint64_t> checks_;  // the statx of an open chunk file, by user_data
   std::map<int, int> fd_chunk_;
@@ -276,13 +275,13 @@ TEST(ReadPiecesOrder, TheDiskServesTheOldestChunkFirstWhateverOrderItsOpenCheckC
   constexpr int kChunks = 6;
   test::TempDir dir;
   StoreChunks(dir.path(), kChunks);
-  auto inner = io::CreateEngine(io::EngineConfig{io::EngineKind::kAuto, 64, 4});
+  auto inner = CreateIoEngine(IoEngineConfig{IoEngineKind::kAuto, 64, 4});
   ASSERT_TRUE(inner.ok());
   EngineOptions o = Options(dir.path(), 1);  // a block per piece: eight pieces per chunk
   o.io_depth = 2;                            // two chunks at the disk, four reads
   // The job's stream holds 4 slots and promotes at most 3 chunks at once (StreamPump: reads at once are 3/4 of the
   // window): the first 3 opens are all the job has out; their checks are held and handed back together.
-  const policy::JobClientOptions client{.max_window = 2 * o.io_depth};
+  const JobClientOptions client{.max_window = 2 * o.io_depth};
   const size_t opens_at_once = client.max_window - client.max_window / 4;
   auto reads = std::make_shared<std::vector<ReadOrderEngine::Read>>();
   auto e = Open(o, std::make_unique<ReadOrderEngine>(std::move(inner.value()), kChunks, opens_at_once, reads), client);

@@ -18,11 +18,11 @@ ChunkKey Key(uint64_t i) { return kvtier::test::NumberedKey(i, 16, 15, 0x42); }
 class ResidentSetTest : public ::testing::Test {
  protected:
   void Make(uint32_t slots, uint32_t max_slots, uint32_t max_preloads, uint32_t reserve = 0) {
-    staging::StagingPoolOptions po;
+    StagingPoolOptions po;
     po.num_slots = slots;
     po.slot_bytes = 4096;
     po.demand_reserve = reserve;
-    auto pool = staging::StagingPool::Create(po);
+    auto pool = StagingPool::Create(po);
     ASSERT_TRUE(pool.ok()) << pool.status().ToString();
     pool_ = std::move(pool.value());
     ResidentSet::Options o;
@@ -46,7 +46,7 @@ class ResidentSetTest : public ::testing::Test {
   }
 
   Stats stats_;
-  std::unique_ptr<staging::StagingPool> pool_;
+  std::unique_ptr<StagingPool> pool_;
   std::unique_ptr<ResidentSet> set_;
   int freed_ = 0;
 };
@@ -100,16 +100,16 @@ TEST_F(ResidentSetTest, APoolSlotComesFromEvictingTheLeastRecentUnpinnedReadyEnt
   // (Promoted at time 0: their awaited protection has long passed on the monotonic clock.)
   ASSERT_TRUE(set_->Pin(std::vector<ChunkKey>{Key(1)}).ok());
   // Pool full: 1 is pinned, 2 is an unused preload (goes last), so 3 gives way.
-  auto slot = set_->AcquireSlot(staging::Priority::kDemand);
+  auto slot = set_->AcquireSlot(SlotPriority::kDemand);
   ASSERT_TRUE(slot);
   EXPECT_EQ(set_->Residency(Key(3)), PromoteState::kMiss);
   EXPECT_EQ(set_->Residency(Key(2)), PromoteState::kReady);
   // A speculative acquire never evicts a preload; a demand one does, and counts it wasted.
-  EXPECT_FALSE(set_->AcquireSlot(staging::Priority::kSpeculative));
-  auto second = set_->AcquireSlot(staging::Priority::kDemand);
+  EXPECT_FALSE(set_->AcquireSlot(SlotPriority::kSpeculative));
+  auto second = set_->AcquireSlot(SlotPriority::kDemand);
   ASSERT_TRUE(second);
   EXPECT_EQ(stats_.Snapshot().preload_wasted, 1u);
-  EXPECT_FALSE(set_->AcquireSlot(staging::Priority::kDemand)) << "only the pinned entry is left";
+  EXPECT_FALSE(set_->AcquireSlot(SlotPriority::kDemand)) << "only the pinned entry is left";
   pool_->Release(*slot);
   pool_->Release(*second);
 }

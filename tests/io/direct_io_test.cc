@@ -1,4 +1,4 @@
-// ProbeDirectIo (I2) and CreateEngine's choice (I3).
+// ProbeDirectIo (I2) and CreateIoEngine's choice (I3).
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -10,7 +10,7 @@
 #include "io/io_engine.h"
 #include "io_test_util.h"
 
-namespace kvtier::io {
+namespace kvtier {
 namespace {
 
 using testing::ScratchDir;
@@ -79,9 +79,9 @@ TEST(DirectIo, ProbeOfABadDirectoryIsUnsupportedWithAReason) {
   EXPECT_NE(info.how.find("probe file"), std::string::npos) << info.how;
 }
 
-TEST(CreateEngine, AutoPicksIoUringWhenAvailableElsePosixAndSaysWhy) {
+TEST(CreateIoEngine, AutoPicksIoUringWhenAvailableElsePosixAndSaysWhy) {
   std::string why;
-  auto engine = CreateEngine(EngineConfig{}, &why);
+  auto engine = CreateIoEngine(IoEngineConfig{}, &why);
   ASSERT_TRUE(engine.ok()) << engine.status().ToString();
   EXPECT_FALSE(why.empty());
   std::string probe_why;
@@ -91,20 +91,20 @@ TEST(CreateEngine, AutoPicksIoUringWhenAvailableElsePosixAndSaysWhy) {
     EXPECT_EQ((*engine)->name(), "posix") << why;
     EXPECT_NE(why.find("io_uring unavailable"), std::string::npos) << why;
   }
-  EXPECT_EQ((*engine)->depth(), EngineConfig{}.depth);
+  EXPECT_EQ((*engine)->depth(), IoEngineConfig{}.depth);
 }
 
-TEST(CreateEngine, PosixCanBeChosenExplicitly) {
-  EngineConfig config;
-  config.kind = EngineKind::kPosix;
+TEST(CreateIoEngine, PosixCanBeChosenExplicitly) {
+  IoEngineConfig config;
+  config.kind = IoEngineKind::kPosix;
   config.depth = 3;
-  auto engine = CreateEngine(config);
+  auto engine = CreateIoEngine(config);
   ASSERT_TRUE(engine.ok());
   EXPECT_EQ((*engine)->name(), "posix");
   EXPECT_EQ((*engine)->depth(), 3u);
 }
 
-TEST(CreateEngine, ZeroDepthIsRefused) {
+TEST(CreateIoEngine, ZeroDepthIsRefused) {
   EXPECT_FALSE(CreatePosixEngine(0, 1).ok());
   std::string why;
   if (!UringAvailable(&why)) GTEST_SKIP() << "io_uring unavailable: " << why;
@@ -121,4 +121,4 @@ TEST(OpCodeName, NamesEveryOpCode) {
 }
 
 }  // namespace
-}  // namespace kvtier::io
+}  // namespace kvtier

@@ -9,7 +9,7 @@
 
 #include "io_test_util.h"
 
-namespace kvtier::io {
+namespace kvtier {
 namespace {
 
 using testing::kMs;
@@ -121,4 +121,4 @@ TEST(FakeEngine, SetDepthChangesTheBoundForLaterSubmits) {
 }
 
 }  // namespace
-}  // namespace kvtier::io
+}  // namespace kvtier

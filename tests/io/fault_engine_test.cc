@@ -12,7 +12,7 @@
 #include "io/fake_engine.h"
 #include "io_test_util.h"
 
-namespace kvtier::io {
+namespace kvtier {
 namespace {
 
 using testing::FdOp;
@@ -216,4 +216,4 @@ TEST_F(FaultEngineTest, WakeIsForwardedToTheInnerEngine) {
 }
 
 }  // namespace
-}  // namespace kvtier::io
+}  // namespace kvtier

@@ -16,7 +16,7 @@
 #include "io/io_engine.h"
 #include "io_test_util.h"
 
-namespace kvtier::io {
+namespace kvtier {
 namespace {
 
 using testing::FdOp;
@@ -562,4 +562,4 @@ INSTANTIATE_TEST_SUITE_P(AllBackends, IoEngineContract,
                          [](const ::testing::TestParamInfo<Backend>& info) { return BackendName(info.param); });
 
 }  // namespace
-}  // namespace kvtier::io
+}  // namespace kvtier

@@ -13,7 +13,7 @@
 
 #include "io/io_engine.h"
 
-namespace kvtier::io::testing {
+namespace kvtier::testing {
 
 constexpr int64_t kMs = 1'000'000;
 
@@ -137,4 +137,4 @@ inline bool FileExists(int dirfd, const char* name) {
   return fstatat(dirfd, name, &st, 0) == 0;
 }
 
-}  // namespace kvtier::io::testing
+}  // namespace kvtier::testing

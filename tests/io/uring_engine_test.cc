@@ -8,7 +8,7 @@
 #include "io/io_engine.h"
 #include "io_test_util.h"
 
-namespace kvtier::io {
+namespace kvtier {
 namespace {
 
 using testing::kMs;
@@ -146,4 +146,4 @@ TEST(UringEngine, AnOpWhoseDeadlineHasAlreadyPassedStillCompletesExactlyOnce) {
 }
 
 }  // namespace
-}  // namespace kvtier::io
+}  // namespace kvtier

@@ -31,11 +31,11 @@ TEST(Xxh3Dispatch, SeededMatchesTheLibraryAtEveryLengthAndAlignment) {
     for (size_t misalign : {0, 1, 31}) {
       for (uint64_t seed : {uint64_t{0}, uint64_t{1}, uint64_t{0x9e3779b97f4a7c15ull}}) {
         const uint8_t* p = data.data() + misalign;
-        ASSERT_EQ(detail::Xxh3Seeded(p, len, seed), XXH3_64bits_withSeed(p, len, seed))
-            << "len " << len << " misalign " << misalign << " seed " << seed << " variant " << detail::Xxh3Variant();
+        ASSERT_EQ(internal::Xxh3Seeded(p, len, seed), XXH3_64bits_withSeed(p, len, seed))
+            << "len " << len << " misalign " << misalign << " seed " << seed << " variant " << internal::Xxh3Variant();
 #if defined(KVTIER_XXH3_AVX2)
         if (__builtin_cpu_supports("avx2")) {
-          ASSERT_EQ(detail::Xxh3SeededAvx2(p, len, seed), XXH3_64bits_withSeed(p, len, seed)) << "len " << len;
+          ASSERT_EQ(internal::Xxh3SeededAvx2(p, len, seed), XXH3_64bits_withSeed(p, len, seed)) << "len " << len;
         }
 #endif
       }
@@ -48,7 +48,7 @@ TEST(Xxh3Dispatch, WithSecretMatchesTheLibrary) {
   for (size_t i = 0; i < secret.size(); ++i) secret[i] = static_cast<uint8_t>(i * 37 + 11);
   for (size_t len : kLengths) {
     auto data = Bytes(len, 3);
-    ASSERT_EQ(detail::Xxh3Secret(data.data() + 5, len, secret.data(), secret.size()),
+    ASSERT_EQ(internal::Xxh3Secret(data.data() + 5, len, secret.data(), secret.size()),
               XXH3_64bits_withSecret(data.data() + 5, len, secret.data(), secret.size()))
         << "len " << len;
   }
@@ -64,7 +64,7 @@ TEST(Xxh3Dispatch, BlockChecksumIsTheLibrarysSeededXxh3) {
 }
 
 TEST(Xxh3Dispatch, NamesTheVariantInUse) {
-  const std::string_view v = detail::Xxh3Variant();
+  const std::string_view v = internal::Xxh3Variant();
   EXPECT_TRUE(v == "avx2" || v == "libxxhash") << v;
 #if defined(KVTIER_XXH3_AVX2)
   if (__builtin_cpu_supports("avx2") && std::getenv("KVTIER_XXH3") == nullptr) {

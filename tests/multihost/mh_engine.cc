@@ -1,6 +1,6 @@
 // kvtier_mh_engine: one engine driven by a line protocol, the "host" process of the multi-host suite
 // (tests/multihost/test_multihost.py, SPEC M4). Each host runs one of these in its network namespace on its mount.
-// Its stores and loads go through the job API as a client of the engine's slot path (policy::JobClient,
+// Its stores and loads go through the job API as a client of the engine's slot path (JobClient,
 // docs/architecture.md "One data path"), the way vLLM's workers move bytes.
 //
 //   kvtier_mh_engine --root DIR [--budget BYTES] [--block-kib N] [--blocks N] [--fsync 0|1] [--neg-ms N]
@@ -145,12 +145,12 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::unique_ptr<Engine> engine = std::move(opened.value());
-  auto client = policy::JobClient::Create(engine.get());
+  auto client = JobClient::Create(engine.get());
   if (!client.ok()) {
     std::printf("{\"error\":\"%s\"}\n", JsonEscape(client.status().ToString()).c_str());
     return 1;
   }
-  std::unique_ptr<policy::JobClient> jobs = std::move(client.value());  // destroyed before the engine
+  std::unique_ptr<JobClient> jobs = std::move(client.value());  // destroyed before the engine
   // The namespace's directory, where chase looks for the chunk files of the keys it waits for.
   NamespaceIdentity nid;
   nid.model = o.identity.model;

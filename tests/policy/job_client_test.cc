@@ -23,7 +23,7 @@
 #include "support/keys.h"
 #include "support/temp_dir.h"
 
-namespace kvtier::policy {
+namespace kvtier {
 namespace {
 
 constexpr uint32_t kBlocks = 4;
@@ -64,7 +64,7 @@ struct HostChunk {
 
 class JobClientTest : public ::testing::Test {
  protected:
-  void Open(uint32_t slots, std::unique_ptr<io::IoEngine> io = nullptr, JobClientOptions co = {}) {
+  void Open(uint32_t slots, std::unique_ptr<IoEngine> io = nullptr, JobClientOptions co = {}) {
     client_.reset();
     engine_.reset();
     EngineOptions o = Options(dir_.path(), slots);
@@ -203,10 +203,10 @@ TEST_F(JobClientTest, StoringChunksAlreadyStoredWritesNothing) {
 }
 
 TEST_F(JobClientTest, AStoreWhoseWriteFailsIsReportedDropped) {
-  auto inner = io::CreateEngine(io::EngineConfig{io::EngineKind::kAuto, 64, 4});
+  auto inner = CreateIoEngine(IoEngineConfig{IoEngineKind::kAuto, 64, 4});
   ASSERT_TRUE(inner.ok());
-  auto fault = std::make_unique<io::FaultInjectingEngine>(std::move(inner.value()));
-  fault->AddRule(io::FaultRule::FailEvery(io::OpCode::kWrite, EIO));
+  auto fault = std::make_unique<FaultInjectingEngine>(std::move(inner.value()));
+  fault->AddRule(FaultRule::FailEvery(OpCode::kWrite, EIO));
   ASSERT_NO_FATAL_FAILURE(Open(8, std::move(fault)));
   std::vector<HostChunk> src(2);
   src[0].Fill(1);
@@ -327,7 +327,7 @@ TEST_F(JobClientTest, AClientGivenTheProcesssPumpStreamsBesideItsOtherStreams) {
   ASSERT_TRUE(Store(src).all_ok());
   client_.reset();
   // The process's pump (as the vLLM manager's): one board, one owner. A stream of its own stays open meanwhile.
-  auto mine = staging::StagingPool::Attach(engine_->pool_name());
+  auto mine = StagingPool::Attach(engine_->pool_name());
   ASSERT_TRUE(mine.ok());
   StreamPump pump(engine_.get(), std::move(mine).value(), StreamOptions{4, 3, true});
   const std::vector<ChunkKey> other{Key(100), Key(101)};
@@ -360,4 +360,4 @@ TEST_F(JobClientTest, AClientClosedWithJobsInFlightFinishesThemFirst) {
 }
 
 }  // namespace
-}  // namespace kvtier::policy
+}  // namespace kvtier

@@ -15,7 +15,7 @@
 #include "support/temp_dir.h"
 #include "transfer/device_copier.h"
 
-namespace kvtier::policy {
+namespace kvtier {
 namespace {
 
 constexpr uint32_t kBlocks = 2;
@@ -50,7 +50,7 @@ class PlannerTest : public ::testing::Test {
       ASSERT_TRUE(r.ok()) << r.status().ToString();
       ASSERT_TRUE(r->all_ok());
     }
-    auto fake = std::make_unique<io::FakeEngine>(64);
+    auto fake = std::make_unique<FakeEngine>(64);
     fake_ = fake.get();
     auto e = EngineImpl::Create(o, std::move(fake));
     ASSERT_TRUE(e.ok()) << e.status().ToString();
@@ -75,7 +75,7 @@ class PlannerTest : public ::testing::Test {
   void Quiesce() { usleep(20000); }
 
   test::TempDir dir_;
-  io::FakeEngine* fake_ = nullptr;
+  FakeEngine* fake_ = nullptr;
   std::unique_ptr<Engine> engine_;
   int64_t now_ns_ = 1'000'000'000;
 };
@@ -236,4 +236,4 @@ TEST_F(PlannerTest, WithoutAnyPumpNoReadStarts) {
 }
 
 }  // namespace
-}  // namespace kvtier::policy
+}  // namespace kvtier

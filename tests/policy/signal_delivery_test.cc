@@ -30,7 +30,7 @@
 #include "support/keys.h"
 #include "support/temp_dir.h"
 
-namespace kvtier::policy {
+namespace kvtier {
 namespace {
 
 constexpr uint32_t kBlocks = 2;
@@ -87,7 +87,7 @@ TEST_P(SignalDeliveryTest, ASignalToTheProcessIsNeverTakenByAnEngineThread) {
   auto opened = Engine::Open(o);
   ASSERT_TRUE(opened.ok()) << opened.status().ToString();
   std::unique_ptr<Engine> engine = std::move(opened.value());
-  auto board = staging::StagingPool::Attach(engine->pool_name());
+  auto board = StagingPool::Attach(engine->pool_name());
   ASSERT_TRUE(board.ok());
   StreamPump pump(engine.get(), std::move(board.value()), StreamOptions{});
   auto client = JobClient::Create(engine.get(), nullptr, {}, &pump);
@@ -144,4 +144,4 @@ INSTANTIATE_TEST_SUITE_P(Backends, SignalDeliveryTest, ::testing::Values(IoBacke
                          });
 
 }  // namespace
-}  // namespace kvtier::policy
+}  // namespace kvtier

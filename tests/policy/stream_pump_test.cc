@@ -19,10 +19,8 @@
 #include "support/keys.h"
 #include "support/temp_dir.h"
 
-namespace kvtier::policy {
+namespace kvtier {
 namespace {
-
-using staging::EntryState;
 
 constexpr uint32_t kBlocks = 2;
 constexpr uint64_t kBlockBytes = 4096;
@@ -45,10 +43,10 @@ class StreamPumpTest : public ::testing::Test {
     auto e = Engine::Open(o);
     ASSERT_TRUE(e.ok()) << e.status().ToString();
     engine_ = std::move(e.value());
-    auto view = staging::StagingPool::Attach(engine_->pool_name());
+    auto view = StagingPool::Attach(engine_->pool_name());
     ASSERT_TRUE(view.ok());
     view_ = std::move(view.value());  // what a worker process maps
-    auto mine = staging::StagingPool::Attach(engine_->pool_name());
+    auto mine = StagingPool::Attach(engine_->pool_name());
     ASSERT_TRUE(mine.ok());
     pump_ = std::make_unique<StreamPump>(engine_.get(), std::move(mine.value()), StreamOptions{8, 3, background});
   }
@@ -115,15 +113,15 @@ class StreamPumpTest : public ::testing::Test {
       uint32_t outstanding = 0;
       for (uint32_t i = 0; i < span.count; ++i) {
         if (settled[i]) continue;
-        const staging::EntryView v = view_->ObserveEntry(span.first_entry + i);
-        if (v.tag != span.tag || v.state == EntryState::kWaiting) continue;
+        const StreamEntryView v = view_->ObserveEntry(span.first_entry + i);
+        if (v.tag != span.tag || v.state == StreamEntryState::kWaiting) continue;
         settled[i] = true;
         left--;
-        if (v.state == EntryState::kFailed) {
+        if (v.state == StreamEntryState::kFailed) {
           c.failed++;
           continue;
         }
-        if (v.state == EntryState::kSkipped) {
+        if (v.state == StreamEntryState::kSkipped) {
           c.skipped++;
           continue;
         }
@@ -166,8 +164,9 @@ class StreamPumpTest : public ::testing::Test {
   uint32_t AckReady(const StreamSpan& span) {
     uint32_t n = 0;
     for (uint32_t i = 0; i < span.count; ++i) {
-      const staging::EntryView v = view_->ObserveEntry(span.first_entry + i);
-      if (v.tag == span.tag && v.state == EntryState::kReady && view_->AckEntry(span.first_entry + i, span.tag)) n++;
+      const StreamEntryView v = view_->ObserveEntry(span.first_entry + i);
+      if (v.tag == span.tag && v.state == StreamEntryState::kReady && view_->AckEntry(span.first_entry + i, span.tag))
+        n++;
     }
     return n;
   }
@@ -186,7 +185,7 @@ class StreamPumpTest : public ::testing::Test {
   uint32_t slots_ = 0;
   bool background_ = true;
   std::unique_ptr<Engine> engine_;
-  std::unique_ptr<staging::StagingPool> view_;
+  std::unique_ptr<StagingPool> view_;
   std::unique_ptr<StreamPump> pump_;
 };
 
@@ -233,7 +232,7 @@ TEST_F(StreamPumpTest, ACorruptChunkFailsAloneAndNeverReachesTheConsumer) {
   EXPECT_EQ(c.copied, 5u);
   EXPECT_EQ(c.failed, 1u);
   EXPECT_EQ(c.wrong_bytes, 0u);
-  EXPECT_EQ(view_->ObserveEntry(span->first_entry + 3).state, EntryState::kFailed);
+  EXPECT_EQ(view_->ObserveEntry(span->first_entry + 3).state, StreamEntryState::kFailed);
   WaitFinished(span->id);
   pump_->Close(span->id);
 }
@@ -249,9 +248,9 @@ TEST_F(StreamPumpTest, AnAbsentChunkFailsAndTheRestOfTheStreamGoesOn) {
   for (int spins = 0; copied + failed < 5 && spins < 5000; ++spins) {
     copied = failed = 0;
     for (uint32_t i = 0; i < 5; ++i) {
-      staging::EntryView v = view_->ObserveEntry(span->first_entry + i);
-      if (v.state == EntryState::kFailed) failed++;
-      if (v.state == EntryState::kReady) {
+      StreamEntryView v = view_->ObserveEntry(span->first_entry + i);
+      if (v.state == StreamEntryState::kFailed) failed++;
+      if (v.state == StreamEntryState::kReady) {
         view_->AckEntry(span->first_entry + i, span->tag);
         copied++;
       }
@@ -260,7 +259,7 @@ TEST_F(StreamPumpTest, AnAbsentChunkFailsAndTheRestOfTheStreamGoesOn) {
   }
   EXPECT_EQ(copied, 4u);
   EXPECT_EQ(failed, 1u);
-  EXPECT_EQ(view_->ObserveEntry(span->first_entry + 2).state, EntryState::kFailed);
+  EXPECT_EQ(view_->ObserveEntry(span->first_entry + 2).state, StreamEntryState::kFailed);
   WaitFinished(span->id);
   pump_->Close(span->id);
 }
@@ -368,8 +367,8 @@ TEST_F(StreamPumpTest, AStoreLargerThanThePoolWritesThroughItAndEveryChunkLoadsB
     std::vector<bool> done(12, false);
     for (int spins = 0; second_acks < 12 && spins < 200000; ++spins) {
       for (uint32_t i = 0; i < 12; ++i) {
-        staging::EntryView v = view_->ObserveEntry(span->first_entry + i);
-        if (!done[i] && v.tag == span->tag && v.state == EntryState::kReady) {
+        StreamEntryView v = view_->ObserveEntry(span->first_entry + i);
+        if (!done[i] && v.tag == span->tag && v.state == StreamEntryState::kReady) {
           done[i] = true;
           view_->AckEntry(span->first_entry + i, span->tag);
           second_acks++;
@@ -423,4 +422,4 @@ TEST_F(StreamPumpTest, OpensAreValidated) {
 }
 
 }  // namespace
-}  // namespace kvtier::policy
+}  // namespace kvtier

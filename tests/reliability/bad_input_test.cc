@@ -121,7 +121,7 @@ TEST(BadInput, EveryEngineOptionWithAnInvalidValueIsRefusedNamingIt) {
 
 // V4, I2: io_mode=direct where the filesystem refuses O_DIRECT fails before anything is written: no namespace
 // directory, no MANIFEST, an existing namespace as it was. Run where every probe reports O_DIRECT refused
-// (io::RefuseDirectIoForTests, so the test runs on any filesystem and as any user), and on a real filesystem without
+// (RefuseDirectIoForTests, so the test runs on any filesystem and as any user), and on a real filesystem without
 // O_DIRECT below.
 void ExpectDirectRefusedLeavesRootUnchanged(const std::string& root) {
   for (bool populated : {false, true}) {
@@ -153,9 +153,9 @@ void ExpectDirectRefusedLeavesRootUnchanged(const std::string& root) {
 
 TEST(BadInput, IoModeDirectRefusedLeavesTheRootUnchanged) {
   test::TempDir dir;
-  io::RefuseDirectIoForTests(true);
+  RefuseDirectIoForTests(true);
   ExpectDirectRefusedLeavesRootUnchanged(dir.path());
-  io::RefuseDirectIoForTests(false);
+  RefuseDirectIoForTests(false);
 }
 
 // The same on ramfs, which refuses O_DIRECT: needs the right to mount (skipped otherwise).

@@ -21,24 +21,20 @@
 namespace kvtier::rel {
 namespace {
 
-using io::FaultInjectingEngine;
-using io::FaultRule;
-using io::OpCode;
-
 // Counts, per op code, the completions that carried an error: the faults the engine actually saw. Atomics: the test
 // thread reads them while the reactor runs.
 struct FaultTally {
-  std::atomic<uint64_t> errors[io::kNumOpCodes] = {};
-  std::atomic<uint64_t> ops[io::kNumOpCodes] = {};
+  std::atomic<uint64_t> errors[kNumOpCodes] = {};
+  std::atomic<uint64_t> ops[kNumOpCodes] = {};
 };
 
-class CountingEngine final : public io::IoEngine {
+class CountingEngine final : public IoEngine {
  public:
-  CountingEngine(std::unique_ptr<io::IoEngine> inner, FaultTally* tally) : inner_(std::move(inner)), tally_(tally) {}
+  CountingEngine(std::unique_ptr<IoEngine> inner, FaultTally* tally) : inner_(std::move(inner)), tally_(tally) {}
   std::string_view name() const override { return inner_->name(); }
   uint32_t depth() const override { return inner_->depth(); }
   uint32_t in_flight() const override { return inner_->in_flight(); }
-  int Submit(const io::IoOp& op) override {
+  int Submit(const IoOp& op) override {
     const int rc = inner_->Submit(op);
     if (rc == 0) {
       code_[op.user_data] = op.code;
@@ -47,7 +43,7 @@ class CountingEngine final : public io::IoEngine {
     return rc;
   }
   int Flush() override { return inner_->Flush(); }
-  int Reap(std::vector<io::IoCompletion>* out, int64_t timeout_ns) override {
+  int Reap(std::vector<IoCompletion>* out, int64_t timeout_ns) override {
     const size_t before = out->size();
     const int n = inner_->Reap(out, timeout_ns);
     for (size_t k = before; k < out->size(); ++k) {
@@ -63,7 +59,7 @@ class CountingEngine final : public io::IoEngine {
   void Wake() override { inner_->Wake(); }
 
  private:
-  std::unique_ptr<io::IoEngine> inner_;
+  std::unique_ptr<IoEngine> inner_;
   FaultTally* tally_;
   std::map<uint64_t, OpCode> code_;  // reactor thread only
 };
@@ -126,7 +122,7 @@ class FaultSuite : public ::testing::TestWithParam<IoBackend> {};
 
 TEST_P(FaultSuite, EveryPathEveryErrorKeepsTheEngineServingWithNoWrongBytes) {
   std::string why;
-  if (GetParam() == IoBackend::kUring && !io::UringAvailable(&why)) GTEST_SKIP() << why;
+  if (GetParam() == IoBackend::kUring && !UringAvailable(&why)) GTEST_SKIP() << why;
   const std::vector<Case> cases = Cases();
   std::map<std::string, uint64_t> faults_by_path;
   uint64_t jobs = 0, load_misses = 0, loads_ok = 0, stores_dropped = 0, stores_ok = 0, served_wrong = 0;
@@ -165,7 +161,7 @@ TEST_P(FaultSuite, EveryPathEveryErrorKeepsTheEngineServingWithNoWrongBytes) {
       FaultTally tally;
       // Several reactors (auto: at least 2; KVTIER_TEST_REACTORS=1 runs the suite with one), each with its own
       // fault-injecting engine under the same rules (I1: the faults hit chunks on every reactor).
-      auto opened = OpenWithWrappedIo(o, GetParam(), [&](std::unique_ptr<io::IoEngine> inner) {
+      auto opened = OpenWithWrappedIo(o, GetParam(), [&](std::unique_ptr<IoEngine> inner) {
         auto fault = std::make_unique<FaultInjectingEngine>(std::move(inner));
         for (const FaultRule& r : c.rules) fault->AddRule(r);
         return std::make_unique<CountingEngine>(std::move(fault), &tally);
@@ -216,7 +212,7 @@ TEST_P(FaultSuite, EveryPathEveryErrorKeepsTheEngineServingWithNoWrongBytes) {
       }
       EXPECT_NE(e->Describe(), "");
       uint64_t injected = 0;
-      for (size_t k = 0; k < io::kNumOpCodes; ++k) injected += tally.errors[k].load();
+      for (size_t k = 0; k < kNumOpCodes; ++k) injected += tally.errors[k].load();
       faults_by_path[c.name.substr(0, c.name.find(' '))] += injected;
       e.reset();
       // Whatever was published under faults verifies and holds the bytes written for its key.

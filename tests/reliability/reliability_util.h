@@ -125,14 +125,14 @@ inline bool Exists(const std::string& path) {
 }
 
 // An engine over real I/O engines of `backend` (kUring or kPosix), one per reactor, each wrapped by
-// wrap(std::unique_ptr<io::IoEngine>) -> std::unique_ptr<io::IoEngine> (fault injection, delays, counting).
+// wrap(std::unique_ptr<IoEngine>) -> std::unique_ptr<IoEngine> (fault injection, delays, counting).
 template <typename Wrap>
 Result<std::unique_ptr<Engine>> OpenWithWrappedIo(const EngineOptions& o, IoBackend backend, Wrap wrap) {
-  io::EngineConfig cfg;
-  cfg.kind = backend == IoBackend::kUring ? io::EngineKind::kUring : io::EngineKind::kPosix;
+  IoEngineConfig cfg;
+  cfg.kind = backend == IoBackend::kUring ? IoEngineKind::kUring : IoEngineKind::kPosix;
   cfg.depth = o.io_depth * 4 + 8;
-  return EngineImpl::Create(o, [cfg, &wrap](uint32_t) -> std::unique_ptr<io::IoEngine> {
-    auto inner = io::CreateEngine(cfg);
+  return EngineImpl::Create(o, [cfg, &wrap](uint32_t) -> std::unique_ptr<IoEngine> {
+    auto inner = CreateIoEngine(cfg);
     if (!inner.ok()) return nullptr;  // Create fails: "I/O engine factory gave no engine"
     return wrap(std::move(inner.value()));
   });

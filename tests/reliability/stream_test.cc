@@ -32,12 +32,6 @@
 namespace kvtier::rel {
 namespace {
 
-using policy::StreamOptions;
-using policy::StreamPump;
-using policy::StreamSpan;
-using staging::EntryState;
-using staging::StagingPool;
-
 constexpr uint32_t kSlots = 4;  // the pool: streams larger than it go through a window of 4 slots
 
 double Since(std::chrono::steady_clock::time_point t) {
@@ -107,9 +101,9 @@ struct SlowReads {
 // Wraps a reactor's I/O engine: a read of the slow file is held until late_ns past its deadline, then submitted
 // without a deadline, so it really runs and writes its (correct) bytes into its buffer long after the engine gave
 // the chunk up. Everything else passes through. Reactor thread only, except Wake.
-class SlowReadEngine final : public io::IoEngine {
+class SlowReadEngine final : public IoEngine {
  public:
-  SlowReadEngine(std::unique_ptr<io::IoEngine> inner, SlowReads* slow) : inner_(std::move(inner)), slow_(slow) {}
+  SlowReadEngine(std::unique_ptr<IoEngine> inner, SlowReads* slow) : inner_(std::move(inner)), slow_(slow) {}
   ~SlowReadEngine() override {
     // The engine waits for every op before it lets its I/O engine go; nothing can still be held here.
     if (!held_.empty()) std::fprintf(stderr, "SlowReadEngine: %zu reads still held\n", held_.size());
@@ -117,9 +111,9 @@ class SlowReadEngine final : public io::IoEngine {
   std::string_view name() const override { return inner_->name(); }
   uint32_t depth() const override { return inner_->depth(); }
   uint32_t in_flight() const override { return inner_->in_flight() + static_cast<uint32_t>(held_.size()); }
-  int Submit(const io::IoOp& op) override {
-    if (op.code == io::OpCode::kClose) slow_fds_.erase(op.fd);
-    if (op.code == io::OpCode::kRead && slow_->on.load() && slow_fds_.count(op.fd) && op.deadline_ns > 0) {
+  int Submit(const IoOp& op) override {
+    if (op.code == OpCode::kClose) slow_fds_.erase(op.fd);
+    if (op.code == OpCode::kRead && slow_->on.load() && slow_fds_.count(op.fd) && op.deadline_ns > 0) {
       if (in_flight() >= depth()) return -EAGAIN;
       slow_fds_.erase(op.fd);  // one read per open: the engine may close the fd without us, and its number come back
       held_.push_back(Held{op, op.deadline_ns + slow_->late_ns});
@@ -127,7 +121,7 @@ class SlowReadEngine final : public io::IoEngine {
       return 0;
     }
     const int rc = inner_->Submit(op);
-    if (rc == 0 && op.code == io::OpCode::kOpenAt) {
+    if (rc == 0 && op.code == OpCode::kOpenAt) {
       if (op.path != nullptr && slow_->on.load() && slow_->rel_path == op.path) {
         opens_.insert(op.user_data);
       } else {
@@ -137,15 +131,15 @@ class SlowReadEngine final : public io::IoEngine {
     return rc;
   }
   int Flush() override { return inner_->Flush(); }
-  int Reap(std::vector<io::IoCompletion>* out, int64_t timeout_ns) override {
-    const int64_t now = io::NowNs();
+  int Reap(std::vector<IoCompletion>* out, int64_t timeout_ns) override {
+    const int64_t now = NowNs();
     bool released = false;
     for (auto it = held_.begin(); it != held_.end();) {
       if (it->due_ns > now) {
         ++it;
         continue;
       }
-      io::IoOp late = it->op;
+      IoOp late = it->op;
       late.deadline_ns = 0;                  // runs to the end, whatever the engine decided meanwhile
       if (inner_->Submit(late) != 0) break;  // full: next time
       released_.insert(late.user_data);
@@ -160,7 +154,7 @@ class SlowReadEngine final : public io::IoEngine {
     const size_t before = out->size();
     const int n = inner_->Reap(out, timeout_ns);
     for (size_t k = before; k < out->size(); ++k) {
-      const io::IoCompletion& c = (*out)[k];
+      const IoCompletion& c = (*out)[k];
       if (opens_.erase(c.user_data) && c.result >= 0) {
         slow_fds_.insert(static_cast<int>(c.result));
       } else if (c.result >= 0 && other_opens_.erase(c.user_data)) {
@@ -174,10 +168,10 @@ class SlowReadEngine final : public io::IoEngine {
 
  private:
   struct Held {
-    io::IoOp op;
+    IoOp op;
     int64_t due_ns;
   };
-  std::unique_ptr<io::IoEngine> inner_;
+  std::unique_ptr<IoEngine> inner_;
   SlowReads* slow_;
   std::set<uint64_t> opens_;        // opens of the slow file in flight (user_data)
   std::set<uint64_t> other_opens_;  // other opens in flight
@@ -190,7 +184,7 @@ class StreamDeadline : public ::testing::TestWithParam<IoBackend> {};
 
 TEST_P(StreamDeadline, AChunkReadPastItsDeadlineFailsAloneNeverReachesTheConsumerAndLeavesNoSlotHeld) {
   std::string why;
-  if (GetParam() == IoBackend::kUring && !io::UringAvailable(&why)) GTEST_SKIP() << why;
+  if (GetParam() == IoBackend::kUring && !UringAvailable(&why)) GTEST_SKIP() << why;
   constexpr uint32_t kChunks = 8, kSlow = 2;  // chunk 2 is in the first window
   test::TempDir dir;
   EngineOptions o = Options(dir.path());
@@ -209,7 +203,7 @@ TEST_P(StreamDeadline, AChunkReadPastItsDeadlineFailsAloneNeverReachesTheConsume
   SlowReads slow;
   slow.rel_path = ChunkRelPath(Key(kSlow));
   slow.late_ns = 500'000'000;
-  auto opened = OpenWithWrappedIo(o, GetParam(), [&](std::unique_ptr<io::IoEngine> inner) {
+  auto opened = OpenWithWrappedIo(o, GetParam(), [&](std::unique_ptr<IoEngine> inner) {
     return std::make_unique<SlowReadEngine>(std::move(inner), &slow);
   });
   ASSERT_TRUE(opened.ok()) << opened.status().ToString();
@@ -238,7 +232,7 @@ TEST_P(StreamDeadline, AChunkReadPastItsDeadlineFailsAloneNeverReachesTheConsume
     const bool landed = slow.landed.load() > 0;
     if (landed && !waiting_ack.empty()) {
       for (uint32_t i : waiting_ack) {
-        const staging::EntryView v = view.value()->ObserveEntry(span->first_entry + i);
+        const StreamEntryView v = view.value()->ObserveEntry(span->first_entry + i);
         if (!SlotHolds(*view.value(), v.slot, stride, i)) wrong++;
         rechecked++;
         EXPECT_TRUE(view.value()->AckEntry(span->first_entry + i, span->tag));
@@ -247,16 +241,16 @@ TEST_P(StreamDeadline, AChunkReadPastItsDeadlineFailsAloneNeverReachesTheConsume
     }
     for (uint32_t i = 0; i < kChunks; ++i) {
       if (settled[i]) continue;
-      const staging::EntryView v = view.value()->ObserveEntry(span->first_entry + i);
-      if (v.tag != span->tag || v.state == EntryState::kWaiting) continue;
+      const StreamEntryView v = view.value()->ObserveEntry(span->first_entry + i);
+      if (v.tag != span->tag || v.state == StreamEntryState::kWaiting) continue;
       settled[i] = true;
-      if (v.state == EntryState::kFailed) {
+      if (v.state == StreamEntryState::kFailed) {
         failed++;
         failed_at_s = Since(start);
         EXPECT_EQ(i, kSlow) << "only the late chunk fails";
         continue;
       }
-      ASSERT_EQ(v.state, EntryState::kReady);
+      ASSERT_EQ(v.state, StreamEntryState::kReady);
       EXPECT_NE(i, kSlow) << "the late chunk reached the consumer";
       EXPECT_EQ(view.value()->Observe(v.slot).generation, v.generation);
       if (!SlotHolds(*view.value(), v.slot, stride, i)) wrong++;
@@ -273,7 +267,7 @@ TEST_P(StreamDeadline, AChunkReadPastItsDeadlineFailsAloneNeverReachesTheConsume
   EXPECT_EQ(copied, kChunks - 1);
   EXPECT_EQ(failed, 1u);
   EXPECT_EQ(wrong, 0u);
-  EXPECT_EQ(view.value()->ObserveEntry(span->first_entry + kSlow).state, EntryState::kFailed);
+  EXPECT_EQ(view.value()->ObserveEntry(span->first_entry + kSlow).state, StreamEntryState::kFailed);
   EXPECT_GE(slow.held.load(), 1u) << "the slow chunk's read was never held: the test did not test anything";
   EXPECT_GE(slow.landed.load(), 1u);
   EXPECT_GT(rechecked, 0u);
@@ -301,10 +295,10 @@ TEST_P(StreamDeadline, AChunkReadPastItsDeadlineFailsAloneNeverReachesTheConsume
   while (copied2 + failed2 < kChunks && Since(start2) < 60) {
     const uint32_t bell = view.value()->WorkerBell();
     for (uint32_t i = 0; i < kChunks; ++i) {
-      const staging::EntryView v = view.value()->ObserveEntry(again->first_entry + i);
-      if (done[i] || v.tag != again->tag || v.state == EntryState::kWaiting) continue;
+      const StreamEntryView v = view.value()->ObserveEntry(again->first_entry + i);
+      if (done[i] || v.tag != again->tag || v.state == StreamEntryState::kWaiting) continue;
       done[i] = true;
-      if (v.state != EntryState::kReady) {
+      if (v.state != StreamEntryState::kReady) {
         failed2++;
         continue;
       }
@@ -378,10 +372,10 @@ struct Shared {
       const uint32_t bell = pool->WorkerBell();
       for (uint32_t i = 0; i < cmd.count; ++i) {
         if (settled[i] != 0) continue;
-        const staging::EntryView v = pool->ObserveEntry(cmd.first_entry + i);
-        if (v.tag != cmd.tag || v.state == EntryState::kWaiting) continue;
-        if (v.state == EntryState::kFailed || v.state == EntryState::kSkipped) {
-          (v.state == EntryState::kFailed ? sh->failed : sh->skipped)++;
+        const StreamEntryView v = pool->ObserveEntry(cmd.first_entry + i);
+        if (v.tag != cmd.tag || v.state == StreamEntryState::kWaiting) continue;
+        if (v.state == StreamEntryState::kFailed || v.state == StreamEntryState::kSkipped) {
+          (v.state == StreamEntryState::kFailed ? sh->failed : sh->skipped)++;
           settled[i] = 1;
           left--;
           continue;
@@ -508,7 +502,7 @@ class KilledConsumer : public ::testing::Test {
     so.max_retries = 3;
     pump_ = std::make_unique<StreamPump>(engine_.engine.get(), std::move(mine.value()), so);
     // The tests' own stores and loads go through the same pump (a pool's stream board has one owner).
-    auto jobs = policy::JobClient::Create(engine_.engine.get(), nullptr, {}, pump_.get());
+    auto jobs = JobClient::Create(engine_.engine.get(), nullptr, {}, pump_.get());
     ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
     engine_.jobs = std::move(jobs).value();
   }

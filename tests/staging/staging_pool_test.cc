@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-namespace kvtier::staging {
+namespace kvtier {
 namespace {
 
 using std::chrono::milliseconds;
@@ -179,7 +179,7 @@ TEST(StagingPool, AttachSeesTheSameGeometryAndBytes) {
   EXPECT_EQ(worker.slot_stride(), owner->slot_stride());
   EXPECT_EQ(worker.mapped_bytes(), owner->mapped_bytes());
   EXPECT_EQ(worker.demand_reserve(), 2u);
-  EXPECT_FALSE(worker.Acquire(Priority::kDemand).has_value());  // workers never allocate
+  EXPECT_FALSE(worker.Acquire(SlotPriority::kDemand).has_value());  // workers never allocate
   std::memset(owner->SlotData(3), 0xab, 7000);
   EXPECT_EQ(worker.SlotData(3)[0], 0xab);
   EXPECT_EQ(worker.SlotData(3)[6999], 0xab);
@@ -305,12 +305,12 @@ TEST(StagingPool, AcquireReleaseAccountingAndPeak) {
   ASSERT_NE(pool, nullptr);
   std::set<uint32_t> taken;
   for (int i = 0; i < 4; ++i) {
-    auto slot = pool->Acquire(Priority::kDemand);
+    auto slot = pool->Acquire(SlotPriority::kDemand);
     ASSERT_TRUE(slot.has_value());
     EXPECT_LT(*slot, 4u);
     EXPECT_TRUE(taken.insert(*slot).second) << "slot handed out twice";
   }
-  EXPECT_FALSE(pool->Acquire(Priority::kDemand).has_value());
+  EXPECT_FALSE(pool->Acquire(SlotPriority::kDemand).has_value());
   EXPECT_EQ(pool->in_use(), 4u);
   EXPECT_EQ(pool->free_slots(), 0u);
   EXPECT_EQ(pool->peak_in_use(), 4u);
@@ -318,7 +318,7 @@ TEST(StagingPool, AcquireReleaseAccountingAndPeak) {
   EXPECT_EQ(pool->in_use(), 0u);
   EXPECT_EQ(pool->free_slots(), 4u);
   EXPECT_EQ(pool->peak_in_use(), 4u);
-  auto again = pool->Acquire(Priority::kDemand);
+  auto again = pool->Acquire(SlotPriority::kDemand);
   ASSERT_TRUE(again.has_value());
   EXPECT_EQ(pool->in_use(), 1u);
   pool->Release(*again);
@@ -327,20 +327,20 @@ TEST(StagingPool, AcquireReleaseAccountingAndPeak) {
 TEST(StagingPool, ReleaseMarksTheSlotFree) {
   auto pool = MustCreate(SmallOptions(1));
   ASSERT_NE(pool, nullptr);
-  uint32_t slot = *pool->Acquire(Priority::kDemand);
+  uint32_t slot = *pool->Acquire(SlotPriority::kDemand);
   uint32_t gen = pool->BeginFill(slot);
   pool->PublishReady(slot, gen);
   pool->Release(slot);
   EXPECT_EQ(pool->Observe(slot).state, SlotState::kFree);
   EXPECT_EQ(pool->Observe(slot).generation, gen);
-  EXPECT_EQ(pool->WaitReady(slot, gen, milliseconds(1)), WaitOutcome::kSuperseded);
+  EXPECT_EQ(pool->WaitReady(slot, gen, milliseconds(1)), SlotWaitOutcome::kSuperseded);
 }
 
 TEST(StagingPoolDeathTest, DoubleReleaseAborts) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   auto pool = MustCreate(SmallOptions(2));
   ASSERT_NE(pool, nullptr);
-  uint32_t slot = *pool->Acquire(Priority::kDemand);
+  uint32_t slot = *pool->Acquire(SlotPriority::kDemand);
   pool->Release(slot);
   // The dying child re-runs this test and creates its own pool; it unlinks that pool's name before aborting.
   const std::string name = pool->name();
@@ -354,27 +354,27 @@ TEST(StagingPool, DemandReserveIsNeverTakenByPreload) {
   auto pool = MustCreate(o);
   ASSERT_NE(pool, nullptr);
   std::vector<uint32_t> speculative;
-  while (auto slot = pool->Acquire(Priority::kSpeculative)) speculative.push_back(*slot);
+  while (auto slot = pool->Acquire(SlotPriority::kSpeculative)) speculative.push_back(*slot);
   EXPECT_EQ(speculative.size(), 4u);
   EXPECT_EQ(pool->free_slots(), 2u);
   // Demand still gets the reserve, and speculation gets nothing while the pool stays this full.
-  auto d1 = pool->Acquire(Priority::kDemand);
+  auto d1 = pool->Acquire(SlotPriority::kDemand);
   ASSERT_TRUE(d1.has_value());
-  EXPECT_FALSE(pool->Acquire(Priority::kSpeculative).has_value());
-  auto d2 = pool->Acquire(Priority::kDemand);
+  EXPECT_FALSE(pool->Acquire(SlotPriority::kSpeculative).has_value());
+  auto d2 = pool->Acquire(SlotPriority::kDemand);
   ASSERT_TRUE(d2.has_value());
-  EXPECT_FALSE(pool->Acquire(Priority::kDemand).has_value());
+  EXPECT_FALSE(pool->Acquire(SlotPriority::kDemand).has_value());
   // Freeing a demand slot returns it to the reserve, not to speculation.
   pool->Release(*d1);
-  EXPECT_FALSE(pool->Acquire(Priority::kSpeculative).has_value());
+  EXPECT_FALSE(pool->Acquire(SlotPriority::kSpeculative).has_value());
   // Freeing speculative slots above the reserve makes speculation possible again, down to the reserve.
   pool->Release(speculative.back());
   speculative.pop_back();
   pool->Release(*d2);
   EXPECT_EQ(pool->free_slots(), 3u);
-  auto s = pool->Acquire(Priority::kSpeculative);
+  auto s = pool->Acquire(SlotPriority::kSpeculative);
   ASSERT_TRUE(s.has_value());
-  EXPECT_FALSE(pool->Acquire(Priority::kSpeculative).has_value());
+  EXPECT_FALSE(pool->Acquire(SlotPriority::kSpeculative).has_value());
   EXPECT_EQ(pool->free_slots(), 2u);
 }
 
@@ -383,8 +383,8 @@ TEST(StagingPool, FullReserveMeansNoSpeculationAtAll) {
   o.demand_reserve = 3;
   auto pool = MustCreate(o);
   ASSERT_NE(pool, nullptr);
-  EXPECT_FALSE(pool->Acquire(Priority::kSpeculative).has_value());
-  EXPECT_TRUE(pool->Acquire(Priority::kDemand).has_value());
+  EXPECT_FALSE(pool->Acquire(SlotPriority::kSpeculative).has_value());
+  EXPECT_TRUE(pool->Acquire(SlotPriority::kDemand).has_value());
 }
 
 TEST(StagingPool, GenerationsAdvanceAndStatesArePublished) {
@@ -393,14 +393,14 @@ TEST(StagingPool, GenerationsAdvanceAndStatesArePublished) {
   uint32_t g1 = pool->BeginFill(1);
   EXPECT_EQ(g1, 1u);
   EXPECT_EQ(pool->Observe(1).state, SlotState::kFilling);
-  EXPECT_EQ(pool->WaitReady(1, g1, milliseconds(2)), WaitOutcome::kTimedOut);
+  EXPECT_EQ(pool->WaitReady(1, g1, milliseconds(2)), SlotWaitOutcome::kTimedOut);
   pool->PublishReady(1, g1);
-  EXPECT_EQ(pool->WaitReady(1, g1, seconds(1)), WaitOutcome::kReady);
+  EXPECT_EQ(pool->WaitReady(1, g1, seconds(1)), SlotWaitOutcome::kReady);
   uint32_t g2 = pool->BeginFill(1);
   EXPECT_EQ(g2, 2u);
-  EXPECT_EQ(pool->WaitReady(1, g1, seconds(1)), WaitOutcome::kSuperseded);
+  EXPECT_EQ(pool->WaitReady(1, g1, seconds(1)), SlotWaitOutcome::kSuperseded);
   pool->PublishFailed(1, g2);
-  EXPECT_EQ(pool->WaitReady(1, g2, seconds(1)), WaitOutcome::kFailed);
+  EXPECT_EQ(pool->WaitReady(1, g2, seconds(1)), SlotWaitOutcome::kFailed);
   EXPECT_EQ(pool->Observe(0).generation, 0u);  // other slots are untouched
 }
 
@@ -448,11 +448,11 @@ TEST(StagingPool, ConsumerSeesBytesWrittenBeforePublishReady) {
     for (uint32_t round = 0; round < kRounds; ++round) {
       uint32_t slot = round % kSlots;
       uint32_t gen = round / kSlots + 1;
-      WaitOutcome outcome = p.WaitReady(slot, gen, seconds(10));
+      SlotWaitOutcome outcome = p.WaitReady(slot, gen, seconds(10));
       if (fails(round)) {
-        if (outcome != WaitOutcome::kFailed) _exit(20);
+        if (outcome != SlotWaitOutcome::kFailed) _exit(20);
       } else {
-        if (outcome != WaitOutcome::kReady) _exit(21);
+        if (outcome != SlotWaitOutcome::kReady) _exit(21);
         const uint8_t* data = p.SlotData(slot);
         for (uint64_t i = 0; i < kBytes; ++i) {
           if (data[i] != PatternByte(slot, gen, i)) _exit(22);
@@ -519,7 +519,7 @@ TEST(StagingPool, TwoConsumerThreadsSeeEveryGenerationAndTheEngineWaitsForBoth) 
     for (uint32_t round = 0; round < kRounds; ++round) {
       uint32_t slot = round % kSlots;
       uint32_t gen = round / kSlots + 1;
-      if (pool->WaitReady(slot, gen, seconds(10)) != WaitOutcome::kReady) {
+      if (pool->WaitReady(slot, gen, seconds(10)) != SlotWaitOutcome::kReady) {
         errors.fetch_add(1);
         return;
       }
@@ -560,8 +560,8 @@ TEST(StagingPool, GenerationSkipsZeroOnWrapAround) {
   state->store(uint64_t{0xffffffffu} << 32);
   EXPECT_EQ(pool->Observe(0).generation, 0xffffffffu);
   EXPECT_EQ(pool->BeginFill(0), 1u);
-  EXPECT_EQ(pool->WaitReady(0, 0xffffffffu, milliseconds(1)), WaitOutcome::kSuperseded);
+  EXPECT_EQ(pool->WaitReady(0, 0xffffffffu, milliseconds(1)), SlotWaitOutcome::kSuperseded);
 }
 
 }  // namespace
-}  // namespace kvtier::staging
+}  // namespace kvtier

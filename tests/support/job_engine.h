@@ -16,7 +16,7 @@ namespace kvtier::test {
 
 struct JobEngine {
   std::unique_ptr<Engine> engine;
-  std::unique_ptr<policy::JobClient> jobs;  // declared last, so destroyed first: it finishes its jobs on the engine
+  std::unique_ptr<JobClient> jobs;  // declared last, so destroyed first: it finishes its jobs on the engine
 
   Engine* operator->() const { return engine.get(); }
   Engine& operator*() const { return *engine; }
@@ -33,17 +33,17 @@ struct JobEngine {
 
 // A JobClient (copier: null = the host copier) over an engine already open.
 inline Result<JobEngine> WithJobs(std::unique_ptr<Engine> engine, std::unique_ptr<DeviceCopier> copier = nullptr,
-                                  policy::JobClientOptions options = {}) {
+                                  JobClientOptions options = {}) {
   JobEngine e;
   e.engine = std::move(engine);
-  auto client = policy::JobClient::Create(e.engine.get(), std::move(copier), options);
+  auto client = JobClient::Create(e.engine.get(), std::move(copier), options);
   if (!client.ok()) return client.status();
   e.jobs = std::move(client).value();
   return e;
 }
 
 inline Result<JobEngine> OpenWithJobs(const EngineOptions& options, std::unique_ptr<DeviceCopier> copier = nullptr,
-                                      policy::JobClientOptions client_options = {}) {
+                                      JobClientOptions client_options = {}) {
   auto opened = Engine::Open(options);
   if (!opened.ok()) return opened.status();
   return WithJobs(std::move(opened).value(), std::move(copier), client_options);

@@ -5,7 +5,7 @@
 
 #include <set>
 
-namespace kvtier::tier {
+namespace kvtier {
 namespace {
 
 ChunkKey K(uint8_t i) {
@@ -97,4 +97,4 @@ TEST(DramTierTest, ErasedKeysLeaveNoGhost) {
 }
 
 }  // namespace
-}  // namespace kvtier::tier
+}  // namespace kvtier

@@ -148,7 +148,7 @@ class CliTest : public ::testing::Test {
         given ? Result<std::unique_ptr<Engine>>(Status(StatusCode::kNotFound, "unused")) : Engine::Open(Options(root_));
     ASSERT_TRUE(given || opened.ok()) << opened.status().ToString();
     std::unique_ptr<Engine>* e = given ? given : &opened.value();
-    auto client = policy::JobClient::Create(e->get());  // the slot path (docs/architecture.md, "One data path")
+    auto client = JobClient::Create(e->get());  // the slot path (docs/architecture.md, "One data path")
     ASSERT_TRUE(client.ok()) << client.status().ToString();
     std::vector<uint8_t> host(kBlocks * kBlockBytes);
     for (uint64_t i = first; i < first + n; ++i) {

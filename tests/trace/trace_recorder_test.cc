@@ -14,7 +14,7 @@
 
 #include "trace/mini_json.h"
 
-namespace kvtier::trace {
+namespace kvtier {
 namespace {
 
 using kvtier::testing::JsonValue;
@@ -230,4 +230,4 @@ TEST_F(TraceRecorderTest, NoSpaceOnTheFirstWriteIsAnError) {
 }
 
 }  // namespace
-}  // namespace kvtier::trace
+}  // namespace kvtier
