@@ -49,8 +49,6 @@
 #include "trace/trace_recorder.h"
 #include "util/mutex.h"
 
-namespace kvtier {}  // namespace kvtier
-
 namespace kvtier {
 
 // Entries of the staging pool's stream board (streamed loads and stores, policy/stream_pump.h): one per chunk of

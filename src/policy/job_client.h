@@ -66,10 +66,6 @@ struct JobResult {
   bool all_ok() const { return chunks_ok == chunks.size(); }
 };
 
-}  // namespace kvtier
-
-namespace kvtier {
-
 struct JobClientOptions {
   uint32_t max_window = 0;  // slots one job's stream holds at most (0: 2 x the engine's io_depth)
   uint32_t copy_lanes = 1;  // copier lanes copying in parallel (DeviceCopier::CreateLane; 1 where it makes none)
