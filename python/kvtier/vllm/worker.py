@@ -16,7 +16,7 @@ from .compat import CanonicalKVCaches, GPULoadStoreSpec, LoadStoreSpec, Offloadi
 from .copiers import Copier, make_copier
 from .transfer import KVTierLoadStoreSpec
 
-# Stream board entry states (src/staging/staging_pool.h, EntryState).
+# Stream board entry states (src/staging/staging_pool.h, StreamEntryState).
 _ENTRY_WAITING, _ENTRY_READY, _ENTRY_FAILED, _ENTRY_SKIPPED = 0, 1, 2, 3
 # A streamed job with no progress for this long is reported in the log (where its chunks stand), again each period.
 _STREAM_STALL_S = 10.0
