@@ -410,11 +410,13 @@ Status EngineImpl::Enqueue(JobKind kind, std::vector<ChunkKey> keys, std::vector
   job->kind = kind;
   job->start_ns = NowNs();
   for (size_t i = 0; i < keys.size(); ++i) {
-    auto c = std::make_unique<Chunk>();
+    auto c = std::make_unique<Chunk>(kind);
     c->job = job.get();
     c->index = i;
-    c->first_block = 0;
-    c->num_blocks = options_.identity.blocks_per_chunk;
+    if (kind == JobKind::kLoad) {
+      c->load().first_block = 0;
+      c->load().num_blocks = options_.identity.blocks_per_chunk;
+    }
     c->key = std::move(keys[i]);
     c->slot = slots[i];
     c->rel_path = ChunkRelPath(c->key);

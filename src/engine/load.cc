@@ -3,7 +3,7 @@
 // chunk's size -> a place at the disk -> the header and the blocks in pieces (FillPieces, reactor.cc) -> each piece
 // verified as it lands -> the slot ready (resident) -> released (Settle). A bad entry is removed (K1) unless it may be
 // another host's publication not visible yet (M1) or keyed for another secret (K3); a verified load of an old entry
-// touches it (M3). Runs on the chunk's reactor.
+// touches it (M3). Runs on the chunk's reactor; what only a load keeps is its chunk's LoadState (reactor.h).
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -36,11 +36,12 @@ void Reactor::SubmitStatx(Chunk& c, OpHandler on_done, std::string path, uint64_
 void Reactor::OnStatxDone(const OpCtx& ctx, int64_t res) {
   Chunk* c = ctx.chunk;
   if (c->state == ChunkState::kFailed) return;
+  LoadState& l = c->load();
   const struct statx& sx = *c->statx_buf;
   Status shape = res < 0 ? Status::FromErrno(static_cast<int>(-res), "statx") : CheckOpenedChunk(c->fd, sx);
   if (res >= 0) {
-    c->opened_ino = sx.stx_ino;
-    c->opened_mtime_ns = S_ISREG(sx.stx_mode) ? int64_t(sx.stx_mtime.tv_sec) * 1000000000 + sx.stx_mtime.tv_nsec : 0;
+    l.opened_ino = sx.stx_ino;
+    l.opened_mtime_ns = S_ISREG(sx.stx_mode) ? int64_t(sx.stx_mtime.tv_sec) * 1000000000 + sx.stx_mtime.tv_nsec : 0;
   }
   if (!shape.ok()) {
     if (shape.code() != StatusCode::kCorrupt) {
@@ -81,8 +82,8 @@ Status Reactor::CheckOpenedChunk(int fd, const struct statx& sx) const {
 bool Reactor::StartLoadChunk(Part&, Chunk& c) {
   c.started_ns = NowNs();
   if (c.admitted == 0) c.admitted = next_admission_++;
-  c.pinned = disk_->Pin(c.key);
-  c.slot_gen = pool_->BeginFill(c.slot);
+  c.load().pinned = disk_->Pin(c.key);
+  c.load().slot_gen = pool_->BeginFill(c.slot);
 
   IoOp op;
   op.code = OpCode::kOpenAt;
@@ -120,7 +121,7 @@ void Reactor::OnReadDone(const OpCtx& ctx, int64_t res) {
                  ctx.with_header);
       return;
     }
-    c->pieces_at_disk--;
+    c->load().pieces_at_disk--;
     PieceLanded(*c, ctx);  // the next pieces are asked for by FillPieces, after this round of completions
     if (c->state == ChunkState::kFailed) return;
     if (c->ops_in_flight == 0 && !PiecesToAsk(*c)) {
@@ -145,15 +146,17 @@ void Reactor::VerifyReadChunks() {
 }
 
 void Reactor::SubmitNextPiece(Chunk& c) {
-  const uint32_t n = std::min(c.piece_blocks, c.num_blocks - c.next_piece);
+  LoadState& l = c.load();
+  const uint32_t n = std::min(l.piece_blocks, l.num_blocks - l.next_piece);
   uint8_t* base = pool_->SlotData(c.slot);
-  SubmitRead(c, base + kHeaderBytes + uint64_t(c.next_piece) * files_.block_stride, uint64_t(n) * files_.block_stride,
-             BlockRangeOffset(files_.block_stride, c.first_block + c.next_piece), c.next_piece, n, false);
-  c.next_piece += n;
-  c.pieces_at_disk++;
+  SubmitRead(c, base + kHeaderBytes + uint64_t(l.next_piece) * files_.block_stride, uint64_t(n) * files_.block_stride,
+             BlockRangeOffset(files_.block_stride, l.first_block + l.next_piece), l.next_piece, n, false);
+  l.next_piece += n;
+  l.pieces_at_disk++;
 }
 
 void Reactor::PieceLanded(Chunk& c, const OpCtx& ctx) {
+  LoadState& l = c.load();
   if (ctx.with_header) {
     const ChunkGeometry geometry = ns_->geometry();
     auto header = DecodeHeader(std::span<const uint8_t>(pool_->SlotData(c.slot), kHeaderBytes), ns_->fingerprint(),
@@ -162,34 +165,35 @@ void Reactor::PieceLanded(Chunk& c, const OpCtx& ctx) {
       FailVerification(c, header.status());
       return;
     }
-    c.header = std::make_unique<ChunkHeader>(*header);
+    l.header = std::make_unique<ChunkHeader>(*header);
   }
-  if (ctx.piece_blocks > 0) c.landed_unverified.emplace_back(ctx.piece_first, ctx.piece_blocks);
+  if (ctx.piece_blocks > 0) l.landed_unverified.emplace_back(ctx.piece_first, ctx.piece_blocks);
   // K1: while more of the chunk is still at the disk or to be asked for, a landed piece is checked now, its bytes
   // still in the cache; the last one waits for LoadReadsDone, after the disk has the next chunk's reads.
-  const bool more = c.next_piece < c.num_blocks || c.pieces_at_disk > 0;
-  if (!more || !c.header) return;
-  for (const auto& [first, n] : c.landed_unverified) {
+  const bool more = l.next_piece < l.num_blocks || l.pieces_at_disk > 0;
+  if (!more || !l.header) return;
+  for (const auto& [first, n] : l.landed_unverified) {
     Status v = VerifyPiece(c, first, n);
     if (!v.ok()) {
       FailVerification(c, v);
       return;
     }
   }
-  c.landed_unverified.clear();
+  l.landed_unverified.clear();
 }
 
 Status Reactor::VerifyPiece(Chunk& c, uint32_t first, uint32_t n) {
+  LoadState& l = c.load();
   const uint8_t* data = pool_->SlotData(c.slot) + kHeaderBytes + uint64_t(first) * files_.block_stride;
-  Status v = VerifyBlocks(*c.header, c.first_block + first, n, data, files_.checksum_key.get());
+  Status v = VerifyBlocks(*l.header, l.first_block + first, n, data, files_.checksum_key.get());
   if (v.ok()) {
-    for (uint32_t j = first; j < first + n && j < c.verified.size(); ++j) c.verified[j] = true;
+    for (uint32_t j = first; j < first + n && j < l.verified.size(); ++j) l.verified[j] = true;
   }
   return v;
 }
 
 bool Reactor::OtherSecret(const Chunk& c) const {
-  if (c.header || !ns_->checksum_key_record().empty()) return false;
+  if (c.load().header || !ns_->checksum_key_record().empty()) return false;
   const ChunkGeometry geometry = ns_->geometry();
   return KeyedForAnotherReader(std::span<const uint8_t>(pool_->SlotData(c.slot), kHeaderBytes), ns_->fingerprint(),
                                c.key, &geometry, files_.checksum_key.get());
@@ -215,25 +219,26 @@ void Reactor::FailVerification(Chunk& c, const Status& verdict) {
 }
 
 void Reactor::LoadReadsDone(Chunk& c) {
+  LoadState& l = c.load();
   SubmitClose(c.fd);
   c.fd = -1;
   Status verdict;
-  if (!c.header) {  // not decoded as it landed (PieceLanded always does; kept for any path that did not)
+  if (!l.header) {  // not decoded as it landed (PieceLanded always does; kept for any path that did not)
     const ChunkGeometry geometry = ns_->geometry();
     auto header = DecodeHeader(std::span<const uint8_t>(pool_->SlotData(c.slot), kHeaderBytes), ns_->fingerprint(),
                                c.key, &geometry, files_.checksum_key.get());
     verdict = header.status();
-    if (verdict.ok()) c.header = std::make_unique<ChunkHeader>(*header);
+    if (verdict.ok()) l.header = std::make_unique<ChunkHeader>(*header);
   }
-  if (c.verified.size() != c.num_blocks) c.verified.assign(c.num_blocks, false);
+  if (l.verified.size() != l.num_blocks) l.verified.assign(l.num_blocks, false);
   // K1: the blocks not checked as their pieces landed (the last piece; every block with one read per chunk).
-  for (uint32_t j = 0; verdict.ok() && j < c.num_blocks;) {
-    if (c.verified[j]) {
+  for (uint32_t j = 0; verdict.ok() && j < l.num_blocks;) {
+    if (l.verified[j]) {
       ++j;
       continue;
     }
     uint32_t k = j;
-    while (k < c.num_blocks && !c.verified[k]) ++k;
+    while (k < l.num_blocks && !l.verified[k]) ++k;
     verdict = VerifyPiece(c, j, k - j);
     j = k;
   }
@@ -243,23 +248,23 @@ void Reactor::LoadReadsDone(Chunk& c) {
   }
   if (trace_ && trace_->enabled()) {
     trace_->Complete("load_read", "load", c.started_ns, NowNs() - c.started_ns, trace_tid_,
-                     {{"blocks", c.num_blocks}, {"job", c.job->id}});
+                     {{"blocks", l.num_blocks}, {"job", c.job->id}});
   }
   MaybeTouchEntry(c);
-  c.ready = true;
-  pool_->PublishReady(c.slot, c.slot_gen);
-  resident_->Loaded(c.key, c.slot, c.slot_gen, true, NowNs());
+  l.ready = true;
+  pool_->PublishReady(c.slot, l.slot_gen);
+  resident_->Loaded(c.key, c.slot, l.slot_gen, true, NowNs());
   pool_->RingEngine();  // a load stream waits for this read (policy/stream_pump.h)
-  c.job->bytes += uint64_t(c.num_blocks) * options_.identity.block_bytes;
+  c.job->bytes += uint64_t(l.num_blocks) * options_.identity.block_bytes;
   FinishChunk(c);  // VerifyReadChunks settles it
 }
 
 void Reactor::MaybeTouchEntry(const Chunk& c) {
-  if (options_.touch_interval_s == 0 || c.opened_mtime_ns == 0) return;
+  if (options_.touch_interval_s == 0 || c.load().opened_mtime_ns == 0) return;
   struct timespec now {};
   clock_gettime(CLOCK_REALTIME, &now);
   const int64_t now_ns = int64_t(now.tv_sec) * 1000000000 + now.tv_nsec;
-  if (now_ns - c.opened_mtime_ns < int64_t(options_.touch_interval_s) * 1000000000) return;
+  if (now_ns - c.load().opened_mtime_ns < int64_t(options_.touch_interval_s) * 1000000000) return;
   // Both times "now": write permission suffices, as in group-shared deployments (K2). Not following a symlink as
   // the last component; the fan-out directories were checked when created (docs/operations.md, K2). Through the
   // ring's side (no synchronous utimensat on the reactor); OnTouchDone tells the index.
@@ -281,22 +286,23 @@ void Reactor::OnTouchDone(const OpCtx& ctx, int64_t res) {
 }
 
 bool Reactor::YoungOnSharedRoot(const Chunk& c) const {
-  if (!files_.shared_root || c.opened_mtime_ns == 0) return false;  // only regular files seen at open
+  if (!files_.shared_root || c.load().opened_mtime_ns == 0) return false;  // only regular files seen at open
   struct timespec now {};
   clock_gettime(CLOCK_REALTIME, &now);
   const int64_t now_ns = int64_t(now.tv_sec) * 1000000000 + now.tv_nsec;
   // Writers' clocks may run ahead of ours: a future mtime is young too.
-  return now_ns - c.opened_mtime_ns < int64_t(options_.temp_max_age_s) * 1000000000;
+  return now_ns - c.load().opened_mtime_ns < int64_t(options_.temp_max_age_s) * 1000000000;
 }
 
 void Reactor::QuarantineCorrupt(Chunk& c) {
-  if (c.quarantine) return;  // one removal per load
+  LoadState& l = c.load();
+  if (l.quarantine) return;  // one removal per load
   // K1: a bad entry is removed so no reader sees it again; the miss and the counter tell the operator.
   stats_.corrupt_entries.Add(1);
   ForgetEntry(c.key);
   if (trace_ && trace_->enabled()) trace_->Instant("corrupt_entry", "integrity", NowNs(), trace_tid_);
-  c.quarantine = std::make_unique<Quarantine>();
-  c.quarantine->name = c.rel_path.substr(c.rel_path.rfind('/') + 1);
+  l.quarantine = std::make_unique<Quarantine>();
+  l.quarantine->name = c.rel_path.substr(c.rel_path.rfind('/') + 1);
   SubmitQuarantineOpen(c, files_.open_resolve != 0 ? 2 : 1);
 }
 
@@ -314,7 +320,7 @@ void Reactor::SubmitQuarantineOpen(Chunk& c, int level) {
     ctx.path = dir;
   } else {
     op.flags |= O_NOFOLLOW;
-    op.dirfd = level == 1 ? ns_->dirfd() : c.quarantine->first_fd;
+    op.dirfd = level == 1 ? ns_->dirfd() : c.load().quarantine->first_fd;
     ctx.path = level == 1 ? dir.substr(0, 2) : dir.substr(3);
   }
   ctx.len = static_cast<uint64_t>(level);
@@ -324,7 +330,7 @@ void Reactor::SubmitQuarantineOpen(Chunk& c, int level) {
 
 void Reactor::OnQuarantineDirOpen(const OpCtx& ctx, int64_t res) {
   Chunk& c = *ctx.chunk;
-  Quarantine& q = *c.quarantine;
+  Quarantine& q = *c.load().quarantine;
   if (res < 0) {  // gone (ENOENT), not a directory, or the filesystem did not answer: nothing removed
     EndQuarantine(c, false);
     return;
@@ -348,11 +354,11 @@ void Reactor::OnQuarantineDirOpen(const OpCtx& ctx, int64_t res) {
 
 void Reactor::OnQuarantineStatx(const OpCtx& ctx, int64_t res) {
   Chunk& c = *ctx.chunk;
-  Quarantine& q = *c.quarantine;
+  Quarantine& q = *c.load().quarantine;
   // M1: unknown (statx failed), or the name points at another file than the one that failed (a writer republished
   // it): leave it. (A replacement between this check and the unlink is not excluded; it costs that writer's entry
   // one miss.)
-  if (res < 0 || (c.opened_ino != 0 && q.sx.stx_ino != c.opened_ino)) {
+  if (res < 0 || (c.load().opened_ino != 0 && q.sx.stx_ino != c.load().opened_ino)) {
     EndQuarantine(c, res == -ENOENT);
     return;
   }
@@ -369,7 +375,7 @@ void Reactor::OnQuarantineStatx(const OpCtx& ctx, int64_t res) {
 
 void Reactor::OnQuarantineUnlink(const OpCtx& ctx, int64_t res) {
   Chunk& c = *ctx.chunk;
-  const struct statx& sx = c.quarantine->sx;
+  const struct statx& sx = c.load().quarantine->sx;
   if (res < 0 && ctx.errors_are_answers && res != -ENOENT && res != -ENOTEMPTY && !ctx.late) {
     // A directory's other failures (a file's are counted by OnCompletion).
     (res == -ETIMEDOUT || res == -ECANCELED ? stats_.timeouts : stats_.io_errors).Add(1);
@@ -382,7 +388,7 @@ void Reactor::OnQuarantineUnlink(const OpCtx& ctx, int64_t res) {
 }
 
 void Reactor::EndQuarantine(Chunk& c, bool prune) {
-  Quarantine& q = *c.quarantine;
+  Quarantine& q = *c.load().quarantine;
   SubmitClose(q.first_fd);
   SubmitClose(q.dirfd);
   q.first_fd = q.dirfd = -1;

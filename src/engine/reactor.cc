@@ -117,7 +117,7 @@ void Reactor::EndDataPhase(Chunk& c) {
 }
 
 bool Reactor::PiecesToAsk(const Chunk& c) {
-  return c.data_phase && c.job->kind == JobKind::kLoad && c.next_piece < c.num_blocks;
+  return c.data_phase && c.job->kind == JobKind::kLoad && c.load().next_piece < c.load().num_blocks;
 }
 
 void Reactor::FillPieces() {
@@ -148,20 +148,20 @@ void Reactor::PumpData() {
     c->data_phase = true;
     data_in_flight_++;
     if (c->job->kind == JobKind::kLoad) {
+      LoadState& l = c->load();
       uint8_t* base = pool_->SlotData(c->slot);
       const uint64_t piece = options_.read_piece_bytes;
-      c->piece_blocks =
-          piece == 0 ? c->num_blocks
-                     : static_cast<uint32_t>(std::clamp<uint64_t>(piece / files_.block_stride, 1, c->num_blocks));
-      c->next_piece = 0;
-      c->pieces_at_disk = 1;
-      c->header.reset();
-      c->verified.assign(c->num_blocks, false);
-      c->landed_unverified.clear();
-      if (c->first_block == 0) {  // the header and the first piece in one aligned read
-        c->next_piece = c->piece_blocks;
-        SubmitRead(*c, base, kHeaderBytes + uint64_t(c->piece_blocks) * files_.block_stride, 0, 0, c->piece_blocks,
-                   true);
+      l.piece_blocks = piece == 0
+                           ? l.num_blocks
+                           : static_cast<uint32_t>(std::clamp<uint64_t>(piece / files_.block_stride, 1, l.num_blocks));
+      l.next_piece = 0;
+      l.pieces_at_disk = 1;
+      l.header.reset();
+      l.verified.assign(l.num_blocks, false);
+      l.landed_unverified.clear();
+      if (l.first_block == 0) {  // the header and the first piece in one aligned read
+        l.next_piece = l.piece_blocks;
+        SubmitRead(*c, base, kHeaderBytes + uint64_t(l.piece_blocks) * files_.block_stride, 0, 0, l.piece_blocks, true);
       } else {
         SubmitRead(*c, base, kHeaderBytes, 0, 0, 0, true);
       }
@@ -221,8 +221,8 @@ void Reactor::WakeWaiters(std::atomic<uint64_t>& mask) {
 }
 
 void Reactor::ReturnJobSlot(Chunk& c) {
-  if (!c.counts_job_slot) return;
-  c.counts_job_slot = false;
+  if (c.job->kind != JobKind::kStore || !c.store().counts_job_slot) return;  // only stores take them
+  c.store().counts_job_slot = false;
   c.part->slots_held--;
   c.job->slots_held.fetch_sub(1);
   if (peers_.size() > 1) WakeWaiters(c.job->slot_waiters);
@@ -351,7 +351,7 @@ void Reactor::OnOpenDone(const OpCtx& ctx, int64_t res) {
   Chunk* c = ctx.chunk;
   if (res >= 0) {
     c->fd = static_cast<int>(res);
-    if (c->job->kind == JobKind::kStore) c->tmp_exists = !c->tmp_anonymous;
+    if (c->job->kind == JobKind::kStore) c->store().tmp_exists = !c->store().tmp_anonymous;
   }
   if (c->state == ChunkState::kFailed) return;  // late: Settle() closes the fd
   if (res < 0) {
@@ -374,10 +374,11 @@ void Reactor::OnOpenDone(const OpCtx& ctx, int64_t res) {
       }
     } else if ((res == -ENOSPC || res == -EDQUOT) && RetryStoreAfterEnospc(*c)) {
       // retried
-    } else if ((res == -ENOENT || res == -ESTALE || (res == -EPERM && c->tmp_anonymous)) && RetryAfterVanishedDir(*c)) {
+    } else if ((res == -ENOENT || res == -ESTALE || (res == -EPERM && c->store().tmp_anonymous)) &&
+               RetryAfterVanishedDir(*c)) {
       // the fan-out directory went away (eviction, gc): created again
     } else {
-      FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "create " + c->tmp_path));
+      FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "create " + c->store().tmp_path));
     }
     return;
   }
@@ -438,9 +439,9 @@ void Reactor::FinishChunk(Chunk& c) {
   if (IsFinished(c.state)) return;
   SetState(c, c.status.ok() ? ChunkState::kSucceeded : ChunkState::kFailed);
   Job& job = *c.job;
-  if (c.pinned) {
+  if (job.kind == JobKind::kLoad && c.load().pinned) {
     disk_->Unpin(c.key);
-    c.pinned = false;
+    c.load().pinned = false;
   }
   if (job.kind == JobKind::kStore) {
     auto it = stores_in_flight_.find(c.key);
@@ -480,24 +481,26 @@ void Reactor::Settle(Chunk& c) {
   SetState(c, ChunkState::kReleased);
   // After a successful link a named temporary is a second name of the entry; after a failure it is garbage. Closed
   // first (on NFS and FUSE a name unlinked while open becomes a hidden file holding its space), then unlinked.
-  SubmitClose(c.fd, c.tmp_exists ? c.tmp_path : std::string());
+  const bool is_store = c.job->kind == JobKind::kStore;
+  SubmitClose(c.fd, is_store && c.store().tmp_exists ? c.store().tmp_path : std::string());
   c.fd = -1;
-  c.tmp_exists = false;
-  if (c.job->kind == JobKind::kStore) {
-    if (c.usage_reserved) {  // dropped: its bytes never became an entry
+  if (is_store) {
+    StoreState& s = c.store();
+    s.tmp_exists = false;
+    if (s.usage_reserved) {  // dropped: its bytes never became an entry
       budget_->Release(files_.slot_bytes);
-      c.usage_reserved = false;
+      s.usage_reserved = false;
     }
     resident_->Written(c.key);  // written or not, the slot's bytes stay valid in the DRAM tier
-  } else if (!c.ready) {
+    if (s.counts_committed) {
+      s.counts_committed = false;
+      committed_started_--;
+    }
+  } else if (!c.load().ready) {
     // A failed promotion gives its slot back, now that no read of it is in flight (the kernel may have been
     // writing into it until the last one came back).
     resident_->Loaded(c.key, c.slot, 0, false, NowNs());
     pool_->RingEngine();  // a load stream waits for this read (policy/stream_pump.h)
-  }
-  if (c.counts_committed) {
-    c.counts_committed = false;
-    committed_started_--;
   }
   ReturnJobSlot(c);
 }

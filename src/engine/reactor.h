@@ -20,6 +20,7 @@
 #include <thread>
 #include <unordered_map>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "engine/chunk_state.h"
@@ -50,6 +51,8 @@ class Reactor {
   struct Job;
   struct Part;
   struct Chunk;
+  struct LoadState;   // a load's own part of its Chunk
+  struct StoreState;  // a store's own part of its Chunk
   struct Quarantine;
 
   // The engine's parts a reactor uses besides its own state; owned by the engine, which outlives its reactors.
@@ -223,8 +226,8 @@ class Reactor {
   // time), then the fan-out directories it leaves empty (C1). The removal is a chain of c's own ops through the ring
   // (the fan-out directory opened without following symlinks (K2), the name's statx, its unlink, the rmdirs), so c
   // settles, and its miss reaches the resident set, only once the entry is gone. The name is removed only while it
-  // points at the inode the load opened (c.opened_ino; 0: unknown), so a good entry republished under it meanwhile
-  // stays (M1); a failed step leaves the entry for the next load to find (and quarantine) again.
+  // points at the inode the load opened (LoadState::opened_ino; 0: unknown), so a good entry republished under it
+  // meanwhile stays (M1); a failed step leaves the entry for the next load to find (and quarantine) again.
   void QuarantineCorrupt(Chunk& c);
   void SubmitQuarantineOpen(Chunk& c, int level);  // level 1: "ab" (without openat2), 2: "ab/cd"
   void OnQuarantineDirOpen(const OpCtx& ctx, int64_t res);
@@ -271,7 +274,7 @@ class Reactor {
   void SubmitEnospcUnlink(Chunk& c, OpRole role, std::string path, const ChunkKey& key, uint64_t bytes);
   void OnEnospcRemovalDone(const OpCtx& ctx, int64_t res);
   // linked: this engine's link() created the entry and its bytes were not reserved in the budget's usage yet (see
-  // Chunk::usage_reserved); false: EEXIST (another writer's entry) or already reserved.
+  // StoreState::usage_reserved); false: EEXIST (another writer's entry) or already reserved.
   void PublishIndexed(const ChunkKey& key, uint64_t bytes, bool linked = true);
   // C1: usage above the high watermark evicts LRU entries down to the low one (unlinks through this ring).
   void EvictAboveHighWatermark();
@@ -357,47 +360,69 @@ struct Reactor::Quarantine {
   struct statx sx {};  // the name's statx
 };
 
-struct Reactor::Chunk {
-  Job* job = nullptr;
-  Part* part = nullptr;
-  size_t index = 0;
-  ChunkKey key;
-  uint32_t first_block = 0;  // loads: the blocks read (a promotion reads the whole chunk)
+// The promotion's part of a chunk (a load): its machine is driven by load.cc, and by reactor.cc where the loop asks
+// the disk for its pieces (PumpData, FillPieces) and where its end returns the slot and the pin (FinishChunk, Settle).
+struct Reactor::LoadState {
+  uint32_t first_block = 0;  // the blocks read (a promotion reads the whole chunk)
   uint32_t num_blocks = 0;
-  ChunkState state = ChunkState::kQueued;  // changed only by Reactor::SetState (src/engine/chunk_state.h)
-  Status status;                           // set when the chunk fails (kFailed); Ok otherwise
-  // The DRAM tier's slot (T1): a load reads into it, a store writes from it; it stays resident either way.
-  uint32_t slot = 0;
-  uint32_t slot_gen = 0;          // loads: the fill's generation (StagingPool::BeginFill)
-  bool ready = false;             // loads: verified and published ready in the slot
-  bool counts_job_slot = false;   // this chunk counts against job->slots_held and part->slots_held
-  bool counts_committed = false;  // a committed store counted in its reactor's committed_started_
-  bool pinned = false;            // loads: index entry pinned against eviction
-  int fd = -1;
-  uint32_t ops_in_flight = 0;
-  std::string rel_path;
-  std::string tmp_path;
-  bool tmp_exists = false;     // a named temporary to remove
-  bool tmp_anonymous = false;  // O_TMPFILE: the fd is the only name until linkat
-  bool enospc_retried = false;
-  bool usage_reserved = false;  // C1: a store's bytes are counted in the shared usage from its first write on,
-                                // so instances evict before the files exist rather than after
-  uint8_t dir_retries = 0;      // RetryAfterVanishedDir
-  uint8_t mkdir_retries = 0;    // M1: EEXIST from mkdir, then ENOENT from stat (another host's mkdir in flight)
-  std::unique_ptr<struct statx> statx_buf;  // SubmitStatx's answer: a load's open file, a store's fan-out dir
-  std::unique_ptr<Quarantine> quarantine;   // loads: the removal of a corrupt entry under way (QuarantineCorrupt)
-  uint64_t opened_ino = 0;                  // loads: the file's inode and mtime at open (M1)
+  uint32_t slot_gen = 0;                   // the fill's generation (StagingPool::BeginFill)
+  bool ready = false;                      // verified and published ready in the slot
+  bool pinned = false;                     // index entry pinned against eviction
+  std::unique_ptr<Quarantine> quarantine;  // the removal of a corrupt entry under way (QuarantineCorrupt)
+  uint64_t opened_ino = 0;                 // the file's inode and mtime at open (M1)
   int64_t opened_mtime_ns = 0;
-  bool data_phase = false;  // holds a place at the disk: counted in its reactor's data_in_flight_
-  int64_t started_ns = 0;
-  uint64_t admitted = 0;  // its reactor's admission order: the disk serves older chunks first (FillPieces)
-  // Loads read in pieces (read_piece_bytes): blocks are relative to first_block.
+  // Read in pieces (read_piece_bytes): blocks are relative to first_block.
   uint32_t piece_blocks = 0;            // blocks per piece
   uint32_t next_piece = 0;              // the first block not yet asked of the disk
   uint32_t pieces_at_disk = 0;          // piece reads in flight (short reads continue in the same piece)
   std::unique_ptr<ChunkHeader> header;  // decoded once it landed and checked (null: not yet, or bad)
   std::vector<bool> verified;           // per block: its checksum was checked as its piece landed
   std::vector<std::pair<uint32_t, uint32_t>> landed_unverified;  // pieces that landed before the header
+};
+
+// The committed store's part of a chunk: its machine is driven by store.cc, and by reactor.cc where a store's open
+// comes back (OnOpenDone) and where its end removes the temporary, settles its reserved bytes and returns its places
+// among the job's and the reactor's started stores (Settle, ReturnJobSlot).
+struct Reactor::StoreState {
+  bool counts_job_slot = false;   // this chunk counts against job->slots_held and part->slots_held
+  bool counts_committed = false;  // counted in its reactor's committed_started_
+  std::string tmp_path;
+  bool tmp_exists = false;     // a named temporary to remove
+  bool tmp_anonymous = false;  // O_TMPFILE: the fd is the only name until linkat
+  bool enospc_retried = false;
+  bool usage_reserved = false;  // C1: the bytes are counted in the shared usage from the first write on, so
+                                // instances evict before the files exist rather than after
+  uint8_t dir_retries = 0;      // RetryAfterVanishedDir
+  uint8_t mkdir_retries = 0;    // M1: EEXIST from mkdir, then ENOENT from stat (another host's mkdir in flight)
+};
+
+// What both machines use; the rest is its machine's (LoadState or StoreState, chosen by the job's kind at creation).
+struct Reactor::Chunk {
+  explicit Chunk(JobKind kind) {
+    if (kind == JobKind::kStore) machine.emplace<StoreState>();
+  }
+  // The state of its machine; the wrong one (a load's StoreState, a store's LoadState) throws in every build.
+  LoadState& load() { return std::get<LoadState>(machine); }
+  const LoadState& load() const { return std::get<LoadState>(machine); }
+  StoreState& store() { return std::get<StoreState>(machine); }
+  const StoreState& store() const { return std::get<StoreState>(machine); }
+
+  Job* job = nullptr;
+  Part* part = nullptr;
+  size_t index = 0;
+  ChunkKey key;
+  ChunkState state = ChunkState::kQueued;  // changed only by Reactor::SetState (src/engine/chunk_state.h)
+  Status status;                           // set when the chunk fails (kFailed); Ok otherwise
+  // The DRAM tier's slot (T1): a load reads into it, a store writes from it; it stays resident either way.
+  uint32_t slot = 0;
+  int fd = -1;
+  uint32_t ops_in_flight = 0;
+  std::string rel_path;
+  std::unique_ptr<struct statx> statx_buf;  // SubmitStatx's answer: a load's open file, a store's fan-out dir
+  bool data_phase = false;                  // holds a place at the disk: counted in its reactor's data_in_flight_
+  int64_t started_ns = 0;
+  uint64_t admitted = 0;  // its reactor's admission order: the disk serves older chunks first (FillPieces)
+  std::variant<LoadState, StoreState> machine;
 };
 
 }  // namespace kvtier

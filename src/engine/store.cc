@@ -2,7 +2,8 @@
 // flow"): header and checksums over the filled slot -> the fan-out directories (mkdir, checked or chmod'ed, K2) ->
 // a temporary (O_TMPFILE, or named) -> a place at the disk -> write -> [fsync] -> [close before link, M1] -> link ->
 // the index (and eviction above the high watermark) -> released (the slot stays resident). ENOSPC evicts and
-// retries once (C2); a fan-out directory that vanished is made again (C1, M1). Runs on the chunk's reactor.
+// retries once (C2); a fan-out directory that vanished is made again (C1, M1). Runs on the chunk's reactor; what
+// only a store keeps is its chunk's StoreState (reactor.h).
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <sys/stat.h>
@@ -36,8 +37,8 @@ bool Reactor::StartStoreChunk(Part& part, Chunk& c) {
   // each step), which each have an allowance of their own.
   if (committed_started_ >= 2 * depth_) return false;
   if (!TakeJobSlot(part)) return false;
-  c.counts_job_slot = true;
-  c.counts_committed = true;
+  c.store().counts_job_slot = true;
+  c.store().counts_committed = true;
   committed_started_++;
   stores_in_flight_[c.key] = &c;
   BeginStoreWrite(c);
@@ -70,15 +71,16 @@ void Reactor::BeginStoreWrite(Chunk& c) {
     FailChunk(c, s);
     return;
   }
-  if (budget_->shared() && budget_->has_budget() && !c.usage_reserved) {
+  if (budget_->shared() && budget_->has_budget() && !c.store().usage_reserved) {
     budget_->Reserve(files_.slot_bytes);
-    c.usage_reserved = true;
+    c.store().usage_reserved = true;
     EvictAboveHighWatermark();
   }
   OpenTemporary(c);
 }
 
 void Reactor::OpenTemporary(Chunk& c) {
+  StoreState& s = c.store();
   if (!fanout_cache_.Has(c.key)) {
     SubmitMkdir(c, fanout_cache_.HasFirstLevel(c.key.data()[0]) ? 2 : 1);
     return;
@@ -89,16 +91,16 @@ void Reactor::OpenTemporary(Chunk& c) {
   op.mode = files_.file_mode;
   OpCtx ctx{OpRole::kOpen, &c, &Reactor::OnOpenDone};
   if (files_.tmpfile_publish) {
-    c.tmp_anonymous = true;
-    c.tmp_path = FanoutDir(c.key);
+    s.tmp_anonymous = true;
+    s.tmp_path = FanoutDir(c.key);
     op.flags = O_TMPFILE | O_WRONLY | O_CLOEXEC | files_.open_flags;
   } else {
-    c.tmp_anonymous = false;
-    c.tmp_path = TempRelPath(c.key);
+    s.tmp_anonymous = false;
+    s.tmp_path = TempRelPath(c.key);
     op.flags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW | files_.open_flags;
   }
   op.resolve = files_.open_resolve;
-  ctx.path = c.tmp_path;
+  ctx.path = s.tmp_path;
   ctx.deadline_ns = Deadline();
   SetState(c, ChunkState::kCreating);
   SubmitOp(std::move(ctx), op);
@@ -141,10 +143,10 @@ void Reactor::OnMkdirDone(const OpCtx& ctx, int64_t res) {
     // Another chunk or instance made it; it must be a real directory (a symlink or file there: refuse, K2).
     SubmitStatx(c, &Reactor::OnFanoutStatxDone, ctx.path, ctx.len);
     return;
-  } else if (res == -ESTALE && c.mkdir_retries < kMkdirRetries) {
+  } else if (res == -ESTALE && c.store().mkdir_retries < kMkdirRetries) {
     // M1: another client's mkdir of the same directory (or of its parent) can leave this client's handle stale
     // for an instant (GlusterFS, two hosts storing the same keys): look the path up again by asking again.
-    c.mkdir_retries++;
+    c.store().mkdir_retries++;
     fanout_cache_.Forget(c.key);
     SubmitMkdir(c, static_cast<int>(ctx.len));
     return;
@@ -175,8 +177,8 @@ void Reactor::OnFanoutStatxDone(const OpCtx& ctx, int64_t res) {
   if (res < 0) {
     // M1: on a distributed filesystem another client's mkdir of the same directory can make ours fail with
     // EEXIST before this client can see it (GlusterFS, two hosts storing the same keys): ask again, a few times.
-    if (res == -ENOENT && c.mkdir_retries < kMkdirRetries) {
-      c.mkdir_retries++;
+    if (res == -ENOENT && c.store().mkdir_retries < kMkdirRetries) {
+      c.store().mkdir_retries++;
       SubmitMkdir(c, static_cast<int>(ctx.len));
       return;
     }
@@ -208,7 +210,7 @@ void Reactor::FanoutLevelReady(Chunk& c, int level) {
     return;
   }
   fanout_cache_.Add(c.key);
-  if (c.tmp_anonymous && c.fd >= 0) {
+  if (c.store().tmp_anonymous && c.fd >= 0) {
     SubmitLink(c);  // RetryAfterVanishedDir from a link: the temporary is open and written
   } else {
     OpenTemporary(c);
@@ -216,8 +218,8 @@ void Reactor::FanoutLevelReady(Chunk& c, int level) {
 }
 
 bool Reactor::RetryAfterVanishedDir(Chunk& c) {
-  if (c.dir_retries >= kVanishedDirRetries) return false;
-  c.dir_retries++;
+  if (c.store().dir_retries >= kVanishedDirRetries) return false;
+  c.store().dir_retries++;
   fanout_cache_.Forget(c.key);
   SubmitMkdir(c, 1);
   return true;
@@ -238,9 +240,9 @@ void Reactor::OnWriteDone(const OpCtx& ctx, int64_t res) {
   if (c->state == ChunkState::kFailed) return;
   if (res < 0) {
     if ((res == -ENOSPC || res == -EDQUOT) && RetryStoreAfterEnospc(*c)) return;
-    FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "write " + c->tmp_path));
+    FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "write " + c->store().tmp_path));
   } else if (res == 0) {
-    FailChunk(*c, Status(StatusCode::kIoError, "write made no progress on " + c->tmp_path));
+    FailChunk(*c, Status(StatusCode::kIoError, "write made no progress on " + c->store().tmp_path));
   } else {
     stats_.bytes_written.Add(static_cast<uint64_t>(res));
     if (static_cast<uint64_t>(res) < ctx.len) {
@@ -254,7 +256,7 @@ void Reactor::OnWriteDone(const OpCtx& ctx, int64_t res) {
 void Reactor::StoreWritesDone(Chunk& c) {
   // M1: an anonymous temporary on a shared root is made durable to the filesystem's other clients before linkat
   // names it (it stays open until then, so its close cannot do it first).
-  const bool sync = options_.fsync_on_publish || (files_.shared_root && c.tmp_anonymous);
+  const bool sync = options_.fsync_on_publish || (files_.shared_root && c.store().tmp_anonymous);
   if (sync && c.state == ChunkState::kTransferring) {
     IoOp op;
     op.code = OpCode::kFsync;
@@ -266,7 +268,7 @@ void Reactor::StoreWritesDone(Chunk& c) {
     return;
   }
   ReturnJobSlot(c);  // the bytes are in the file: the next resident slot of the job may start
-  if (c.tmp_anonymous) {
+  if (c.store().tmp_anonymous) {
     SubmitLink(c);
   } else {
     SubmitCloseBeforeLink(c);
@@ -277,7 +279,7 @@ void Reactor::OnFsyncDone(const OpCtx& ctx, int64_t res) {
   Chunk* c = ctx.chunk;
   if (c->state == ChunkState::kFailed) return;
   if (res < 0) {
-    FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "fsync " + c->tmp_path));
+    FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "fsync " + c->store().tmp_path));
   } else {
     StoreWritesDone(*c);
   }
@@ -298,7 +300,7 @@ void Reactor::OnCloseBeforeLinkDone(const OpCtx& ctx, int64_t res) {
   Chunk& c = *ctx.chunk;
   if (c.state == ChunkState::kFailed) return;
   if (res < 0) {  // NFS and FUSE report deferred write errors at close: the temporary's bytes are not all there
-    FailChunk(c, Status::FromErrno(static_cast<int>(-res), "close " + c.tmp_path));
+    FailChunk(c, Status::FromErrno(static_cast<int>(-res), "close " + c.store().tmp_path));
     return;
   }
   SubmitLink(c);
@@ -309,12 +311,12 @@ void Reactor::SubmitLink(Chunk& c) {
   op.code = OpCode::kLinkAt;
   op.dirfd = ns_->dirfd();
   OpCtx ctx{OpRole::kLink, &c, &Reactor::OnLinkDone};
-  if (c.tmp_anonymous) {
+  if (c.store().tmp_anonymous) {
     // The open fd is the file's only name: link it through /proc (AT_SYMLINK_FOLLOW, no privilege needed).
     ctx.path = "/proc/self/fd/" + std::to_string(c.fd);
     op.flags = AT_SYMLINK_FOLLOW;
   } else {
-    ctx.path = c.tmp_path;
+    ctx.path = c.store().tmp_path;
   }
   ctx.path2 = c.rel_path;
   ctx.deadline_ns = Deadline();
@@ -324,13 +326,14 @@ void Reactor::SubmitLink(Chunk& c) {
 
 void Reactor::OnLinkDone(const OpCtx& ctx, int64_t res) {
   Chunk* c = ctx.chunk;
+  StoreState& s = c->store();
   if (c->state == ChunkState::kFailed) {
     // I4: the link came back after its deadline had failed the chunk, and made the entry all the same: it is on
     // disk, so it is counted and indexed (C1, M2), or the shared usage would miss its bytes until a gc.
     if (res == 0) {
-      const bool reserved = c->usage_reserved;
+      const bool reserved = s.usage_reserved;
       if (reserved) budget_->CommitReserved(files_.slot_bytes);
-      c->usage_reserved = false;
+      s.usage_reserved = false;
       PublishIndexed(c->key, files_.slot_bytes, /*linked=*/!reserved);
     }
     return;
@@ -338,11 +341,11 @@ void Reactor::OnLinkDone(const OpCtx& ctx, int64_t res) {
   if (res == 0 || res == -EEXIST) {
     // EEXIST: another writer published the same key first; its bytes are equally valid (L4).
     if (res == -EEXIST) stats_.stores_deduplicated.Add(1);
-    if (res != 0 && c->usage_reserved) budget_->Release(files_.slot_bytes);  // not ours
-    if (res == 0 && c->usage_reserved) budget_->CommitReserved(files_.slot_bytes);
+    if (res != 0 && s.usage_reserved) budget_->Release(files_.slot_bytes);  // not ours
+    if (res == 0 && s.usage_reserved) budget_->CommitReserved(files_.slot_bytes);
     PublishIndexed(c->key, kHeaderBytes + uint64_t(options_.identity.blocks_per_chunk) * files_.block_stride,
-                   /*linked=*/res == 0 && !c->usage_reserved);
-    c->usage_reserved = false;
+                   /*linked=*/res == 0 && !s.usage_reserved);
+    s.usage_reserved = false;
     c->job->bytes += files_.slot_bytes;
     if (c->fd >= 0) {  // an anonymous temporary's fd, kept open for linkat
       SubmitClose(c->fd);
@@ -351,7 +354,7 @@ void Reactor::OnLinkDone(const OpCtx& ctx, int64_t res) {
     FinishChunk(*c);  // Settle() removes a named temporary
   } else if ((res == -ENOSPC || res == -EDQUOT) && RetryStoreAfterEnospc(*c)) {
     // retried
-  } else if ((res == -ENOENT || res == -ESTALE) && c->tmp_anonymous && c->fd >= 0 && RetryAfterVanishedDir(*c)) {
+  } else if ((res == -ENOENT || res == -ESTALE) && s.tmp_anonymous && c->fd >= 0 && RetryAfterVanishedDir(*c)) {
     // the final name's directory went away while the anonymous temporary was written: created again, then
     // linked (OnMkdirDone)
   } else {
@@ -362,9 +365,10 @@ void Reactor::OnLinkDone(const OpCtx& ctx, int64_t res) {
 // C2: on ENOSPC evict and retry once; the caller (a completion handler: OnCompletion settles the chunk after it)
 // drops the store when this returns false.
 bool Reactor::RetryStoreAfterEnospc(Chunk& c) {
+  StoreState& s = c.store();
   // The slot stays resident (not evictable) until the store ends (ResidentSet::Written): a retry rewrites from it.
-  if (c.enospc_retried || c.ops_in_flight > 0) return false;
-  c.enospc_retried = true;
+  if (s.enospc_retried || c.ops_in_flight > 0) return false;
+  s.enospc_retried = true;
   EndDataPhase(c);
   // The temporary is closed and then unlinked, and the victims (room for a few chunks) unlinked, through the ring
   // as the chunk's own ops; the next temporary is opened once the last of them is back (OnEnospcRemovalDone). Held
@@ -375,14 +379,14 @@ bool Reactor::RetryStoreAfterEnospc(Chunk& c) {
     op.code = OpCode::kClose;
     op.fd = c.fd;
     OpCtx ctx{OpRole::kClose, &c, &Reactor::OnEnospcRemovalDone};
-    if (c.tmp_exists) ctx.path = c.tmp_path;  // unlinked once closed (NFS, FUSE: never while open)
+    if (s.tmp_exists) ctx.path = s.tmp_path;  // unlinked once closed (NFS, FUSE: never while open)
     ctx.deadline_ns = Deadline();
     SubmitOp(std::move(ctx), op);
     c.fd = -1;
-  } else if (c.tmp_exists) {
-    SubmitEnospcUnlink(c, OpRole::kUnlinkTmp, c.tmp_path, c.key, 0);
+  } else if (s.tmp_exists) {
+    SubmitEnospcUnlink(c, OpRole::kUnlinkTmp, s.tmp_path, c.key, 0);
   }
-  c.tmp_exists = false;
+  s.tmp_exists = false;
   for (const DiskBudget::Victim& v : budget_->TakeForSpace(4 * files_.slot_bytes)) {
     SubmitEnospcUnlink(c, OpRole::kUnlinkEvicted, ChunkRelPath(v.key), v.key, v.bytes);
   }
