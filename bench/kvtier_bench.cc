@@ -6,7 +6,6 @@
 // Exit codes as the CLI's: 0 success, 1 the benchmark could not run, 2 usage error.
 #include <cstdio>
 #include <cstring>
-#include <exception>
 #include <string>
 
 #include "bench_commands.h"
@@ -32,17 +31,4 @@ int Dispatch(int argc, char** argv) {
 }  // namespace
 }  // namespace kvtier
 
-int main(int argc, char** argv) {
-  try {
-    return kvtier::Dispatch(argc, argv);
-  } catch (const kvtier::UsageError& e) {
-    std::fprintf(stderr, "kvtier: error: %s\n(run 'kvtier --help' or 'kvtier <command> --help')\n", e.what());
-    return 2;
-  } catch (const kvtier::CliError& e) {
-    std::fprintf(stderr, "kvtier: error: %s\n", e.what());
-    return 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "kvtier: error: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return kvtier::RunCliMain(kvtier::Dispatch, argc, argv); }

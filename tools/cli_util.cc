@@ -35,6 +35,18 @@ std::string CliArgs::Accepted() const {
   return s + "--help";
 }
 
+int RunCliMain(int (*dispatch)(int, char**), int argc, char** argv) {
+  try {
+    return dispatch(argc, argv);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "kvtier: error: %s\n(run 'kvtier --help' or 'kvtier <command> --help')\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {  // CliError and anything else
+    std::fprintf(stderr, "kvtier: error: %s\n", e.what());
+    return 1;
+  }
+}
+
 bool CliArgs::ParseOrHelp(int argc, char** argv) {
   Parse(argc, argv);
   if (!help_) return true;

@@ -3,7 +3,8 @@
 // Errors at this edge are exceptions (STYLE: exceptions only at the CLI and Python edges):
 //   UsageError -> "kvtier: error: ..." and exit code 2 (a bad flag or value: the user must change the command line)
 //   CliError   -> "kvtier: error: ..." and exit code 1 (the command could not do its work: a bad root, an I/O error)
-// main.cc catches both; subcommands throw them and otherwise return their exit code.
+// RunCliMain (the main() of kvtier and kvtier-bench) catches both; subcommands throw them and otherwise return their
+// exit code.
 //
 // Thread safety: none needed; the CLI is single-threaded apart from the engine it drives.
 #pragma once
@@ -23,6 +24,10 @@ struct UsageError : std::runtime_error {
 struct CliError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+
+// A command-line program's main: runs dispatch(argc, argv) and turns what it throws into a one-line "kvtier: error:"
+// on stderr and an exit code (UsageError 2, with where to find the usage; CliError and anything else 1).
+int RunCliMain(int (*dispatch)(int, char**), int argc, char** argv);
 
 // One accepted flag. `value_name` empty: a boolean switch (--repair); otherwise the flag takes a value, given as
 // --flag=value or --flag value.
