@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <unordered_set>
+#include <utility>
 
 #include "layout/chunk_path.h"
 #include "layout/scan.h"
@@ -91,18 +92,30 @@ bool DiskIndex::Pending(const ChunkKey& key) const {
   return pending_stores_.count(key) > 0;
 }
 
-bool DiskIndex::Pin(const ChunkKey& key) {
+DiskIndex::PinnedEntry DiskIndex::Pin(const ChunkKey& key) {
   MutexLock lock(mu_);
   auto e = index_.find(key);
-  if (e == index_.end()) return false;
+  if (e == index_.end()) return PinnedEntry();
   e->second.pins++;
-  return true;
+  return PinnedEntry(this, key);
 }
 
-void DiskIndex::Unpin(const ChunkKey& key) {
-  MutexLock lock(mu_);
-  auto e = index_.find(key);
-  if (e != index_.end() && e->second.pins > 0) e->second.pins--;
+DiskIndex::PinnedEntry& DiskIndex::PinnedEntry::operator=(PinnedEntry&& other) noexcept {
+  if (this != &other) {
+    Release();
+    index_ = std::exchange(other.index_, nullptr);
+    key_ = other.key_;
+  }
+  return *this;
+}
+
+void DiskIndex::PinnedEntry::Release() {
+  if (index_ == nullptr) return;
+  DiskIndex* index = std::exchange(index_, nullptr);
+  MutexLock lock(index->mu_);
+  // Forgotten meanwhile (a corrupt entry) and published again: the new entry was never pinned by this handle.
+  auto e = index->index_.find(key_);
+  if (e != index->index_.end() && e->second.pins > 0) e->second.pins--;
 }
 
 void DiskIndex::AddPendingStore(const ChunkKey& key) {

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <list>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "kvtier/chunk_key.h"
@@ -65,9 +66,26 @@ class DiskIndex {
   // A store of it is in flight (AddPendingStore not yet ended).
   bool Pending(const ChunkKey& key) const EXCLUDES(mu_);
 
-  // Loads in flight pin their entry against eviction. False: not indexed (nothing pinned).
-  bool Pin(const ChunkKey& key) EXCLUDES(mu_);
-  void Unpin(const ChunkKey& key) EXCLUDES(mu_);
+  // A load's pin on its entry against eviction and rescans' drops, held until Release() or its destruction. Empty
+  // (held() false) where the entry was not indexed: nothing is pinned then. The index must outlive it.
+  class PinnedEntry {
+   public:
+    PinnedEntry() = default;
+    PinnedEntry(PinnedEntry&& other) noexcept { *this = std::move(other); }
+    PinnedEntry& operator=(PinnedEntry&& other) noexcept;
+    PinnedEntry(const PinnedEntry&) = delete;
+    PinnedEntry& operator=(const PinnedEntry&) = delete;
+    ~PinnedEntry() { Release(); }
+    bool held() const { return index_ != nullptr; }
+    void Release();  // unpins (nothing when empty); the handle is empty after it
+
+   private:
+    friend class DiskIndex;
+    PinnedEntry(DiskIndex* index, const ChunkKey& key) : index_(index), key_(key) {}
+    DiskIndex* index_ = nullptr;
+    ChunkKey key_;
+  };
+  PinnedEntry Pin(const ChunkKey& key) EXCLUDES(mu_);
 
   // Stores in flight: one count per chunk of a queued store job, ended when the chunk finishes.
   void AddPendingStore(const ChunkKey& key) EXCLUDES(mu_);

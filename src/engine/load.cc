@@ -18,23 +18,8 @@
 
 namespace kvtier {
 
-void Reactor::SubmitStatx(Chunk& c, OpHandler on_done, std::string path, uint64_t level) {
-  if (!c.statx_buf) c.statx_buf = std::make_unique<struct statx>();
-  IoOp op;
-  op.code = OpCode::kStatx;
-  op.fd = c.fd;
-  op.dirfd = ns_->dirfd();
-  op.buf = c.statx_buf.get();  // the chunk outlives its ops (Settle waits for them)
-  op.len = sizeof(struct statx);
-  OpCtx ctx{OpRole::kStatx, &c, on_done};
-  ctx.path = std::move(path);  // empty: the open file's (SubmitOp passes no path)
-  ctx.len = level;
-  ctx.deadline_ns = Deadline();
-  SubmitOp(std::move(ctx), op);
-}
-
-void Reactor::OnStatxDone(const OpCtx& ctx, int64_t res) {
-  Chunk* c = ctx.chunk;
+void Reactor::OnStatxDone(const Op& op, const NoArgs&, int64_t res) {
+  Chunk* c = op.chunk;
   if (c->state == ChunkState::kFailed) return;
   LoadState& l = c->load();
   const struct statx& sx = *c->statx_buf;
@@ -82,28 +67,26 @@ Status Reactor::CheckOpenedChunk(int fd, const struct statx& sx) const {
 bool Reactor::StartLoadChunk(Part&, Chunk& c) {
   c.started_ns = NowNs();
   if (c.admitted == 0) c.admitted = next_admission_++;
-  c.load().pinned = disk_->Pin(c.key);
+  c.load().pin = disk_->Pin(c.key);
   c.load().slot_gen = pool_->BeginFill(c.slot);
 
-  IoOp op;
-  op.code = OpCode::kOpenAt;
-  op.dirfd = ns_->dirfd();
+  IoOp io;
+  io.code = OpCode::kOpenAt;
+  io.dirfd = ns_->dirfd();
   // K2: no symlink anywhere on the path and nothing outside the namespace (openat2; O_NOFOLLOW where the kernel
   // lacks it). O_NONBLOCK: a FIFO planted under a chunk's name must not block the open (it is cleared again once
   // statx has shown a regular file, since io_uring would return EAGAIN for reads of a non-blocking file).
-  op.flags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | files_.open_flags;
-  op.resolve = files_.open_resolve;
-  OpCtx ctx{OpRole::kOpen, &c, &Reactor::OnOpenDone};
-  ctx.path = c.rel_path;
-  ctx.deadline_ns = Deadline();
+  io.flags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | files_.open_flags;
+  io.resolve = files_.open_resolve;
   SetState(c, ChunkState::kOpening);
-  SubmitOp(std::move(ctx), op);
+  Submit<&Reactor::OnOpenDone>(Op{.role = OpRole::kOpen, .chunk = &c, .deadline_ns = Deadline()}, Named{c.rel_path},
+                               io);
   return true;
 }
 
-void Reactor::OnReadDone(const OpCtx& ctx, int64_t res) {
-  Chunk* c = ctx.chunk;
-  TraceTransfer(ctx, res, "read");
+void Reactor::OnReadDone(const Op& op, const Transfer& t, int64_t res) {
+  Chunk* c = op.chunk;
+  TraceTransfer(op, res, "read");
   if (c->state == ChunkState::kFailed) return;
   if (res < 0) {
     FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "read " + c->rel_path));
@@ -116,13 +99,16 @@ void Reactor::OnReadDone(const OpCtx& ctx, int64_t res) {
     FailChunk(*c, Status(StatusCode::kCorrupt, "truncated chunk file " + c->rel_path));
   } else {
     stats_.bytes_read.Add(static_cast<uint64_t>(res));
-    if (static_cast<uint64_t>(res) < ctx.len) {  // short read: continue where it stopped, same piece
-      SubmitRead(*c, ctx.buf + res, ctx.len - res, ctx.offset + res, ctx.piece_first, ctx.piece_blocks,
-                 ctx.with_header);
+    if (static_cast<uint64_t>(res) < t.len) {  // short read: continue where it stopped, same piece
+      Transfer rest = t;
+      rest.buf += res;
+      rest.len -= res;
+      rest.offset += res;
+      SubmitRead(*c, rest);
       return;
     }
     c->load().pieces_at_disk--;
-    PieceLanded(*c, ctx);  // the next pieces are asked for by FillPieces, after this round of completions
+    PieceLanded(*c, t);  // the next pieces are asked for by FillPieces, after this round of completions
     if (c->state == ChunkState::kFailed) return;
     if (c->ops_in_flight == 0 && !PiecesToAsk(*c)) {
       // The disk is done with this chunk: its place goes to the next opened chunk, whose read the reactor
@@ -149,15 +135,18 @@ void Reactor::SubmitNextPiece(Chunk& c) {
   LoadState& l = c.load();
   const uint32_t n = std::min(l.piece_blocks, l.num_blocks - l.next_piece);
   uint8_t* base = pool_->SlotData(c.slot);
-  SubmitRead(c, base + kHeaderBytes + uint64_t(l.next_piece) * files_.block_stride, uint64_t(n) * files_.block_stride,
-             BlockRangeOffset(files_.block_stride, l.first_block + l.next_piece), l.next_piece, n, false);
+  SubmitRead(c, Transfer{.buf = base + kHeaderBytes + uint64_t(l.next_piece) * files_.block_stride,
+                         .len = uint64_t(n) * files_.block_stride,
+                         .offset = BlockRangeOffset(files_.block_stride, l.first_block + l.next_piece),
+                         .piece_first = l.next_piece,
+                         .piece_blocks = n});
   l.next_piece += n;
   l.pieces_at_disk++;
 }
 
-void Reactor::PieceLanded(Chunk& c, const OpCtx& ctx) {
+void Reactor::PieceLanded(Chunk& c, const Transfer& piece) {
   LoadState& l = c.load();
-  if (ctx.with_header) {
+  if (piece.with_header) {
     const ChunkGeometry geometry = ns_->geometry();
     auto header = DecodeHeader(std::span<const uint8_t>(pool_->SlotData(c.slot), kHeaderBytes), ns_->fingerprint(),
                                c.key, &geometry, files_.checksum_key.get());
@@ -167,7 +156,7 @@ void Reactor::PieceLanded(Chunk& c, const OpCtx& ctx) {
     }
     l.header = std::make_unique<ChunkHeader>(*header);
   }
-  if (ctx.piece_blocks > 0) l.landed_unverified.emplace_back(ctx.piece_first, ctx.piece_blocks);
+  if (piece.piece_blocks > 0) l.landed_unverified.emplace_back(piece.piece_first, piece.piece_blocks);
   // K1: while more of the chunk is still at the disk or to be asked for, a landed piece is checked now, its bytes
   // still in the cache; the last one waits for LoadReadsDone, after the disk has the next chunk's reads.
   const bool more = l.next_piece < l.num_blocks || l.pieces_at_disk > 0;
@@ -251,7 +240,6 @@ void Reactor::LoadReadsDone(Chunk& c) {
                      {{"blocks", l.num_blocks}, {"job", c.job->id}});
   }
   MaybeTouchEntry(c);
-  l.ready = true;
   pool_->PublishReady(c.slot, l.slot_gen);
   resident_->Loaded(c.key, c.slot, l.slot_gen, true, NowNs());
   pool_->RingEngine();  // a load stream waits for this read (policy/stream_pump.h)
@@ -268,21 +256,18 @@ void Reactor::MaybeTouchEntry(const Chunk& c) {
   // Both times "now": write permission suffices, as in group-shared deployments (K2). Not following a symlink as
   // the last component; the fan-out directories were checked when created (docs/operations.md, K2). Through the
   // ring's side (no synchronous utimensat on the reactor); OnTouchDone tells the index.
-  IoOp op;
-  op.code = OpCode::kUtimensAt;
-  op.dirfd = ns_->dirfd();
-  OpCtx ctx{OpRole::kTouch, nullptr, &Reactor::OnTouchDone};
-  ctx.errors_are_answers = true;  // a root mounted read-only or without write permission: no touch, no error
-  ctx.path = c.rel_path;
-  ctx.key = c.key;
-  SubmitOp(std::move(ctx), op);
+  IoOp io;
+  io.code = OpCode::kUtimensAt;
+  io.dirfd = ns_->dirfd();
+  // errors_are_answers: a root mounted read-only or without write permission: no touch, no error.
+  Submit<&Reactor::OnTouchDone>(Op{.role = OpRole::kTouch, .errors_are_answers = true}, EntryOp{c.key, c.rel_path}, io);
 }
 
-void Reactor::OnTouchDone(const OpCtx& ctx, int64_t res) {
+void Reactor::OnTouchDone(const Op&, const EntryOp& entry, int64_t res) {
   if (res != 0) return;
   struct timespec now {};
   clock_gettime(CLOCK_REALTIME, &now);  // at or just after the touch: never ahead of what another host sees
-  disk_->SetMtime(ctx.key, int64_t(now.tv_sec) * 1000000000 + now.tv_nsec);
+  disk_->SetMtime(entry.key, int64_t(now.tv_sec) * 1000000000 + now.tv_nsec);
 }
 
 bool Reactor::YoungOnSharedRoot(const Chunk& c) const {
@@ -310,50 +295,47 @@ void Reactor::SubmitQuarantineOpen(Chunk& c, int level) {
   // K2: a symlink planted on the path is never followed to delete something outside the root: the fan-out
   // directory is opened with openat2's RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS, or one level at a time with O_NOFOLLOW.
   const std::string dir = FanoutDir(c.key);
-  IoOp op;
-  op.code = OpCode::kOpenAt;
-  op.flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC;
-  OpCtx ctx{OpRole::kOpen, &c, &Reactor::OnQuarantineDirOpen};
+  IoOp io;
+  io.code = OpCode::kOpenAt;
+  io.flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC;
+  FanoutDirOp args{.level = level, .key = c.key};
   if (files_.open_resolve != 0) {
-    op.dirfd = ns_->dirfd();
-    op.resolve = files_.open_resolve;
-    ctx.path = dir;
+    io.dirfd = ns_->dirfd();
+    io.resolve = files_.open_resolve;
+    args.path = dir;
   } else {
-    op.flags |= O_NOFOLLOW;
-    op.dirfd = level == 1 ? ns_->dirfd() : c.load().quarantine->first_fd;
-    ctx.path = level == 1 ? dir.substr(0, 2) : dir.substr(3);
+    io.flags |= O_NOFOLLOW;
+    io.dirfd = level == 1 ? ns_->dirfd() : c.load().quarantine->first_fd;
+    args.path = level == 1 ? dir.substr(0, 2) : dir.substr(3);
   }
-  ctx.len = static_cast<uint64_t>(level);
-  ctx.deadline_ns = Deadline();
-  SubmitOp(std::move(ctx), op);
+  Submit<&Reactor::OnQuarantineDirOpen>(Op{.role = OpRole::kOpen, .chunk = &c, .deadline_ns = Deadline()},
+                                        std::move(args), io);
 }
 
-void Reactor::OnQuarantineDirOpen(const OpCtx& ctx, int64_t res) {
-  Chunk& c = *ctx.chunk;
+void Reactor::OnQuarantineDirOpen(const Op& op, const FanoutDirOp& dir, int64_t res) {
+  Chunk& c = *op.chunk;
   Quarantine& q = *c.load().quarantine;
   if (res < 0) {  // gone (ENOENT), not a directory, or the filesystem did not answer: nothing removed
     EndQuarantine(c, false);
     return;
   }
-  if (ctx.len == 1) {
+  if (dir.level == 1) {
     q.first_fd = static_cast<int>(res);
     SubmitQuarantineOpen(c, 2);
     return;
   }
   q.dirfd = static_cast<int>(res);
-  IoOp op;
-  op.code = OpCode::kStatx;
-  op.dirfd = q.dirfd;
-  op.buf = &q.sx;
-  op.len = sizeof(q.sx);
-  OpCtx next{OpRole::kStatx, &c, &Reactor::OnQuarantineStatx};
-  next.path = q.name;
-  next.deadline_ns = Deadline();
-  SubmitOp(std::move(next), op);
+  IoOp io;
+  io.code = OpCode::kStatx;
+  io.dirfd = q.dirfd;
+  io.buf = &q.sx;
+  io.len = sizeof(q.sx);
+  Submit<&Reactor::OnQuarantineStatx>(Op{.role = OpRole::kStatx, .chunk = &c, .deadline_ns = Deadline()}, Named{q.name},
+                                      io);
 }
 
-void Reactor::OnQuarantineStatx(const OpCtx& ctx, int64_t res) {
-  Chunk& c = *ctx.chunk;
+void Reactor::OnQuarantineStatx(const Op& op, const Named& entry, int64_t res) {
+  Chunk& c = *op.chunk;
   Quarantine& q = *c.load().quarantine;
   // M1: unknown (statx failed), or the name points at another file than the one that failed (a writer republished
   // it): leave it. (A replacement between this check and the unlink is not excluded; it costs that writer's entry
@@ -362,21 +344,22 @@ void Reactor::OnQuarantineStatx(const OpCtx& ctx, int64_t res) {
     EndQuarantine(c, res == -ENOENT);
     return;
   }
-  IoOp op;
-  op.code = OpCode::kUnlinkAt;
-  op.dirfd = q.dirfd;
-  op.flags = S_ISDIR(q.sx.stx_mode) ? AT_REMOVEDIR : 0;
-  OpCtx next{OpRole::kUnlinkCorrupt, &c, &Reactor::OnQuarantineUnlink};
-  next.errors_are_answers = S_ISDIR(q.sx.stx_mode);  // ENOTEMPTY: a directory with something in it stays
-  next.path = q.name;
-  next.deadline_ns = Deadline();
-  SubmitOp(std::move(next), op);
+  IoOp io;
+  io.code = OpCode::kUnlinkAt;
+  io.dirfd = q.dirfd;
+  io.flags = S_ISDIR(q.sx.stx_mode) ? AT_REMOVEDIR : 0;
+  Submit<&Reactor::OnQuarantineUnlink>(Op{.role = OpRole::kUnlinkCorrupt,
+                                          .chunk = &c,
+                                          .deadline_ns = Deadline(),
+                                          // ENOTEMPTY: a directory with something in it stays
+                                          .errors_are_answers = S_ISDIR(q.sx.stx_mode) != 0},
+                                       Named{entry.path}, io);
 }
 
-void Reactor::OnQuarantineUnlink(const OpCtx& ctx, int64_t res) {
-  Chunk& c = *ctx.chunk;
+void Reactor::OnQuarantineUnlink(const Op& op, const Named&, int64_t res) {
+  Chunk& c = *op.chunk;
   const struct statx& sx = c.load().quarantine->sx;
-  if (res < 0 && ctx.errors_are_answers && res != -ENOENT && res != -ENOTEMPTY && !ctx.late) {
+  if (res < 0 && op.errors_are_answers && res != -ENOENT && res != -ENOTEMPTY && !op.late) {
     // A directory's other failures (a file's are counted by OnCompletion).
     (res == -ETIMEDOUT || res == -ECANCELED ? stats_.timeouts : stats_.io_errors).Add(1);
   } else if (res == 0 && S_ISREG(sx.stx_mode) && sx.stx_size == files_.slot_bytes) {

@@ -161,13 +161,16 @@ void Reactor::PumpData() {
       l.landed_unverified.clear();
       if (l.first_block == 0) {  // the header and the first piece in one aligned read
         l.next_piece = l.piece_blocks;
-        SubmitRead(*c, base, kHeaderBytes + uint64_t(l.piece_blocks) * files_.block_stride, 0, 0, l.piece_blocks, true);
+        SubmitRead(*c, Transfer{.buf = base,
+                                .len = kHeaderBytes + uint64_t(l.piece_blocks) * files_.block_stride,
+                                .piece_blocks = l.piece_blocks,
+                                .with_header = true});
       } else {
-        SubmitRead(*c, base, kHeaderBytes, 0, 0, 0, true);
+        SubmitRead(*c, Transfer{.buf = base, .len = kHeaderBytes, .with_header = true});
       }
       if (PiecesToAsk(*c)) InsertByAdmission(piece_queue_, c);
     } else {
-      SubmitWrite(*c, pool_->SlotData(c->slot), files_.slot_bytes, 0);
+      SubmitWrite(*c, Transfer{.buf = pool_->SlotData(c->slot), .len = files_.slot_bytes});
     }
   }
   FillPieces();
@@ -231,27 +234,39 @@ void Reactor::ReturnJobSlot(Chunk& c) {
 // ---------------------------------------------------------------------------------------------------------------
 // Operations
 
-void Reactor::SubmitOp(OpCtx ctx, IoOp op) {
+void Reactor::Transfer::Bind(IoOp& io) const {
+  io.buf = buf;
+  io.len = static_cast<uint32_t>(std::min<uint64_t>(len, 1u << 30));  // a short transfer continues where it stopped
+  io.offset = offset;
+}
+
+void Reactor::SubmitOp(Op op, IoOp io) {
   const uint64_t id = next_op_id_++;
-  auto [it, inserted] = ops_.emplace(id, std::move(ctx));
-  OpCtx& c = it->second;
-  // Pointers into the context: stable, unordered_map nodes do not move.
-  if (!c.path.empty()) op.path = c.path.c_str();
-  if (!c.path2.empty()) op.path2 = c.path2.c_str();
-  op.user_data = id;
+  auto [it, inserted] = ops_.emplace(id, std::move(op));
+  Op& o = it->second;
+  std::visit([&io](const auto& args) { args.Bind(io); }, o.args);  // into the node: it does not move
+  io.user_data = id;
   // I4: a close carries no linked timeout: a cancelled close (FUSE and NFS hand closes with a flush to a worker)
   // would leave the fd open for good. Its deadline still holds: CheckDeadlines fails the chunk on time.
-  op.deadline_ns = op.code == OpCode::kClose ? 0 : c.deadline_ns;
-  c.start_ns = NowNs();
-  if (c.chunk) c.chunk->ops_in_flight++;
-  if (c.role == OpRole::kRead) reads_at_disk_++;
-  const int rc = io_->Submit(op);
+  io.deadline_ns = io.code == OpCode::kClose ? 0 : o.deadline_ns;
+  o.start_ns = NowNs();
+  if (o.chunk) o.chunk->ops_in_flight++;
+  if (o.role == OpRole::kRead) reads_at_disk_++;
+  const int rc = io_->Submit(io);
   if (rc == -EAGAIN) {
-    deferred_ops_.push_back(DeferredOp{id, op});  // ring full: resubmitted next iteration
+    deferred_ops_.push_back(DeferredOp{id, io});  // ring full: resubmitted next iteration
   } else if (rc < 0) {
     IoCompletion fake{id, rc};
     OnCompletion(fake);
   }
+}
+
+IoOp Reactor::UnlinkAt(int flags) const {
+  IoOp io;
+  io.code = OpCode::kUnlinkAt;
+  io.dirfd = ns_->dirfd();
+  io.flags = flags;
+  return io;
 }
 
 void Reactor::RetryDeferredOps() {
@@ -269,30 +284,18 @@ void Reactor::RetryDeferredOps() {
   }
 }
 
-void Reactor::SubmitRead(Chunk& c, uint8_t* buf, uint64_t len, uint64_t offset, uint32_t piece_first,
-                         uint32_t piece_blocks, bool with_header) {
-  OpCtx ctx{OpRole::kRead, &c, &Reactor::OnReadDone, buf, len, offset, Deadline()};
-  ctx.piece_first = piece_first;
-  ctx.piece_blocks = piece_blocks;
-  ctx.with_header = with_header;
-  IoOp op;
-  op.code = OpCode::kRead;
-  op.fd = c.fd;
-  op.buf = buf;
-  op.len = static_cast<uint32_t>(std::min<uint64_t>(len, 1u << 30));
-  op.offset = offset;
-  SubmitOp(std::move(ctx), op);
+void Reactor::SubmitRead(Chunk& c, Transfer t) {
+  IoOp io;
+  io.code = OpCode::kRead;
+  io.fd = c.fd;
+  Submit<&Reactor::OnReadDone>(Op{.role = OpRole::kRead, .chunk = &c, .deadline_ns = Deadline()}, t, io);
 }
 
-void Reactor::SubmitWrite(Chunk& c, uint8_t* buf, uint64_t len, uint64_t offset) {
-  OpCtx ctx{OpRole::kWrite, &c, &Reactor::OnWriteDone, buf, len, offset, Deadline()};
-  IoOp op;
-  op.code = OpCode::kWrite;
-  op.fd = c.fd;
-  op.buf = buf;
-  op.len = static_cast<uint32_t>(std::min<uint64_t>(len, 1u << 30));
-  op.offset = offset;
-  SubmitOp(std::move(ctx), op);
+void Reactor::SubmitWrite(Chunk& c, Transfer t) {
+  IoOp io;
+  io.code = OpCode::kWrite;
+  io.fd = c.fd;
+  Submit<&Reactor::OnWriteDone>(Op{.role = OpRole::kWrite, .chunk = &c, .deadline_ns = Deadline()}, t, io);
 }
 
 void Reactor::SubmitClose(int fd, std::string then_unlink) {
@@ -300,55 +303,50 @@ void Reactor::SubmitClose(int fd, std::string then_unlink) {
     if (!then_unlink.empty()) SubmitUnlinkTemporary(std::move(then_unlink));
     return;
   }
-  IoOp op;
-  op.code = OpCode::kClose;
-  op.fd = fd;
-  OpCtx ctx{OpRole::kClose, nullptr, nullptr};  // nothing to do when it is back
-  if (!then_unlink.empty()) {
-    ctx.on_done = &Reactor::OnClosedThenUnlink;
-    ctx.path = std::move(then_unlink);  // the close itself takes no path
+  IoOp io;
+  io.code = OpCode::kClose;
+  io.fd = fd;
+  if (then_unlink.empty()) {
+    Submit<&Reactor::Ignore<NoArgs>>(Op{.role = OpRole::kClose}, NoArgs{}, io);
+  } else {
+    Submit<&Reactor::OnClosedThenUnlink>(Op{.role = OpRole::kClose}, ThenUnlink{std::move(then_unlink)}, io);
   }
-  SubmitOp(std::move(ctx), op);
 }
 
-void Reactor::OnClosedThenUnlink(const OpCtx& ctx, int64_t) { SubmitUnlinkTemporary(ctx.path); }
+void Reactor::OnClosedThenUnlink(const Op&, const ThenUnlink& then, int64_t) { SubmitUnlinkTemporary(then.tmp); }
 
 void Reactor::SubmitUnlinkTemporary(std::string path) {
-  IoOp op;
-  op.code = OpCode::kUnlinkAt;
-  op.dirfd = ns_->dirfd();
-  OpCtx ctx{OpRole::kUnlinkTmp, nullptr, nullptr};  // fire and forget, no deadline: the name must go
-  ctx.path = std::move(path);
-  SubmitOp(std::move(ctx), op);
+  // Fire and forget, no deadline: the name must go.
+  Submit<&Reactor::Ignore<Named>>(Op{.role = OpRole::kUnlinkTmp}, Named{std::move(path)}, UnlinkAt());
 }
 
 void Reactor::OnCompletion(const IoCompletion& cqe) {
   auto it = ops_.find(cqe.user_data);
   if (it == ops_.end()) return;
-  OpCtx ctx = std::move(it->second);
+  Op op = std::move(it->second);
   ops_.erase(it);
   const int64_t res = cqe.result;
-  if (res < 0 && res != -EEXIST && res != -ENOENT && !ctx.errors_are_answers) {
+  if (res < 0 && res != -EEXIST && res != -ENOENT && !op.errors_are_answers) {
     if (res == -ETIMEDOUT || res == -ECANCELED) {
-      stats_.timeouts.Add(ctx.late ? 0 : 1);
+      stats_.timeouts.Add(op.late ? 0 : 1);
     } else {
       stats_.io_errors.Add(1);
     }
     if (res == -ENOSPC || res == -EDQUOT) stats_.enospc_events.Add(1);
   }
-  Chunk* c = ctx.chunk;
+  Chunk* c = op.chunk;
   if (c != nullptr) c->ops_in_flight--;
-  if (ctx.role == OpRole::kRead) reads_at_disk_--;
-  if (ctx.on_done != nullptr) (this->*ctx.on_done)(ctx, res);  // the op's own continuation
-  if (c == nullptr) return;  // an op of no chunk: an eviction's unlink, a directory removal, a close or unlink
+  if (op.role == OpRole::kRead) reads_at_disk_--;
+  op.complete(*this, op, res);  // the op's own continuation
+  if (c == nullptr) return;     // an op of no chunk: an eviction's unlink, a directory removal, a close or unlink
   // The place at the disk goes with the last data transfer (a load's last piece asked for and back), or as soon
   // as the chunk moved on from transferring (written: syncing or linking; failed).
   if ((c->ops_in_flight == 0 && !PiecesToAsk(*c)) || c->state != ChunkState::kTransferring) EndDataPhase(*c);
   Settle(*c);
 }
 
-void Reactor::OnOpenDone(const OpCtx& ctx, int64_t res) {
-  Chunk* c = ctx.chunk;
+void Reactor::OnOpenDone(const Op& op, const Named&, int64_t res) {
+  Chunk* c = op.chunk;
   if (res >= 0) {
     c->fd = static_cast<int>(res);
     if (c->job->kind == JobKind::kStore) c->store().tmp_exists = !c->store().tmp_anonymous;
@@ -383,40 +381,39 @@ void Reactor::OnOpenDone(const OpCtx& ctx, int64_t res) {
     return;
   }
   if (c->job->kind == JobKind::kLoad) {
-    SubmitStatx(*c, &Reactor::OnStatxDone);  // checks the file's shape, then queues the chunk for the disk
+    SubmitStatx<&Reactor::OnStatxDone>(*c, NoArgs{});  // checks the file's shape, then queues it for the disk
     return;
   }
   if (files_.chmod_files) {
     // K2: the umask stripped bits of files_.file_mode (e.g. group write of a 0770 deployment): set it exactly, before
     // the temporary is written and linked.
-    IoOp op;
-    op.code = OpCode::kFchmod;
-    op.fd = c->fd;
-    op.mode = files_.file_mode;
-    OpCtx chmod{OpRole::kChmod, c, &Reactor::OnTemporaryChmodDone};
-    chmod.deadline_ns = Deadline();
-    SubmitOp(std::move(chmod), op);
+    IoOp io;
+    io.code = OpCode::kFchmod;
+    io.fd = c->fd;
+    io.mode = files_.file_mode;
+    Submit<&Reactor::OnTemporaryChmodDone>(Op{.role = OpRole::kChmod, .chunk = c, .deadline_ns = Deadline()}, NoArgs{},
+                                           io);
     return;
   }
   SetState(*c, ChunkState::kWaitingForDisk);
   InsertByAdmission(data_queue_, c);  // PumpData starts its reads or writes when the disk has room (io_depth)
 }
 
-void Reactor::TraceTransfer(const OpCtx& ctx, int64_t res, const char* name) {
+void Reactor::TraceTransfer(const Op& op, int64_t res, const char* name) {
   if (trace_ && trace_->enabled()) {
-    trace_->Complete(name, "io", ctx.start_ns, NowNs() - ctx.start_ns, trace_tid_,
+    trace_->Complete(name, "io", op.start_ns, NowNs() - op.start_ns, trace_tid_,
                      {{"bytes", res > 0 ? uint64_t(res) : 0}});
   }
 }
 
 void Reactor::CheckDeadlines() {
   const int64_t now = NowNs();
-  for (auto& [id, ctx] : ops_) {
-    if (ctx.chunk == nullptr || ctx.late || ctx.deadline_ns == 0 || ctx.deadline_ns > now) continue;
-    ctx.late = true;  // I4: the chunk becomes a miss now; its buffer stays held until the op returns
+  for (auto& [id, op] : ops_) {
+    if (op.chunk == nullptr || op.late || op.deadline_ns == 0 || op.deadline_ns > now) continue;
+    op.late = true;  // I4: the chunk becomes a miss now; its buffer stays held until the op returns
     stats_.timeouts.Add(1);
-    FailChunk(*ctx.chunk, Status(StatusCode::kTimedOut, std::string(OpRoleName(ctx.role)) + " passed its " +
-                                                            std::to_string(options_.op_timeout_ms) + " ms deadline"));
+    FailChunk(*op.chunk, Status(StatusCode::kTimedOut, std::string(OpRoleName(op.role)) + " passed its " +
+                                                           std::to_string(options_.op_timeout_ms) + " ms deadline"));
   }
 }
 
@@ -439,10 +436,7 @@ void Reactor::FinishChunk(Chunk& c) {
   if (IsFinished(c.state)) return;
   SetState(c, c.status.ok() ? ChunkState::kSucceeded : ChunkState::kFailed);
   Job& job = *c.job;
-  if (job.kind == JobKind::kLoad && c.load().pinned) {
-    disk_->Unpin(c.key);
-    c.load().pinned = false;
-  }
+  if (job.kind == JobKind::kLoad) c.load().pin.Release();
   if (job.kind == JobKind::kStore) {
     auto it = stores_in_flight_.find(c.key);
     if (it != stores_in_flight_.end() && it->second == &c) stores_in_flight_.erase(it);
@@ -478,6 +472,7 @@ void Reactor::PublishJob(Job& job) {
 void Reactor::Settle(Chunk& c) {
   if (c.ops_in_flight > 0) return;
   if (c.state != ChunkState::kSucceeded && c.state != ChunkState::kFailed) return;  // progressing, or released
+  const bool succeeded = c.state == ChunkState::kSucceeded;  // a load's: verified and published ready in its slot
   SetState(c, ChunkState::kReleased);
   // After a successful link a named temporary is a second name of the entry; after a failure it is garbage. Closed
   // first (on NFS and FUSE a name unlinked while open becomes a hidden file holding its space), then unlinked.
@@ -496,7 +491,7 @@ void Reactor::Settle(Chunk& c) {
       s.counts_committed = false;
       committed_started_--;
     }
-  } else if (!c.load().ready) {
+  } else if (!succeeded) {
     // A failed promotion gives its slot back, now that no read of it is in flight (the kernel may have been
     // writing into it until the last one came back).
     resident_->Loaded(c.key, c.slot, 0, false, NowNs());

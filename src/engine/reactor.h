@@ -86,9 +86,11 @@ class Reactor {
   const IoEngine& io() const { return *io_; }
 
  private:
-  // One I/O operation in flight; user_data of the IoOp is its id in ops_. Each carries its own completion handler
-  // (on_done), which OnCompletion calls after the bookkeeping every op shares (error counters, the chunk's ops in
-  // flight) and before the chunk's place at the disk and resources are settled.
+  // One I/O operation in flight; user_data of the IoOp is its id in ops_. Each op is a typed completion (Seastar's
+  // io_completion is the model): what its handler needs when it comes back is a value of the op's own argument type
+  // (Transfer, Named, ...), and Submit<handler> checks when it is compiled that the handler takes exactly that type.
+  // OnCompletion does the bookkeeping every op shares (error counters, the chunk's ops in flight), then calls the
+  // handler, then settles the chunk's place at the disk and its resources.
   enum class OpRole {  // names the op in traces and deadline messages
     kOpen,
     kStatx,
@@ -106,33 +108,79 @@ class Reactor {
     kChmod,
     kTouch
   };
-  struct OpCtx;
-  // A completion handler, called on this reactor with the op's context and result (>= 0, or -errno). A handler of
-  // a chunk's op returns at once when the chunk has failed meanwhile, unless the op's result still has to be taken
-  // (an open's fd).
-  using OpHandler = void (Reactor::*)(const OpCtx& ctx, int64_t res);
-  struct OpCtx {
-    OpRole role;
-    Chunk* chunk = nullptr;       // null for ops of no chunk (evictions above the watermark, directory removals,
-                                  // fire-and-forget closes and unlinks); an ENOSPC retry's removals are its chunk's
-    OpHandler on_done = nullptr;  // null: nothing to do when it is back (a close, a temporary's unlink)
+  // The ops' argument types. Bind puts what the kernel needs of them into the IoOp; the strings live in the op's
+  // entry in ops_ (an unordered_map node: it does not move), so the IoOp may point into them.
+  struct NoArgs {  // the chunk's fd is all it needs (an fsync, a load's statx, a close)
+    void Bind(IoOp&) const {}
+  };
+  struct Transfer {  // kRead, kWrite: the bytes still to move
     uint8_t* buf = nullptr;
-    uint64_t len = 0;  // bytes still to transfer; kMkdir, kRmdirFanout, a fan-out kStatx or kChmod: the fan-out
-                       // level (1: "ab", 2: "ab/cd"); kUnlinkEvicted: the entry's bytes
+    uint64_t len = 0;
     uint64_t offset = 0;
-    int64_t deadline_ns = 0;
-    std::string path;                 // kOpen / kLink (old) / kUnlink*; kClose: the temporary to unlink next
-    std::string path2;                // kLink (new)
-    ChunkKey key;                     // kUnlinkEvicted, kRmdirFanout, kTouch
-    bool late = false;                // passed its deadline; the chunk already failed
-    bool errors_are_answers = false;  // a failure is not an I/O error (an rmdir's ENOTEMPTY)
-    int64_t start_ns = 0;
-    // kRead of a load: the blocks this read brings, relative to the chunk's first_block (piece_blocks 0: the
-    // header alone), and whether the header is part of it.
+    // A load's read: the blocks it brings, relative to the chunk's first_block (piece_blocks 0: the header alone),
+    // and whether the header is part of it.
     uint32_t piece_first = 0;
     uint32_t piece_blocks = 0;
     bool with_header = false;
+    void Bind(IoOp& io) const;
   };
+  struct Named {  // one name, under the op's dirfd: an entry or temporary opened, stat'ed or unlinked
+    std::string path;
+    void Bind(IoOp& io) const { io.path = path.c_str(); }
+  };
+  struct FanoutDirOp {  // a fan-out directory made, chmod'ed, stat'ed, opened or removed
+    std::string path;   // "ab" (level 1) or "ab/cd" (level 2), under the namespace; "cd" under "ab"'s fd
+    int level = 0;
+    ChunkKey key;  // the entry it is the directory of
+    void Bind(IoOp& io) const { io.path = path.c_str(); }
+  };
+  struct LinkNames {  // kLink: the temporary (or /proc/self/fd/N of an anonymous one) and the entry's name
+    std::string from;
+    std::string to;
+    void Bind(IoOp& io) const {
+      io.path = from.c_str();
+      io.path2 = to.c_str();
+    }
+  };
+  struct EntryOp {  // an entry of the index: evicted (its bytes leave the budget when it is gone) or touched (M3)
+    ChunkKey key;
+    std::string path;
+    uint64_t bytes = 0;
+    void Bind(IoOp& io) const { io.path = path.c_str(); }
+  };
+  struct ThenUnlink {  // a close after which the named temporary is unlinked (the close itself takes no path)
+    std::string tmp;
+    void Bind(IoOp&) const {}
+  };
+  using OpArgs = std::variant<NoArgs, Transfer, Named, FanoutDirOp, LinkNames, EntryOp, ThenUnlink>;
+  struct Op;
+  // Calls the op's handler with its own arguments (Submit makes one per handler).
+  using Completion = void (*)(Reactor& r, const Op& op, int64_t res);
+  // What every op has. A handler of a chunk's op returns at once when the chunk has failed meanwhile, unless the
+  // op's result still has to be taken (an open's fd, a link that made the entry).
+  struct Op {
+    OpRole role = OpRole::kOpen;
+    Chunk* chunk = nullptr;  // null for ops of no chunk (evictions above the watermark, directory removals,
+                             // fire-and-forget closes and unlinks); an ENOSPC retry's removals are its chunk's
+    int64_t deadline_ns = 0;
+    bool errors_are_answers = false;  // a failure is not an I/O error (an rmdir's ENOTEMPTY)
+    bool late = false;                // passed its deadline; the chunk already failed
+    int64_t start_ns = 0;
+    OpArgs args;
+    Completion complete = nullptr;
+  };
+  // A handler of ops with arguments A: void (Reactor::*)(const Op&, const A&, int64_t res), res >= 0 or -errno.
+  template <class H>
+  struct HandlerOf;
+  template <class A>
+  struct HandlerOf<void (Reactor::*)(const Op&, const A&, int64_t)> {
+    using Args = A;
+  };
+  template <auto kHandler>
+  using ArgsOf = typename HandlerOf<decltype(kHandler)>::Args;
+  // For ops whose result nobody waits for (a close, a temporary's unlink).
+  template <class A>
+  void Ignore(const Op&, const A&, int64_t) {}
   struct DeferredOp {
     uint64_t id;
     IoOp op;
@@ -159,20 +207,23 @@ class Reactor {
   int64_t Deadline() const;
 
   // Ops (reactor.cc).
-  void SubmitOp(OpCtx ctx, IoOp op);
+  // Submits io as an op (its role, chunk and deadline in op) whose completion calls kHandler with args.
+  template <auto kHandler>
+  void Submit(Op op, ArgsOf<kHandler> args, IoOp io);
+  void SubmitOp(Op op, IoOp io);       // the part of Submit that is the same for every handler
+  IoOp UnlinkAt(int flags = 0) const;  // unlinkat of a name under the namespace (the op's args name it)
   void RetryDeferredOps();
-  // An op came back: shared bookkeeping, then the op's own handler (OpCtx::on_done), then the chunk's settling.
+  // An op came back: shared bookkeeping, then the op's own handler (Op::complete), then the chunk's settling.
   void OnCompletion(const IoCompletion& cqe);
-  void OnOpenDone(const OpCtx& ctx, int64_t res);
-  void SubmitRead(Chunk& c, uint8_t* buf, uint64_t len, uint64_t offset, uint32_t piece_first = 0,
-                  uint32_t piece_blocks = 0, bool with_header = false);
-  void SubmitWrite(Chunk& c, uint8_t* buf, uint64_t len, uint64_t offset);
+  void OnOpenDone(const Op& op, const Named& file, int64_t res);  // a load's entry or a store's temporary
+  void SubmitRead(Chunk& c, Transfer t);
+  void SubmitWrite(Chunk& c, Transfer t);
   // Closes fd (none: -1) through the ring, no deadline (I4: a cancelled close would leak the fd); then_unlink: a
   // named temporary unlinked once the close is back. Fire and forget.
   void SubmitClose(int fd, std::string then_unlink = {});
-  void OnClosedThenUnlink(const OpCtx& ctx, int64_t res);
+  void OnClosedThenUnlink(const Op& op, const ThenUnlink& then, int64_t res);
   void SubmitUnlinkTemporary(std::string path);  // fire and forget, no deadline
-  void TraceTransfer(const OpCtx& ctx, int64_t res, const char* name);
+  void TraceTransfer(const Op& op, int64_t res, const char* name);
   void CheckDeadlines();
   static const char* OpRoleName(OpRole r);
 
@@ -191,18 +242,19 @@ class Reactor {
   // The promotion's machine (load.cc).
   bool StartLoadChunk(Part& part, Chunk& c);
   // statx through the I/O engine into c.statx_buf (a synchronous fstat on the reactor stalled every chunk's I/O
-  // on a slow mount): of c's open file (path empty: a load's, then OnStatxDone runs CheckOpenedChunk) or of a
-  // fan-out directory at `level` (OnFanoutStatxDone).
-  void SubmitStatx(Chunk& c, OpHandler on_done, std::string path = {}, uint64_t level = 0);
-  void OnStatxDone(const OpCtx& ctx, int64_t res);
+  // on a slow mount): of a load's open file (OnStatxDone runs CheckOpenedChunk) or of a store's fan-out directory
+  // (OnFanoutStatxDone).
+  template <auto kHandler>
+  void SubmitStatx(Chunk& c, ArgsOf<kHandler> args);
+  void OnStatxDone(const Op& op, const NoArgs&, int64_t res);
   // A load's freshly opened chunk (sx: its statx): a regular file of exactly a chunk's size (else kCorrupt);
   // clears the O_NONBLOCK the open used.
   Status CheckOpenedChunk(int fd, const struct statx& sx) const;
-  void OnReadDone(const OpCtx& ctx, int64_t res);
+  void OnReadDone(const Op& op, const Transfer& t, int64_t res);
   // Loads: the next piece of c's blocks to the disk; a landed piece is verified at once while more of the chunk is
   // still to come (the last one in LoadReadsDone, after the next chunk's reads are queued).
   void SubmitNextPiece(Chunk& c);  // the chunk's next piece; call only while PiecesToAsk(c)
-  void PieceLanded(Chunk& c, const OpCtx& ctx);
+  void PieceLanded(Chunk& c, const Transfer& piece);
   Status VerifyPiece(Chunk& c, uint32_t first, uint32_t n);
   // Verifies the loads whose reads came back in this iteration, after every completion has been handled and the
   // freed places at the disk have been refilled (PumpData + Flush): the disk never waits for checksums.
@@ -221,7 +273,7 @@ class Reactor {
   // M3: a verified load of an entry whose mtime is older than touch_interval_s sets it to now (kUtimensAt), and
   // the index learns the new mtime (OnTouchDone).
   void MaybeTouchEntry(const Chunk& c);
-  void OnTouchDone(const OpCtx& ctx, int64_t res);
+  void OnTouchDone(const Op& op, const EntryOp& entry, int64_t res);
   // K1: counts, forgets and removes c's bad entry (an empty directory too; a non-empty one stays and misses each
   // time), then the fan-out directories it leaves empty (C1). The removal is a chain of c's own ops through the ring
   // (the fan-out directory opened without following symlinks (K2), the name's statx, its unlink, the rmdirs), so c
@@ -230,9 +282,9 @@ class Reactor {
   // meanwhile stays (M1); a failed step leaves the entry for the next load to find (and quarantine) again.
   void QuarantineCorrupt(Chunk& c);
   void SubmitQuarantineOpen(Chunk& c, int level);  // level 1: "ab" (without openat2), 2: "ab/cd"
-  void OnQuarantineDirOpen(const OpCtx& ctx, int64_t res);
-  void OnQuarantineStatx(const OpCtx& ctx, int64_t res);
-  void OnQuarantineUnlink(const OpCtx& ctx, int64_t res);
+  void OnQuarantineDirOpen(const Op& op, const FanoutDirOp& dir, int64_t res);
+  void OnQuarantineStatx(const Op& op, const Named& entry, int64_t res);
+  void OnQuarantineUnlink(const Op& op, const Named& entry, int64_t res);
   void EndQuarantine(Chunk& c, bool prune);  // closes what the chain opened; prune: the fan-out directories' rmdirs
   void ForgetEntry(const ChunkKey& key);
 
@@ -244,11 +296,11 @@ class Reactor {
   // level at a time (a synchronous mkdir on the reactor held every other chunk's I/O for its whole duration);
   // OnMkdirDone continues with the next level, then OpenTemporary.
   void SubmitMkdir(Chunk& c, int level);
-  void OnMkdirDone(const OpCtx& ctx, int64_t res);
+  void OnMkdirDone(const Op& op, const FanoutDirOp& dir, int64_t res);
   // After mkdir: the new directory chmod'ed to dir_mode where the umask strips bits (K2); or, where it existed,
   // its statx: a real directory others cannot write to (K2), else asked again (M1) or refused.
-  void OnFanoutChmodDone(const OpCtx& ctx, int64_t res);
-  void OnFanoutStatxDone(const OpCtx& ctx, int64_t res);
+  void OnFanoutChmodDone(const Op& op, const FanoutDirOp& dir, int64_t res);
+  void OnFanoutStatxDone(const Op& op, const FanoutDirOp& dir, int64_t res);
   // Fan-out level `level` (1: "ab", 2: "ab/cd") exists and is checked: the next level, or the temporary.
   void FanoutLevelReady(Chunk& c, int level);
   static constexpr uint8_t kMkdirRetries = 5;
@@ -258,32 +310,37 @@ class Reactor {
   static constexpr uint8_t kVanishedDirRetries = 16;
   bool RetryAfterVanishedDir(Chunk& c);
   // K2: a store's temporary chmod'ed to files_.file_mode where the umask strips bits of it, before it is written.
-  void OnTemporaryChmodDone(const OpCtx& ctx, int64_t res);
-  void OnWriteDone(const OpCtx& ctx, int64_t res);
+  void OnTemporaryChmodDone(const Op& op, const NoArgs&, int64_t res);
+  void OnWriteDone(const Op& op, const Transfer& t, int64_t res);
   void StoreWritesDone(Chunk& c);
-  void OnFsyncDone(const OpCtx& ctx, int64_t res);
+  void OnFsyncDone(const Op& op, const NoArgs&, int64_t res);
   // M1: a named temporary is closed, and the close has come back, before its link is submitted: on network and
   // FUSE filesystems the close pushes the data to the servers, and a name linked first is a 0-byte file to other
   // hosts. OnCloseBeforeLinkDone continues with SubmitLink (or fails the chunk: a failed close is a failed write).
   void SubmitCloseBeforeLink(Chunk& c);
-  void OnCloseBeforeLinkDone(const OpCtx& ctx, int64_t res);
+  void OnCloseBeforeLinkDone(const Op& op, const NoArgs&, int64_t res);
   void SubmitLink(Chunk& c);
-  void OnLinkDone(const OpCtx& ctx, int64_t res);
+  void OnLinkDone(const Op& op, const LinkNames& names, int64_t res);
   // C2: on ENOSPC evict and retry once; the caller drops the store when this returns false.
   bool RetryStoreAfterEnospc(Chunk& c);
-  void SubmitEnospcUnlink(Chunk& c, OpRole role, std::string path, const ChunkKey& key, uint64_t bytes);
-  void OnEnospcRemovalDone(const OpCtx& ctx, int64_t res);
+  // The retry's removals, each the chunk's own op: the temporary closed and then unlinked, the victims unlinked.
+  // The last of them back opens the next temporary (EnospcRemovalBack).
+  void OnEnospcCloseDone(const Op& op, const ThenUnlink& then, int64_t res);
+  void SubmitEnospcTmpUnlink(Chunk& c, std::string path);
+  void OnEnospcTmpUnlinkDone(const Op& op, const Named& tmp, int64_t res);
+  void OnEnospcVictimUnlinkDone(const Op& op, const EntryOp& victim, int64_t res);
+  void EnospcRemovalBack(Chunk& c);
   // linked: this engine's link() created the entry and its bytes were not reserved in the budget's usage yet (see
   // StoreState::usage_reserved); false: EEXIST (another writer's entry) or already reserved.
   void PublishIndexed(const ChunkKey& key, uint64_t bytes, bool linked = true);
   // C1: usage above the high watermark evicts LRU entries down to the low one (unlinks through this ring).
   void EvictAboveHighWatermark();
-  void OnUnlinkEvictedDone(const OpCtx& ctx, int64_t res);
+  void OnUnlinkEvictedDone(const Op& op, const EntryOp& victim, int64_t res);
   // C1: after an eviction's unlink, removes the entry's fan-out directory and then its first level if empty
   // (unlinkat AT_REMOVEDIR through this ring; ENOTEMPTY leaves it).
   // owner: a quarantining chunk whose miss waits for them (QuarantineCorrupt); null: on their own.
   void SubmitRmdirFanout(const ChunkKey& key, int level, Chunk* owner = nullptr);
-  void OnRmdirFanoutDone(const OpCtx& ctx, int64_t res);
+  void OnRmdirFanoutDone(const Op& op, const FanoutDirOp& dir, int64_t res);
 
   // The engine's parts (Parts).
   const EngineOptions& options_;
@@ -307,7 +364,7 @@ class Reactor {
   std::unique_ptr<IoEngine> io_;
   std::thread thread_;
   std::deque<std::unique_ptr<Part>> parts_;  // FIFO: earlier jobs get slots first
-  std::unordered_map<uint64_t, OpCtx> ops_;  // the ops in flight, by id (IoOp::user_data)
+  std::unordered_map<uint64_t, Op> ops_;     // the ops in flight, by id (IoOp::user_data)
   uint64_t next_op_id_ = 1;
   std::deque<DeferredOp> deferred_ops_;  // ring full at submission: submitted again next iteration
   std::unordered_map<ChunkKey, Chunk*, ChunkKeyHash> stores_in_flight_;
@@ -366,8 +423,7 @@ struct Reactor::LoadState {
   uint32_t first_block = 0;  // the blocks read (a promotion reads the whole chunk)
   uint32_t num_blocks = 0;
   uint32_t slot_gen = 0;                   // the fill's generation (StagingPool::BeginFill)
-  bool ready = false;                      // verified and published ready in the slot
-  bool pinned = false;                     // index entry pinned against eviction
+  DiskIndex::PinnedEntry pin;              // the index entry, kept from eviction until the chunk finishes
   std::unique_ptr<Quarantine> quarantine;  // the removal of a corrupt entry under way (QuarantineCorrupt)
   uint64_t opened_ino = 0;                 // the file's inode and mtime at open (M1)
   int64_t opened_mtime_ns = 0;
@@ -424,5 +480,25 @@ struct Reactor::Chunk {
   uint64_t admitted = 0;  // its reactor's admission order: the disk serves older chunks first (FillPieces)
   std::variant<LoadState, StoreState> machine;
 };
+
+template <auto kHandler>
+void Reactor::Submit(Op op, ArgsOf<kHandler> args, IoOp io) {
+  using Args = ArgsOf<kHandler>;
+  op.args.template emplace<Args>(std::move(args));
+  op.complete = [](Reactor& r, const Op& o, int64_t res) { (r.*kHandler)(o, std::get<Args>(o.args), res); };
+  SubmitOp(std::move(op), io);
+}
+
+template <auto kHandler>
+void Reactor::SubmitStatx(Chunk& c, ArgsOf<kHandler> args) {
+  if (!c.statx_buf) c.statx_buf = std::make_unique<struct statx>();
+  IoOp io;
+  io.code = OpCode::kStatx;
+  io.fd = c.fd;  // without a path (NoArgs): the open file's
+  io.dirfd = ns_->dirfd();
+  io.buf = c.statx_buf.get();  // the chunk outlives its ops (Settle waits for them)
+  io.len = sizeof(struct statx);
+  Submit<kHandler>(Op{.role = OpRole::kStatx, .chunk = &c, .deadline_ns = Deadline()}, std::move(args), io);
+}
 
 }  // namespace kvtier

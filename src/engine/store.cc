@@ -85,123 +85,114 @@ void Reactor::OpenTemporary(Chunk& c) {
     SubmitMkdir(c, fanout_cache_.HasFirstLevel(c.key.data()[0]) ? 2 : 1);
     return;
   }
-  IoOp op;
-  op.code = OpCode::kOpenAt;
-  op.dirfd = ns_->dirfd();
-  op.mode = files_.file_mode;
-  OpCtx ctx{OpRole::kOpen, &c, &Reactor::OnOpenDone};
+  IoOp io;
+  io.code = OpCode::kOpenAt;
+  io.dirfd = ns_->dirfd();
+  io.mode = files_.file_mode;
   if (files_.tmpfile_publish) {
     s.tmp_anonymous = true;
     s.tmp_path = FanoutDir(c.key);
-    op.flags = O_TMPFILE | O_WRONLY | O_CLOEXEC | files_.open_flags;
+    io.flags = O_TMPFILE | O_WRONLY | O_CLOEXEC | files_.open_flags;
   } else {
     s.tmp_anonymous = false;
     s.tmp_path = TempRelPath(c.key);
-    op.flags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW | files_.open_flags;
+    io.flags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW | files_.open_flags;
   }
-  op.resolve = files_.open_resolve;
-  ctx.path = s.tmp_path;
-  ctx.deadline_ns = Deadline();
+  io.resolve = files_.open_resolve;
   SetState(c, ChunkState::kCreating);
-  SubmitOp(std::move(ctx), op);
+  Submit<&Reactor::OnOpenDone>(Op{.role = OpRole::kOpen, .chunk = &c, .deadline_ns = Deadline()}, Named{s.tmp_path},
+                               io);
 }
 
 void Reactor::SubmitMkdir(Chunk& c, int level) {
-  IoOp op;
-  op.code = OpCode::kMkdirAt;
-  op.dirfd = ns_->dirfd();
-  op.mode = options_.dir_mode;
-  OpCtx ctx{OpRole::kMkdir, &c, &Reactor::OnMkdirDone};
-  ctx.path = FanoutDir(c.key);  // "ab/cd"
-  if (level == 1) ctx.path.resize(2);
-  ctx.len = static_cast<uint64_t>(level);
-  ctx.deadline_ns = Deadline();
+  IoOp io;
+  io.code = OpCode::kMkdirAt;
+  io.dirfd = ns_->dirfd();
+  io.mode = options_.dir_mode;
+  FanoutDirOp dir{.path = FanoutDir(c.key), .level = level, .key = c.key};  // "ab/cd"
+  if (level == 1) dir.path.resize(2);
   SetState(c, ChunkState::kMakingDir);
-  SubmitOp(std::move(ctx), op);
+  Submit<&Reactor::OnMkdirDone>(Op{.role = OpRole::kMkdir, .chunk = &c, .deadline_ns = Deadline()}, std::move(dir), io);
 }
 
-void Reactor::OnMkdirDone(const OpCtx& ctx, int64_t res) {
-  Chunk& c = *ctx.chunk;
+void Reactor::OnMkdirDone(const Op& op, const FanoutDirOp& dir, int64_t res) {
+  Chunk& c = *op.chunk;
   if (c.state == ChunkState::kFailed) return;
   if (res == 0) {
     // mkdir applied the umask; group-shared deployments need the configured mode exactly (K2). Rare: only where
     // the umask strips bits of dir_mode.
     if (files_.chmod_dirs) {
-      IoOp op;
-      op.code = OpCode::kFchmod;
-      op.dirfd = ns_->dirfd();
-      op.flags = O_DIRECTORY;  // K2: whatever replaced the new directory meanwhile is refused, not chmod'ed
-      op.mode = options_.dir_mode;
-      OpCtx chmod{OpRole::kChmod, &c, &Reactor::OnFanoutChmodDone};
-      chmod.path = ctx.path;
-      chmod.len = ctx.len;
-      chmod.deadline_ns = Deadline();
-      SubmitOp(std::move(chmod), op);
+      IoOp io;
+      io.code = OpCode::kFchmod;
+      io.dirfd = ns_->dirfd();
+      io.flags = O_DIRECTORY;  // K2: whatever replaced the new directory meanwhile is refused, not chmod'ed
+      io.mode = options_.dir_mode;
+      Submit<&Reactor::OnFanoutChmodDone>(Op{.role = OpRole::kChmod, .chunk = &c, .deadline_ns = Deadline()}, dir, io);
       return;
     }
   } else if (res == -EEXIST) {
     // Another chunk or instance made it; it must be a real directory (a symlink or file there: refuse, K2).
-    SubmitStatx(c, &Reactor::OnFanoutStatxDone, ctx.path, ctx.len);
+    SubmitStatx<&Reactor::OnFanoutStatxDone>(c, dir);
     return;
   } else if (res == -ESTALE && c.store().mkdir_retries < kMkdirRetries) {
     // M1: another client's mkdir of the same directory (or of its parent) can leave this client's handle stale
     // for an instant (GlusterFS, two hosts storing the same keys): look the path up again by asking again.
     c.store().mkdir_retries++;
     fanout_cache_.Forget(c.key);
-    SubmitMkdir(c, static_cast<int>(ctx.len));
+    SubmitMkdir(c, dir.level);
     return;
   } else if ((res == -ENOSPC || res == -EDQUOT) && RetryStoreAfterEnospc(c)) {
     return;
-  } else if ((res == -ENOENT || res == -ESTALE) && ctx.len == 2 && RetryAfterVanishedDir(c)) {
+  } else if ((res == -ENOENT || res == -ESTALE) && dir.level == 2 && RetryAfterVanishedDir(c)) {
     return;  // the first level went away behind our back (eviction, gc): created again
   } else {
-    FailChunk(c, Status::FromErrno(static_cast<int>(-res), "mkdir " + ctx.path));
+    FailChunk(c, Status::FromErrno(static_cast<int>(-res), "mkdir " + dir.path));
     return;
   }
-  FanoutLevelReady(c, static_cast<int>(ctx.len));
+  FanoutLevelReady(c, dir.level);
 }
 
-void Reactor::OnFanoutChmodDone(const OpCtx& ctx, int64_t res) {
-  Chunk& c = *ctx.chunk;
+void Reactor::OnFanoutChmodDone(const Op& op, const FanoutDirOp& dir, int64_t res) {
+  Chunk& c = *op.chunk;
   if (c.state == ChunkState::kFailed) return;
   if (res < 0) {
-    FailChunk(c, Status::FromErrno(static_cast<int>(-res), "chmod " + ctx.path));
+    FailChunk(c, Status::FromErrno(static_cast<int>(-res), "chmod " + dir.path));
     return;
   }
-  FanoutLevelReady(c, static_cast<int>(ctx.len));
+  FanoutLevelReady(c, dir.level);
 }
 
-void Reactor::OnFanoutStatxDone(const OpCtx& ctx, int64_t res) {
-  Chunk& c = *ctx.chunk;
+void Reactor::OnFanoutStatxDone(const Op& op, const FanoutDirOp& dir, int64_t res) {
+  Chunk& c = *op.chunk;
   if (c.state == ChunkState::kFailed) return;
   if (res < 0) {
     // M1: on a distributed filesystem another client's mkdir of the same directory can make ours fail with
     // EEXIST before this client can see it (GlusterFS, two hosts storing the same keys): ask again, a few times.
     if (res == -ENOENT && c.store().mkdir_retries < kMkdirRetries) {
       c.store().mkdir_retries++;
-      SubmitMkdir(c, static_cast<int>(ctx.len));
+      SubmitMkdir(c, dir.level);
       return;
     }
-    FailChunk(c, Status::FromErrno(static_cast<int>(-res), "stat " + ctx.path));
+    FailChunk(c, Status::FromErrno(static_cast<int>(-res), "stat " + dir.path));
     return;
   }
   const struct statx& sx = *c.statx_buf;
   if (!S_ISDIR(sx.stx_mode)) {
     FailChunk(c, Status(StatusCode::kFailedPrecondition,
-                        "fan-out path " + ctx.path + " exists but is not a directory (symlink or file)"));
+                        "fan-out path " + dir.path + " exists but is not a directory (symlink or file)"));
     return;
   }
   // K2: a fan-out directory others can write to is refused as the root and the namespace directory are
   // (Namespace::Open checks the first level at open; this is where a second-level one is first met).
   if (!options_.allow_insecure_root) {
     Status trusted = CheckTrustedDirectory(sx.stx_mode, sx.stx_uid, sx.stx_gid,
-                                           "fan-out directory " + ns_->path() + "/" + ctx.path, true);
+                                           "fan-out directory " + ns_->path() + "/" + dir.path, true);
     if (!trusted.ok()) {
       FailChunk(c, std::move(trusted));
       return;
     }
   }
-  FanoutLevelReady(c, static_cast<int>(ctx.len));
+  FanoutLevelReady(c, dir.level);
 }
 
 void Reactor::FanoutLevelReady(Chunk& c, int level) {
@@ -225,8 +216,8 @@ bool Reactor::RetryAfterVanishedDir(Chunk& c) {
   return true;
 }
 
-void Reactor::OnTemporaryChmodDone(const OpCtx& ctx, int64_t res) {
-  Chunk* c = ctx.chunk;
+void Reactor::OnTemporaryChmodDone(const Op& op, const NoArgs&, int64_t res) {
+  Chunk* c = op.chunk;
   if (c->state == ChunkState::kFailed) return;
   // A failed chmod is counted (an I/O error) and the store goes on: the entry is published with the umask's mode.
   static_cast<void>(res);
@@ -234,9 +225,9 @@ void Reactor::OnTemporaryChmodDone(const OpCtx& ctx, int64_t res) {
   InsertByAdmission(data_queue_, c);
 }
 
-void Reactor::OnWriteDone(const OpCtx& ctx, int64_t res) {
-  Chunk* c = ctx.chunk;
-  TraceTransfer(ctx, res, "write");
+void Reactor::OnWriteDone(const Op& op, const Transfer& t, int64_t res) {
+  Chunk* c = op.chunk;
+  TraceTransfer(op, res, "write");
   if (c->state == ChunkState::kFailed) return;
   if (res < 0) {
     if ((res == -ENOSPC || res == -EDQUOT) && RetryStoreAfterEnospc(*c)) return;
@@ -245,8 +236,8 @@ void Reactor::OnWriteDone(const OpCtx& ctx, int64_t res) {
     FailChunk(*c, Status(StatusCode::kIoError, "write made no progress on " + c->store().tmp_path));
   } else {
     stats_.bytes_written.Add(static_cast<uint64_t>(res));
-    if (static_cast<uint64_t>(res) < ctx.len) {
-      SubmitWrite(*c, ctx.buf + res, ctx.len - res, ctx.offset + res);
+    if (static_cast<uint64_t>(res) < t.len) {  // short write: continue where it stopped
+      SubmitWrite(*c, Transfer{.buf = t.buf + res, .len = t.len - res, .offset = t.offset + res});
     } else if (c->ops_in_flight == 0) {
       StoreWritesDone(*c);
     }
@@ -258,13 +249,11 @@ void Reactor::StoreWritesDone(Chunk& c) {
   // names it (it stays open until then, so its close cannot do it first).
   const bool sync = options_.fsync_on_publish || (files_.shared_root && c.store().tmp_anonymous);
   if (sync && c.state == ChunkState::kTransferring) {
-    IoOp op;
-    op.code = OpCode::kFsync;
-    op.fd = c.fd;
-    OpCtx ctx{OpRole::kFsync, &c, &Reactor::OnFsyncDone};
-    ctx.deadline_ns = Deadline();
+    IoOp io;
+    io.code = OpCode::kFsync;
+    io.fd = c.fd;
     SetState(c, ChunkState::kSyncing);
-    SubmitOp(std::move(ctx), op);
+    Submit<&Reactor::OnFsyncDone>(Op{.role = OpRole::kFsync, .chunk = &c, .deadline_ns = Deadline()}, NoArgs{}, io);
     return;
   }
   ReturnJobSlot(c);  // the bytes are in the file: the next resident slot of the job may start
@@ -275,8 +264,8 @@ void Reactor::StoreWritesDone(Chunk& c) {
   }
 }
 
-void Reactor::OnFsyncDone(const OpCtx& ctx, int64_t res) {
-  Chunk* c = ctx.chunk;
+void Reactor::OnFsyncDone(const Op& op, const NoArgs&, int64_t res) {
+  Chunk* c = op.chunk;
   if (c->state == ChunkState::kFailed) return;
   if (res < 0) {
     FailChunk(*c, Status::FromErrno(static_cast<int>(-res), "fsync " + c->store().tmp_path));
@@ -286,18 +275,17 @@ void Reactor::OnFsyncDone(const OpCtx& ctx, int64_t res) {
 }
 
 void Reactor::SubmitCloseBeforeLink(Chunk& c) {
-  IoOp op;
-  op.code = OpCode::kClose;
-  op.fd = c.fd;
+  IoOp io;
+  io.code = OpCode::kClose;
+  io.fd = c.fd;
   c.fd = -1;  // the close owns it now
-  OpCtx ctx{OpRole::kCloseBeforeLink, &c, &Reactor::OnCloseBeforeLinkDone};
-  ctx.deadline_ns = Deadline();
   SetState(c, ChunkState::kClosing);
-  SubmitOp(std::move(ctx), op);
+  Submit<&Reactor::OnCloseBeforeLinkDone>(Op{.role = OpRole::kCloseBeforeLink, .chunk = &c, .deadline_ns = Deadline()},
+                                          NoArgs{}, io);
 }
 
-void Reactor::OnCloseBeforeLinkDone(const OpCtx& ctx, int64_t res) {
-  Chunk& c = *ctx.chunk;
+void Reactor::OnCloseBeforeLinkDone(const Op& op, const NoArgs&, int64_t res) {
+  Chunk& c = *op.chunk;
   if (c.state == ChunkState::kFailed) return;
   if (res < 0) {  // NFS and FUSE report deferred write errors at close: the temporary's bytes are not all there
     FailChunk(c, Status::FromErrno(static_cast<int>(-res), "close " + c.store().tmp_path));
@@ -307,25 +295,23 @@ void Reactor::OnCloseBeforeLinkDone(const OpCtx& ctx, int64_t res) {
 }
 
 void Reactor::SubmitLink(Chunk& c) {
-  IoOp op;
-  op.code = OpCode::kLinkAt;
-  op.dirfd = ns_->dirfd();
-  OpCtx ctx{OpRole::kLink, &c, &Reactor::OnLinkDone};
+  IoOp io;
+  io.code = OpCode::kLinkAt;
+  io.dirfd = ns_->dirfd();
+  LinkNames names{.to = c.rel_path};
   if (c.store().tmp_anonymous) {
     // The open fd is the file's only name: link it through /proc (AT_SYMLINK_FOLLOW, no privilege needed).
-    ctx.path = "/proc/self/fd/" + std::to_string(c.fd);
-    op.flags = AT_SYMLINK_FOLLOW;
+    names.from = "/proc/self/fd/" + std::to_string(c.fd);
+    io.flags = AT_SYMLINK_FOLLOW;
   } else {
-    ctx.path = c.store().tmp_path;
+    names.from = c.store().tmp_path;
   }
-  ctx.path2 = c.rel_path;
-  ctx.deadline_ns = Deadline();
   SetState(c, ChunkState::kLinking);
-  SubmitOp(std::move(ctx), op);
+  Submit<&Reactor::OnLinkDone>(Op{.role = OpRole::kLink, .chunk = &c, .deadline_ns = Deadline()}, std::move(names), io);
 }
 
-void Reactor::OnLinkDone(const OpCtx& ctx, int64_t res) {
-  Chunk* c = ctx.chunk;
+void Reactor::OnLinkDone(const Op& op, const LinkNames&, int64_t res) {
+  Chunk* c = op.chunk;
   StoreState& s = c->store();
   if (c->state == ChunkState::kFailed) {
     // I4: the link came back after its deadline had failed the chunk, and made the entry all the same: it is on
@@ -371,58 +357,60 @@ bool Reactor::RetryStoreAfterEnospc(Chunk& c) {
   s.enospc_retried = true;
   EndDataPhase(c);
   // The temporary is closed and then unlinked, and the victims (room for a few chunks) unlinked, through the ring
-  // as the chunk's own ops; the next temporary is opened once the last of them is back (OnEnospcRemovalDone). Held
+  // as the chunk's own ops; the next temporary is opened once the last of them is back (EnospcRemovalBack). Held
   // while they are submitted: one refused at submission completes at once, before the others are out.
   c.ops_in_flight++;
   if (c.fd >= 0) {
-    IoOp op;
-    op.code = OpCode::kClose;
-    op.fd = c.fd;
-    OpCtx ctx{OpRole::kClose, &c, &Reactor::OnEnospcRemovalDone};
-    if (s.tmp_exists) ctx.path = s.tmp_path;  // unlinked once closed (NFS, FUSE: never while open)
-    ctx.deadline_ns = Deadline();
-    SubmitOp(std::move(ctx), op);
+    IoOp io;
+    io.code = OpCode::kClose;
+    io.fd = c.fd;
+    // A named temporary is unlinked once closed (NFS, FUSE: never while open).
+    Submit<&Reactor::OnEnospcCloseDone>(Op{.role = OpRole::kClose, .chunk = &c, .deadline_ns = Deadline()},
+                                        ThenUnlink{s.tmp_exists ? s.tmp_path : std::string()}, io);
     c.fd = -1;
   } else if (s.tmp_exists) {
-    SubmitEnospcUnlink(c, OpRole::kUnlinkTmp, s.tmp_path, c.key, 0);
+    SubmitEnospcTmpUnlink(c, s.tmp_path);
   }
   s.tmp_exists = false;
   for (const DiskBudget::Victim& v : budget_->TakeForSpace(4 * files_.slot_bytes)) {
-    SubmitEnospcUnlink(c, OpRole::kUnlinkEvicted, ChunkRelPath(v.key), v.key, v.bytes);
+    Submit<&Reactor::OnEnospcVictimUnlinkDone>(
+        Op{.role = OpRole::kUnlinkEvicted, .chunk = &c, .deadline_ns = Deadline()},
+        EntryOp{v.key, ChunkRelPath(v.key), v.bytes}, UnlinkAt());
   }
   c.ops_in_flight--;
   if (c.ops_in_flight == 0 && c.state != ChunkState::kFailed) OpenTemporary(c);  // nothing in flight: at once
   return true;
 }
 
-void Reactor::SubmitEnospcUnlink(Chunk& c, OpRole role, std::string path, const ChunkKey& key, uint64_t bytes) {
-  IoOp op;
-  op.code = OpCode::kUnlinkAt;
-  op.dirfd = ns_->dirfd();
-  OpCtx ctx{role, &c, &Reactor::OnEnospcRemovalDone};
-  ctx.path = std::move(path);
-  ctx.key = key;
-  ctx.len = bytes;
-  ctx.deadline_ns = Deadline();
-  SubmitOp(std::move(ctx), op);
+void Reactor::OnEnospcCloseDone(const Op& op, const ThenUnlink& then, int64_t) {
+  if (!then.tmp.empty()) {
+    // The temporary's unlink, now that it is closed: the chunk's op, or on its own once the chunk has failed.
+    if (op.chunk->state == ChunkState::kFailed) {
+      SubmitUnlinkTemporary(then.tmp);
+    } else {
+      SubmitEnospcTmpUnlink(*op.chunk, then.tmp);
+    }
+  }
+  EnospcRemovalBack(*op.chunk);
 }
 
-void Reactor::OnEnospcRemovalDone(const OpCtx& ctx, int64_t res) {
-  Chunk& c = *ctx.chunk;
-  const bool failed = c.state == ChunkState::kFailed;
-  if (ctx.role == OpRole::kClose && !ctx.path.empty()) {
-    // The temporary's unlink, now that it is closed: the chunk's op, or on its own once the chunk has failed.
-    if (failed) {
-      SubmitUnlinkTemporary(ctx.path);
-    } else {
-      SubmitEnospcUnlink(c, OpRole::kUnlinkTmp, ctx.path, c.key, 0);
-    }
-  } else if (ctx.role == OpRole::kUnlinkTmp && res < 0 && res != -ENOENT) {
-    SubmitUnlinkTemporary(ctx.path);  // failed or late: asked again on its own, so that no temporary is left
-  } else if (ctx.role == OpRole::kUnlinkEvicted) {
-    OnUnlinkEvictedDone(ctx, res);  // the budget's books (a failed unlink puts the entry back), the fan-out dirs
-  }
-  if (failed || c.ops_in_flight > 0) return;
+void Reactor::SubmitEnospcTmpUnlink(Chunk& c, std::string path) {
+  Submit<&Reactor::OnEnospcTmpUnlinkDone>(Op{.role = OpRole::kUnlinkTmp, .chunk = &c, .deadline_ns = Deadline()},
+                                          Named{std::move(path)}, UnlinkAt());
+}
+
+void Reactor::OnEnospcTmpUnlinkDone(const Op& op, const Named& tmp, int64_t res) {
+  if (res < 0 && res != -ENOENT) SubmitUnlinkTemporary(tmp.path);  // failed or late: asked again on its own
+  EnospcRemovalBack(*op.chunk);
+}
+
+void Reactor::OnEnospcVictimUnlinkDone(const Op& op, const EntryOp& victim, int64_t res) {
+  OnUnlinkEvictedDone(op, victim, res);  // the budget's books (a failed unlink puts the entry back), the fan-out dirs
+  EnospcRemovalBack(*op.chunk);
+}
+
+void Reactor::EnospcRemovalBack(Chunk& c) {
+  if (c.state == ChunkState::kFailed || c.ops_in_flight > 0) return;
   OpenTemporary(c);  // the last of them is back: the retry (a failed unlink only leaves less room)
 }
 
@@ -440,42 +428,29 @@ void Reactor::EvictAboveHighWatermark() {
   // On the reactor: unlink through its I/O engine so eviction never stalls other I/O; OnUnlinkEvictedDone reports
   // each to the budget.
   for (const DiskBudget::Victim& v : budget_->TakeAboveHighWatermark()) {
-    IoOp op;
-    op.code = OpCode::kUnlinkAt;
-    op.dirfd = ns_->dirfd();
-    OpCtx ctx{OpRole::kUnlinkEvicted, nullptr, &Reactor::OnUnlinkEvictedDone};
-    ctx.len = v.bytes;  // subtracted from the shared usage when this unlink removes the file
-    ctx.path = ChunkRelPath(v.key);
-    ctx.key = v.key;
-    SubmitOp(std::move(ctx), op);
+    // v.bytes: subtracted from the shared usage when this unlink removes the file.
+    Submit<&Reactor::OnUnlinkEvictedDone>(Op{.role = OpRole::kUnlinkEvicted},
+                                          EntryOp{v.key, ChunkRelPath(v.key), v.bytes}, UnlinkAt());
   }
 }
 
-void Reactor::OnUnlinkEvictedDone(const OpCtx& ctx, int64_t res) {
-  if (res == 0 || res == -ENOENT) SubmitRmdirFanout(ctx.key, 2);
-  budget_->Unlinked(DiskBudget::Victim{ctx.key, ctx.len}, static_cast<int>(res));
+void Reactor::OnUnlinkEvictedDone(const Op&, const EntryOp& victim, int64_t res) {
+  if (res == 0 || res == -ENOENT) SubmitRmdirFanout(victim.key, 2);
+  budget_->Unlinked(DiskBudget::Victim{victim.key, victim.bytes}, static_cast<int>(res));
 }
 
 void Reactor::SubmitRmdirFanout(const ChunkKey& key, int level, Chunk* owner) {
-  IoOp op;
-  op.code = OpCode::kUnlinkAt;
-  op.dirfd = ns_->dirfd();
-  op.flags = AT_REMOVEDIR;
-  OpCtx ctx{OpRole::kRmdirFanout, owner, &Reactor::OnRmdirFanoutDone};
-  ctx.errors_are_answers = true;
-  ctx.path = FanoutDir(key);
-  if (level == 1) ctx.path.resize(2);
-  ctx.len = static_cast<uint64_t>(level);
-  ctx.key = key;
-  SubmitOp(std::move(ctx), op);
+  FanoutDirOp dir{.path = FanoutDir(key), .level = level, .key = key};
+  if (level == 1) dir.path.resize(2);
+  // C1: ENOTEMPTY (the directory holds entries or a store's temporary) and ENOENT (gone already) are answers.
+  Submit<&Reactor::OnRmdirFanoutDone>(Op{.role = OpRole::kRmdirFanout, .chunk = owner, .errors_are_answers = true},
+                                      std::move(dir), UnlinkAt(AT_REMOVEDIR));
 }
 
-void Reactor::OnRmdirFanoutDone(const OpCtx& ctx, int64_t res) {
-  // C1: ENOTEMPTY (the directory holds entries or a store's temporary) and ENOENT (gone already) are answers
-  // (OpCtx::errors_are_answers).
+void Reactor::OnRmdirFanoutDone(const Op& op, const FanoutDirOp& dir, int64_t res) {
   if (res != 0) return;
-  fanout_cache_.Forget(ctx.key);
-  if (ctx.len == 2) SubmitRmdirFanout(ctx.key, 1, ctx.chunk);
+  fanout_cache_.Forget(dir.key);
+  if (dir.level == 2) SubmitRmdirFanout(dir.key, 1, op.chunk);
 }
 
 }  // namespace kvtier

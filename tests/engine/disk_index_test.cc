@@ -105,7 +105,8 @@ TEST_F(DiskIndexTest, PendingStoresArePendingUntilTheirLastChunkEnds) {
 TEST_F(DiskIndexTest, EvictionTakesTheLeastRecentlyUsedUnpinnedEntriesAndMarksThemEvicting) {
   for (uint64_t i = 0; i < 6; ++i) index_->Publish(Key(i), kEntry, 1);
   EXPECT_EQ(index_->Lookup(Key(0), 0), DiskIndex::Known::kPresent);  // 0 becomes the most recent
-  ASSERT_TRUE(index_->Pin(Key(1)));
+  DiskIndex::PinnedEntry pin = index_->Pin(Key(1));
+  ASSERT_TRUE(pin.held());
   auto victims = index_->TakeExcess(3 * kEntry);
   EXPECT_EQ(Keys(victims), (std::vector<uint64_t>{2, 3, 4}));
   EXPECT_EQ(index_->bytes(), 3 * kEntry);
@@ -120,7 +121,25 @@ TEST_F(DiskIndexTest, EvictionTakesTheLeastRecentlyUsedUnpinnedEntriesAndMarksTh
   EXPECT_EQ(index_->Lookup(Key(2), 0), DiskIndex::Known::kUnknown);
   auto next = index_->TakeExcess(kEntry);
   EXPECT_EQ(Keys(next), (std::vector<uint64_t>{4}));
-  index_->Unpin(Key(1));
+}
+
+TEST_F(DiskIndexTest, APinHoldsItsEntryUntilReleasedOrDestroyedAndAnUnknownKeyPinsNothing) {
+  for (uint64_t i = 0; i < 2; ++i) index_->Publish(Key(i), kEntry, 1);
+  EXPECT_FALSE(index_->Pin(Key(9)).held()) << "not indexed: nothing to pin";
+  {
+    DiskIndex::PinnedEntry first = index_->Pin(Key(0));
+    DiskIndex::PinnedEntry moved = std::move(first);  // one pin, now held by `moved`
+    EXPECT_FALSE(first.held());
+    ASSERT_TRUE(moved.held());
+    EXPECT_EQ(Keys(index_->TakeExcess(kEntry)), (std::vector<uint64_t>{1})) << "the pinned entry stays";
+    EXPECT_TRUE(index_->TakeExcess(kEntry).empty()) << "nothing else can go";
+    moved.Release();
+    moved.Release();  // a second release unpins nothing more
+    DiskIndex::PinnedEntry again = index_->Pin(Key(0));
+    ASSERT_TRUE(again.held());
+    EXPECT_TRUE(index_->TakeExcess(kEntry).empty());
+  }  // `again` is destroyed: unpinned
+  EXPECT_EQ(Keys(index_->TakeExcess(kEntry)), (std::vector<uint64_t>{0}));
 }
 
 TEST_F(DiskIndexTest, TheWatermarkCountsUnlinksInFlightButDoesNotTakeTheirBytesAgain) {
@@ -141,7 +160,8 @@ TEST_F(DiskIndexTest, ARescanAddsWhatTheTreeHoldsAndDropsOnlyOlderUnpinnedEntrie
   for (uint64_t i = 0; i < 4; ++i) WriteEntry(i);
   ASSERT_TRUE(index_->Rescan(/*drop_absent=*/false).ok());
   EXPECT_EQ(index_->entries(), 4u);
-  ASSERT_TRUE(index_->Pin(Key(0)));
+  DiskIndex::PinnedEntry pin = index_->Pin(Key(0));
+  ASSERT_TRUE(pin.held());
   ASSERT_EQ(unlinkat(ns_->dirfd(), ChunkRelPath(Key(0)).c_str(), 0), 0);
   ASSERT_EQ(unlinkat(ns_->dirfd(), ChunkRelPath(Key(1)).c_str(), 0), 0);
   ASSERT_TRUE(index_->Rescan(/*drop_absent=*/false).ok());
@@ -151,7 +171,6 @@ TEST_F(DiskIndexTest, ARescanAddsWhatTheTreeHoldsAndDropsOnlyOlderUnpinnedEntrie
   EXPECT_FALSE(index_->Contains(Key(1)));
   EXPECT_EQ(index_->entries(), 3u);
   EXPECT_EQ(stats_.Snapshot().disk_bytes_used, 3 * kEntry);
-  index_->Unpin(Key(0));
 }
 
 TEST_F(DiskIndexTest, ConcurrentCallersKeepTheBooksBalanced) {
@@ -161,7 +180,7 @@ TEST_F(DiskIndexTest, ConcurrentCallersKeepTheBooksBalanced) {
       for (uint64_t n = 0; n < 2000; ++n) {
         const ChunkKey k = Key((n * 4 + t) % 64);
         index_->Publish(k, kEntry, 1);
-        if (index_->Pin(k)) index_->Unpin(k);
+        index_->Pin(k).Release();  // pinned and unpinned at once (nothing when not indexed)
         index_->Lookup(k, 0);
         for (const auto& v : index_->TakeAboveWatermark(index_->bytes(), 40 * kEntry, 20 * kEntry, 0)) {
           index_->EndEviction(v, false);
