@@ -82,11 +82,13 @@ namespace {
 // SetTestDefaults'.
 std::atomic<uint32_t> test_reactors{0};
 std::atomic<uint64_t> test_read_piece_bytes{0};
+std::atomic<bool> test_without_openat2{false};
 }  // namespace
 
 void EngineImpl::SetTestDefaults(const TestDefaults& d) {
   test_reactors.store(d.reactors, std::memory_order_relaxed);
   test_read_piece_bytes.store(d.read_piece_bytes, std::memory_order_relaxed);
+  test_without_openat2.store(d.without_openat2, std::memory_order_relaxed);
 }
 
 uint32_t EngineImpl::ResolveReactors(const EngineOptions& options, std::string* why) {
@@ -173,7 +175,8 @@ Status EngineImpl::InitFileModes(const EngineOptions& options) {
     if (!key.ok()) return key.status().WithContext("option checksum_secret");
     files_.checksum_key = std::make_unique<ChecksumKey>(key.value());
   }
-  files_.open_resolve = Openat2Available() ? (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS) : 0;
+  const bool openat2 = Openat2Available() && !test_without_openat2.load(std::memory_order_relaxed);
+  files_.open_resolve = openat2 ? (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS) : 0;
   return Status::Ok();
 }
 

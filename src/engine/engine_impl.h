@@ -75,10 +75,12 @@ class EngineImpl final : public Engine {
   // What a test binary sets for every engine it opens (tests/support/engine_defaults.cc, from the environment
   // scripts/test.sh gives a whole suite run: KVTIER_TEST_REACTORS, KVTIER_TEST_READ_PIECE_BYTES); the engine reads
   // no environment itself. 0: unset. reactors replaces the automatic count (options.reactors 0); read_piece_bytes
-  // replaces the default read_piece_bytes (an option set to another value keeps it). Set before engines open.
+  // replaces the default read_piece_bytes (an option set to another value keeps it); without_openat2 opens as on a
+  // kernel without openat2 (O_NOFOLLOW, the fan-out directories a level at a time: K2). Set before engines open.
   struct TestDefaults {
     uint32_t reactors = 0;
     uint64_t read_piece_bytes = 0;
+    bool without_openat2 = false;
   };
   static void SetTestDefaults(const TestDefaults& defaults);
   // The reactor the unfinished chunks of `key` run on (ChunkPlacement::Placed; tests).

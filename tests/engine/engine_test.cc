@@ -698,6 +698,65 @@ TEST_F(EngineFaultTest, ACorruptEntrysRemovalGoesThroughTheRingAndAFailedStepKee
   }
 }
 
+// K2 where the kernel lacks openat2: the quarantine opens the fan-out directory a level at a time with O_NOFOLLOW,
+// so a corrupt entry is still removed (its directories too), a symlink planted as the second level is never
+// followed to delete the file it points at, and a failed second-level open leaves the entry for the next load.
+TEST_F(EngineFaultTest, WithoutOpenat2AQuarantineOpensTheFanoutDirectoryALevelAtATime) {
+  struct WithoutOpenat2 {
+    WithoutOpenat2() { EngineImpl::SetTestDefaults({.without_openat2 = true}); }
+    ~WithoutOpenat2() { EngineImpl::SetTestDefaults({}); }  // scripts/test.sh's suites set no other default here
+  } without_openat2;
+  const EngineOptions o = Options(root_);
+  std::vector<HostChunk> src(1);
+  src[0].Fill(9);
+  uint64_t stride = 0;
+  auto store_and_corrupt = [&](std::string* file) {
+    auto e = Open(o);
+    ASSERT_TRUE(Store(e, src).all_ok());
+    stride = e->block_stride();
+    e.reset();
+    ASSERT_NO_FATAL_FAILURE(FlipStoredByte(static_cast<off_t>(kHeaderBytes + stride + 5), 0x08, file));
+  };
+  auto load_misses = [&](test::JobEngine& e) {
+    HostChunk a;
+    JobResult r = Run(e, e.jobs->SubmitLoad({{Key(0), 0, 0, a.Segments(e->block_stride())}}));
+    EXPECT_EQ(r.chunks[0].status.code(), StatusCode::kNotFound) << r.chunks[0].status.ToString();
+    EXPECT_EQ(e->Stats().corrupt_entries, 1u);
+  };
+
+  // A failed second-level open (the third openat: the load's, "ab", "cd") removes nothing; the next load does.
+  std::string file;
+  ASSERT_NO_FATAL_FAILURE(store_and_corrupt(&file));
+  {
+    auto e = OpenWithFaults({FaultRule::FailNth(3, EIO, OpCode::kOpenAt)}, o);
+    load_misses(e);
+    EXPECT_GE(e->Stats().io_errors, 1u);
+    EXPECT_TRUE(std::filesystem::exists(file)) << "a failed step removed it anyway";
+  }
+  {
+    auto e = Open(o);
+    load_misses(e);
+  }
+  EXPECT_FALSE(std::filesystem::exists(file));
+  const std::filesystem::path second = std::filesystem::path(file).parent_path();
+  EXPECT_FALSE(std::filesystem::exists(second.parent_path())) << "its fan-out directories are removed too";
+
+  // The second level replaced by a symlink to a directory outside the root holding a copy of the corrupt entry: the
+  // load's open follows it (O_NOFOLLOW guards the last component only), the quarantine never does.
+  ASSERT_NO_FATAL_FAILURE(store_and_corrupt(&file));
+  test::TempDir outside_dir;  // not under the root
+  const std::filesystem::path outside = outside_dir.path();
+  std::filesystem::copy_file(file, outside / std::filesystem::path(file).filename());
+  std::filesystem::remove_all(second);
+  std::filesystem::create_directory_symlink(outside, second);
+  {
+    auto e = Open(o);
+    load_misses(e);
+  }
+  EXPECT_TRUE(std::filesystem::exists(outside / std::filesystem::path(file).filename())) << "removed through a symlink";
+  EXPECT_TRUE(std::filesystem::is_symlink(second));
+}
+
 TEST_F(EngineFaultTest, ShortReadsAndWritesAreCompleted) {
   auto e = OpenWithFaults({FaultRule::ShortTransfer(OpCode::kWrite, 8192)}, Options(root_));
   std::vector<HostChunk> src(2);
