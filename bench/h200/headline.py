@@ -32,6 +32,11 @@ system's server only after the previous one stopped and its root was freed, so e
                        vLLM 0.28+: docs/vllm-integration.md, "kvtier under vLLM's CPU tier").
   lmcache              LMCacheConnectorV1: LMCache local CPU + local disk.
 
+`--workload queue` (issue 29's preload workload): per size, 32 documents (`--docs`), the even ones warmed up, then
+every query request at once, so that most wait for `--max-num-seqs`; the summary gives the cached and the uncached
+requests' TTFT apart (`bench_longdoc --warm-docs`), to see whether cached requests wait behind others' prefill and
+what preload changes (`kvtier-disk` against `kvtier-disk-nopreload`).
+
 Between warm-up and query the harness waits for stores to reach disk (a settle time from the bytes written at the
 box's ~1.5 GB/s) for the disk systems, resets vLLM's prefix cache (VLLM_SERVER_DEV_MODE) and drops the page cache
 where it may (root). The results (per system and size: TTFT of both phases, vLLM/kvtier counter deltas, errors)
@@ -110,6 +115,7 @@ GIB = 1 << 30
 DISK_BPS = 1.5e9  # the box's virtual disk, for settle times only
 SYSTEMS = ("baseline", "kvtier-dram", "native", "lmcache", "kvtier-disk", "kvtier-disk-nopreload", "kvtier-tier")
 DOCS_PER_SIZE = {1024: 8, 10240: 4, 40960: 2, 81920: 2}
+QUEUE_DOCS = 32  # --workload queue: requests in flight at once (half of them cached)
 
 
 def kv_bytes_per_token(config: dict, dtype_bytes: int = 2) -> int:
@@ -341,6 +347,8 @@ def run(a: argparse.Namespace) -> int:
     MODEL = SHAPES[a.shape]
     if a.query_rounds < 1:
         raise SystemExit(f"--query-rounds must be at least 1, not {a.query_rounds}")
+    if a.workload == "queue" and a.query_rounds != 1:
+        raise SystemExit("--workload queue takes one query round (a second would find the uncached documents cached)")
     try:
         extra = json.loads(a.kvtier_extra) if a.kvtier_extra else {}
     except ValueError as e:
@@ -463,7 +471,7 @@ def bench_system(s: Server, kn: dict, sizes: list[int], deadline: float, a: argp
             log(f"deadline reached: skipping {s.name} {size}")
             result["runs"].append({"system": s.name, "doc_tokens": size, "skipped": "deadline"})
             continue
-        docs = DOCS_PER_SIZE.get(size, 2) if a.docs <= 0 else a.docs
+        docs = a.docs if a.docs > 0 else QUEUE_DOCS if a.workload == "queue" else DOCS_PER_SIZE.get(size, 2)
         result["docs_per_size"][str(size)] = docs
         settle = kn["settle_s"]
         if s.name != "baseline":  # every tier writes the warm-up back to disk: let it finish first
@@ -483,9 +491,16 @@ def fmt(r: dict, phase: str) -> str:
 def bench(s: Server, size: int, docs: int, settle: float, kn: dict, a: argparse.Namespace, out: Path) -> dict:
     """One size on one server: warm-up phase, settle, (drop caches), query phase; bench_longdoc as a child."""
     rec: dict = {"system": s.name, "doc_tokens": size, "docs": docs, "settle_s": round(settle, 1)}
+    concurrency = a.concurrency
+    queue = a.workload == "queue"
+    if queue:  # every query request in flight at once, the even documents warmed up (cached), the odd ones not
+        rec["workload"] = "queue"
+        concurrency = docs
     base = [sys.executable, "-m", "kvtier.bench_longdoc", "--url", s.url, "--model", "m", "--doc-tokens", str(size),
-            "--num-docs", str(docs), "--concurrency", str(a.concurrency), "--max-tokens", "2", "--vocab-size",
+            "--num-docs", str(docs), "--concurrency", str(concurrency), "--max-tokens", "2", "--vocab-size",
             str(MODEL["config"]["vocab_size"]), "--seed", str(size), "--quiet", "--label", s.name, "--metrics-flush-s", "1.2"]
+    if queue:
+        base += ["--warm-docs", ",".join(str(d) for d in range(0, docs, 2))]
     env = {**os.environ, "PYTHONPATH": str(REPO / "python") + os.pathsep + os.environ.get("PYTHONPATH", "")}
     rounds: list[dict] = []
     for phase in ["warmup"] + ["query"] * a.query_rounds:
@@ -513,6 +528,8 @@ def bench(s: Server, size: int, docs: int, settle: float, kn: dict, a: argparse.
         ph = (doc.get("phases") or {}).get(phase) or {}
         rec[phase] = {"ttft": ph.get("ttft"), "wall_s": ph.get("wall_s"), "metrics": ph.get("metrics"),
                       "ttft_s": [q.get("ttft_s") for q in ph.get("requests", [])]}
+        if ph.get("ttft_by_class"):
+            rec[phase]["ttft_by_class"] = ph["ttft_by_class"]
         js.unlink()
         if phase == "query" and a.query_rounds > 1:
             rounds.append({**rec["query"], "wall_clock": list(rec["query_wall_clock"])})
@@ -559,7 +576,7 @@ def table(result: dict) -> tuple[list[int], dict[str, dict[int, dict]]]:
     """{row name: {size: ttft summary}}: recompute and gpu-prefix from the baseline, the others' query phase."""
     rows: dict[str, dict[int, dict]] = {}
     for r in result.get("runs", []):
-        if r.get("skipped") or r.get("workload") == "multiturn":
+        if r.get("skipped") or r.get("workload") in ("multiturn", "queue"):
             continue
         size = r["doc_tokens"]
         if r["system"] == "baseline":
@@ -601,6 +618,17 @@ def summarize(result: dict) -> str:
             rpn = r.get("read_per_needed")
             lines.append(f"  {r['system']:22s} TTFT by turn [{per}] needed {r.get('needed_bytes', 0) / 1e9:.1f} "
                          f"read {r.get('disk_read_bytes', 0) / 1e9:.1f} ({f'{rpn:.2f}' if rpn else '-'}x)")
+    qu = [r for r in result.get("runs", []) if r.get("workload") == "queue" and (r.get("query") or {}).get("ttft_by_class")]
+    if qu:
+        lines = [] if not rows else lines
+        lines.append("queue (every query request at once; TTFT ms mean / p50 / p95 of the cached and the uncached "
+                     "documents' requests):")
+        ms = lambda v: f"{v * 1e3:.0f}" if v is not None else "-"  # noqa: E731
+        for r in qu:
+            by = r["query"]["ttft_by_class"]
+            cells = "  ".join(f"{cls} ({by[cls]['n']}) {ms(by[cls]['mean'])}/{ms(by[cls]['p50'])}/{ms(by[cls]['p95'])}"
+                              for cls in ("cached", "uncached"))
+            lines.append(f"  {r['system']:22s} {r['doc_tokens'] // 1024}k: {cells}")
     for r in result.get("runs", []):
         if r.get("error"):
             lines.append(f"error: {r['system']} {r.get('doc_tokens', r.get('workload'))}: {r['error'][:300]}")
@@ -704,8 +732,11 @@ def main(argv: list[str] | None = None) -> int:
                         "line) and exit")
     r.add_argument("--timeline", action="store_true",
                    help="kvtier servers write the connector's event timeline (KVTIER_TIMELINE_DIR) under --logs")
-    r.add_argument("--workload", default="longdoc", choices=("longdoc", "multiturn"),
-                   help="multiturn: round-robin conversations larger than the DRAM tier (bench/h200/multiturn.py)")
+    r.add_argument("--workload", default="longdoc", choices=("longdoc", "multiturn", "queue"),
+                   help="multiturn: round-robin conversations larger than the DRAM tier (bench/h200/multiturn.py); "
+                        "queue: --docs documents (default 32) per size, the even ones warmed up, then every query "
+                        "request at once, so that most wait for --max-num-seqs (issue 29's preload workload): TTFT "
+                        "of the cached and the uncached requests apart")
     r.add_argument("--mt-convs", type=int, default=8, help="multiturn: conversations")
     r.add_argument("--mt-turns", type=int, default=4, help="multiturn: turns per conversation")
     r.add_argument("--mt-context", type=int, default=8192, help="multiturn: tokens of each conversation's first turn")

@@ -204,3 +204,45 @@ def test_runs_with_one_label_are_one_row_of_all_their_requests(tmp_path, capsys)
     assert ld_cli.main(["summarize", *files]) == 0
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 4 and out[3].split()[:2] == ["kv", "3"] and "6.67x" in out[3]  # 2.0 s / 0.3 s
+
+
+def test_warm_docs_leave_documents_out_of_the_warmup_and_the_query_reports_ttft_per_class(monkeypatch):
+    """--warm-docs: the warm-up sends only those documents; the query sends every one, marks each request cached or
+    not, and summarizes TTFT per class (a fake server answers a prompt whose document it saw in 0.1 s, else 1 s)."""
+    from kvtier.tools.longdoc import run as ld_run
+    seen: set[tuple[int, ...]] = set()
+    sent = []
+
+    class FakeServer:
+        def __init__(self, url, model):
+            pass
+
+        def completion(self, prompt, max_tokens):
+            head = tuple(prompt[:64])
+            cached = head in seen
+            seen.add(head)
+            sent.append(head)
+            return {"ttft_s": 0.1 if cached else 1.0, "prompt_tokens": len(prompt)}
+
+        def metrics(self, url=None):
+            return None
+
+        def reset_prefix_cache(self):
+            return True
+
+    monkeypatch.setattr(ld_run, "ApiClient", FakeServer)
+    a = ld_cli.parser().parse_args(["--doc-tokens", "256", "--num-docs", "4", "--warm-docs", "0,2", "--quiet"])
+    result = ld_run.run(a, log=lambda msg: None)
+    warm, query = result["phases"]["warmup"], result["phases"]["query"]
+    assert sorted(q["doc"] for q in warm["requests"]) == [0, 2]
+    assert warm["ttft_by_class"] is None, "the warm-up has no uncached class to compare"
+    assert {q["doc"]: q["cached"] for q in query["requests"]} == {0: True, 1: False, 2: True, 3: False}
+    by = query["ttft_by_class"]
+    assert (by["cached"]["n"], by["uncached"]["n"]) == (2, 2)
+    assert by["cached"]["mean"] == pytest.approx(0.1) and by["uncached"]["mean"] == pytest.approx(1.0)
+    assert query["ttft"]["n"] == 4
+
+
+def test_warm_docs_out_of_range_are_refused():
+    with pytest.raises(SystemExit):
+        ld_cli.main(["--num-docs", "2", "--warm-docs", "0,5"])

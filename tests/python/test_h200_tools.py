@@ -202,6 +202,25 @@ def test_headline_passes_kvtier_extra_config_and_refuses_bad_rounds(tmp_path):
         assert r.returncode != 0 and why in r.stderr, (bad, r.stderr)
 
 
+def test_queue_workload_takes_one_round_and_its_summary_shows_cached_and_uncached_apart(tmp_path):
+    """--workload queue (issue 29's preload workload): a second query round is refused (it would find the uncached
+    documents cached); summarize prints each queue run's cached and uncached TTFT apart, not in the size table."""
+    r = headline("run", "--dry-run", "--shape", "tiny", "--no-gpu-flags", "--systems", "kvtier-disk",
+                 "--workload", "queue", "--query-rounds", "2", "--out", str(tmp_path / "out"),
+                 "--work", str(tmp_path / "work"))
+    assert r.returncode != 0 and "--workload queue takes one query round" in r.stderr, r.stderr
+    sys.path.insert(0, str(REPO / "python"))
+    import headline as hl
+    by = {"cached": {"n": 16, "mean": 0.25, "p50": 0.2, "p95": 0.5},
+          "uncached": {"n": 16, "mean": 2.0, "p50": 1.9, "p95": 3.0}}
+    result = {"sizes": [2048], "runs": [
+        {"system": "kvtier-disk", "doc_tokens": 2048, "workload": "queue",
+         "query": {"ttft": {"n": 32, "mean": 1.1}, "ttft_by_class": by}}]}
+    text = hl.summarize(result)
+    assert "kvtier-disk            2k: cached (16) 250/200/500  uncached (16) 2000/1900/3000" in text, text
+    assert hl.table(result)[1] == {}, "a queue run is not a cell of the size table"
+
+
 def test_query_rounds_merge_into_one_cell():
     sys.path.insert(0, str(REPO / "python"))
     import headline

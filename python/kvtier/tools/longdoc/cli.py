@@ -46,6 +46,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--docs", type=_doc_list, default=None,
                    help="only these documents (comma list of indices below --num-docs), e.g. to interleave the "
                         "phases of several configurations document by document")
+    p.add_argument("--warm-docs", type=_doc_list, default=None,
+                   help="the warm-up sends only these documents (comma list; default: every one the query sends): "
+                        "the query then mixes cached and uncached documents, and each phase reports TTFT per class "
+                        "(ttft_by_class) beside the whole (a queue in which cached requests may wait behind others' "
+                        "prefill)")
     p.add_argument("--query-tokens", type=int, default=16, help="length of the question after the document")
     p.add_argument("--reuse-fraction", type=float, default=1.0,
                    help="fraction of the document reused by the query phase (1.0 = whole document)")
@@ -79,8 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     a = parser().parse_args(argv)
     if a.concurrency < 1:
         parser().error("--concurrency must be >= 1")
-    if a.docs is not None and any(not 0 <= d < a.num_docs for d in a.docs):
-        parser().error(f"--docs: indices must be in [0, {a.num_docs})")
+    for name, docs in (("--docs", a.docs), ("--warm-docs", a.warm_docs)):
+        if docs is not None and any(not 0 <= d < a.num_docs for d in docs):
+            parser().error(f"{name}: indices must be in [0, {a.num_docs})")
     try:
         PromptSpec(doc_tokens=a.doc_tokens, num_docs=a.num_docs, query_tokens=a.query_tokens,
                    reuse_fraction=a.reuse_fraction, repeat_count=a.repeat_count, repeat_mode=a.repeat_mode,

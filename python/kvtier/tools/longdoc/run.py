@@ -23,10 +23,14 @@ class PhaseResult:
     ttft: dict = field(default_factory=dict)
     metrics: dict | None = None
     gauges: dict | None = None
+    ttft_by_class: dict | None = None  # {"cached": ..., "uncached": ...} where the warm-up left documents out
 
 
 def run_phase(server: ApiClient, name: str, prompts: list[tuple[int, int, list[int]]], concurrency: int,
-              max_tokens: int, metrics_url: str | None, log=print, metrics_flush_s: float = 0.0) -> PhaseResult:
+              max_tokens: int, metrics_url: str | None, log=print, metrics_flush_s: float = 0.0,
+              warm: set[int] | None = None) -> PhaseResult:
+    """Sends the prompts, `concurrency` in flight; warm: the documents the warm-up sent, where it left some out (each
+    request is marked cached or not, and TTFT is summarized per class too)."""
     before = server.metrics(metrics_url)
     res = PhaseResult(name)
     lock = threading.Lock()
@@ -35,6 +39,8 @@ def run_phase(server: ApiClient, name: str, prompts: list[tuple[int, int, list[i
         doc, rep, prompt = item
         r = server.completion(prompt, max_tokens)
         r.update(doc=doc, rep=rep, prompt_len=len(prompt))
+        if warm is not None:
+            r["cached"] = doc in warm
         if r["prompt_tokens"] is not None and r["prompt_tokens"] != len(prompt):
             raise RuntimeError(f"server counted {r['prompt_tokens']} prompt tokens, sent {len(prompt)}")
         with lock:
@@ -47,6 +53,9 @@ def run_phase(server: ApiClient, name: str, prompts: list[tuple[int, int, list[i
         list(pool.map(one, prompts))
     res.wall_s = time.perf_counter() - t0
     res.ttft = summarize_ttft([r["ttft_s"] for r in res.requests])
+    if warm is not None:
+        res.ttft_by_class = {cls: summarize_ttft([r["ttft_s"] for r in res.requests if r["cached"] == (cls == "cached")])
+                             for cls in ("cached", "uncached")}
     if metrics_flush_s > 0:
         # Connector counters reach /metrics only with a scheduler step, at most once a second (kvtier's get_stats):
         # wait, then make one step happen with a 2-token request, so the phase's last loads are counted.
@@ -70,8 +79,11 @@ def run(a: argparse.Namespace, log=print) -> dict:
     if a.reset_prefix_cache:
         server.reset_prefix_cache()
     docs = set(range(spec.num_docs)) if a.docs is None else set(a.docs)
+    warm_arg = getattr(a, "warm_docs", None)
+    warm = docs if warm_arg is None else docs & set(warm_arg)
+    by_class = warm if warm != docs else None  # a mix of cached and uncached documents in the query
     if a.phase in ("both", "warmup"):
-        prompts = [(d, 0, warmup_prompt(spec, d)) for d in range(spec.num_docs) if d in docs]
+        prompts = [(d, 0, warmup_prompt(spec, d)) for d in range(spec.num_docs) if d in warm]
         phases.append(run_phase(server, "warmup", prompts, a.concurrency, a.max_tokens, metrics_url, log,
                                 a.metrics_flush_s))
     if a.phase == "both" and a.reset_prefix_cache:
@@ -83,11 +95,16 @@ def run(a: argparse.Namespace, log=print) -> dict:
     if a.phase in ("both", "query"):
         prompts = [(d, k, query_prompt(spec, d, k)) for d, k in query_order(spec) if d in docs]
         phases.append(run_phase(server, "query", prompts, a.concurrency, a.max_tokens, metrics_url, log,
-                                a.metrics_flush_s))
+                                a.metrics_flush_s, by_class))
     result = {"label": a.label, "url": a.url, "model": a.model, "spec": asdict(spec),
               "reuse_tokens": spec.reuse_tokens, "concurrency": a.concurrency, "max_tokens": a.max_tokens,
               "phases": {p.name: asdict(p) for p in phases}}
     log(phase_table(phases))
+    for p in phases:
+        for cls, t in (p.ttft_by_class or {}).items():
+            if t["n"]:
+                log(f"{p.name} {cls}: {t['n']} requests, TTFT mean {t['mean'] * 1000:.1f} ms, "
+                    f"p50 {t['p50'] * 1000:.1f} ms, p95 {t['p95'] * 1000:.1f} ms")
     for p in phases:
         if p.metrics is None:
             log(f"{p.name}: no metrics (could not read /metrics)")
