@@ -69,6 +69,15 @@ def _lease_1204(folder, system_args, tier, zram=True, **fields):
             "file": f"bench/results/h200/streamed-2026-12-04/{folder}/headline.json"}
 
 
+def _box_034(folder, systems, tier, **fields):
+    return {"machine": "h100", "vllm": "0.34.0", "date": "2026-12-05", "device": "zram", "tier": tier, "gate": "off",
+            "preload": "on", **fields,
+            "command": "ZRAM=56G H200_SET=0.34 HEADLINE_ARGS='--shape qwen2.5-32b --sizes 40k --docs 4 --concurrency 4 "
+                       "--max-num-seqs 1 --gpu-kv-gib 11 --query-rounds 2 --tiered-gib 32 --disk-pool-gib 8 "
+                       f"--systems {systems}' scripts/h200/headline.sh at 1718002",
+            "file": f"bench/results/h200/vllm-0.34-h100-2026-12-05/{folder}/headline.json"}
+
+
 SOURCES = {
     "engine_io": [
         *[{"machine": "h200", "date": "2026-12-02", "superseded": PLACED,
@@ -147,6 +156,9 @@ SOURCES = {
                     "DRAM tier + disk", tier_gib=32, gate="on (thresholds-qwen2.5-32b.json)"),
         _lease_1204("native-tier32-ec332f3", "--systems native --tiered-gib 32", "CPU tier + fs tier", tier_gib=32,
                     gate="-", preload="-"),
+        # vLLM 0.34.0 on an H100 80GB: 11 GiB of GPU KV and --max-num-seqs 1 (the README says why); 2 query rounds.
+        _box_034("kvtier-disk-pool8-1718002", "kvtier-disk,native", "disk only", pool_gib=8, pressure=True),
+        _box_034("native-tier32-1718002", "native", "CPU tier + fs tier", tier_gib=32, gate="-", preload="-"),
     ],
     # engine_paths: bench/io/path_ab.py summaries (kvtier bench io's stream path over the engine's former job path,
     # alternating pairs; path_ab.py and --path job are in the commit each command names).
@@ -334,7 +346,8 @@ def vllm_rows(source, load=None):
         for system, phase in phases:
             t = (run.get(phase) or {}).get("ttft")
             requests = run["docs"] * (run.get(phase) or {}).get("rounds", 1)  # headline.py --query-rounds
-            row = {"machine": source["machine"], "model": doc["model"], "tier": source["tier"],
+            row = {"machine": source["machine"], "vllm": source.get("vllm", "0.26.0"), "model": doc["model"],
+                   "tier": source["tier"],
                    "pool_gib": source.get("pool_gib"), "tier_gib": source.get("tier_gib"),
                    "pressure": source.get("pressure", False), "device": source["device"],
                    "tokens": run["doc_tokens"], "concurrency": doc["concurrency"], "requests": requests,
@@ -452,13 +465,14 @@ def table_peers(board):
 def table_vllm_ttft(board):
     if not board["vllm_ttft"]:
         return "No rows yet: " + board["notes"]["vllm_ttft"].split(": ", 1)[1] + "."
-    out = ["| model | tier | pool GiB | pressure | device | tokens | concurrency | requests | system | gate | preload "
-           "| mean ms | p50 ms | p95 ms | completed | result |",
-           "|---|---|---:|---|---|---:|---:|---:|---|---|---|---:|---:|---:|---|---|"]
+    out = ["| GPU, vLLM | model | tier | pool GiB | pressure | device | tokens | concurrency | requests | system | gate "
+           "| preload | mean ms | p50 ms | p95 ms | completed | result |",
+           "|---|---|---|---:|---|---|---:|---:|---:|---|---|---|---:|---:|---:|---|---|"]
     rows, note = _current(board, "vllm_ttft")
     for r in rows:
         pool = r.get("pool_gib") or r.get("tier_gib")
-        out.append(f"| {r['model']} | {r['tier']} | {pool if pool is not None else '-'} "
+        out.append(f"| {r['machine']}, {r.get('vllm', '0.26.0')} | {r['model']} | {r['tier']} "
+                   f"| {pool if pool is not None else '-'} "
                    f"| {'yes' if r.get('pressure') else 'no'} | {r['device']} | {r['tokens']} | {r['concurrency']} "
                    f"| {r['requests']} | {r['system']} | {r['gate']} | {r['preload']} | {_f(r['mean_ms'], 0)} "
                    f"| {_f(r['p50_ms'], 0)} | {_f(r['p95_ms'], 0)} | {r['completed']} "

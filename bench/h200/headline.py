@@ -306,6 +306,23 @@ def zram_held(mnt: Path) -> int | None:
     return None
 
 
+def free_offload_regions(shm: Path = Path("/dev/shm")) -> int:
+    """Removes the CPU-tier regions vLLM's OffloadingConnector maps in shared memory (`vllm_offload_<id>.mmap`, the
+    size of --tiered-gib each) and returns their bytes. An engine core that dies (the kernel's OOM killer, a crash)
+    leaves its region behind, and the next system's server then starts with that much less memory: on the box two
+    left-over 34 GB regions got the next native server OOM-killed at start
+    (bench/results/h200/vllm-0.34-h100-2026-12-05). Only between systems of a sequential run, when no server runs."""
+    freed = 0
+    for f in shm.glob("vllm_offload_*.mmap"):
+        try:
+            size = f.stat().st_size
+            f.unlink()
+            freed += size
+        except OSError:
+            pass
+    return freed
+
+
 def free_root(work: Path, name: str, trim: bool) -> dict:
     """Removes a system's storage root (tens of GB: every size's documents) and, with `trim`, runs fstrim on the file
     system under `work`: scripts/h200/headline.sh mounts its zram device and its RAM disk without discard, so the
@@ -441,6 +458,9 @@ def run(a: argparse.Namespace) -> int:
                 s.stop()  # ends its background writes
             elif step == "free":
                 rec = free_root(work, name, a.trim)
+                if sequential and (shm := free_offload_regions()):
+                    rec["offload_regions_removed_bytes"] = shm
+                    log(f"removed {shm / GIB:.1f} GiB of CPU-tier regions {name} left in /dev/shm")
                 result["freed"].append(rec)
                 save()
                 if "fstrim" in rec:

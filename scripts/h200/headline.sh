@@ -46,6 +46,9 @@ if want install; then
 fi
 site=$SET_BOX_DIR/site
 export PYTHONPATH=/tmp/kvtier-py:$site${PYTHONPATH:+:$PYTHONPATH} H200_SET
+# The CuTe DSL's wheel puts its packages (cutlass, ...) on sys.path with a .pth file, which Python reads only in site
+# directories, not on PYTHONPATH: name the directory itself (the 0.34 set; resolve.py, "carry_excluded").
+[ -d "$site/nvidia_cutlass_dsl/dsl_packages" ] && export PYTHONPATH=$site/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH
 # The 0.34 set's torch 2.14.0 runs on the box's cuDNN 9.19 (scripts/h200/resolve.py, TORCH_214_OLDER_OK).
 [[ $H200_SET == 0.26 ]] || export PYTORCH_SKIP_CUDNN_COMPATIBILITY_CHECK=1
 sysroot_lib=/tmp/kvtier-sysroot/usr/lib/x86_64-linux-gnu
@@ -73,7 +76,8 @@ mods = ["vllm", "vllm.entrypoints.openai.api_server", "vllm.v1.kv_offload.tierin
 if os.environ["H200_SET"] == "0.26":
     mods += ["lmcache", "vllm.distributed.kv_transfer.kv_connector.v1.lmcache_connector"]
 else:
-    mods += ["kvtier.vllm.tier"]
+    # vLLM 0.34.0 imports the MiniMax-M3 MSA warm-up at every CUDA start; it needs the CuTe DSL and quack.
+    mods += ["kvtier.vllm.tier", "cutlass", "quack", "vllm.model_executor.warmup.minimax_m3_msa_warmup"]
 for mod in mods:
     try:
         importlib.import_module(mod)

@@ -245,6 +245,17 @@ def test_free_root_removes_the_root_and_finds_the_mount_to_trim(tmp_path):
     assert r.stdout.splitlines()[1] == "False"
 
 
+def test_offload_regions_a_dead_engine_left_in_shared_memory_are_removed(tmp_path):
+    sys.path.insert(0, str(REPO / "python"))
+    import headline as hl
+    (tmp_path / "vllm_offload_a.mmap").write_bytes(b"x" * 4096)
+    (tmp_path / "vllm_offload_b.mmap").write_bytes(b"y" * 100)
+    (tmp_path / "other.mmap").write_bytes(b"z")
+    assert hl.free_offload_regions(tmp_path) == 4196
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.mmap"]
+    assert hl.free_offload_regions(tmp_path) == 0
+
+
 def test_sequential_run_whose_servers_die_at_start_records_them_and_frees_each_root(tmp_path):
     # The run's own loop, without vLLM: each "server" is /bin/false, which exits at once.
     model = tmp_path / "m"
@@ -261,3 +272,20 @@ def test_sequential_run_whose_servers_die_at_start_records_them_and_frees_each_r
     assert [f["system"] for f in result["freed"]] == ["baseline", "kvtier-disk"]
     assert not (tmp_path / "work" / "kvtier-disk").exists() and result["runs"] == []
     assert r.stdout.index("started baseline") < r.stdout.index("started kvtier-disk")
+
+
+def test_each_wheel_lock_carries_what_its_set_needs_and_leaves_out_the_rest():
+    """scripts/h200/resolve.py's sets against the committed locks: the 0.34 set carries the CuTe DSL, quack and
+    torch-c-dlpack-ext (vLLM 0.34.0's MSA warm-up imports them at every CUDA start; without them every server died at
+    start on the box: bench/results/h200/vllm-0.34-h100-2026-12-05), and no lock carries a wheel its set leaves out."""
+    sys.path.insert(0, str(REPO / "scripts" / "h200"))
+    import resolve
+    for name, cfg in resolve.SETS.items():
+        text = (REPO / "scripts" / "h200" / cfg["lock"]).read_text()
+        carried = {resolve.norm(line.split("  # ")[1].split("==")[0]) for line in text.splitlines()
+                   if line and not line.startswith("#")}
+        wanted = set(cfg.get("carry_excluded", {}))
+        assert wanted <= carried, (name, sorted(wanted - carried))
+        left_out = set(resolve.EXCLUDE) - wanted
+        assert not carried & left_out, (name, sorted(carried & left_out))
+    assert {"nvidia-cutlass-dsl", "quack-kernels", "torch-c-dlpack-ext"} <= set(resolve.SETS["0.34"]["carry_excluded"])
