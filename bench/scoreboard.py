@@ -471,7 +471,7 @@ def table_vllm_ttft(board):
     rows, note = _current(board, "vllm_ttft")
     for r in rows:
         pool = r.get("pool_gib") or r.get("tier_gib")
-        out.append(f"| {r['machine']}, {r.get('vllm', '0.26.0')} | {r['model']} | {r['tier']} "
+        out.append(f"| {r['machine']}, {r['vllm']} | {r['model']} | {r['tier']} "
                    f"| {pool if pool is not None else '-'} "
                    f"| {'yes' if r.get('pressure') else 'no'} | {r['device']} | {r['tokens']} | {r['concurrency']} "
                    f"| {r['requests']} | {r['system']} | {r['gate']} | {r['preload']} | {_f(r['mean_ms'], 0)} "

@@ -460,7 +460,7 @@ def run(a: argparse.Namespace) -> int:
                 rec = free_root(work, name, a.trim)
                 if sequential and (shm := free_offload_regions()):
                     rec["offload_regions_removed_bytes"] = shm
-                    log(f"removed {shm / GIB:.1f} GiB of CPU-tier regions {name} left in /dev/shm")
+                    log(f"removed {shm / 2**20:.0f} MiB of CPU-tier regions {name} left in /dev/shm")
                 result["freed"].append(rec)
                 save()
                 if "fstrim" in rec:

@@ -85,6 +85,11 @@ std::atomic<uint64_t> test_read_piece_bytes{0};
 std::atomic<bool> test_without_openat2{false};
 }  // namespace
 
+EngineImpl::TestDefaults EngineImpl::GetTestDefaults() {
+  return {test_reactors.load(std::memory_order_relaxed), test_read_piece_bytes.load(std::memory_order_relaxed),
+          test_without_openat2.load(std::memory_order_relaxed)};
+}
+
 void EngineImpl::SetTestDefaults(const TestDefaults& d) {
   test_reactors.store(d.reactors, std::memory_order_relaxed);
   test_read_piece_bytes.store(d.read_piece_bytes, std::memory_order_relaxed);

@@ -83,6 +83,7 @@ class EngineImpl final : public Engine {
     bool without_openat2 = false;
   };
   static void SetTestDefaults(const TestDefaults& defaults);
+  static TestDefaults GetTestDefaults();  // what SetTestDefaults set last (a test changes one and puts them back)
   // The reactor the unfinished chunks of `key` run on (ChunkPlacement::Placed; tests).
   std::optional<uint32_t> PlacedReactor(const ChunkKey& key);
   ~EngineImpl() override;

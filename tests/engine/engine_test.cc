@@ -703,8 +703,14 @@ TEST_F(EngineFaultTest, ACorruptEntrysRemovalGoesThroughTheRingAndAFailedStepKee
 // followed to delete the file it points at, and a failed second-level open leaves the entry for the next load.
 TEST_F(EngineFaultTest, WithoutOpenat2AQuarantineOpensTheFanoutDirectoryALevelAtATime) {
   struct WithoutOpenat2 {
-    WithoutOpenat2() { EngineImpl::SetTestDefaults({.without_openat2 = true}); }
-    ~WithoutOpenat2() { EngineImpl::SetTestDefaults({}); }  // scripts/test.sh's suites set no other default here
+    // The suite's other defaults (one reactor, pieces of one block: scripts/test.sh) stay as they are.
+    WithoutOpenat2() : before(EngineImpl::GetTestDefaults()) {
+      EngineImpl::TestDefaults d = before;
+      d.without_openat2 = true;
+      EngineImpl::SetTestDefaults(d);
+    }
+    ~WithoutOpenat2() { EngineImpl::SetTestDefaults(before); }
+    const EngineImpl::TestDefaults before;
   } without_openat2;
   const EngineOptions o = Options(root_);
   std::vector<HostChunk> src(1);
