@@ -327,10 +327,19 @@ def free_root(work: Path, name: str, trim: bool) -> dict:
     """Removes a system's storage root (tens of GB: every size's documents) and, with `trim`, runs fstrim on the file
     system under `work`: scripts/h200/headline.sh mounts its zram device and its RAM disk without discard, so the
     blocks of deleted files stay in the box's memory until they are trimmed (docs/h200-vllm.md, "The fast device:
-    zram"). Returns what it did, for headline.json."""
+    zram"). Returns what it did, for headline.json, with the engines' last stats files (`.kvtier-stats/*.json`, written
+    at shutdown: preload_started, preload_used and preload_wasted among them), which the root takes with it."""
     root = work / name
+    stats = []
+    for f in sorted((root / ".kvtier-stats").glob("*.json")):
+        try:
+            stats.append(json.loads(f.read_text()))
+        except (OSError, ValueError):
+            pass
     shutil.rmtree(root, ignore_errors=True)
     rec: dict = {"system": name, "removed": str(root)}
+    if stats:
+        rec["kvtier_stats"] = stats
     if trim:
         mnt = mount_point(work)
         try:

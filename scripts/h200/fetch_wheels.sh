@@ -10,7 +10,9 @@
 #   .h200/parts/partNN      the archive split in PART_MIB MiB pieces (default 54; parts-0.34/ ...)
 #   .h200/manifest          set, count, sizes and sha256 of the archive and of each part (manifest-0.34)
 # Options: --relock (re-resolve wheels.lock with resolve.py first), --keep-moe (keep vLLM's
-# MoE kernels, about 40 MiB more in the archive).
+# MoE kernels, about 40 MiB more in the archive), --resplit (only split the existing archive
+# again in PART_MIB pieces and rewrite the manifest: when the working tree grew and a part no
+# longer fits beside it in one call).
 # Then carry the parts to the box: docs/h200-vllm.md.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -20,58 +22,68 @@ H=$ROOT/.h200
 PART_MIB=${PART_MIB:-54}
 RELOCK=0
 KEEP_MOE=
+RESPLIT=0
 for a in "$@"; do
   case $a in
     --relock) RELOCK=1 ;;
     --keep-moe) KEEP_MOE=--keep-moe ;;
+    --resplit) RESPLIT=1 ;;
     *) echo "unknown option $a" >&2; exit 2 ;;
   esac
 done
 grep -qxF '/.h200/' .git/info/exclude 2>/dev/null || echo '/.h200/' >> .git/info/exclude
-mkdir -p "$H/wheels"
-if [[ $RELOCK == 1 ]]; then
-  python3 scripts/h200/resolve.py "$H/wheels" --set "$H200_SET"
-fi
+fetch_and_pack() {
+  mkdir -p "$H/wheels"
+  if [[ $RELOCK == 1 ]]; then
+    python3 scripts/h200/resolve.py "$H/wheels" --set "$H200_SET"
+  fi
 
-# Every glibc 2.17-2.35 manylinux tag: older pips do not expand a
-# manylinux_2_X tag to the ones below it, so each is named, newest first (pip prefers the earlier
-# tag where a release has several wheels, and the lock names those).
-PLAT=()
-for minor in $(seq 35 -1 17); do PLAT+=(--platform "manylinux_2_${minor}_x86_64"); done
-PLAT+=(--platform manylinux2014_x86_64 --platform manylinux1_x86_64)
+  # Every glibc 2.17-2.35 manylinux tag: older pips do not expand a
+  # manylinux_2_X tag to the ones below it, so each is named, newest first (pip prefers the earlier
+  # tag where a release has several wheels, and the lock names those).
+  PLAT=()
+  for minor in $(seq 35 -1 17); do PLAT+=(--platform "manylinux_2_${minor}_x86_64"); done
+  PLAT+=(--platform manylinux2014_x86_64 --platform manylinux1_x86_64)
 
-# name==version of every wheel in the lock; download the ones not already here.
-mapfile -t WHEELS < <(grep -v '^#' "$LOCK" | awk 'NF {print $1}')
-mapfile -t SPECS < <(grep -v '^#' "$LOCK" | sed -n 's/.*# \([^ ]*==[^ ]*\) <-.*/\1/p')
-[[ ${#WHEELS[@]} == "${#SPECS[@]}" ]] || { echo "wheels.lock is malformed" >&2; exit 1; }
-missing=()
-for i in "${!WHEELS[@]}"; do
-  [[ -f $H/wheels/${WHEELS[$i]} ]] || missing+=("${SPECS[$i]}")
-done
-if ((${#missing[@]})); then
-  echo "downloading ${#missing[@]} wheels"
-  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-    --abi cp312 --abi abi3 --abi none "${PLAT[@]}" -d "$H/wheels" "${missing[@]}"
-fi
-for w in "${WHEELS[@]}"; do
-  [[ -f $H/wheels/$w ]] || { echo "missing after download: $w" >&2; exit 1; }
-done
+  # name==version of every wheel in the lock; download the ones not already here.
+  mapfile -t WHEELS < <(grep -v '^#' "$LOCK" | awk 'NF {print $1}')
+  mapfile -t SPECS < <(grep -v '^#' "$LOCK" | sed -n 's/.*# \([^ ]*==[^ ]*\) <-.*/\1/p')
+  [[ ${#WHEELS[@]} == "${#SPECS[@]}" ]] || { echo "wheels.lock is malformed" >&2; exit 1; }
+  missing=()
+  for i in "${!WHEELS[@]}"; do
+    [[ -f $H/wheels/${WHEELS[$i]} ]] || missing+=("${SPECS[$i]}")
+  done
+  if ((${#missing[@]})); then
+    echo "downloading ${#missing[@]} wheels"
+    python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+      --abi cp312 --abi abi3 --abi none "${PLAT[@]}" -d "$H/wheels" "${missing[@]}"
+  fi
+  for w in "${WHEELS[@]}"; do
+    [[ -f $H/wheels/$w ]] || { echo "missing after download: $w" >&2; exit 1; }
+  done
 
-# Stage exactly the locked wheels (the download folder may hold others from a relock).
-STAGE=$H/stage
-rm -rf "$STAGE" && mkdir -p "$STAGE/src" "$STAGE/pkg/wheels"
-for w in "${WHEELS[@]}"; do ln "$H/wheels/$w" "$STAGE/src/$w"; done
-python3 scripts/h200/repack.py "$STAGE/src" "$STAGE/pkg/wheels" $KEEP_MOE
-# A list of the wheels travels inside the archive; install.sh installs exactly these.
-(cd "$STAGE/pkg/wheels" && ls *.whl) > "$STAGE/pkg/wheels.txt"
+  # Stage exactly the locked wheels (the download folder may hold others from a relock).
+  STAGE=$H/stage
+  rm -rf "$STAGE" && mkdir -p "$STAGE/src" "$STAGE/pkg/wheels"
+  for w in "${WHEELS[@]}"; do ln "$H/wheels/$w" "$STAGE/src/$w"; done
+  python3 scripts/h200/repack.py "$STAGE/src" "$STAGE/pkg/wheels" $KEEP_MOE
+  # A list of the wheels travels inside the archive; install.sh installs exactly these.
+  (cd "$STAGE/pkg/wheels" && ls *.whl) > "$STAGE/pkg/wheels.txt"
+
+  echo "packing $(du -sh "$STAGE/pkg" | cut -f1) with xz -9 (a few minutes)"
+  # Sorted names, fixed owner and time: the same wheels give the same archive.
+  tar -C "$STAGE/pkg" --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -cf - wheels wheels.txt \
+    | xz -9 -T2 -c > "$ARCHIVE.tmp"
+  mv "$ARCHIVE.tmp" "$ARCHIVE"
+  rm -rf "$STAGE"
+}
 
 ARCHIVE=$H/$SET_ARCHIVE
-echo "packing $(du -sh "$STAGE/pkg" | cut -f1) with xz -9 (a few minutes)"
-# Sorted names, fixed owner and time: the same wheels give the same archive.
-tar -C "$STAGE/pkg" --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -cf - wheels wheels.txt \
-  | xz -9 -T2 -c > "$ARCHIVE.tmp"
-mv "$ARCHIVE.tmp" "$ARCHIVE"
-rm -rf "$STAGE"
+if [[ $RESPLIT == 1 ]]; then
+  [[ -f $ARCHIVE ]] || { echo "--resplit: no $ARCHIVE to split; run without --resplit first" >&2; exit 1; }
+else
+  fetch_and_pack
+fi
 
 PARTS=$ROOT/$SET_PARTS
 rm -rf "$PARTS" && mkdir -p "$PARTS"

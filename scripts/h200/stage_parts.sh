@@ -15,7 +15,9 @@ J=${2:-$I}
 H=.h200
 [[ -f $SET_MANIFEST ]] || { echo "no $SET_MANIFEST: run H200_SET=$H200_SET scripts/h200/fetch_wheels.sh first" >&2; exit 1; }
 N=$(awk '$1 == "parts" {print $2}' $SET_MANIFEST)
-tree=$( (git ls-files -z; git ls-files -z --others --exclude-standard) | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
+# The device tool counts what the files take on disk (allocated blocks: a tree of 1,000 small files takes 2 MiB more
+# than its bytes), so this does too.
+tree=$( (git ls-files -z; git ls-files -z --others --exclude-standard) | du -cB1 --files0-from=- 2>/dev/null | tail -1 | cut -f1)
 if [[ $I == all ]]; then
   rm -rf $H/carry $H/carry[0-9]*
   for ((k = 1; k <= N; k++)); do
@@ -23,7 +25,7 @@ if [[ $I == all ]]; then
     mkdir -p $H/carry$kk
     cp $SET_MANIFEST $H/carry$kk/manifest
     ln $SET_PARTS/part$kk $H/carry$kk/
-    sz=$(du -cb $H/carry$kk/* | tail -1 | cut -f1)
+    sz=$(du -cB1 $H/carry$kk/* | tail -1 | cut -f1)
     ((tree + sz < 64 * 1048576 - 262144)) || { echo "carry$kk too large for one call" >&2; exit 1; }
     printf 'call %d: carry [".h200/carry%s"] (%.1f MiB + tree %.1f MiB), command: H200_SET=%s bash scripts/h200/receive_part.sh %d\n' \
       "$k" "$kk" "$(echo "$sz / 1048576" | bc -l)" "$(echo "$tree / 1048576" | bc -l)" "$H200_SET" "$k"
@@ -37,7 +39,7 @@ cp $SET_MANIFEST $H/carry/manifest
 for ((k = I; k <= J; k++)); do
   ln $SET_PARTS/part$(printf %02d $k) $H/carry/
 done
-carry=$(du -cb $H/carry/* | tail -1 | cut -f1)
+carry=$(du -cB1 $H/carry/* | tail -1 | cut -f1)
 total=$((tree + carry))
 printf 'staged parts %d..%d of %d in %s: %.1f MiB + working tree %.1f MiB = %.1f MiB (limit 64)\n' \
   "$I" "$J" "$N" "$H/carry" "$(echo "$carry / 1048576" | bc -l)" "$(echo "$tree / 1048576" | bc -l)" \

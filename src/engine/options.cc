@@ -97,7 +97,8 @@ const std::vector<OptionSpec> kSchema = {
                   "pool slots speculative reads can never take (0: io_depth)"),
     KVTIER_OPTION(dram_policy, kChoice, 0, 0, "lru|arc", "dram_policy", "replacement policy of the DRAM tier (T1)"),
     KVTIER_OPTION(dram_max_slots, kCount, 0, 1 << 20, nullptr, "dram_max_slots",
-                  "most pool slots the DRAM tier keeps (0: the whole pool); in-use slots never count as victims"),
+                  "most pool slots the DRAM tier keeps (0: the whole pool); in-use slots never count as victims, "
+                  "unused preloads are bounded apart (half the pool)"),
     KVTIER_OPTION(pool_name, kString, 0, 0, nullptr, nullptr, "POSIX shm name of the pool (empty: a unique one)"),
     KVTIER_OPTION(pool_populate, kBool, 0, 0, nullptr, nullptr, "fault the whole pool in at open"),
     // I/O (I1-I4).

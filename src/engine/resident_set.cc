@@ -180,7 +180,7 @@ void ResidentSet::Written(const ChunkKey& key) {
   MutexLock lock(mu_);
   auto r = resident_.find(key);
   if (r != resident_.end() && r->second.state == State::kWriting) r->second.state = State::kReady;
-  while (resident_.size() > options_.max_slots && EvictOneLocked(/*for_speculative=*/false)) {
+  while (RetainedLocked() > options_.max_slots && EvictOneLocked(/*for_speculative=*/true)) {
   }
   stats_.dram_entries.Set(resident_.size());
 }
@@ -192,9 +192,12 @@ std::optional<uint32_t> ResidentSet::AcquireSlot(SlotPriority priority, bool for
 
 std::optional<uint32_t> ResidentSet::AcquireSlotLocked(SlotPriority priority, bool for_resident) {
   const bool speculative = priority == SlotPriority::kSpeculative;
-  // T1: the tier's bound. Several entries may be over it (write-through stores join it while they are written, when
-  // nothing is evictable yet), so evict until there is room or nothing more can go.
-  while (for_resident && resident_.size() >= options_.max_slots && EvictOneLocked(speculative)) {
+  // T1: the tier's bound on what it retains. Several entries may be over it (write-through stores join it while they
+  // are written, when nothing is evictable yet), so evict until there is room or nothing more can go. Unused preloads
+  // neither count nor go for it: R2 bounds them, and a preload evicted to keep T1's bound would be read again on
+  // demand (with dram_max_slots=1, every preload would be).
+  while (for_resident && !speculative && RetainedLocked() >= options_.max_slots &&
+         EvictOneLocked(/*for_speculative=*/true)) {
   }
   if (auto slot = pool_.Acquire(priority)) return slot;
   if (!EvictOneLocked(speculative)) return std::nullopt;

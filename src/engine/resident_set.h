@@ -33,7 +33,8 @@ class ResidentSet {
  public:
   struct Options {
     DramPolicy policy = DramPolicy::kLru;
-    uint32_t max_slots = 1;            // T1: resident entries the tier holds (dram_max_slots)
+    uint32_t max_slots = 1;            // T1: resident entries the tier retains, unused preloads not counted
+                                       // (dram_max_slots)
     uint32_t max_unused_preloads = 1;  // R2: resident preloads no demand load used yet
   };
   // free_slot(slot) returns a slot to the pool; called with mu_ held.
@@ -104,8 +105,10 @@ class ResidentSet {
   static bool Readable(const Resident& r) { return r.state == State::kReady || r.state == State::kWriting; }
   std::optional<uint32_t> AcquireSlotLocked(SlotPriority priority, bool for_resident) REQUIRES(mu_);
   // Evicts one unpinned ready entry in the policy's order; unused preloads go only for demand work and only after
-  // everything else (R2). False when nothing can go.
+  // everything else (R2), never for T1's bound (for_speculative spares them). False when nothing can go.
   bool EvictOneLocked(bool for_speculative) REQUIRES(mu_);
+  // What T1's bound counts: resident entries less the unused preloads.
+  size_t RetainedLocked() const REQUIRES(mu_) { return resident_.size() - unused_preloads_; }
   // The first demand use of a preloaded entry (R3).
   void UsePreloadLocked(Resident& r) REQUIRES(mu_);
   void EraseLocked(std::unordered_map<ChunkKey, Resident, ChunkKeyHash>::iterator it, bool evicted) REQUIRES(mu_);

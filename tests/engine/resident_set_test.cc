@@ -114,6 +114,31 @@ TEST_F(ResidentSetTest, APoolSlotComesFromEvictingTheLeastRecentUnpinnedReadyEnt
   pool_->Release(*second);
 }
 
+TEST_F(ResidentSetTest, UnusedPreloadsNeitherCountTowardTheTiersBoundNorGoToKeepIt) {
+  // dram_max_slots=1 (every hit from disk) with room in the pool: preloads wait there for their requests.
+  Make(8, 1, 4);
+  Resident(1, /*speculative=*/true);
+  Resident(2, /*speculative=*/true);
+  Resident(3);  // a demand load: T1 counts only it
+  Resident(4);  // the next demand load evicts 3 (the tier keeps one), not a preload
+  EXPECT_EQ(set_->Residency(Key(3)), PromoteState::kMiss);
+  EXPECT_EQ(set_->Residency(Key(4)), PromoteState::kReady);
+  EXPECT_EQ(set_->Residency(Key(1)), PromoteState::kReady);
+  EXPECT_EQ(set_->Residency(Key(2)), PromoteState::kReady);
+  // The preloads' requests come: their demand promotions use them, and nothing was read twice.
+  EXPECT_EQ(set_->PromoteResident(Key(1), false, 0)->state, PromoteState::kReady);
+  EXPECT_EQ(set_->PromoteResident(Key(2), false, 0)->state, PromoteState::kReady);
+  const StatsSnapshot used = stats_.Snapshot();
+  EXPECT_EQ(used.preload_used, 2u);
+  EXPECT_EQ(used.preload_wasted, 0u);
+  // Used, they count: the next demand load trims the tier back to one entry (awaited protection aside: time 0).
+  Resident(5);
+  int kept = 0;
+  for (uint64_t i : {1, 2, 4, 5}) kept += set_->Residency(Key(i)) == PromoteState::kReady;
+  EXPECT_EQ(kept, 1);
+  EXPECT_EQ(set_->Residency(Key(5)), PromoteState::kReady);
+}
+
 TEST_F(ResidentSetTest, StoreReservationsDeduplicateAndRollBackWhenThePoolRunsOut) {
   Make(2, 2, 1);
   Resident(9);

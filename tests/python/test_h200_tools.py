@@ -234,13 +234,17 @@ def test_query_rounds_merge_into_one_cell():
 def test_free_root_removes_the_root_and_finds_the_mount_to_trim(tmp_path):
     code = ("import headline, json, pathlib, sys\n"
             "w = pathlib.Path(sys.argv[1]); (w / 'kvtier-disk' / 'x').mkdir(parents=True)\n"
+            "(w / 'kvtier-disk' / '.kvtier-stats').mkdir()\n"
+            "(w / 'kvtier-disk' / '.kvtier-stats' / 'kvtier-1.json').write_text('{\"preload_wasted\": 3}')\n"
+            "(w / 'kvtier-disk' / '.kvtier-stats' / 'kvtier-2.json.tmp9').write_text('{')\n"
             "print(json.dumps([headline.free_root(w, 'kvtier-disk', False), str(headline.mount_point(w / 'no'))]))\n"
             "print((w / 'kvtier-disk').exists())")
     r = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60,
                        cwd=REPO / "bench" / "h200")
     assert r.returncode == 0, r.stderr
     rec, mnt = json.loads(r.stdout.splitlines()[0])
-    assert rec == {"system": "kvtier-disk", "removed": str(tmp_path / "kvtier-disk")} and "fstrim" not in rec
+    assert rec == {"system": "kvtier-disk", "removed": str(tmp_path / "kvtier-disk"),
+                   "kvtier_stats": [{"preload_wasted": 3}]}, "the stats file kept, the temporary ignored"
     assert os.path.ismount(mnt) and str(tmp_path).startswith(mnt)
     assert r.stdout.splitlines()[1] == "False"
 

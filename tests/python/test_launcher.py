@@ -67,6 +67,39 @@ def test_a_server_that_exits_at_startup_raises_with_its_log(tmp_path):
         s.stop()
 
 
+def test_a_failed_start_names_the_first_exception_that_is_not_one_of_vllms_wrappers(tmp_path):
+    """vLLM's log ends in the API server's and the engine core's re-raises; the worker's exception, far above, is
+    the cause (a block size the CPU backend refuses, say)."""
+    log = tmp_path / "server.log"
+    log.write_text(
+        "(APIServer pid=1) WARNING 12-05 17:47:10 [system_utils.py:255] Found ulimit of 20000\n"
+        "(Worker pid=7) ERROR 12-05 17:47:32 [multiproc_executor.py:1063]     raise ValueError(\n"
+        "(Worker pid=7) ERROR 12-05 17:47:32 [multiproc_executor.py:1063] ValueError: No common block size for 16 "
+        "(CPU_ATTN: [MultipleOf(32)]).\n"
+        "(EngineCore pid=5) ERROR 12-05 17:47:32 [core.py:1510] RuntimeError: Worker failed with error 'No common "
+        "block size', please check the stack trace above for the root cause\n"
+        "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}\n")
+    assert launcher.root_cause(log) == "ValueError: No common block size for 16 (CPU_ATTN: [MultipleOf(32)])."
+    # No worker exception in the log (the CPU platform refusing vLLM's CPU offloading): the engine core's re-raise.
+    log.write_text(
+        "(EngineCore pid=5) ERROR 12-05 17:49:47 [core.py:1510] RuntimeError: Worker failed with error 'CPU "
+        "Offloading is currently only supported on CUDA-alike and XPU GPUs', please check the stack trace above\n"
+        "RuntimeError: Engine core initialization failed. See root cause above.\n")
+    assert launcher.root_cause(log).startswith("RuntimeError: Worker failed with error 'CPU Offloading is currently")
+    log.write_text("RuntimeError: Engine core initialization failed. See root cause above.\nbye\n")
+    assert launcher.root_cause(log) == ""
+    assert launcher.root_cause(tmp_path / "missing.log") == ""
+    argv = [sys.executable, "-c", "import sys; print('ValueError: kvtier_chunk_tokens must be a multiple of 16'); "
+            "sys.exit(3)"]
+    s = launcher.VllmServer(argv, launcher.server_env(cpu=False), tmp_path / "bad.log", launcher.free_port(),
+                            name="bad", start_timeout_s=60).start()
+    try:
+        with pytest.raises(RuntimeError, match=r"exited with 3 during startup \(ValueError: kvtier_chunk_tokens"):
+            s.wait_healthy()
+    finally:
+        s.stop()
+
+
 def test_a_server_that_never_answers_times_out_and_is_killed(tmp_path):
     argv = [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
             "time.sleep(600)"]

@@ -175,6 +175,33 @@ def log_tail(path: str | os.PathLike, n: int = 40) -> str:
         return ""
 
 
+# An exception's last line in a traceback ("ValueError: ..."), past the "(Worker pid=N) ERROR ... [file:line]" prefix.
+_EXCEPTION_LINE = re.compile(r"(?:^|\]\s)([A-Za-z_][\w.]*(?:Error|Exception|Exit)): (.+)$")
+# The engine core's re-raise of a worker's failure (which quotes the worker's message) and the API server's, which
+# names none: the cause is the first other exception, else the first re-raise.
+_WRAPPER = "Worker failed with error"
+_GENERIC = ("Engine core initialization failed", "Engine process failed to start")
+
+
+def root_cause(path: str | os.PathLike) -> str:
+    """The first exception a server's log names that is not one of vLLM's start-up wrappers ("ValueError: No common
+    block size ..."), else the engine core's re-raise of a worker's failure, else "": a failed start's cause, which
+    the log's tail buries under the wrappers' tracebacks."""
+    try:
+        lines = Path(path).read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    wrapped = ""
+    for line in lines:
+        m = _EXCEPTION_LINE.search(line.strip())
+        if not m or any(g in m.group(2) for g in _GENERIC):
+            continue
+        if _WRAPPER not in m.group(2):
+            return f"{m.group(1)}: {m.group(2)}"[:500]
+        wrapped = wrapped or f"{m.group(1)}: {m.group(2)}"[:500]
+    return wrapped
+
+
 # A stuck EngineCore (tests/vllm/test_shutdown.py): the API server logs the first line as it sends the EngineCore
 # SIGTERM, and vLLM's handler in the EngineCore logs the second first thing (vllm/v1/engine/core.py, 0.26 to 0.34).
 # An EngineCore that has not logged it this long after is reported (VllmServer.report_stuck_engine_core) before vLLM
@@ -269,7 +296,9 @@ class VllmServer:
         if self.ready or self.error:
             return self.ready
         if self.proc.poll() is not None:
-            self.error = f"{self.name} exited with {self.proc.returncode} during startup; log: {self.log_path}"
+            cause = root_cause(self.log_path)
+            self.error = (f"{self.name} exited with {self.proc.returncode} during startup"
+                          + (f" ({cause})" if cause else "") + f"; log: {self.log_path}")
             return False
         try:
             with urllib.request.urlopen(self.url + "/health", timeout=5) as r:
