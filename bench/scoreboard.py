@@ -69,13 +69,38 @@ def _lease_1204(folder, system_args, tier, zram=True, **fields):
             "file": f"bench/results/h200/streamed-2026-12-04/{folder}/headline.json"}
 
 
+LEASE_D34FE41 = "every system of the cell on one later lease (vllm-0.34-h100-2026-12-05-d34fe41)"
+
+
 def _box_034(folder, systems, tier, **fields):
     return {"machine": "h100", "vllm": "0.34.0", "date": "2026-12-05", "device": "zram", "tier": tier, "gate": "off",
-            "preload": "on", **fields,
+            "preload": "on", "superseded": LEASE_D34FE41, **fields,
             "command": "ZRAM=56G H200_SET=0.34 HEADLINE_ARGS='--shape qwen2.5-32b --sizes 40k --docs 4 --concurrency 4 "
                        "--max-num-seqs 1 --gpu-kv-gib 11 --query-rounds 2 --tiered-gib 32 --disk-pool-gib 8 "
                        f"--systems {systems}' scripts/h200/headline.sh at 1718002",
             "file": f"bench/results/h200/vllm-0.34-h100-2026-12-05/{folder}/headline.json"}
+
+
+# The later lease on an H100 at d34fe41 (bench/results/h200/vllm-0.34-h100-2026-12-05-d34fe41/README.md): every system
+# of _box_034's setting on one lease, the same flags.
+_SYSTEM_034 = {
+    "kvtier-dram": {"tier": "DRAM tier + disk", "tier_gib": 32},
+    "kvtier-tier": {"tier": "CPU tier + kvtier tier", "tier_gib": 32, "pool_gib": 8, "gate": "-", "preload": "-"},
+    "native": {"tier": "CPU tier + fs tier", "tier_gib": 32, "gate": "-", "preload": "-"},
+    "kvtier-disk": {"tier": "disk only", "pool_gib": 8, "pressure": True},
+    "kvtier-disk-nopreload": {"tier": "disk only", "pool_gib": 8, "pressure": True, "preload": "off"},
+    "recompute": {"tier": "none", "device": "-", "gate": "-", "preload": "-"},
+    "gpu-prefix": {"tier": "none", "device": "-", "gate": "-", "preload": "-"},
+}
+
+
+def _box_034_d34(folder, systems):
+    return {"machine": "h100", "vllm": "0.34.0", "date": "2026-12-05", "device": "zram", "tier": "-", "gate": "off",
+            "preload": "on", "per_system": _SYSTEM_034,
+            "command": "ZRAM=56G H200_SET=0.34 HEADLINE_ARGS='--shape qwen2.5-32b --sizes 40k --docs 4 --concurrency 4 "
+                       "--max-num-seqs 1 --gpu-kv-gib 11 --query-rounds 2 --tiered-gib 32 --disk-pool-gib 8 "
+                       f"--systems {systems}' scripts/h200/headline.sh at d34fe41",
+            "file": f"bench/results/h200/vllm-0.34-h100-2026-12-05-d34fe41/{folder}/headline.json"}
 
 
 SOURCES = {
@@ -159,6 +184,9 @@ SOURCES = {
         # vLLM 0.34.0 on an H100 80GB: 11 GiB of GPU KV and --max-num-seqs 1 (the README says why); 2 query rounds.
         _box_034("kvtier-disk-pool8-1718002", "kvtier-disk,native", "disk only", pool_gib=8, pressure=True),
         _box_034("native-tier32-1718002", "native", "CPU tier + fs tier", tier_gib=32, gate="-", preload="-"),
+        _box_034_d34("kvtier-dram-tier-native-d34fe41", "kvtier-dram,kvtier-tier,native"),
+        _box_034_d34("kvtier-disk-nopreload-baseline-d34fe41", "kvtier-disk,kvtier-disk-nopreload,baseline"),
+        _box_034_d34("native-kvtier-tier-d34fe41-run2", "native,kvtier-tier"),
     ],
     # engine_paths: bench/io/path_ab.py summaries (kvtier bench io's stream path over the engine's former job path,
     # alternating pairs; path_ab.py and --path job are in the commit each command names).
@@ -346,12 +374,13 @@ def vllm_rows(source, load=None):
         for system, phase in phases:
             t = (run.get(phase) or {}).get("ttft")
             requests = run["docs"] * (run.get(phase) or {}).get("rounds", 1)  # headline.py --query-rounds
-            row = {"machine": source["machine"], "vllm": source.get("vllm", "0.26.0"), "model": doc["model"],
-                   "tier": source["tier"],
-                   "pool_gib": source.get("pool_gib"), "tier_gib": source.get("tier_gib"),
-                   "pressure": source.get("pressure", False), "device": source["device"],
+            f = {**source, **source.get("per_system", {}).get(system, {})}  # one file, several systems' settings
+            row = {"machine": f["machine"], "vllm": f.get("vllm", "0.26.0"), "model": doc["model"],
+                   "tier": f["tier"],
+                   "pool_gib": f.get("pool_gib"), "tier_gib": f.get("tier_gib"),
+                   "pressure": f.get("pressure", False), "device": f["device"],
                    "tokens": run["doc_tokens"], "concurrency": doc["concurrency"], "requests": requests,
-                   "system": system, "gate": source["gate"], "preload": source["preload"],
+                   "system": system, "gate": f["gate"], "preload": f["preload"],
                    "mean_ms": _r(t["mean"] * 1e3, 0) if t else None, "p50_ms": _r(t["p50"] * 1e3, 0) if t else None,
                    "p95_ms": _r(t["p95"] * 1e3, 0) if t else None,
                    "completed": bool(t) and t["n"] == requests, "date": source["date"],

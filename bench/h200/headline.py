@@ -207,6 +207,8 @@ def system_config(name: str, a: argparse.Namespace, work: Path) -> tuple[list[st
     raise ValueError(f"unknown system {name!r}; known: {', '.join(SYSTEMS)}")
 
 
+# Each server's --shutdown-timeout; the harness kills what is left this long (plus 15 s) after its SIGTERM.
+SHUTDOWN_TIMEOUT_S = 20
 # What every server gets on the GPU box beyond the launcher's own environment (launcher.server_env).
 GPU_ENV = {"VLLM_USE_FLASHINFER_SAMPLER": "0", "PYTHONUNBUFFERED": "1"}
 
@@ -219,7 +221,7 @@ class Server(VllmServer):
                  log_path: Path):
         self.extra_env = {**GPU_ENV, **env}
         super().__init__(server_argv(python, model_dir, port, args), server_env(cpu=False, **self.extra_env),
-                         log_path, port, name=name, stop_timeout_s=15)
+                         log_path, port, name=name, stop_timeout_s=SHUTDOWN_TIMEOUT_S + 15)
 
     def poll_ready(self) -> bool:
         failed_before = bool(self.error)
@@ -402,7 +404,10 @@ def run(a: argparse.Namespace) -> int:
     common = ["--served-model-name", "m", "--load-format", "dummy", "--dtype", "bfloat16",
               "--block-size", str(a.block_size),
               "--max-model-len", str(max_len), "--max-num-seqs", str(a.max_num_seqs),
-              "--kv-cache-memory-bytes", str(int(gpu_kv_gib * GIB)), "--enable-prefix-caching", "--seed", "0"]
+              "--kv-cache-memory-bytes", str(int(gpu_kv_gib * GIB)), "--enable-prefix-caching", "--seed", "0",
+              # an orderly stop (docs/operations.md, "Starting and stopping a server"): kvtier's shutdown runs and
+              # writes its final stats file (free_root keeps it), instead of vLLM killing the EngineCore at once
+              "--shutdown-timeout", str(SHUTDOWN_TIMEOUT_S)]
     if a.enforce_eager:
         common.append("--enforce-eager")
     if not a.no_gpu_flags:

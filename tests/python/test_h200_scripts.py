@@ -169,3 +169,12 @@ def test_a_wheel_set_travels_in_parts_and_installs_and_the_box_refuses_another_s
     assert (box / "site/kvtier_probe.py").read_text() == "VALUE = 1\n"
     r = run("scripts/h200/install.sh", SMOKE="0")
     assert r.returncode == 0 and "already installed" in r.stdout
+    # --resplit: the same archive in parts of another size, without downloading or packing (a tree that grew).
+    r = run("scripts/h200/fetch_wheels.sh", "--resplit", PART_MIB="1")
+    assert r.returncode == 0 and "parts: 1" in r.stdout, r.stdout + r.stderr
+    manifest = (h / "manifest-0.34").read_text().splitlines()
+    assert f"sha256 {sha(data)}" in manifest and "parts 1" in manifest
+    assert (h / "parts-0.34/part01").read_bytes() == data and not (h / "parts-0.34/part02").exists()
+    archive.unlink()
+    r = run("scripts/h200/fetch_wheels.sh", "--resplit")
+    assert r.returncode == 1 and "--resplit: no" in r.stderr, r.stderr
