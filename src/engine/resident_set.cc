@@ -180,7 +180,7 @@ void ResidentSet::Written(const ChunkKey& key) {
   MutexLock lock(mu_);
   auto r = resident_.find(key);
   if (r != resident_.end() && r->second.state == State::kWriting) r->second.state = State::kReady;
-  while (RetainedLocked() > options_.max_slots && EvictOneLocked(/*for_speculative=*/true)) {
+  while (RetainedLocked() > options_.max_slots && EvictOneLocked(/*spare_preloads=*/true)) {
   }
   stats_.dram_entries.Set(resident_.size());
 }
@@ -197,14 +197,14 @@ std::optional<uint32_t> ResidentSet::AcquireSlotLocked(SlotPriority priority, bo
   // neither count nor go for it: R2 bounds them, and a preload evicted to keep T1's bound would be read again on
   // demand (with dram_max_slots=1, every preload would be).
   while (for_resident && !speculative && RetainedLocked() >= options_.max_slots &&
-         EvictOneLocked(/*for_speculative=*/true)) {
+         EvictOneLocked(/*spare_preloads=*/true)) {
   }
   if (auto slot = pool_.Acquire(priority)) return slot;
   if (!EvictOneLocked(speculative)) return std::nullopt;
   return pool_.Acquire(priority);
 }
 
-bool ResidentSet::EvictOneLocked(bool for_speculative) {
+bool ResidentSet::EvictOneLocked(bool spare_preloads) {
   const int64_t now = NowNs();
   auto evictable = [this, now](bool preloads_too) {
     return [this, preloads_too, now](const ChunkKey& k) {
@@ -215,7 +215,7 @@ bool ResidentSet::EvictOneLocked(bool for_speculative) {
     };
   };
   std::optional<ChunkKey> victim = order_->Victim(evictable(false));
-  if (!victim && !for_speculative) victim = order_->Victim(evictable(true));
+  if (!victim && !spare_preloads) victim = order_->Victim(evictable(true));
   if (!victim) return false;
   auto r = resident_.find(*victim);
   if (r->second.speculative) stats_.preload_wasted.Add(1);

@@ -104,9 +104,9 @@ class ResidentSet {
   };
   static bool Readable(const Resident& r) { return r.state == State::kReady || r.state == State::kWriting; }
   std::optional<uint32_t> AcquireSlotLocked(SlotPriority priority, bool for_resident) REQUIRES(mu_);
-  // Evicts one unpinned ready entry in the policy's order; unused preloads go only for demand work and only after
-  // everything else (R2), never for T1's bound (for_speculative spares them). False when nothing can go.
-  bool EvictOneLocked(bool for_speculative) REQUIRES(mu_);
+  // Evicts one unpinned ready entry in the policy's order; unused preloads go last, and never with spare_preloads
+  // (a speculative acquisition, R2, or T1's bound, which does not count them). False when nothing can go.
+  bool EvictOneLocked(bool spare_preloads) REQUIRES(mu_);
   // What T1's bound counts: resident entries less the unused preloads.
   size_t RetainedLocked() const REQUIRES(mu_) { return resident_.size() - unused_preloads_; }
   // The first demand use of a preloaded entry (R3).
