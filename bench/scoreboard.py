@@ -84,7 +84,7 @@ def _box_034(folder, systems, tier, **fields):
 # The later lease on an H100 at d34fe41 (bench/results/h200/vllm-0.34-h100-2026-12-05-d34fe41/README.md): every system
 # of _box_034's setting on one lease, the same flags.
 _SYSTEM_034 = {
-    "kvtier-dram": {"tier": "DRAM tier + disk", "tier_gib": 32},
+    "kvtier-dram": {"tier": "DRAM tier + disk", "tier_gib": 32, "gate": "on (thresholds-qwen2.5-32b.json)"},
     "kvtier-tier": {"tier": "CPU tier + kvtier tier", "tier_gib": 32, "pool_gib": 8, "gate": "-", "preload": "-"},
     "native": {"tier": "CPU tier + fs tier", "tier_gib": 32, "gate": "-", "preload": "-"},
     "kvtier-disk": {"tier": "disk only", "pool_gib": 8, "pressure": True},
