@@ -6,6 +6,8 @@
                                 from that
   bench/scoreboard.py --check   writes nothing; exits 1, saying what differs, when either file is out of date
                                 (tests/python/test_scoreboard.py runs the same check)
+  bench/scoreboard.py --plot    also draws the vllm_ttft rows, TTFT per system per cell, into
+                                bench/results/vllm_ttft.png (matplotlib: python/requirements-dev.txt)
 
 Rows (docs/performance.md, "The scoreboard", says what each field means):
   engine_io      one per machine, device, copier path, chunk size, depth and direction, from `kvtier bench io --json`
@@ -589,9 +591,64 @@ def check(board_text, doc_text, sources=SOURCES, load=None):
     return problems
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# The plot of the vllm_ttft rows (docs/performance.md, "In a real vLLM on the GPU box")
+
+PLOT = REPO / "bench" / "results" / "vllm_ttft.png"
+
+
+def plot_cells(board):
+    """The current vllm_ttft rows as cells (GPU, vLLM, model, device of the disk systems, tokens), each a list of
+    bars: (label, mean ms of the rows' means, p50 ms, p95 ms, rows). A label is the system, with its pool where it
+    is smaller than one request; several runs of one label in a cell make one bar of their mean (p50 and p95 their
+    medians)."""
+    cells: dict = {}
+    for r in board["vllm_ttft"]:
+        if not r["current"] or r["mean_ms"] is None:
+            continue
+        key = f"{r['machine']}, vLLM {r['vllm']}\n{r['model']}, {r['tokens'] // 1024}k tokens"
+        variant = re.search(r"\((.*)\)", r["tier"])  # "disk only (batch_api copies)"
+        label = r["system"] + (f", pool {r['pool_gib']:g} GiB" if r["pressure"] else "") + \
+            (f", {variant.group(1)}" if variant else "")
+        cells.setdefault(key, {}).setdefault(label, []).append(r)
+    out = []
+    for key, bars in cells.items():
+        out.append((key, [(label, _r(statistics.mean(x["mean_ms"] for x in rows), 0),
+                           _r(statistics.median(x["p50_ms"] for x in rows), 0),
+                           _r(statistics.median(x["p95_ms"] for x in rows), 0), len(rows))
+                          for label, rows in bars.items()]))
+    return out
+
+
+def plot_vllm_ttft(board, png=PLOT):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    cells = plot_cells(board)
+    fig, axes = plt.subplots(1, len(cells), figsize=(6 * len(cells), 5.5), squeeze=False)
+    for ax, (title, bars) in zip(axes[0], cells):
+        bars = sorted(bars, key=lambda b: b[1])
+        xs = range(len(bars))
+        ax.bar(xs, [b[1] for b in bars], color=["#2b6cb0" if b[0].startswith("kvtier") else "#a0aec0" for b in bars])
+        ax.errorbar(xs, [b[2] for b in bars], yerr=[[0] * len(bars), [b[3] - b[2] for b in bars]], fmt="_",
+                    color="black", capsize=4, label="p50 to p95")
+        ax.set_xticks(list(xs), [f"{b[0]}\n{b[1]:.0f} ms" + (f" ({b[4]} runs)" if b[4] > 1 else "") for b in bars],
+                      rotation=35, ha="right", fontsize=8)
+        ax.set_yscale("log")
+        ax.set_ylabel("query TTFT, mean of the cell's requests (ms, log)")
+        ax.set_title(title, fontsize=9)
+        ax.legend(fontsize=7, loc="upper left")
+    fig.suptitle("vllm_ttft rows of bench/results/scoreboard.json (kvtier blue; recompute = the baseline's warm-up)",
+                 fontsize=9)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110, metadata={"Software": None})
+    plt.close(fig)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--check", action="store_true", help="write nothing; exit 1 when a file is out of date")
+    ap.add_argument("--plot", action="store_true", help=f"also draw the vllm_ttft rows into {PLOT.relative_to(REPO)}")
     args = ap.parse_args(argv)
     if args.check:
         problems = check(SCOREBOARD.read_text() if SCOREBOARD.exists() else "", DOC.read_text())
@@ -601,6 +658,9 @@ def main(argv=None):
     board = build()
     SCOREBOARD.write_text(dumps(board))
     DOC.write_text(render_doc(DOC.read_text(), board))
+    if args.plot:
+        plot_vllm_ttft(board)
+        print(f"wrote {PLOT.relative_to(REPO)}")
     print(f"wrote {SCOREBOARD.relative_to(REPO)} ({len(board['engine_io'])} engine_io, "
           f"{len(board['peers_storage'])} peers_storage, {len(board['vllm_ttft'])} vllm_ttft, "
           f"{len(board['engine_paths'])} engine_paths, {len(board['engine_builds'])} engine_builds rows) and "

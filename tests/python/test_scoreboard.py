@@ -178,3 +178,28 @@ def test_superseded_rows_stay_in_the_json_and_leave_the_tables():
                           "(`engine_io`, `\"current\": false`), each with what replaced it.")
     board["engine_io"] = rows[2:]
     assert "superseded" not in scoreboard.table_engine_io(board)
+
+
+def test_the_plot_groups_the_current_ttft_rows_by_cell_and_runs_of_one_system_into_one_bar(tmp_path):
+    row = {"machine": "h100", "vllm": "0.34.0", "model": "qwen2.5-32b", "tokens": 40960, "tier": "disk only",
+           "pressure": False, "pool_gib": 32, "current": True}
+    board = {"vllm_ttft": [
+        {**row, "system": "kvtier-disk", "mean_ms": 1000, "p50_ms": 900, "p95_ms": 2000},
+        {**row, "system": "kvtier-disk", "mean_ms": 2000, "p50_ms": 1100, "p95_ms": 3000},
+        {**row, "system": "kvtier-disk", "pressure": True, "pool_gib": 8, "mean_ms": 1500, "p50_ms": 1, "p95_ms": 2},
+        {**row, "system": "kvtier-disk", "tier": "disk only (batch_api copies)", "mean_ms": 7, "p50_ms": 7,
+         "p95_ms": 7},
+        {**row, "system": "native", "mean_ms": 3000, "p50_ms": 3000, "p95_ms": 3000, "current": False},
+        {**row, "system": "native", "vllm": "0.26.0", "mean_ms": 4000, "p50_ms": 4000, "p95_ms": 4000},
+        {**row, "system": "lmcache", "mean_ms": None, "p50_ms": None, "p95_ms": None},
+    ]}
+    cells = dict(scoreboard.plot_cells(board))
+    assert sorted(cells) == ["h100, vLLM 0.26.0\nqwen2.5-32b, 40k tokens", "h100, vLLM 0.34.0\nqwen2.5-32b, 40k tokens"]
+    assert cells["h100, vLLM 0.34.0\nqwen2.5-32b, 40k tokens"] == [
+        ("kvtier-disk", 1500, 1000, 2500, 2),  # two runs: the mean of their means, the medians of p50 and p95
+        ("kvtier-disk, pool 8 GiB", 1500, 1, 2, 1),  # smaller than one request
+        ("kvtier-disk, batch_api copies", 7, 7, 7, 1)], "superseded and unmeasured rows are left out"
+    pytest.importorskip("matplotlib", reason="the plot needs matplotlib (python/requirements-dev.txt)")
+    png = tmp_path / "ttft.png"
+    scoreboard.plot_vllm_ttft(board, png)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
