@@ -35,7 +35,9 @@ system's server only after the previous one stopped and its root was freed, so e
 `--workload queue` (issue 29's preload workload): per size, 32 documents (`--docs`), the even ones warmed up, then
 every query request at once, so that most wait for `--max-num-seqs`; the summary gives the cached and the uncached
 requests' TTFT apart (`bench_longdoc --warm-docs`), to see whether cached requests wait behind others' prefill and
-what preload changes (`kvtier-disk` against `kvtier-disk-nopreload`).
+what preload changes (`kvtier-disk` against `kvtier-disk-nopreload`). `--cached-first` adds vLLM's priority scheduling
+(`--scheduling-policy priority`, the cached requests sent with priority -1, as a router that knows what is cached
+would send them).
 
 Between warm-up and query the harness waits for stores to reach disk (a settle time from the bytes written at the
 box's ~1.5 GB/s) for the disk systems, resets vLLM's prefix cache (VLLM_SERVER_DEV_MODE) and drops the page cache
@@ -377,6 +379,8 @@ def run(a: argparse.Namespace) -> int:
         raise SystemExit(f"--query-rounds must be at least 1, not {a.query_rounds}")
     if a.workload == "queue" and a.query_rounds != 1:
         raise SystemExit("--workload queue takes one query round (a second would find the uncached documents cached)")
+    if a.cached_first and a.workload != "queue":
+        raise SystemExit("--cached-first needs --workload queue (the only workload with cached and uncached requests)")
     try:
         extra = json.loads(a.kvtier_extra) if a.kvtier_extra else {}
     except ValueError as e:
@@ -408,6 +412,8 @@ def run(a: argparse.Namespace) -> int:
               # an orderly stop (docs/operations.md, "Starting and stopping a server"): kvtier's shutdown runs and
               # writes its final stats file (free_root keeps it), instead of vLLM killing the EngineCore at once
               "--shutdown-timeout", str(SHUTDOWN_TIMEOUT_S)]
+    if a.cached_first:
+        common += ["--scheduling-policy", "priority"]
     if a.enforce_eager:
         common.append("--enforce-eager")
     if not a.no_gpu_flags:
@@ -535,6 +541,8 @@ def bench(s: Server, size: int, docs: int, settle: float, kn: dict, a: argparse.
             str(MODEL["config"]["vocab_size"]), "--seed", str(size), "--quiet", "--label", s.name, "--metrics-flush-s", "1.2"]
     if queue:
         base += ["--warm-docs", ",".join(str(d) for d in range(0, docs, 2))]
+        if a.cached_first:  # the servers run --scheduling-policy priority
+            base += ["--cached-priority", "-1"]
     env = {**os.environ, "PYTHONPATH": str(REPO / "python") + os.pathsep + os.environ.get("PYTHONPATH", "")}
     rounds: list[dict] = []
     for phase in ["warmup"] + ["query"] * a.query_rounds:
@@ -771,6 +779,10 @@ def main(argv: list[str] | None = None) -> int:
                         "queue: --docs documents (default 32) per size, the even ones warmed up, then every query "
                         "request at once, so that most wait for --max-num-seqs (issue 29's preload workload): TTFT "
                         "of the cached and the uncached requests apart")
+    r.add_argument("--cached-first", action="store_true",
+                   help="queue: every server runs --scheduling-policy priority and the cached documents' requests "
+                        "carry priority -1, as a router that knows what is cached would send them: do cached "
+                        "requests then stop waiting behind others' prefill?")
     r.add_argument("--mt-convs", type=int, default=8, help="multiturn: conversations")
     r.add_argument("--mt-turns", type=int, default=4, help="multiturn: turns per conversation")
     r.add_argument("--mt-context", type=int, default=8192, help="multiturn: tokens of each conversation's first turn")

@@ -212,16 +212,18 @@ def test_warm_docs_leave_documents_out_of_the_warmup_and_the_query_reports_ttft_
     from kvtier.tools.longdoc import run as ld_run
     seen: set[tuple[int, ...]] = set()
     sent = []
+    priorities = []
 
     class FakeServer:
         def __init__(self, url, model):
             pass
 
-        def completion(self, prompt, max_tokens):
+        def completion(self, prompt, max_tokens, priority=None):
             head = tuple(prompt[:64])
             cached = head in seen
             seen.add(head)
             sent.append(head)
+            priorities.append((cached, priority))
             return {"ttft_s": 0.1 if cached else 1.0, "prompt_tokens": len(prompt)}
 
         def metrics(self, url=None):
@@ -241,8 +243,24 @@ def test_warm_docs_leave_documents_out_of_the_warmup_and_the_query_reports_ttft_
     assert (by["cached"]["n"], by["uncached"]["n"]) == (2, 2)
     assert by["cached"]["mean"] == pytest.approx(0.1) and by["uncached"]["mean"] == pytest.approx(1.0)
     assert query["ttft"]["n"] == 4
+    assert {p for _, p in priorities} == {None}, "no --cached-priority: no request carries a priority"
+    # --cached-priority: the cached documents' query requests carry it, nothing else does.
+    seen.clear()
+    priorities.clear()
+    a = ld_cli.parser().parse_args(["--doc-tokens", "256", "--num-docs", "4", "--warm-docs", "0,2", "--quiet",
+                                    "--cached-priority", "-1"])
+    result = ld_run.run(a, log=lambda msg: None)
+    assert sorted(priorities, key=str) == sorted([(False, None)] * 2 + [(True, -1)] * 2 + [(False, None)] * 2,
+                                                 key=str), "warm-up: none; query: the two cached ones"
+    assert result["cached_priority"] == -1
 
 
 def test_warm_docs_out_of_range_are_refused():
     with pytest.raises(SystemExit):
         ld_cli.main(["--num-docs", "2", "--warm-docs", "0,5"])
+
+
+def test_a_cached_priority_without_warm_docs_is_refused(capsys):
+    with pytest.raises(SystemExit):
+        ld_cli.main(["--num-docs", "2", "--cached-priority", "-1"])
+    assert "--cached-priority needs --warm-docs" in capsys.readouterr().err

@@ -209,6 +209,13 @@ def test_queue_workload_takes_one_round_and_its_summary_shows_cached_and_uncache
                  "--workload", "queue", "--query-rounds", "2", "--out", str(tmp_path / "out"),
                  "--work", str(tmp_path / "work"))
     assert r.returncode != 0 and "--workload queue takes one query round" in r.stderr, r.stderr
+    r = headline("run", "--dry-run", "--shape", "tiny", "--no-gpu-flags", "--systems", "kvtier-disk",
+                 "--cached-first", "--out", str(tmp_path / "out"), "--work", str(tmp_path / "work"))
+    assert r.returncode != 0 and "--cached-first needs --workload queue" in r.stderr, r.stderr
+    r = headline("run", "--dry-run", "--shape", "tiny", "--no-gpu-flags", "--systems", "kvtier-disk",
+                 "--workload", "queue", "--cached-first", "--out", str(tmp_path / "out"),
+                 "--work", str(tmp_path / "work"))
+    assert r.returncode == 0 and "--scheduling-policy priority" in r.stdout, r.stdout + r.stderr
     sys.path.insert(0, str(REPO / "python"))
     import headline as hl
     by = {"cached": {"n": 16, "mean": 0.25, "p50": 0.2, "p95": 0.5},

@@ -102,13 +102,17 @@ class ApiClient:
         finally:
             conn.close()
 
-    def completion(self, prompt: list[int] | str, max_tokens: int, logprobs: bool = False) -> dict:
+    def completion(self, prompt: list[int] | str, max_tokens: int, logprobs: bool = False,
+                   priority: int | None = None) -> dict:
         """One streamed greedy completion; returns ttft_s (to the first streamed choice), total_s, text,
-        prompt_tokens (from usage) and, with `logprobs`, the logprob of every generated token."""
+        prompt_tokens (from usage) and, with `logprobs`, the logprob of every generated token. `priority`: vLLM's
+        request priority (lower goes first; a server started with --scheduling-policy priority honours it)."""
         body = {"model": self.model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
                 "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
         if logprobs:
             body["logprobs"] = 1
+        if priority is not None:
+            body["priority"] = priority
         token_logprobs: list[float] = []
         conn = self._conn()
         t0 = time.perf_counter()

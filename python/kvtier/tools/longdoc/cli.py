@@ -51,6 +51,10 @@ def parser() -> argparse.ArgumentParser:
                         "the query then mixes cached and uncached documents, and each phase reports TTFT per class "
                         "(ttft_by_class) beside the whole (a queue in which cached requests may wait behind others' "
                         "prefill)")
+    p.add_argument("--cached-priority", type=int, default=None,
+                   help="with --warm-docs: the query requests of the warmed (cached) documents carry vLLM's request "
+                        "priority N (lower goes first on a server started with --scheduling-policy priority), as a "
+                        "router that knows what is cached would send them")
     p.add_argument("--query-tokens", type=int, default=16, help="length of the question after the document")
     p.add_argument("--reuse-fraction", type=float, default=1.0,
                    help="fraction of the document reused by the query phase (1.0 = whole document)")
@@ -84,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     a = parser().parse_args(argv)
     if a.concurrency < 1:
         parser().error("--concurrency must be >= 1")
+    if a.cached_priority is not None and a.warm_docs is None:
+        parser().error("--cached-priority needs --warm-docs (which documents are cached)")
     for name, docs in (("--docs", a.docs), ("--warm-docs", a.warm_docs)):
         if docs is not None and any(not 0 <= d < a.num_docs for d in docs):
             parser().error(f"{name}: indices must be in [0, {a.num_docs})")

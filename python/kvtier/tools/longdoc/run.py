@@ -28,19 +28,21 @@ class PhaseResult:
 
 def run_phase(server: ApiClient, name: str, prompts: list[tuple[int, int, list[int]]], concurrency: int,
               max_tokens: int, metrics_url: str | None, log=print, metrics_flush_s: float = 0.0,
-              warm: set[int] | None = None) -> PhaseResult:
+              warm: set[int] | None = None, cached_priority: int | None = None) -> PhaseResult:
     """Sends the prompts, `concurrency` in flight; warm: the documents the warm-up sent, where it left some out (each
-    request is marked cached or not, and TTFT is summarized per class too)."""
+    request is marked cached or not, and TTFT is summarized per class too); cached_priority: vLLM's request priority
+    of the cached ones (the others keep the default 0)."""
     before = server.metrics(metrics_url)
     res = PhaseResult(name)
     lock = threading.Lock()
 
     def one(item):
         doc, rep, prompt = item
-        r = server.completion(prompt, max_tokens)
+        cached = warm is not None and doc in warm
+        r = server.completion(prompt, max_tokens, priority=cached_priority if cached else None)
         r.update(doc=doc, rep=rep, prompt_len=len(prompt))
         if warm is not None:
-            r["cached"] = doc in warm
+            r["cached"] = cached
         if r["prompt_tokens"] is not None and r["prompt_tokens"] != len(prompt):
             raise RuntimeError(f"server counted {r['prompt_tokens']} prompt tokens, sent {len(prompt)}")
         with lock:
@@ -95,9 +97,10 @@ def run(a: argparse.Namespace, log=print) -> dict:
     if a.phase in ("both", "query"):
         prompts = [(d, k, query_prompt(spec, d, k)) for d, k in query_order(spec) if d in docs]
         phases.append(run_phase(server, "query", prompts, a.concurrency, a.max_tokens, metrics_url, log,
-                                a.metrics_flush_s, by_class))
+                                a.metrics_flush_s, by_class, getattr(a, "cached_priority", None)))
     result = {"label": a.label, "url": a.url, "model": a.model, "spec": asdict(spec),
               "reuse_tokens": spec.reuse_tokens, "concurrency": a.concurrency, "max_tokens": a.max_tokens,
+              "cached_priority": getattr(a, "cached_priority", None),
               "phases": {p.name: asdict(p) for p in phases}}
     log(phase_table(phases))
     for p in phases:
