@@ -71,20 +71,19 @@ def _lease_1204(folder, system_args, tier, zram=True, **fields):
             "file": f"bench/results/h200/streamed-2026-12-04/{folder}/headline.json"}
 
 
-LEASE_D34FE41 = "every system of the cell on one later lease (vllm-0.34-h100-2026-12-05-d34fe41)"
-
-
-def _box_034(folder, systems, tier, **fields):
-    return {"machine": "h100", "vllm": "0.34.0", "date": "2026-12-05", "device": "zram", "tier": tier, "gate": "off",
-            "preload": "on", "superseded": LEASE_D34FE41, **fields,
+def _box_034(folder, systems, commit, dated_folder, **fields):
+    """A cell of the vLLM 0.34.0 runs on an H100 80GB (11 GiB of GPU KV, --max-num-seqs 1, 2 query rounds)."""
+    return {"machine": "h100", "vllm": "0.34.0", "date": "2026-12-05", "device": "zram", "gate": "off",
+            "preload": "on", **fields,
             "command": "ZRAM=56G H200_SET=0.34 HEADLINE_ARGS='--shape qwen2.5-32b --sizes 40k --docs 4 --concurrency 4 "
                        "--max-num-seqs 1 --gpu-kv-gib 11 --query-rounds 2 --tiered-gib 32 --disk-pool-gib 8 "
-                       f"--systems {systems}' scripts/h200/headline.sh at 1718002",
-            "file": f"bench/results/h200/vllm-0.34-h100-2026-12-05/{folder}/headline.json"}
+                       f"--systems {systems}' scripts/h200/headline.sh at {commit}",
+            "file": f"bench/results/h200/{dated_folder}/{folder}/headline.json"}
 
 
-# The later lease on an H100 at d34fe41 (bench/results/h200/vllm-0.34-h100-2026-12-05-d34fe41/README.md): every system
-# of _box_034's setting on one lease, the same flags.
+# The later lease at d34fe41 (bench/results/h200/vllm-0.34-h100-2026-12-05-d34fe41/README.md): every system of the
+# setting on one lease, the same flags; one headline.json holds several systems, each with its own settings.
+LEASE_D34FE41 = "every system of the cell on one later lease (vllm-0.34-h100-2026-12-05-d34fe41)"
 _SYSTEM_034 = {
     "kvtier-dram": {"tier": "DRAM tier + disk", "tier_gib": 32, "gate": "on (thresholds-qwen2.5-32b.json)"},
     "kvtier-tier": {"tier": "CPU tier + kvtier tier", "tier_gib": 32, "pool_gib": 8, "gate": "-", "preload": "-"},
@@ -97,12 +96,13 @@ _SYSTEM_034 = {
 
 
 def _box_034_d34(folder, systems):
-    return {"machine": "h100", "vllm": "0.34.0", "date": "2026-12-05", "device": "zram", "tier": "-", "gate": "off",
-            "preload": "on", "per_system": _SYSTEM_034,
-            "command": "ZRAM=56G H200_SET=0.34 HEADLINE_ARGS='--shape qwen2.5-32b --sizes 40k --docs 4 --concurrency 4 "
-                       "--max-num-seqs 1 --gpu-kv-gib 11 --query-rounds 2 --tiered-gib 32 --disk-pool-gib 8 "
-                       f"--systems {systems}' scripts/h200/headline.sh at d34fe41",
-            "file": f"bench/results/h200/vllm-0.34-h100-2026-12-05-d34fe41/{folder}/headline.json"}
+    return _box_034(folder, systems, "d34fe41", "vllm-0.34-h100-2026-12-05-d34fe41", tier="-",
+                    per_system=_SYSTEM_034)
+
+
+def _box_034_1718002(folder, systems, tier, **fields):
+    return _box_034(folder, systems, "1718002", "vllm-0.34-h100-2026-12-05", tier=tier, superseded=LEASE_D34FE41,
+                    **fields)
 
 
 SOURCES = {
@@ -184,8 +184,8 @@ SOURCES = {
         _lease_1204("native-tier32-ec332f3", "--systems native --tiered-gib 32", "CPU tier + fs tier", tier_gib=32,
                     gate="-", preload="-"),
         # vLLM 0.34.0 on an H100 80GB: 11 GiB of GPU KV and --max-num-seqs 1 (the README says why); 2 query rounds.
-        _box_034("kvtier-disk-pool8-1718002", "kvtier-disk,native", "disk only", pool_gib=8, pressure=True),
-        _box_034("native-tier32-1718002", "native", "CPU tier + fs tier", tier_gib=32, gate="-", preload="-"),
+        _box_034_1718002("kvtier-disk-pool8-1718002", "kvtier-disk,native", "disk only", pool_gib=8, pressure=True),
+        _box_034_1718002("native-tier32-1718002", "native", "CPU tier + fs tier", tier_gib=32, gate="-", preload="-"),
         _box_034_d34("kvtier-dram-tier-native-d34fe41", "kvtier-dram,kvtier-tier,native"),
         _box_034_d34("kvtier-disk-nopreload-baseline-d34fe41", "kvtier-disk,kvtier-disk-nopreload,baseline"),
         _box_034_d34("native-kvtier-tier-d34fe41-run2", "native,kvtier-tier"),
