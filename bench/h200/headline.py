@@ -372,6 +372,32 @@ def wait_ready(target: Server, servers: list[Server], timeout_s: float) -> None:
         target.error = f"not ready after {timeout_s} s: " + tail(target.log_path, 6)
 
 
+SPACE_USABLE = 0.9  # of the free space under --work a run may plan to fill (file system overhead, logs)
+
+
+def docs_for(a: argparse.Namespace, size: int) -> int:
+    return a.docs if a.docs > 0 else QUEUE_DOCS if a.workload == "queue" else DOCS_PER_SIZE.get(size, 2)
+
+
+def storage_need(a: argparse.Namespace, systems: list[str], sizes: list[int], sequential: bool) -> int:
+    """Bytes of KV the run writes under --work at most: every document of every size per system that stores (the
+    queue workload's uncached documents too: the query phase stores them), for the largest system when each root is
+    removed before the next system starts, for all of them when they run at once. Multiturn: 0 (not modelled)."""
+    if a.workload == "multiturn":
+        return 0
+    per = sum(docs_for(a, size) * size for size in sizes) * MODEL["kv_bytes_per_token"]
+    storing = [s for s in systems if s != "baseline"]
+    return per * (min(1, len(storing)) if sequential else len(storing))
+
+
+def free_bytes(path: Path) -> int:
+    """Free bytes of the file system that holds `path` (its nearest existing parent)."""
+    p = path.resolve()
+    while not p.exists():
+        p = p.parent
+    return shutil.disk_usage(p).free
+
+
 def run(a: argparse.Namespace) -> int:
     global MODEL
     MODEL = SHAPES[a.shape]
@@ -425,10 +451,12 @@ def run(a: argparse.Namespace) -> int:
         knobs[name] = kn
         servers[name] = Server(name, py, model_dir, a.port + i, common + extra, env, logs / f"server-{name}.log")
     steps = plan(systems, sequential)
+    need, free = storage_need(a, systems, sizes, sequential), free_bytes(work)
+    space = f"the run stores up to {need / 1e9:.1f} GB under {work}, which has {free / 1e9:.1f} GB free"
     if a.dry_run:
         print(f"# model {MODEL['name']}: {MODEL['kv_bytes_per_token']} bytes of KV per token; "
               f"{'sequential' if sequential else 'concurrent'}; GPU KV cache {gpu_kv_gib:g} GiB per server; "
-              f"thresholds {a.thresholds or 'off'}")
+              f"thresholds {a.thresholds or 'off'}; {space}")
         for step, name in steps:
             s = servers[name]
             if step == "start":
@@ -440,6 +468,9 @@ def run(a: argparse.Namespace) -> int:
             else:
                 print(step, name)
         return 0
+    if need > SPACE_USABLE * free:  # a full disk evicts the warmed documents mid-run and measures nothing
+        raise SystemExit(f"not enough space: {space} (more than {SPACE_USABLE:.0%} of it); use fewer --docs or "
+                         f"smaller --sizes, or a larger ZRAM")
     build_model_dir(model_dir, max_len)
 
     result = {"what": "headline: long-document TTFT in vLLM on one GPU (issue 8)", "model": MODEL["name"],
@@ -511,7 +542,7 @@ def bench_system(s: Server, kn: dict, sizes: list[int], deadline: float, a: argp
             log(f"deadline reached: skipping {s.name} {size}")
             result["runs"].append({"system": s.name, "doc_tokens": size, "skipped": "deadline"})
             continue
-        docs = a.docs if a.docs > 0 else QUEUE_DOCS if a.workload == "queue" else DOCS_PER_SIZE.get(size, 2)
+        docs = docs_for(a, size)
         result["docs_per_size"][str(size)] = docs
         settle = kn["settle_s"]
         if s.name != "baseline":  # every tier writes the warm-up back to disk: let it finish first

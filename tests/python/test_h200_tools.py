@@ -285,6 +285,30 @@ def test_sequential_run_whose_servers_die_at_start_records_them_and_frees_each_r
     assert r.stdout.index("started baseline") < r.stdout.index("started kvtier-disk")
 
 
+def test_a_run_that_would_fill_its_disk_is_refused_before_any_server_starts(tmp_path):
+    """A full disk makes kvtier evict the warmed documents mid-run (C2) and the cell measures nothing: the harness
+    adds up what the run stores (the queue workload's uncached documents too, the largest system when sequential,
+    all of them when concurrent) and refuses more than 90% of the free space under --work."""
+    sys.path.insert(0, str(REPO / "python"))
+    import argparse
+
+    import headline as hl
+    hl.MODEL = hl.SHAPES["qwen2.5-32b"]
+    q = argparse.Namespace(workload="queue", docs=32)
+    assert hl.storage_need(q, ["kvtier-disk", "kvtier-disk-nopreload"], [5120], True) == 32 * 5120 * 262144
+    assert hl.storage_need(q, ["baseline", "kvtier-disk", "native"], [5120], False) == 2 * 32 * 5120 * 262144
+    assert hl.storage_need(q, ["baseline"], [5120], True) == 0
+    longdoc = argparse.Namespace(workload="longdoc", docs=0)
+    assert hl.storage_need(longdoc, ["kvtier-disk"], [1024, 40960], True) == (8 * 1024 + 2 * 40960) * 262144
+    common = ["run", "--shape", "qwen2.5-32b", "--python", "/bin/false", "--systems", "kvtier-disk",
+              "--sizes", "80k", "--docs", "1000000", "--out", str(tmp_path / "out"), "--work", str(tmp_path / "w")]
+    r = headline(*common, "--dry-run")
+    assert r.returncode == 0 and "the run stores up to 21474836.5 GB under" in r.stdout, r.stdout + r.stderr
+    r = headline(*common)
+    assert r.returncode != 0 and "not enough space: the run stores up to 21474836.5 GB" in r.stderr, r.stderr
+    assert not (tmp_path / "out" / "headline.json").exists()
+
+
 def test_each_wheel_lock_carries_what_its_set_needs_and_leaves_out_the_rest():
     """scripts/h200/resolve.py's sets against the committed locks: the 0.34 set carries the CuTe DSL, quack and
     torch-c-dlpack-ext (vLLM 0.34.0's MSA warm-up imports them at every CUDA start; without them every server died at

@@ -116,6 +116,9 @@ def test_identical_outputs_reload_and_restart_from_disk(model_dir, baseline, tmp
               f"kvtier_bytes_read={m.get('vllm:kvtier_bytes_read_total')}")
     stats = list((root / ".kvtier-stats").glob("*.json"))
     assert stats, "no stats file"
+    # Preload is on by default (KVTierConnector): the file says why preloads did or did not start.
+    planner = json.loads(stats[0].read_text())["preload_planner"]
+    assert planner["enqueued"] >= planner["started"] >= 0 and "refused_no_room" in planner, planner
 
 
 def test_gate_estimate_reaches_the_openai_response(model_dir, tmp_path):

@@ -5,6 +5,7 @@ restart test runs against the real kvtier._kvtier and is skipped when it is not 
 
 import hashlib
 import json
+import logging
 import os
 import time
 from types import SimpleNamespace
@@ -631,6 +632,37 @@ def test_reset_cache_releases_in_flight_slots_only_after_the_workers_flush(fake,
     assert all(res[k][2] == 0 for k in loaded)
     assert bytes(stored[0]) not in res and bytes(stored[0]) not in manager.engine.disk  # dropped, not published
     assert not manager.has_pending_work()
+
+
+def test_timeline_on_a_full_device_stops_and_serving_goes_on(fake, tmp_path, monkeypatch, caplog):
+    """The timeline is diagnostics: its file on a full file system (here /dev/full, ENOSPC from the kernel) ends it
+    with one warning, and the store, the lookup and the load that wrote to it all succeed (a write error here once
+    killed vLLM's EngineCore from on_schedule_end)."""
+    if not os.path.exists("/dev/full"):
+        pytest.skip("needs /dev/full (a device whose writes fail with ENOSPC)")
+    tl = tmp_path / "timeline"
+    tl.mkdir()
+    (tl / f"timeline-{os.getpid()}.jsonl").symlink_to("/dev/full")
+    monkeypatch.setenv("KVTIER_TIMELINE_DIR", str(tl))
+    spec = kv.KVTierSpec(make_config(tmp_path, bpc=2))
+    manager = spec.get_manager()
+    _, src_kv = make_kv(1)
+    worker = spec.get_worker(src_kv)
+    keys = keys_for(2)
+    with caplog.at_level(logging.WARNING, logger="vllm.kvtier"):
+        _store(manager, worker, keys, [1, 2, 3, 4])
+        manager.engine.drop_dram()
+        ctx = ReqContext(req_id="full-req")
+        _lookup_all(manager, keys, ctx)
+        load_spec = manager.prepare_load(keys, ctx)
+        assert worker.submit_load(9, load_spec, GPULoadStoreSpec([5, 6, 7, 8], group_sizes=[4], block_indices=[0]))
+        (res,) = worker.get_finished()
+        assert res.success
+        manager.complete_load(keys, ctx)
+        manager.on_schedule_end(ScheduleEndContext((), ()))
+    stopped = [r for r in caplog.records if "timeline" in r.getMessage() and "stopped" in r.getMessage()]
+    assert stopped and all("No space left" in r.getMessage() for r in stopped)  # one per timeline (manager, worker)
+    assert len(stopped) <= 2
 
 
 def test_timeline_records_each_request_phase(fake, tmp_path, monkeypatch):

@@ -526,6 +526,8 @@ class KVTierManager(OffloadingManager):
         try:
             data = {k: v for k, v in snap.items() if isinstance(v, (int, float, str))}
             data["manager"] = dict(self._mgr)
+            if self._preload:  # why preloads did or did not start (src/policy/preload_planner.h, PlannerStats)
+                data["preload_planner"] = dict(self.engine.preload_stats())
             data["pool_name"] = self.pool_name
             data["pid"] = os.getpid()
             data["time"] = time.time()

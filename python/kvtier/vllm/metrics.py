@@ -9,7 +9,8 @@ import threading
 import time
 from typing import Any
 
-from .compat import OffloadingCounterMetadata, OffloadingGaugeMetadata, OffloadingMetricMetadata, connector_stats
+from .compat import (OffloadingCounterMetadata, OffloadingGaugeMetadata, OffloadingMetricMetadata, connector_stats,
+                     logger)
 
 COUNTERS = {
     "lookups": "kvtier engine lookups",
@@ -90,15 +91,29 @@ class StatsDeltas:
 # ---------------------------------------------------------------------------------------------------------------
 
 class Timeline:
+    """Diagnostics only: a write that fails (a full or read-only file system) ends the timeline with one warning and
+    never reaches the caller, which is vLLM's scheduler or a worker's copy loop."""
+
     def __init__(self, directory: str):
         os.makedirs(directory, exist_ok=True)
-        self._f = open(os.path.join(directory, f"timeline-{os.getpid()}.jsonl"), "a", buffering=1)
+        self.path = os.path.join(directory, f"timeline-{os.getpid()}.jsonl")
+        self._f = open(self.path, "a", buffering=1)
         self._lock = threading.Lock()
 
     def __call__(self, ev: str, **fields: Any) -> None:
         line = json.dumps({"t": time.time(), "ev": ev, "pid": os.getpid(), **fields})
         with self._lock:
-            self._f.write(line + "\n")
+            if self._f is None:
+                return
+            try:
+                self._f.write(line + "\n")
+            except OSError as e:
+                logger.warning("kvtier: timeline %s stopped: %s (serving continues)", self.path, e)
+                try:
+                    self._f.close()
+                except OSError:
+                    pass
+                self._f = None
 
 
 def timeline() -> Timeline | None:
