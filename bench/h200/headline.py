@@ -372,6 +372,58 @@ def wait_ready(target: Server, servers: list[Server], timeout_s: float) -> None:
         target.error = f"not ready after {timeout_s} s: " + tail(target.log_path, 6)
 
 
+def server_flags(a: argparse.Namespace, gpu_kv_gib: float) -> list[str]:
+    """Every server's vLLM flags but its name and --max-model-len: the same for each system, and for calibrate's."""
+    flags = ["--load-format", "dummy", "--dtype", "bfloat16", "--block-size", str(a.block_size),
+             "--max-num-seqs", str(a.max_num_seqs), "--kv-cache-memory-bytes", str(int(gpu_kv_gib * GIB)),
+             "--enable-prefix-caching", "--seed", "0",
+             # an orderly stop (docs/operations.md, "Starting and stopping a server"): kvtier's shutdown runs and
+             # writes its final stats file (free_root keeps it), instead of vLLM killing the EngineCore at once
+             "--shutdown-timeout", str(SHUTDOWN_TIMEOUT_S)]
+    if getattr(a, "cached_first", False):
+        flags += ["--scheduling-policy", "priority"]
+    if a.enforce_eager:
+        flags.append("--enforce-eager")
+    if not a.no_gpu_flags:
+        flags += ["--gpu-memory-utilization", str(a.gpu_util)]
+    return flags
+
+
+def calibrate(a: argparse.Namespace) -> int:
+    """`kvtier calibrate --serve` against this harness's model and server flags (issue 29: the gate calibrated on the
+    box): one repetition of every size, fully cached prompts only (fraction 1: the gate's thresholds need g(P) and
+    f(P) alone), the root under --work, removed afterwards. thresholds.json and measurements.json go to --out."""
+    global MODEL
+    MODEL = SHAPES[a.shape]
+    sizes = [parse_size(s) for s in a.sizes.split(",")]
+    gpu_kv_gib = MODEL.get("gpu_kv_gib", 10.0) if a.gpu_kv_gib is None else a.gpu_kv_gib
+    kvb = MODEL["kv_bytes_per_token"]
+    pool = max(int(a.pool_gib * GIB), max(sizes) * kvb + (1 << 30))  # one document of the largest size, and some
+    root = Path(a.work) / "calibrate"
+    # Server A stores its warm-up documents, the cold ones and the disk ones; server B's warm-up loads A's.
+    need, free = (1 + 2 * a.reps) * sum(sizes) * kvb, free_bytes(root)
+    space = f"calibrate stores up to {need / 1e9:.1f} GB under {a.work}, which has {free / 1e9:.1f} GB free"
+    argv = [a.python, "-m", "kvtier.calibrate", "--serve", str(Path(a.model_dir).resolve()), "--vllm-python", a.python,
+            "--model", MODEL["name"], "--out", str(Path(a.out).resolve()), "--root", str(root.resolve()),
+            "--sizes", ",".join(str(s) for s in sizes), "--fractions", "1", "--reps", str(a.reps),
+            "--kv-bytes-per-token", str(kvb), "--vocab-size", str(MODEL["config"]["vocab_size"]),
+            "--pool-bytes", str(pool), "--start-timeout-s", str(a.start_timeout_s), "--no-progress", "--no-plots",
+            "--serve-args", shlex.join(server_flags(a, gpu_kv_gib))]
+    if a.dry_run:
+        print(f"# {space}")
+        print(shlex.join(argv))
+        return 0
+    if need > SPACE_USABLE * free:
+        raise SystemExit(f"not enough space: {space} (more than {SPACE_USABLE:.0%} of it); use fewer --sizes")
+    build_model_dir(Path(a.model_dir), max(sizes) + 1024)
+    log(space)
+    env = {**os.environ, "PYTHONPATH": str(REPO / "python") + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    try:
+        return subprocess.run(argv, env=env).returncode
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 SPACE_USABLE = 0.9  # of the free space under --work a run may plan to fill (file system overhead, logs)
 
 
@@ -431,19 +483,7 @@ def run(a: argparse.Namespace) -> int:
     deadline = t0 + a.deadline_s
     model_dir = Path(a.model_dir)
     py = a.python
-    common = ["--served-model-name", "m", "--load-format", "dummy", "--dtype", "bfloat16",
-              "--block-size", str(a.block_size),
-              "--max-model-len", str(max_len), "--max-num-seqs", str(a.max_num_seqs),
-              "--kv-cache-memory-bytes", str(int(gpu_kv_gib * GIB)), "--enable-prefix-caching", "--seed", "0",
-              # an orderly stop (docs/operations.md, "Starting and stopping a server"): kvtier's shutdown runs and
-              # writes its final stats file (free_root keeps it), instead of vLLM killing the EngineCore at once
-              "--shutdown-timeout", str(SHUTDOWN_TIMEOUT_S)]
-    if a.cached_first:
-        common += ["--scheduling-policy", "priority"]
-    if a.enforce_eager:
-        common.append("--enforce-eager")
-    if not a.no_gpu_flags:
-        common += ["--gpu-memory-utilization", str(a.gpu_util)]
+    common = ["--served-model-name", "m", "--max-model-len", str(max_len), *server_flags(a, gpu_kv_gib)]
     servers: dict[str, Server] = {}
     knobs: dict[str, dict] = {}
     for i, name in enumerate(systems):
@@ -819,6 +859,23 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--mt-turns", type=int, default=4, help="multiturn: turns per conversation")
     r.add_argument("--mt-context", type=int, default=8192, help="multiturn: tokens of each conversation's first turn")
     r.add_argument("--mt-turn-tokens", type=int, default=2048, help="multiturn: tokens each later turn appends")
+    c = sub.add_parser("calibrate", help="kvtier calibrate against this harness's model and server flags")
+    c.add_argument("--out", required=True, help="thresholds.json, measurements.json and the servers' logs go here")
+    c.add_argument("--work", default="/var/tmp/kvtier-headline", help="the storage root goes under it (removed after)")
+    c.add_argument("--model-dir", default="/tmp/kvtier-headline-model")
+    c.add_argument("--python", default=sys.executable, help="the Python that has vLLM")
+    c.add_argument("--shape", default="qwen2.5-32b", choices=sorted(SHAPES))
+    c.add_argument("--sizes", default="8k,16k,32k", help="document sizes (the gate's threshold lies between two)")
+    c.add_argument("--reps", type=int, default=1, help="repetitions per size (each stores the sizes twice more)")
+    c.add_argument("--pool-gib", type=float, default=0, help="kvtier's pool (at least one largest document + 1 GiB)")
+    c.add_argument("--no-gpu-flags", action="store_true", help="omit --gpu-memory-utilization (vLLM's CPU build)")
+    c.add_argument("--block-size", type=int, default=16)
+    c.add_argument("--max-num-seqs", type=int, default=1)
+    c.add_argument("--gpu-kv-gib", type=float, default=None)
+    c.add_argument("--gpu-util", type=float, default=0.14)
+    c.add_argument("--enforce-eager", action=argparse.BooleanOptionalAction, default=True)
+    c.add_argument("--start-timeout-s", type=float, default=240.0)
+    c.add_argument("--dry-run", action="store_true", help="print the space it needs and the command, and exit")
     s = sub.add_parser("summarize")
     s.add_argument("json")
     g = sub.add_parser("plot")
@@ -827,6 +884,8 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if a.cmd == "run":
         return run(a)
+    if a.cmd == "calibrate":
+        return calibrate(a)
     result = json.loads(Path(a.json).read_text())
     if a.cmd == "summarize":
         print(summarize(result))

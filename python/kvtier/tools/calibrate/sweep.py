@@ -135,10 +135,12 @@ class Sweep:
         self.samples.append(s)
 
     def prewarm(self, server: ApiClient, name: str) -> None:
-        """Throw-away requests (first requests after startup are slow), then the overhead t0 samples."""
+        """Throw-away requests (first requests after startup are slow), then the overhead t0 samples. The throw-away
+        documents are the same on every server: server B, on server A's root, loads them from disk, which warms
+        its load path and stores nothing more."""
         a = self.a
         for i, d in enumerate(a.sizes):
-            self._send(server, doc_prompt(a.seed + 7919 * (1 + a.salt), "warm", d, i, _name_code(name), a.vocab_size))
+            self._send(server, doc_prompt(a.seed + 7919 * (1 + a.salt), "warm", d, i, 0, a.vocab_size))
         for i in range(max(3, a.reps)):
             p = doc_prompt(a.seed + 7919 * (1 + a.salt), "overhead", 16, i, _name_code(name), a.vocab_size)
             self.record("overhead", None, 16, None, None, self._send(server, p), i, name)
