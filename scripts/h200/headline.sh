@@ -9,7 +9,8 @@
 # $OUT gets log.txt, headline.json and logs.tar.gz (server logs, build logs). Environment: OUT, HEADLINE_ARGS (extra
 # arguments for headline.py run, e.g. "--systems baseline,kvtier-dram --sizes 1k,10k" or "--shape qwen2.5-32b
 # --sizes 40k"; kvtier-dram's gate uses the shape's thresholds file of bench/results/h200/), HEADLINE_STEPS
-# (default "install,build,check,run"; "install,build,check" prepares the box in an earlier call), HEADLINE_RAMDISK_GIB
+# (default "install,build,check,run"; "install,build,check" prepares the box in an earlier call; "calibrate" runs
+# headline.py calibrate before the run, with CALIBRATE_ARGS), HEADLINE_RAMDISK_GIB
 # (N > 0: an ext4 file system on a loop device backed by /dev/shm, N GiB, mounted at /mnt/kvtier-ram, a fast-NVMe
 # stand-in; the run's --work goes there), ZRAM (SIZE like 48G: instead, an ext4 on /dev/zram0 of that size at
 # /mnt/kvtier-zram, the fast-NVMe stand-in of docs/h200-vllm.md, reset when the script ends, on failure too;
@@ -120,6 +121,17 @@ if [ "${HEADLINE_RAMDISK_GIB:-0}" != 0 ]; then
 fi
 timeline_args=()
 [ "${HEADLINE_TIMELINE:-0}" = 1 ] && timeline_args=(--timeline)
+
+if want calibrate; then
+  # kvtier calibrate against this harness's model and server flags (headline.py calibrate; CALIBRATE_ARGS, e.g.
+  # "--gpu-kv-gib 11 --sizes 8k,16k,32k"), on the run's storage: thresholds.json into $OUT/calibrate
+  step "calibrate"
+  cal_work=()
+  [ ${#work_args[@]} -gt 0 ] && cal_work=(--work "${work_args[1]}")
+  # shellcheck disable=SC2086
+  python3 bench/h200/headline.py calibrate --out "$OUT/calibrate" --python python3 "${cal_work[@]}" \
+    ${CALIBRATE_ARGS:-} || echo "calibrate failed (rc=$?)"
+fi
 
 if want run; then
   step "headline run"
