@@ -152,6 +152,7 @@ class EngineImpl final : public Engine {
 
   // How other threads hand the reactors their jobs' parts, and the stop.
   ReactorInbox inbox_;
+  WritePlaces write_places_;              // EngineOptions::max_writes_at_disk, shared by the reactors (I1)
   std::atomic<uint64_t> next_job_id_{1};  // names jobs in traces
 
   std::vector<std::unique_ptr<Reactor>> reactors_;

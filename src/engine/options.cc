@@ -109,6 +109,8 @@ const std::vector<OptionSpec> kSchema = {
     KVTIER_OPTION(reactors, kCount, 0, kMaxReactors, nullptr, "reactors",
                   "reactor threads, one ring each, chunks to the least busy (I1); "
                   "0: auto, one per core (2..16, <= io_depth)"),
+    KVTIER_OPTION(max_writes_at_disk, kCount, 0, 1024, nullptr, "max_writes_at_disk",
+                  "chunks being written at once over all reactors; reads keep the other places (0: io_depth / 2)"),
     KVTIER_OPTION(read_piece_bytes, kBytes, 0, 1073741824.0, nullptr, nullptr,
                   "a load's read size; each piece is verified as it lands (0: the whole chunk)"),
     KVTIER_OPTION(posix_threads, kCount, 1, 256, nullptr, nullptr, "threads of the POSIX I/O backend"),

@@ -41,6 +41,7 @@ Reactor::Reactor(const Parts& parts, uint32_t index, uint32_t depth, std::unique
       placement_(parts.placement),
       outcomes_(*parts.outcomes),
       inbox_(*parts.inbox),
+      writes_(parts.writes),
       peers_(*parts.peers),
       index_(index),
       depth_(depth),
@@ -113,7 +114,27 @@ void Reactor::EndDataPhase(Chunk& c) {
   if (!c.data_phase) return;
   c.data_phase = false;
   data_in_flight_--;
-  if (c.job->kind == JobKind::kLoad) std::erase(piece_queue_, &c);
+  if (c.job->kind == JobKind::kLoad) {
+    std::erase(piece_queue_, &c);
+  } else if (writes_ != nullptr) {
+    writes_->held.fetch_sub(1);
+    WakeWaiters(writes_->waiters);
+  }
+}
+
+bool Reactor::TakeWritePlace() {
+  if (writes_ == nullptr) return true;
+  auto take = [this] {
+    uint32_t n = writes_->held.load();
+    while (n < writes_->max) {
+      if (writes_->held.compare_exchange_weak(n, n + 1)) return true;
+    }
+    return false;
+  };
+  if (take()) return true;
+  // Marked before the second try: a place given back in between either is seen here or wakes this reactor.
+  writes_->waiters.fetch_or(uint64_t{1} << index_);
+  return take();
 }
 
 bool Reactor::PiecesToAsk(const Chunk& c) {
@@ -137,43 +158,56 @@ void Reactor::FillPieces() {
 }
 
 void Reactor::PumpData() {
-  while (data_in_flight_ < depth_ && !data_queue_.empty()) {
-    Chunk* c = data_queue_.front();
-    data_queue_.pop_front();
+  auto it = data_queue_.begin();
+  while (data_in_flight_ < depth_ && it != data_queue_.end()) {
+    Chunk* c = *it;
     if (c->state == ChunkState::kFailed) {
+      data_queue_.erase(it);
       Settle(*c);
+      it = data_queue_.begin();  // settling may have queued or ended others
       continue;
     }
-    SetState(*c, ChunkState::kTransferring);
-    c->data_phase = true;
-    data_in_flight_++;
-    if (c->job->kind == JobKind::kLoad) {
-      LoadState& l = c->load();
-      uint8_t* base = pool_->SlotData(c->slot);
-      const uint64_t piece = options_.read_piece_bytes;
-      l.piece_blocks = piece == 0
-                           ? l.num_blocks
-                           : static_cast<uint32_t>(std::clamp<uint64_t>(piece / files_.block_stride, 1, l.num_blocks));
-      l.next_piece = 0;
-      l.pieces_at_disk = 1;
-      l.header.reset();
-      l.verified.assign(l.num_blocks, false);
-      l.landed_unverified.clear();
-      if (l.first_block == 0) {  // the header and the first piece in one aligned read
-        l.next_piece = l.piece_blocks;
-        SubmitRead(*c, Transfer{.buf = base,
-                                .len = kHeaderBytes + uint64_t(l.piece_blocks) * files_.block_stride,
-                                .piece_blocks = l.piece_blocks,
-                                .with_header = true});
-      } else {
-        SubmitRead(*c, Transfer{.buf = base, .len = kHeaderBytes, .with_header = true});
-      }
-      if (PiecesToAsk(*c)) InsertByAdmission(piece_queue_, c);
-    } else {
-      SubmitWrite(*c, Transfer{.buf = pool_->SlotData(c->slot), .len = files_.slot_bytes});
+    if (c->job->kind != JobKind::kLoad && !TakeWritePlace()) {
+      ++it;  // I1: the reads behind it do not wait for a write place
+      continue;
     }
+    data_queue_.erase(it);
+    StartDataPhase(*c);
+    it = data_queue_.begin();  // a failed submission may have queued or ended others
   }
   FillPieces();
+}
+
+void Reactor::StartDataPhase(Chunk& chunk) {
+  Chunk* c = &chunk;
+  SetState(*c, ChunkState::kTransferring);
+  c->data_phase = true;
+  data_in_flight_++;
+  if (c->job->kind == JobKind::kLoad) {
+    LoadState& l = c->load();
+    uint8_t* base = pool_->SlotData(c->slot);
+    const uint64_t piece = options_.read_piece_bytes;
+    l.piece_blocks = piece == 0
+                         ? l.num_blocks
+                         : static_cast<uint32_t>(std::clamp<uint64_t>(piece / files_.block_stride, 1, l.num_blocks));
+    l.next_piece = 0;
+    l.pieces_at_disk = 1;
+    l.header.reset();
+    l.verified.assign(l.num_blocks, false);
+    l.landed_unverified.clear();
+    if (l.first_block == 0) {  // the header and the first piece in one aligned read
+      l.next_piece = l.piece_blocks;
+      SubmitRead(*c, Transfer{.buf = base,
+                              .len = kHeaderBytes + uint64_t(l.piece_blocks) * files_.block_stride,
+                              .piece_blocks = l.piece_blocks,
+                              .with_header = true});
+    } else {
+      SubmitRead(*c, Transfer{.buf = base, .len = kHeaderBytes, .with_header = true});
+    }
+    if (PiecesToAsk(*c)) InsertByAdmission(piece_queue_, c);
+  } else {
+    SubmitWrite(*c, Transfer{.buf = pool_->SlotData(c->slot), .len = files_.slot_bytes});
+  }
 }
 
 void Reactor::StartWaitingChunks() {

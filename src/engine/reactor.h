@@ -43,6 +43,7 @@
 namespace kvtier {
 
 struct ReactorInbox;
+struct WritePlaces;
 
 class Reactor {
  public:
@@ -69,6 +70,7 @@ class Reactor {
     ChunkPlacement* placement = nullptr;
     StoreOutcomes* outcomes = nullptr;
     ReactorInbox* inbox = nullptr;
+    WritePlaces* writes = nullptr;  // null: writes take any place at the disk
     // Every reactor of the engine, this one included (a job's slot returned wakes the reactors waiting for one).
     const std::vector<std::unique_ptr<Reactor>>* peers = nullptr;
   };
@@ -195,7 +197,11 @@ class Reactor {
   bool TakeJobSlot(Part& part);
   void ReturnJobSlot(Chunk& c);
   void WakeWaiters(std::atomic<uint64_t>& mask);
+  // Starts the data phase of queued chunks while this reactor has places at the disk: in admission order, except that
+  // a write that finds no write place (WritePlaces) lets the chunks behind it go first.
   void PumpData();
+  void StartDataPhase(Chunk& c);
+  bool TakeWritePlace();  // false: every write place is held (this reactor is then woken when one is given back)
   // Asks the disk for more pieces of this reactor's loads, oldest chunk first, while fewer than its piece budget of
   // reads are at the disk (docs/architecture.md, "Reads in pieces").
   void FillPieces();
@@ -355,6 +361,7 @@ class Reactor {
   ChunkPlacement* const placement_;
   StoreOutcomes& outcomes_;
   ReactorInbox& inbox_;
+  WritePlaces* const writes_;
   const std::vector<std::unique_ptr<Reactor>>& peers_;
 
   // This reactor's own; its thread alone touches them.
@@ -379,6 +386,14 @@ class Reactor {
   // commits are checksummed no further ahead of the disk than one large one (StartStoreChunk).
   uint32_t committed_started_ = 0;
   FanoutDirCache fanout_cache_;
+};
+
+// The places at the disk writes may hold, over all reactors (EngineOptions::max_writes_at_disk, I1). A reactor
+// whose next write finds none marks itself in `waiters`; the reactor that ends a write wakes them.
+struct WritePlaces {
+  uint32_t max = 1;
+  std::atomic<uint32_t> held{0};
+  std::atomic<uint64_t> waiters{0};  // reactors (bit r) with a write waiting for a place
 };
 
 // How other threads hand the reactors their work: reactor r's queue of new parts, parts[r], and the stop flag. One

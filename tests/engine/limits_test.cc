@@ -1,7 +1,7 @@
 // Edges of the engine's limits: closes are never cancelled by a deadline (I4: a cancelled close would leak its fd),
 // a tree rescan indexes only files of exactly a chunk's size (M1), never more reactors than io_depth (I1, S1), a
-// budget at the top of its range (C1), and a large commit of resident slots starts no more chunks than a job's
-// allowance (S1).
+// budget at the top of its range (C1), a large commit of resident slots starts no more chunks than a job's
+// allowance (S1), and writes hold no more than their share of the places at the disk (I1).
 #include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -256,6 +256,48 @@ TEST_F(GatedCommits, ManySmallCommitsStartNoMoreThanTheReactorsAllowanceBetweenT
   }
   EXPECT_LE(OpensWhileHeld(), 2u * o_.io_depth) << "committed chunks started beyond the reactor's allowance";
   ReleaseAndExpectStored(6, all);
+}
+
+// I1: the write-back of new entries holds at most max_writes_at_disk places at the disk (0: io_depth / 2), and a
+// write waiting for one lets the reads behind it go first. At io_depth 2 (one reactor) with two commits' writes
+// held at the device, one holds the write place, the other waits, and a load takes the second place and completes
+// while the writes are still held. When every write could take a place, the load waited for the writes.
+TEST(WritePlaces, ALoadGoesAheadOfWritesWaitingForAPlace) {
+  test::TempDir dir;
+  EngineOptions o = Options(dir.path());
+  o.io_depth = 2;
+  o.pool_bytes = 24 * (kHeaderBytes + kBlocks * kBlockBytes);
+  {
+    auto plain = Engine::Open(o);
+    ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+    ASSERT_TRUE(StoreKeys(**plain, 0, 1).all_ok());  // Key(0) on disk, not in the next engine's DRAM tier
+  }
+  std::atomic<bool> open{false};
+  std::atomic<uint64_t> opens{0};
+  auto inner = CreateIoEngine(IoEngineConfig{IoEngineKind::kAuto, 64, 4});
+  ASSERT_TRUE(inner.ok());
+  auto made = EngineImpl::Create(o, std::make_unique<WriteGate>(std::move(inner.value()), &open, &opens));
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  std::unique_ptr<Engine> e = std::move(made.value());
+  std::vector<ChunkKey> keys{Key(10), Key(11)};
+  ASSERT_TRUE(e->ReserveForStore(keys).ok());
+  e->CommitStore(keys, true);
+  for (int i = 0; i < 2000 && opens.load() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(opens.load(), 2u) << "both temporaries are open: their writes are what holds the disk";
+  PromoteResult p = e->Promote(Key(0), /*speculative=*/false);
+  for (int i = 0; i < 5000 && p.state == PromoteState::kPending; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    p = e->Promote(Key(0), false);
+  }
+  EXPECT_EQ(p.state, PromoteState::kReady) << "the load waited behind the held writes";
+  EXPECT_EQ(e->Stats().stores_completed, 0u) << "the writes were still held";
+  open = true;
+  for (int i = 0; i < 20000 && e->Stats().stores_completed < 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(e->Stats().stores_completed, 1u);
+  EXPECT_TRUE(e->Stored(Key(10)) && e->Stored(Key(11)));
+  e.reset();  // before what the WriteGate points to
 }
 
 }  // namespace
