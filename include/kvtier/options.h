@@ -65,9 +65,10 @@ struct EngineOptions {
   // most 16 (the device is not probed). 1: the single-reactor engine. Never more than io_depth, whatever is asked
   // (each reactor keeps at least one chunk at the disk).
   uint32_t reactors = 0;
-  // I1: chunks being written at once over all reactors; a write waits for a place, and the reads behind it in its
-  // reactor's queue go first, so the write-back of new entries never holds every place at the disk while a load
-  // waits (a load is a request's TTFT, a store is not). 0: half of io_depth, at least 1.
+  // I1: chunks being written at once over all reactors; a write then waits for a place, and the reads behind it in
+  // its reactor's queue go first, so that the write-back of new entries cannot hold every place at the disk while a
+  // load waits (bench/io/load_under_writeback.py; docs/performance.md, "Loads during the write-back"). 0: half of
+  // io_depth, at least 1; io_depth or more: no bound.
   uint32_t max_writes_at_disk = 0;
   // K1/I1: a load reads a chunk's blocks in pieces of about this many bytes (whole blocks, at least one), each
   // reactor keeping 2 x its share of io_depth piece reads at the disk, oldest chunk first (docs/architecture.md,

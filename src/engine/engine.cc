@@ -233,7 +233,7 @@ void EngineImpl::BuildReactors(std::vector<std::unique_ptr<IoEngine>> ios, uint3
   parts.inbox = &inbox_;
   write_places_.max =
       options_.max_writes_at_disk != 0 ? options_.max_writes_at_disk : std::max(1u, options_.io_depth / 2);
-  parts.writes = &write_places_;
+  parts.writes = write_places_.max < options_.io_depth ? &write_places_ : nullptr;  // else every place may write
   parts.peers = &reactors_;
   for (uint32_t i = 0; i < ios.size(); ++i) {
     reactors_.push_back(std::make_unique<Reactor>(parts, i, depth, std::move(ios[i])));

@@ -258,14 +258,16 @@ TEST_F(GatedCommits, ManySmallCommitsStartNoMoreThanTheReactorsAllowanceBetweenT
   ReleaseAndExpectStored(6, all);
 }
 
-// I1: the write-back of new entries holds at most max_writes_at_disk places at the disk (0: io_depth / 2), and a
-// write waiting for one lets the reads behind it go first. At io_depth 2 (one reactor) with two commits' writes
+// I1: the write-back of new entries holds at most max_writes_at_disk places at the disk, and a write waiting for one
+// lets the reads behind it go first. At io_depth 2 (one reactor) and max_writes_at_disk 1, with two commits' writes
 // held at the device, one holds the write place, the other waits, and a load takes the second place and completes
-// while the writes are still held. When every write could take a place, the load waited for the writes.
+// while the writes are still held (the default at io_depth 2 is the same bound). With max_writes_at_disk 2, the
+// load waits for the writes.
 TEST(WritePlaces, ALoadGoesAheadOfWritesWaitingForAPlace) {
   test::TempDir dir;
   EngineOptions o = Options(dir.path());
   o.io_depth = 2;
+  o.max_writes_at_disk = 1;
   o.pool_bytes = 24 * (kHeaderBytes + kBlocks * kBlockBytes);
   {
     auto plain = Engine::Open(o);
