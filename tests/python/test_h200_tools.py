@@ -309,6 +309,25 @@ def test_a_run_that_would_fill_its_disk_is_refused_before_any_server_starts(tmp_
     assert not (tmp_path / "out" / "headline.json").exists()
 
 
+def test_calibrate_on_the_box_uses_the_runs_server_flags_and_checks_its_space(tmp_path):
+    """headline.py calibrate (the gate calibrated against the harness's own servers): the dry run gives the space it
+    needs (warm-up, cold and disk documents of every size) and a kvtier calibrate command whose --serve-args are the
+    flags every headline server gets; a run that would not fit is refused before any server starts."""
+    common = ["--shape", "qwen2.5-32b", "--python", "/bin/false", "--gpu-kv-gib", "11", "--out", str(tmp_path / "o"),
+              "--work", str(tmp_path / "w")]
+    r = headline("calibrate", *common, "--dry-run")
+    assert r.returncode == 0, r.stderr
+    assert f"calibrate stores up to 45.1 GB under {tmp_path / 'w'}" in r.stdout, r.stdout
+    assert "--sizes 8192,16384,32768 --fractions 1 --reps 1" in r.stdout and "--vocab-size 152064" in r.stdout
+    run = headline("run", *common, "--systems", "kvtier-disk", "--max-num-seqs", "1", "--dry-run")
+    start = next(line for line in run.stdout.splitlines() if line.startswith("start "))
+    flags = "--load-format dummy --dtype bfloat16 --block-size 16 --max-num-seqs 1 --kv-cache-memory-bytes 11811160064"
+    assert flags in start and flags in r.stdout, (start, r.stdout)
+    r = headline("calibrate", *common, "--sizes", "80k,800000k")
+    assert r.returncode != 0 and "not enough space: calibrate stores up to" in r.stderr, r.stderr
+    assert not (tmp_path / "w" / "calibrate").exists()
+
+
 def test_each_wheel_lock_carries_what_its_set_needs_and_leaves_out_the_rest():
     """scripts/h200/resolve.py's sets against the committed locks: the 0.34 set carries the CuTe DSL, quack and
     torch-c-dlpack-ext (vLLM 0.34.0's MSA warm-up imports them at every CUDA start; without them every server died at
