@@ -634,6 +634,26 @@ def test_reset_cache_releases_in_flight_slots_only_after_the_workers_flush(fake,
     assert not manager.has_pending_work()
 
 
+def _store_then_load_from_disk(tmp_path, req_id: str):
+    """A spec on tmp_path (2 blocks per chunk): its worker stores 2 chunks (job 1), the DRAM tier is dropped, and the
+    request `req_id` looks them up and loads them from disk (job 9). Returns the manager."""
+    spec = kv.KVTierSpec(make_config(tmp_path, bpc=2))
+    manager = spec.get_manager()
+    _, src_kv = make_kv(1)
+    worker = spec.get_worker(src_kv)
+    keys = keys_for(2)
+    _store(manager, worker, keys, [1, 2, 3, 4])
+    manager.engine.drop_dram()
+    ctx = ReqContext(req_id=req_id)
+    _lookup_all(manager, keys, ctx)
+    load_spec = manager.prepare_load(keys, ctx)
+    assert worker.submit_load(9, load_spec, GPULoadStoreSpec([5, 6, 7, 8], group_sizes=[4], block_indices=[0]))
+    (res,) = worker.get_finished()
+    assert res.success
+    manager.complete_load(keys, ctx)
+    return manager
+
+
 def test_timeline_on_a_full_device_stops_and_serving_goes_on(fake, tmp_path, monkeypatch, caplog):
     """The timeline is diagnostics: its file on a full file system (here /dev/full, ENOSPC from the kernel) ends it
     with one warning, and the store, the lookup and the load that wrote to it all succeed (a write error here once
@@ -644,21 +664,8 @@ def test_timeline_on_a_full_device_stops_and_serving_goes_on(fake, tmp_path, mon
     tl.mkdir()
     (tl / f"timeline-{os.getpid()}.jsonl").symlink_to("/dev/full")
     monkeypatch.setenv("KVTIER_TIMELINE_DIR", str(tl))
-    spec = kv.KVTierSpec(make_config(tmp_path, bpc=2))
-    manager = spec.get_manager()
-    _, src_kv = make_kv(1)
-    worker = spec.get_worker(src_kv)
-    keys = keys_for(2)
     with caplog.at_level(logging.WARNING, logger="vllm.kvtier"):
-        _store(manager, worker, keys, [1, 2, 3, 4])
-        manager.engine.drop_dram()
-        ctx = ReqContext(req_id="full-req")
-        _lookup_all(manager, keys, ctx)
-        load_spec = manager.prepare_load(keys, ctx)
-        assert worker.submit_load(9, load_spec, GPULoadStoreSpec([5, 6, 7, 8], group_sizes=[4], block_indices=[0]))
-        (res,) = worker.get_finished()
-        assert res.success
-        manager.complete_load(keys, ctx)
+        manager = _store_then_load_from_disk(tmp_path, "full-req")
         manager.on_schedule_end(ScheduleEndContext((), ()))
     stopped = [r for r in caplog.records if "timeline" in r.getMessage() and "stopped" in r.getMessage()]
     assert stopped and all("No space left" in r.getMessage() for r in stopped)  # one per timeline (manager, worker)
@@ -671,20 +678,7 @@ def test_timeline_records_each_request_phase(fake, tmp_path, monkeypatch):
     tl = tmp_path / "timeline"
     monkeypatch.setenv("KVTIER_TIMELINE_DIR", str(tl))
     bpc = 2
-    spec = kv.KVTierSpec(make_config(tmp_path, bpc=bpc))
-    manager = spec.get_manager()
-    _, src_kv = make_kv(1)
-    worker = spec.get_worker(src_kv)
-    keys = keys_for(2)
-    _store(manager, worker, keys, [1, 2, 3, 4])
-    manager.engine.drop_dram()
-    ctx = ReqContext(req_id="tl-req")
-    _lookup_all(manager, keys, ctx)
-    load_spec = manager.prepare_load(keys, ctx)
-    assert worker.submit_load(9, load_spec, GPULoadStoreSpec([5, 6, 7, 8], group_sizes=[4], block_indices=[0]))
-    (res,) = worker.get_finished()
-    assert res.success
-    manager.complete_load(keys, ctx)
+    _store_then_load_from_disk(tmp_path, "tl-req")
     (f,) = list(tl.iterdir())
     events = [json.loads(line) for line in f.read_text().splitlines()]
     mine = [e for e in events if e.get("req") == "tl-req"]
