@@ -27,12 +27,25 @@ int LockRetrying(int fd, int op) {
   return r;
 }
 
+// Sweeps on a host take this lock one at a time: a sweep probes each counter with its exclusive lock for a moment,
+// and a second sweep finding that lock taken would keep a stale counter as if an engine held it. Not a counter's
+// name (the pattern below skips it); anyone may open it (a sweep that cannot goes on without it).
+constexpr const char* kSweepLockName = "/kvtier-usage-sweep";
+
 // Removes the counters of namespaces that no longer exist (a test's temporary root, a deleted namespace): their
 // recorded path is gone or is now another directory than the name's device and inode. Only a counter nobody holds
 // (its exclusive lock is free) is removed, and it is removed while that lock is held (see the header).
 void SweepStale(const std::string& keep) {
+  int sweep_lock = shm_open(kSweepLockName, O_RDONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0666);
+  if (sweep_lock >= 0 && LockRetrying(sweep_lock, LOCK_EX) != 0) {
+    close(sweep_lock);
+    sweep_lock = -1;
+  }
   DIR* d = opendir("/dev/shm");
-  if (d == nullptr) return;
+  if (d == nullptr) {
+    if (sweep_lock >= 0) close(sweep_lock);
+    return;
+  }
   while (struct dirent* e = readdir(d)) {
     unsigned long long dev = 0, ino = 0;
     int used = 0;
@@ -59,6 +72,7 @@ void SweepStale(const std::string& keep) {
     close(fd);  // drops the lock
   }
   closedir(d);
+  if (sweep_lock >= 0) close(sweep_lock);  // drops the sweep's turn
 }
 }  // namespace
 
