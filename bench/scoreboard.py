@@ -18,6 +18,8 @@ Rows (docs/performance.md, "The scoreboard", says what each field means):
   engine_paths   one per chunk size of a bench/io/path_ab.py summary: the stream path over the former job path
   engine_builds  one per chunk size of bench/io/build_ab.py summaries (runs pooled): a change's build over the build
                  before it
+  load_under_writeback  one per write bound of a bench/io/load_under_writeback.py --json file: loads during a
+                 write-back, with the engine's bound on writes at the disk and without it
 A field a source file does not have is null, and the row's "note" says why. A source that a later run replaced
 says so ("superseded": what replaced it): its rows stay in the JSON with "current": false and that reason, and the
 doc's tables show current rows only (history lives in the result files, not in the tables).
@@ -220,6 +222,14 @@ SOURCES = {
                     "256MiB --chunk-sizes 2MiB --depths 4 --repeat 4 --raw-threads 1 --raw-split none (once per run)",
          "files": ["bench/results/io/issue28-build-ab-final/run*/summary.json"]},
     ],
+    # load_under_writeback: bench/io/load_under_writeback.py --json files (loads of stored chunks while new ones are
+    # committed; the engine's write bound, max_writes_at_disk, at its default and off), one per reactor setting.
+    "load_under_writeback": [
+        {"machine": "cpu", "device": "virtio", "date": "2026-12-05", "reactors": reactors,
+         "command": "at fc9dced: python3 bench/io/load_under_writeback.py --dir /var/tmp/kvtier-wb --chunk-mib 32 "
+                    f"--reads 16 --writes 256 --repeat 2 --reactors {flag} --json OUT",
+         "file": f"bench/results/io/load-under-writeback-cpu-2026-12-05-fc9dced/{name}.json"}
+        for reactors, flag, name in (("auto (2)", 0, "reactors-auto"), ("1", 1, "reactors-1"))],
 }
 
 NOTE_NO_RAW_BEST = ("measured before bench io had its multi-threaded raw baseline: raw_best_gbps, raw_best_threads "
@@ -428,6 +438,34 @@ def engine_builds_rows(source, load=None):
     return rows
 
 
+def load_under_writeback_rows(source, load=None):
+    """One row per write bound of a load_under_writeback.py file (its table: loads' mean, p50 and p95 over every
+    run's loads, medians over runs of the loads' total and of the write-back), each bounded row with the ratios to
+    the file's unbounded one (a bound of io_depth or more)."""
+    load = load or (lambda p: json.loads((REPO / p).read_text()))
+    doc = load(source["file"])
+    a = doc["args"]
+    free = [t for t in doc["table"] if t["cap"] >= a["io_depth"]]
+    rows = []
+    for t in doc["table"]:
+        bound = max(1, a["io_depth"] // 2) if t["cap"] == 0 else t["cap"]
+        row = {"machine": source["machine"], "device": source["device"], "reactors": source["reactors"],
+               "chunk_mib": a["chunk_mib"], "loads": a["reads"], "writes_gib": _r(a["writes"] * a["chunk_mib"] / 1024),
+               "io_depth": a["io_depth"], "max_writes_at_disk": t["cap"],
+               "writes_at_disk": bound if bound < a["io_depth"] else None,
+               "runs": sum(x["cap"] == t["cap"] for x in doc["runs"]),
+               "load_mean_ms": _r(t["load_mean_s"] * 1e3, 1), "load_p50_ms": _r(t["load_p50_s"] * 1e3, 1),
+               "load_p95_ms": _r(t["load_p95_s"] * 1e3, 1), "loads_total_s": _r(t["loads_total_s"]),
+               "writeback_s": _r(t["writeback_s"]),
+               "loads_total_unbounded_over_this": None, "writeback_this_over_unbounded": None}
+        if free and t["cap"] < a["io_depth"]:
+            row["loads_total_unbounded_over_this"] = _r(free[0]["loads_total_s"] / t["loads_total_s"])
+            row["writeback_this_over_unbounded"] = _r(t["writeback_s"] / free[0]["writeback_s"])
+        row.update(date=source["date"], command=source["command"], result=source["file"])
+        rows.append(row)
+    return rows
+
+
 def _marked(source, rows):
     """rows with whether their source is current (and, if not, what superseded it)."""
     why = source.get("superseded")
@@ -445,6 +483,7 @@ def build(sources=SOURCES, load=None):
         "vllm_ttft": rows("vllm_ttft", vllm_rows),
         "engine_paths": rows("engine_paths", engine_paths_rows),
         "engine_builds": rows("engine_builds", engine_builds_rows),
+        "load_under_writeback": rows("load_under_writeback", load_under_writeback_rows),
         "notes": {"vllm_ttft": VLLM_TTFT_NOTE} if not sources["vllm_ttft"] else {},
     }
 
@@ -539,8 +578,25 @@ def table_engine_builds(board):
     return "\n".join(out) + note
 
 
+def table_load_under_writeback(board):
+    out = ["| machine | device | reactors | loads | during the write-back of | writes at the disk (of io_depth) | runs "
+           "| load mean / p50 / p95 ms | loads' total s | write-back s | loads' total, unbounded / this "
+           "| write-back, this / unbounded | date | result |",
+           "|---|---|---|---:|---:|---|---:|---|---:|---:|---:|---:|---|---|"]
+    rows, note = _current(board, "load_under_writeback")
+    for r in rows:
+        bound = f"{r['writes_at_disk']} of {r['io_depth']}" if r["writes_at_disk"] else f"no bound ({r['io_depth']})"
+        out.append(f"| {r['machine']} | {r['device']} | {r['reactors']} | {r['loads']} x {r['chunk_mib']} MiB "
+                   f"| {r['writes_gib']:g} GiB | {bound} | {r['runs']} "
+                   f"| {r['load_mean_ms']:.0f} / {r['load_p50_ms']:.0f} / {r['load_p95_ms']:.0f} "
+                   f"| {_f(r['loads_total_s'])} | {_f(r['writeback_s'])} | {_f(r['loads_total_unbounded_over_this'])} "
+                   f"| {_f(r['writeback_this_over_unbounded'])} | {r['date']} | {r['result'].split('/')[-2]} |")
+    return "\n".join(out) + note
+
+
 TABLES = {"engine_io": table_engine_io, "peers_storage": table_peers, "vllm_ttft": table_vllm_ttft,
-          "engine_paths": table_engine_paths, "engine_builds": table_engine_builds}
+          "engine_paths": table_engine_paths, "engine_builds": table_engine_builds,
+          "load_under_writeback": table_load_under_writeback}
 MARK = re.compile(r"(<!-- scoreboard:(\w+) -->\n)(.*?)(<!-- /scoreboard:\2 -->)", re.S)
 
 
@@ -663,7 +719,8 @@ def main(argv=None):
         print(f"wrote {PLOT.relative_to(REPO)}")
     print(f"wrote {SCOREBOARD.relative_to(REPO)} ({len(board['engine_io'])} engine_io, "
           f"{len(board['peers_storage'])} peers_storage, {len(board['vllm_ttft'])} vllm_ttft, "
-          f"{len(board['engine_paths'])} engine_paths, {len(board['engine_builds'])} engine_builds rows) and "
+          f"{len(board['engine_paths'])} engine_paths, {len(board['engine_builds'])} engine_builds, "
+          f"{len(board['load_under_writeback'])} load_under_writeback rows) and "
           f"{DOC.relative_to(REPO)}'s tables")
     return 0
 

@@ -261,7 +261,7 @@ def test_vllms_output_handler_traceback_after_its_client_completed_is_not_a_prob
 
 
 # An API server whose EngineCore does not react to SIGTERM (tests/vllm/test_shutdown.py's CI failure): on SIGTERM it
-# logs vLLM's "send sigterm" line, signals its child "VLLM::EngineCore" (which ignores it, its main thread asleep in a
+# logs the line its vLLM logs before the EngineCore's SIGTERM (SIGNALLED_LINE), signals its child "VLLM::EngineCore" (which ignores it, its main thread asleep in a
 # lock) and waits for it; the child dies of the launcher's SIGABRT, after faulthandler wrote its traceback.
 STUCK_CORE_SERVER = r"""
 import http.server, signal, subprocess, sys, threading
@@ -276,7 +276,7 @@ print("core up", flush=True)
 wait_for_work()
 '''])
 def term(*_):
-    print("(APIServer) INFO [shutdown] Process manager: send sigterm to process EngineCore", flush=True)
+    print("(APIServer) INFO SIGNALLED_LINE", flush=True)
     core.terminate()
     core.wait(60)
     sys.exit(0)
@@ -284,10 +284,13 @@ signal.signal(signal.SIGTERM, term)
 """ + HEALTH_SERVER
 
 
-def test_an_engine_core_that_ignores_sigterm_is_reported_with_its_threads_and_python_traceback(tmp_path, monkeypatch):
+@pytest.mark.parametrize("signalled", ["[shutdown] Process manager: send sigterm to process EngineCore",  # 0.32, 0.34
+                                       "[shutdown] MPClient: stopping engine manager"])  # the only one 0.26 logs
+def test_an_engine_core_that_ignores_sigterm_is_reported_with_its_threads_and_python_traceback(tmp_path, monkeypatch,
+                                                                                              signalled):
     monkeypatch.setattr(launcher, "STUCK_CORE_S", 0.5)
     port = launcher.free_port()
-    argv = [sys.executable, "-c", STUCK_CORE_SERVER, str(port)]
+    argv = [sys.executable, "-c", STUCK_CORE_SERVER.replace("SIGNALLED_LINE", signalled), str(port)]
     env = launcher.server_env(cpu=False, PYTHONFAULTHANDLER="1")
     s = launcher.VllmServer(argv, env, tmp_path / "s.log", port, name="stuck", start_timeout_s=60,
                             stop_timeout_s=60).start()

@@ -202,11 +202,13 @@ def root_cause(path: str | os.PathLike) -> str:
     return wrapped
 
 
-# A stuck EngineCore (tests/vllm/test_shutdown.py): the API server logs the first line as it sends the EngineCore
-# SIGTERM, and vLLM's handler in the EngineCore logs the second first thing (vllm/v1/engine/core.py, 0.26 to 0.34).
-# An EngineCore that has not logged it this long after is reported (VllmServer.report_stuck_engine_core) before vLLM
-# kills it at the end of --shutdown-timeout.
-_CORE_SIGNALLED = "[shutdown] Process manager: send sigterm to process EngineCore"
+# A stuck EngineCore (tests/vllm/test_shutdown.py): the API server logs one of the first lines as it sends the
+# EngineCore SIGTERM (vLLM 0.26 logs only the second, right before its SIGTERM; 0.32 and 0.34 both), and vLLM's handler
+# in the EngineCore logs _CORE_TRIGGERED first thing (vllm/v1/engine/core.py, 0.26 to 0.34). An EngineCore that has
+# not logged it this long after is reported (VllmServer.report_stuck_engine_core) before vLLM kills it at the end of
+# --shutdown-timeout.
+_CORE_SIGNALLED = ("[shutdown] Process manager: send sigterm to process EngineCore",
+                   "[shutdown] MPClient: stopping engine manager")
 _CORE_TRIGGERED = "[shutdown] EngineCore: trigger received"
 STUCK_CORE_S = 8.0
 
@@ -347,7 +349,7 @@ class VllmServer:
         if self.stacks_path is not None or self.proc is None:
             return self.stacks_path
         text = self.log_text(self.stop_log_offset or 0)
-        if _CORE_SIGNALLED not in text or _CORE_TRIGGERED in text:
+        if not any(line in text for line in _CORE_SIGNALLED) or _CORE_TRIGGERED in text:
             return None
         now = time.monotonic()
         if self._core_signalled_at is None:
