@@ -178,14 +178,13 @@ void Reactor::PumpData() {
   FillPieces();
 }
 
-void Reactor::StartDataPhase(Chunk& chunk) {
-  Chunk* c = &chunk;
-  SetState(*c, ChunkState::kTransferring);
-  c->data_phase = true;
+void Reactor::StartDataPhase(Chunk& c) {
+  SetState(c, ChunkState::kTransferring);
+  c.data_phase = true;
   data_in_flight_++;
-  if (c->job->kind == JobKind::kLoad) {
-    LoadState& l = c->load();
-    uint8_t* base = pool_->SlotData(c->slot);
+  if (c.job->kind == JobKind::kLoad) {
+    LoadState& l = c.load();
+    uint8_t* base = pool_->SlotData(c.slot);
     const uint64_t piece = options_.read_piece_bytes;
     l.piece_blocks = piece == 0
                          ? l.num_blocks
@@ -197,16 +196,16 @@ void Reactor::StartDataPhase(Chunk& chunk) {
     l.landed_unverified.clear();
     if (l.first_block == 0) {  // the header and the first piece in one aligned read
       l.next_piece = l.piece_blocks;
-      SubmitRead(*c, Transfer{.buf = base,
-                              .len = kHeaderBytes + uint64_t(l.piece_blocks) * files_.block_stride,
-                              .piece_blocks = l.piece_blocks,
-                              .with_header = true});
+      SubmitRead(c, Transfer{.buf = base,
+                             .len = kHeaderBytes + uint64_t(l.piece_blocks) * files_.block_stride,
+                             .piece_blocks = l.piece_blocks,
+                             .with_header = true});
     } else {
-      SubmitRead(*c, Transfer{.buf = base, .len = kHeaderBytes, .with_header = true});
+      SubmitRead(c, Transfer{.buf = base, .len = kHeaderBytes, .with_header = true});
     }
-    if (PiecesToAsk(*c)) InsertByAdmission(piece_queue_, c);
+    if (PiecesToAsk(c)) InsertByAdmission(piece_queue_, &c);
   } else {
-    SubmitWrite(*c, Transfer{.buf = pool_->SlotData(c->slot), .len = files_.slot_bytes});
+    SubmitWrite(c, Transfer{.buf = pool_->SlotData(c.slot), .len = files_.slot_bytes});
   }
 }
 
