@@ -305,3 +305,63 @@ def test_an_engine_core_that_ignores_sigterm_is_reported_with_its_threads_and_py
     assert "VLLM::EngineCor" in report and "SigBlk=" in report and "wchan=" in report, report
     log = s.log_text()
     assert "Fatal Python error: Aborted" in log and "in wait_for_work" in log, log
+
+
+# An API server whose EngineCore's SIGTERM went to another of its threads (vLLM's Python threads do not block signals:
+# CPython then only marks its handler pending, and the main thread asleep in a lock sleeps on). The fake API server
+# logs vLLM 0.26's line and does not signal the core at all, which leaves the core as such a SIGTERM does.
+ASTRAY_SIGTERM_SERVER = r"""
+import http.server, signal, subprocess, sys, threading
+port = int(sys.argv[1])
+core = subprocess.Popen([sys.executable, "-c", '''
+import signal, sys, threading
+open("/proc/self/comm", "w").write("VLLM::EngineCore")
+def handler(*_):
+    print("(EngineCore) INFO [shutdown] EngineCore: trigger received signal=SIGTERM", flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, handler)
+print("core up", flush=True)
+lock = threading.Lock(); lock.acquire(); lock.acquire()
+'''])
+def term(*_):
+    print("(APIServer) INFO [shutdown] MPClient: stopping engine manager", flush=True)
+    core.wait(60)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, term)
+""" + HEALTH_SERVER
+
+
+def test_an_engine_core_whose_sigterm_went_astray_is_sent_one_at_its_main_thread_and_stops_cleanly(tmp_path,
+                                                                                                   monkeypatch):
+    monkeypatch.setattr(launcher, "STUCK_CORE_S", 0.5)
+    port = launcher.free_port()
+    argv = [sys.executable, "-c", ASTRAY_SIGTERM_SERVER, str(port)]
+    s = launcher.VllmServer(argv, launcher.server_env(cpu=False, PYTHONFAULTHANDLER="1"), tmp_path / "s.log", port,
+                            name="astray", start_timeout_s=60, stop_timeout_s=60).start()
+    s.wait_healthy()
+    deadline = time.monotonic() + 30
+    while "core up" not in s.log_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert s.stop() == 0
+    assert s.core_nudged, s.stacks_path.read_text() if s.stacks_path else s.log_text()
+    report = s.stacks_path.read_text()
+    assert "SIGTERM to the main thread of EngineCore" in report and "the first SIGTERM went to another" in report
+    log = s.log_text()
+    assert "trigger received" in log and "Fatal Python error" not in log, log
+    assert launcher.shutdown_problems(log, 0) == [], "a core that took the second SIGTERM shut down cleanly"
+
+
+def test_signal_thread_reaches_the_named_thread_and_says_when_it_is_gone():
+    got = []
+    old = signal.signal(signal.SIGUSR2, lambda *_: got.append(True))
+    try:
+        assert launcher.signal_thread(os.getpid(), os.getpid(), signal.SIGUSR2)
+        deadline = time.monotonic() + 5
+        while not got and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert got
+    finally:
+        signal.signal(signal.SIGUSR2, old)
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    assert not launcher.signal_thread(p.pid, p.pid, 0), "a reaped process's thread is gone"

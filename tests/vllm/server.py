@@ -107,6 +107,9 @@ class Server(launcher.VllmServer):
 
     def stop(self, check: bool = True):
         rc = super().stop()
+        if self.core_nudged:  # vLLM's race, not kvtier's: its SIGTERM went to another thread (launcher.py)
+            print(f"NOTE {self.log_path}: the EngineCore took only the SIGTERM sent to its main thread; see "
+                  f"{self.stacks_path}")
         if check and self.ready and not self._shutdown_checked:
             self._shutdown_checked = True
             assert_clean_shutdown(self.log_text(self.stop_log_offset or 0), rc, self.stacks_path)

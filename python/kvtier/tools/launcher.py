@@ -264,6 +264,18 @@ def process_report(pid: int, gdb_timeout_s: float = 15.0) -> str:
     return "\n".join(lines) + "\n"
 
 
+def signal_thread(pid: int, tid: int, sig: int) -> bool:
+    """Sends sig to thread tid of process pid (tgkill(2): that thread takes it, where kill(2) lets the kernel pick
+    any thread that does not block it). False when the thread is gone."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    if hasattr(libc, "tgkill"):
+        rc = libc.tgkill(pid, tid, sig)
+    else:  # glibc before 2.30
+        rc = libc.syscall({"x86_64": 234, "aarch64": 131}[os.uname().machine], pid, tid, sig)
+    return rc == 0
+
+
 class VllmServer:
     """One vLLM API server process. `start()` launches it; `wait_healthy()` blocks until /health answers (or raises
     with the log's tail); `poll_ready()` checks once, for starting several servers side by side; `stop()` ends the
@@ -284,7 +296,10 @@ class VllmServer:
         self.ready_s: float | None = None
         self.error = ""
         self.stacks_path: Path | None = None  # report_stuck_engine_core's report, once written
+        self.core_nudged = False  # a stuck EngineCore's main thread was sent SIGTERM itself (and then took it)
         self._core_signalled_at: float | None = None
+        self._nudged_at: float | None = None
+        self._nudged: list[int] = []
 
     def start(self) -> "VllmServer":
         self.started = time.monotonic()
@@ -334,7 +349,10 @@ class VllmServer:
         deadline = time.monotonic() + timeout_s
         while True:
             try:
-                return self.proc.wait(timeout=max(0.0, min(0.5, deadline - time.monotonic())))
+                rc = self.proc.wait(timeout=max(0.0, min(0.5, deadline - time.monotonic())))
+                if self._nudged_at is not None:  # it exited before the next look: did the nudged core take it?
+                    self._settle_nudge(final=True)
+                return rc
             except subprocess.TimeoutExpired:
                 if time.monotonic() >= deadline:
                     return None
@@ -342,38 +360,79 @@ class VllmServer:
 
     def report_stuck_engine_core(self) -> Path | None:
         """Once the API server has sent its EngineCore SIGTERM and the EngineCore has not logged its handler's line
-        for STUCK_CORE_S: writes where every process of the server's group other than the API server stands
-        (process_report) to <log>.stacks.txt, then, where the server runs with PYTHONFAULTHANDLER set, sends the
-        EngineCore SIGABRT so that Python's faulthandler writes every thread's traceback to the server log. Returns
-        the report's path once written (stacks_path)."""
-        if self.stacks_path is not None or self.proc is None:
+        for STUCK_CORE_S: writes each thread's state of every process of the server's group other than the API server
+        (process_report, no gdb) to <log>.stacks.txt and sends SIGTERM again, to the EngineCore's main thread itself
+        (tgkill). A process-directed SIGTERM taken by another of its threads (vLLM's own Python threads do not block
+        signals) only marks CPython's handler pending, and the main thread asleep in a lock is not woken; this one
+        wakes it. If the handler's line then comes within STUCK_CORE_S, the report says so and `core_nudged` is set;
+        else gdb's backtraces are added and, where the server runs with PYTHONFAULTHANDLER set, the EngineCore is sent
+        SIGABRT so that Python's faulthandler writes every thread's traceback to the server log. Returns the report's
+        path once written (stacks_path)."""
+        if self.proc is None or (self.stacks_path is not None and self._nudged_at is None):
             return self.stacks_path
         text = self.log_text(self.stop_log_offset or 0)
+        now = time.monotonic()
+        if self._nudged_at is not None:  # the report is written and the main threads were signalled
+            self._settle_nudge(final=False)
+            return self.stacks_path
         if not any(line in text for line in _CORE_SIGNALLED) or _CORE_TRIGGERED in text:
             return None
-        now = time.monotonic()
         if self._core_signalled_at is None:
             self._core_signalled_at = now
         if now - self._core_signalled_at < STUCK_CORE_S:
             return None
         pids = [p for p in group_pids(self.proc.pid) if p != self.proc.pid]
-        cores = [p for p in pids if "EngineCor" in _comm(p)]
-        # Threads first (instant), then gdb on the EngineCore, then its Python tracebacks, then gdb on the rest:
-        # vLLM kills what is left at the end of --shutdown-timeout.
+        self._nudged = [p for p in pids if "EngineCor" in _comm(p)]
         report = [f"{self.name}: the EngineCore logged no '{_CORE_TRIGGERED}' {STUCK_CORE_S:.0f} s after its SIGTERM"]
         report += [process_report(p, gdb_timeout_s=0) for p in pids]
-        report += [process_report(p) for p in cores]
         self.stacks_path = Path(str(self.log_path) + ".stacks.txt")
         self.stacks_path.write_text("\n".join(report))
+        for p in self._nudged:
+            sent = signal_thread(p, p, signal.SIGTERM)
+            self._append_report(f"{self.name}: SIGTERM to the main thread of EngineCore {p}: "
+                                + ("sent" if sent else "not sent (the process is gone)"))
+        self._nudged_at = time.monotonic()
+        return self.stacks_path
+
+    def _settle_nudge(self, final: bool) -> None:
+        """After the SIGTERM to the EngineCore's main thread: its handler's line came (core_nudged), or it has not
+        come within STUCK_CORE_S (the deep report), or the server exited without it (final)."""
+        waited = time.monotonic() - self._nudged_at
+        if _CORE_TRIGGERED in self.log_text(self.stop_log_offset or 0):
+            self.core_nudged = True
+            self._append_report(f"{self.name}: the EngineCore logged '{_CORE_TRIGGERED}' after the SIGTERM to its "
+                                f"main thread (within {waited:.1f} s): the first SIGTERM went to another of its "
+                                "threads")
+        elif final:
+            self._append_report(f"{self.name}: the server exited {waited:.1f} s after the SIGTERM to the EngineCore's "
+                                f"main thread, its EngineCore without '{_CORE_TRIGGERED}'")
+        elif waited >= STUCK_CORE_S:
+            self._deep_report()
+        else:
+            return
+        self._nudged_at = None
+
+    def _append_report(self, text: str) -> None:
+        with open(self.stacks_path, "a") as f:
+            f.write("\n" + text + "\n")
+
+    def _deep_report(self) -> None:
+        """The EngineCore did not take even the SIGTERM sent to its main thread: gdb on it, then its Python
+        tracebacks, then gdb on the rest (vLLM kills what is left at the end of --shutdown-timeout)."""
+        self._append_report(f"{self.name}: no '{_CORE_TRIGGERED}' {STUCK_CORE_S:.0f} s after the SIGTERM to the "
+                            "EngineCore's main thread either: it does not react to SIGTERM")
+        cores = [p for p in self._nudged if _comm(p)]
+        for p in cores:
+            self._append_report(process_report(p))
         if self.env.get("PYTHONFAULTHANDLER"):
             for p in cores:
                 try:
                     os.kill(p, signal.SIGABRT)
                 except OSError:
                     pass
-        report += [process_report(p) for p in pids if p not in cores]
-        self.stacks_path.write_text("\n".join(report))
-        return self.stacks_path
+        for p in group_pids(self.proc.pid):
+            if p != self.proc.pid and p not in cores:
+                self._append_report(process_report(p))
 
     def log_tail(self, n: int = 60) -> str:
         return log_tail(self.log_path, n)
