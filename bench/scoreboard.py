@@ -18,8 +18,8 @@ Rows (docs/performance.md, "The scoreboard", says what each field means):
   engine_paths   one per chunk size of a bench/io/path_ab.py summary: the stream path over the former job path
   engine_builds  one per chunk size of bench/io/build_ab.py summaries (runs pooled): a change's build over the build
                  before it
-  load_under_writeback  one per write bound of a bench/io/load_under_writeback.py --json file: loads during a
-                 write-back, with the engine's bound on writes at the disk and without it
+  load_under_writeback  one per setting (write bound, write piece) of a bench/io/load_under_writeback.py --json
+                 file: loads during a write-back, against the engine without either
 A field a source file does not have is null, and the row's "note" says why. A source that a later run replaced
 says so ("superseded": what replaced it): its rows stay in the JSON with "current": false and that reason, and the
 doc's tables show current rows only (history lives in the result files, not in the tables).
@@ -223,13 +223,40 @@ SOURCES = {
          "files": ["bench/results/io/issue28-build-ab-final/run*/summary.json"]},
     ],
     # load_under_writeback: bench/io/load_under_writeback.py --json files (loads of stored chunks while new ones are
-    # committed; the engine's write bound, max_writes_at_disk, at its default and off), one per reactor setting.
+    # committed; the engine's write bound, max_writes_at_disk, and write pieces, write_piece_bytes, on and off), one
+    # per reactor count and load batch.
     "load_under_writeback": [
-        {"machine": "cpu", "device": "virtio", "date": "2026-12-05", "reactors": reactors,
-         "command": "at fc9dced: python3 bench/io/load_under_writeback.py --dir /var/tmp/kvtier-wb --chunk-mib 32 "
-                    f"--reads 16 --writes 256 --repeat 2 --reactors {flag} --json OUT",
-         "file": f"bench/results/io/load-under-writeback-cpu-2026-12-05-fc9dced/{name}.json"}
-        for reactors, flag, name in (("auto (2)", 0, "reactors-auto"), ("1", 1, "reactors-1"))],
+        *[{"machine": "cpu", "device": "virtio", "date": "2026-12-05", "reactors": reactors,
+           "superseded": "the loads-first, write-pieces engine (load-under-writeback-cpu-2026-12-06-pieces)",
+           "command": "at fc9dced: python3 bench/io/load_under_writeback.py --dir /var/tmp/kvtier-wb --chunk-mib 32 "
+                      f"--reads 16 --writes 256 --repeat 2 --reactors {flag} --json OUT",
+           "file": f"bench/results/io/load-under-writeback-cpu-2026-12-05-fc9dced/{name}.json"}
+          for reactors, flag, name in (("auto (2)", 0, "reactors-auto"), ("1", 1, "reactors-1"))],
+        *[{"machine": "h200", "device": "virtio", "date": "2026-12-06", "reactors": reactors,
+           "command": "at 2d6d3d9, before loads first and write pieces (the box's 16 cores; "
+                      "KVTIER_GPU_BUILD_ONLY=1 scripts/gpu_bench.sh, then): "
+                      "python3 bench/io/load_under_writeback.py --dir /var/tmp/kvtier-wb --chunk-mib 32 --reads 16 "
+                      f"--writes 256 --repeat 2 --reactors {flag} --json OUT",
+           "file": f"bench/results/io/load-under-writeback-h200-2026-12-06-2d6d3d9/{name}.json"}
+          for reactors, flag, name in (("auto (16)", 0, "reactors-auto"), ("1", 1, "reactors-1"))],
+        *[{"machine": "cpu", "device": "virtio", "date": "2026-12-06", "reactors": str(r),
+           "command": "python3 bench/io/load_under_writeback.py --dir /var/tmp/kvtier-wb --chunk-mib 32 --reads 16 "
+                      f"--load-batch {lb} --writes 256 --repeat 2 --reactors {r} --caps 0,16 --write-pieces 1,0 "
+                      "--json OUT",
+           "file": f"bench/results/io/load-under-writeback-cpu-2026-12-06-pieces/batch{lb}-r{r}.json"}
+          for lb in (16, 1) for r in (16, 2, 1)],
+        *[{"machine": "cpu", "device": "virtio", "date": "2026-12-06", "reactors": str(r),
+           "command": "python3 bench/io/load_under_writeback.py --dir /var/tmp/kvtier-wb --chunk-mib 32 --reads 16 "
+                      f"--load-batch 16 --writes 256 --repeat 2 --reactors {r} --caps 0 --write-pieces 4,1,0 "
+                      "--json OUT",
+           "file": f"bench/results/io/load-under-writeback-cpu-2026-12-06-pieces/pieces-4-1-0-batch16-r{r}.json"}
+          for r in (16, 2)],
+        *[{"machine": "cpu", "device": "virtio", "date": "2026-12-06", "reactors": reactors,
+           "command": "python3 bench/io/load_under_writeback.py --dir /var/tmp/kvtier-wb --chunk-mib 32 --reads 0 "
+                      f"--writes 256 --repeat 2 --reactors {flag} --caps 0 --write-pieces 1,4,0 --json OUT",
+           "file": f"bench/results/io/load-under-writeback-cpu-2026-12-06-pieces/writeback-alone-r{flag}.json"}
+          for reactors, flag in (("auto (2)", 0), ("16", 16))],
+    ],
 }
 
 NOTE_NO_RAW_BEST = ("measured before bench io had its multi-threaded raw baseline: raw_best_gbps, raw_best_threads "
@@ -439,28 +466,33 @@ def engine_builds_rows(source, load=None):
 
 
 def load_under_writeback_rows(source, load=None):
-    """One row per write bound of a load_under_writeback.py file (its table: loads' mean, p50 and p95 over every
-    run's loads, medians over runs of the loads' total and of the write-back), each bounded row with the ratios to
-    the file's unbounded one (a bound of io_depth or more)."""
+    """One row per setting (write bound, write piece) of a load_under_writeback.py file (its table: batch latency
+    mean, p50 and p95 over every run's batches, medians over runs of the loads' total and of the write-back), each
+    with the ratios to the file's baseline: its setting closest to the engine before both (no write pieces, the
+    largest bound), whose own ratios are null. Files from before write pieces wrote each chunk at once."""
     load = load or (lambda p: json.loads((REPO / p).read_text()))
     doc = load(source["file"])
     a = doc["args"]
-    free = [t for t in doc["table"] if t["cap"] >= a["io_depth"]]
+    table = [{**t, "write_piece_mib": t.get("write_piece_mib", 0.0)} for t in doc["table"]]
+    whole = [t for t in table if t["write_piece_mib"] == 0] or table
+    base = max(whole, key=lambda t: min(t["cap"] or a["io_depth"] // 2, a["io_depth"]))
     rows = []
-    for t in doc["table"]:
+    for t in table:
         bound = max(1, a["io_depth"] // 2) if t["cap"] == 0 else t["cap"]
+        mine = [x for x in doc["runs"] if x["cap"] == t["cap"] and x.get("write_piece_mib", 0.0) == t["write_piece_mib"]]
+        ms = {k: _r(t[f"load_{k}_s"] * 1e3, 1) if t[f"load_{k}_s"] is not None else None for k in ("mean", "p50", "p95")}
         row = {"machine": source["machine"], "device": source["device"], "reactors": source["reactors"],
-               "chunk_mib": a["chunk_mib"], "loads": a["reads"], "writes_gib": _r(a["writes"] * a["chunk_mib"] / 1024),
-               "io_depth": a["io_depth"], "max_writes_at_disk": t["cap"],
-               "writes_at_disk": bound if bound < a["io_depth"] else None,
-               "runs": sum(x["cap"] == t["cap"] for x in doc["runs"]),
-               "load_mean_ms": _r(t["load_mean_s"] * 1e3, 1), "load_p50_ms": _r(t["load_p50_s"] * 1e3, 1),
-               "load_p95_ms": _r(t["load_p95_s"] * 1e3, 1), "loads_total_s": _r(t["loads_total_s"]),
-               "writeback_s": _r(t["writeback_s"]),
-               "loads_total_unbounded_over_this": None, "writeback_this_over_unbounded": None}
-        if free and t["cap"] < a["io_depth"]:
-            row["loads_total_unbounded_over_this"] = _r(free[0]["loads_total_s"] / t["loads_total_s"])
-            row["writeback_this_over_unbounded"] = _r(t["writeback_s"] / free[0]["writeback_s"])
+               "chunk_mib": a["chunk_mib"], "loads": a["reads"], "load_batch": a.get("load_batch", 1),
+               "writes_gib": _r(a["writes"] * a["chunk_mib"] / 1024), "io_depth": a["io_depth"],
+               "max_writes_at_disk": t["cap"], "writes_at_disk": bound if bound < a["io_depth"] else None,
+               "write_piece_mib": t["write_piece_mib"] or None, "runs": len(mine),
+               "load_mean_ms": ms["mean"], "load_p50_ms": ms["p50"], "load_p95_ms": ms["p95"],
+               "loads_total_s": _r(t["loads_total_s"]) if a["reads"] else None, "writeback_s": _r(t["writeback_s"]),
+               "loads_total_baseline_over_this": None, "writeback_this_over_baseline": None}
+        if t is not base:
+            if a["reads"]:
+                row["loads_total_baseline_over_this"] = _r(base["loads_total_s"] / t["loads_total_s"])
+            row["writeback_this_over_baseline"] = _r(t["writeback_s"] / base["writeback_s"])
         row.update(date=source["date"], command=source["command"], result=source["file"])
         rows.append(row)
     return rows
@@ -579,18 +611,20 @@ def table_engine_builds(board):
 
 
 def table_load_under_writeback(board):
-    out = ["| machine | device | reactors | loads | during the write-back of | writes at the disk (of io_depth) | runs "
-           "| load mean / p50 / p95 ms | loads' total s | write-back s | loads' total, unbounded / this "
-           "| write-back, this / unbounded | date | result |",
-           "|---|---|---|---:|---:|---|---:|---|---:|---:|---:|---:|---|---|"]
+    out = ["| machine | device | reactors | loads (at once) | during the write-back of | writes at the disk (of io_depth) "
+           "| write piece | runs | load mean / p50 / p95 ms | loads' total s | write-back s "
+           "| loads' total, baseline / this | write-back, this / baseline | date | result |",
+           "|---|---|---|---|---:|---|---|---:|---|---:|---:|---:|---:|---|---|"]
     rows, note = _current(board, "load_under_writeback")
     for r in rows:
         bound = f"{r['writes_at_disk']} of {r['io_depth']}" if r["writes_at_disk"] else f"no bound ({r['io_depth']})"
-        out.append(f"| {r['machine']} | {r['device']} | {r['reactors']} | {r['loads']} x {r['chunk_mib']} MiB "
-                   f"| {r['writes_gib']:g} GiB | {bound} | {r['runs']} "
-                   f"| {r['load_mean_ms']:.0f} / {r['load_p50_ms']:.0f} / {r['load_p95_ms']:.0f} "
-                   f"| {_f(r['loads_total_s'])} | {_f(r['writeback_s'])} | {_f(r['loads_total_unbounded_over_this'])} "
-                   f"| {_f(r['writeback_this_over_unbounded'])} | {r['date']} | {r['result'].split('/')[-2]} |")
+        loads = f"{r['loads']} x {r['chunk_mib']} MiB ({r['load_batch']})" if r["loads"] else "none"
+        lat = " / ".join(_f(r[k], 0) for k in ("load_mean_ms", "load_p50_ms", "load_p95_ms"))
+        base = "baseline" if r["writeback_this_over_baseline"] is None else _f(r["loads_total_baseline_over_this"])
+        piece = f"{r['write_piece_mib']:g} MiB" if r["write_piece_mib"] else "whole chunk"
+        out.append(f"| {r['machine']} | {r['device']} | {r['reactors']} | {loads} | {r['writes_gib']:g} GiB | {bound} "
+                   f"| {piece} | {r['runs']} | {lat} | {_f(r['loads_total_s'])} | {_f(r['writeback_s'])} | {base} "
+                   f"| {_f(r['writeback_this_over_baseline'])} | {r['date']} | {r['result'].split('/')[-2]} |")
     return "\n".join(out) + note
 
 

@@ -76,6 +76,11 @@ struct EngineOptions {
   // piece once the disk has the next chunk's reads), instead of reading the whole chunk and then checksumming it
   // from memory. 0: one read per chunk.
   uint64_t read_piece_bytes = 1 << 20;
+  // I1: a store writes its chunk in pieces of this many bytes (rounded down to 4 KiB, at least 4 KiB), one piece of
+  // each chunk at the disk at a time, so writes hold at most max_writes_at_disk pieces' bytes there, whatever the chunk
+  // size: a device serves what is queued at it in about the order it came, and a read queued behind whole 64 MiB
+  // writes waits for all their bytes (docs/performance.md, "Loads during the write-back"). 0: one write per chunk.
+  uint64_t write_piece_bytes = 1 << 20;
   uint32_t posix_threads = 4;
   uint32_t op_timeout_ms = 10000;     // per-operation deadline (I4): a late read becomes a miss
   bool fsync_on_publish = false;      // L4: off by default; a torn entry after power loss fails its checksum

@@ -158,22 +158,30 @@ void Reactor::FillPieces() {
 }
 
 void Reactor::PumpData() {
-  auto it = data_queue_.begin();
-  while (data_in_flight_ < depth_ && it != data_queue_.end()) {
-    Chunk* c = *it;
-    if (c->state == ChunkState::kFailed) {
+  // I1: loads go ahead of the writes queued before them. A request waits for its loads, while the write-back of what
+  // was computed can wait a chunk's time; and a reactor may have a single place at the disk (depth_ is
+  // ceil(io_depth / reactors): one on the GPU box), where a load behind its reactor's writes would wait for all of
+  // them (docs/performance.md, "Loads during the write-back").
+  for (const bool loads : {true, false}) {
+    auto it = data_queue_.begin();
+    while (data_in_flight_ < depth_ && it != data_queue_.end()) {
+      Chunk* c = *it;
+      if (c->state == ChunkState::kFailed) {
+        data_queue_.erase(it);
+        Settle(*c);
+        it = data_queue_.begin();  // settling may have queued or ended others
+        continue;
+      }
+      const bool load = c->job->kind == JobKind::kLoad;
+      if (load != loads) {
+        ++it;
+        continue;
+      }
+      if (!load && !TakeWritePlace()) break;  // every write place is held: this reactor is woken when one is free
       data_queue_.erase(it);
-      Settle(*c);
-      it = data_queue_.begin();  // settling may have queued or ended others
-      continue;
+      StartDataPhase(*c);
+      it = data_queue_.begin();  // a failed submission may have queued or ended others
     }
-    if (c->job->kind != JobKind::kLoad && !TakeWritePlace()) {
-      ++it;  // I1: the reads behind it do not wait for a write place
-      continue;
-    }
-    data_queue_.erase(it);
-    StartDataPhase(*c);
-    it = data_queue_.begin();  // a failed submission may have queued or ended others
   }
   FillPieces();
 }
@@ -205,7 +213,7 @@ void Reactor::StartDataPhase(Chunk& c) {
     }
     if (PiecesToAsk(c)) InsertByAdmission(piece_queue_, &c);
   } else {
-    SubmitWrite(c, Transfer{.buf = pool_->SlotData(c.slot), .len = files_.slot_bytes});
+    SubmitWritePiece(c, 0);
   }
 }
 
@@ -322,6 +330,15 @@ void Reactor::SubmitRead(Chunk& c, Transfer t) {
   io.code = OpCode::kRead;
   io.fd = c.fd;
   Submit<&Reactor::OnReadDone>(Op{.role = OpRole::kRead, .chunk = &c, .deadline_ns = Deadline()}, t, io);
+}
+
+void Reactor::SubmitWritePiece(Chunk& c, uint64_t offset) {
+  uint64_t piece = options_.write_piece_bytes & ~uint64_t{4095};
+  if (options_.write_piece_bytes != 0) piece = std::max<uint64_t>(piece, 4096);
+  const uint64_t left = files_.slot_bytes - offset;
+  SubmitWrite(c, Transfer{.buf = pool_->SlotData(c.slot) + offset,
+                          .len = piece == 0 ? left : std::min(left, piece),
+                          .offset = offset});
 }
 
 void Reactor::SubmitWrite(Chunk& c, Transfer t) {

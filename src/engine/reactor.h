@@ -197,8 +197,8 @@ class Reactor {
   bool TakeJobSlot(Part& part);
   void ReturnJobSlot(Chunk& c);
   void WakeWaiters(std::atomic<uint64_t>& mask);
-  // Starts the data phase of queued chunks while this reactor has places at the disk: in admission order, except that
-  // a write that finds no write place (WritePlaces) lets the chunks behind it go first.
+  // Starts the data phase of queued chunks while this reactor has places at the disk: its loads first, then its
+  // writes while a write place is free (WritePlaces), each in admission order.
   void PumpData();
   void StartDataPhase(Chunk& c);
   bool TakeWritePlace();  // false: every write place is held (this reactor is then woken when one is given back)
@@ -224,6 +224,9 @@ class Reactor {
   void OnOpenDone(const Op& op, const Named& file, int64_t res);  // a load's entry or a store's temporary
   void SubmitRead(Chunk& c, Transfer t);
   void SubmitWrite(Chunk& c, Transfer t);
+  // A store's write from `offset` of its slot: one piece (EngineOptions::write_piece_bytes), or the rest of the slot;
+  // OnWriteDone submits the next once it ends, so a chunk has one piece at the disk at a time.
+  void SubmitWritePiece(Chunk& c, uint64_t offset);
   // Closes fd (none: -1) through the ring, no deadline (I4: a cancelled close would leak the fd); then_unlink: a
   // named temporary unlinked once the close is back. Fire and forget.
   void SubmitClose(int fd, std::string then_unlink = {});

@@ -236,8 +236,8 @@ void Reactor::OnWriteDone(const Op& op, const Transfer& t, int64_t res) {
     FailChunk(*c, Status(StatusCode::kIoError, "write made no progress on " + c->store().tmp_path));
   } else {
     stats_.bytes_written.Add(static_cast<uint64_t>(res));
-    if (static_cast<uint64_t>(res) < t.len) {  // short write: continue where it stopped
-      SubmitWrite(*c, Transfer{.buf = t.buf + res, .len = t.len - res, .offset = t.offset + res});
+    if (t.offset + res < files_.slot_bytes) {  // the next piece, or the rest of a short write
+      SubmitWritePiece(*c, t.offset + res);
     } else if (c->ops_in_flight == 0) {
       StoreWritesDone(*c);
     }

@@ -164,21 +164,27 @@ def test_engine_builds_rows_pool_the_runs_pairs_per_chunk_size():
     assert "| cpu | a -> b | 2 MiB | 2 | 5 | 1.00 | 1.00 |" in table
 
 
-def test_load_under_writeback_rows_give_each_bound_and_its_ratios_to_no_bound():
-    doc = {"args": {"chunk_mib": 32, "reads": 16, "writes": 256, "io_depth": 16},
-           "table": [{"cap": 0, "load_mean_s": 0.2, "load_p50_s": 0.1, "load_p95_s": 0.3, "loads_total_s": 2.0,
-                      "writeback_s": 5.5},
-                     {"cap": 16, "load_mean_s": 0.3, "load_p50_s": 0.01, "load_p95_s": 0.7, "loads_total_s": 4.0,
-                      "writeback_s": 5.0}],
-           "runs": [{"cap": 0}, {"cap": 16}, {"cap": 16}, {"cap": 0}]}
+def test_load_under_writeback_rows_give_each_setting_and_its_ratios_to_the_engine_without_either():
+    def t(cap, piece, total, wb):
+        return {"cap": cap, "write_piece_mib": piece, "load_mean_s": 0.2, "load_p50_s": 0.1, "load_p95_s": 0.3,
+                "loads_total_s": total, "writeback_s": wb}
+    doc = {"args": {"chunk_mib": 32, "reads": 16, "load_batch": 16, "writes": 256, "io_depth": 16},
+           "table": [t(0, 1.0, 1.0, 5.5), t(0, 0.0, 2.0, 5.0), t(16, 0.0, 4.0, 5.0)],
+           "runs": [{"cap": c, "write_piece_mib": m} for c, m in ((0, 1.0), (0, 0.0), (16, 0.0)) * 2]}
     source = {"machine": "cpu", "device": "virtio", "reactors": "1", "date": "d", "command": "c", "file": "x/f/r.json"}
-    bounded, free = scoreboard.load_under_writeback_rows(source, load=lambda p: doc)
-    assert (bounded["writes_at_disk"], bounded["runs"], bounded["writes_gib"]) == (8, 2, 8), "0: half of io_depth"
-    assert bounded["loads_total_unbounded_over_this"] == 2.0 and bounded["writeback_this_over_unbounded"] == 1.1
-    assert free["writes_at_disk"] is None and free["loads_total_unbounded_over_this"] is None, "io_depth: no bound"
-    table = scoreboard.table_load_under_writeback({"load_under_writeback": [bounded, free]})
-    assert "| 8 of 16 | 2 | 200 / 100 / 300 | 2.00 | 5.50 | 2.00 | 1.10 |" in table
-    assert "| no bound (16) |" in table
+    pieces, bounded, base = scoreboard.load_under_writeback_rows(source, load=lambda p: doc)
+    assert (pieces["writes_at_disk"], pieces["write_piece_mib"], pieces["runs"], pieces["load_batch"]) == (8, 1.0, 2, 16)
+    assert pieces["loads_total_baseline_over_this"] == 4.0 and pieces["writeback_this_over_baseline"] == 1.1
+    assert bounded["loads_total_baseline_over_this"] == 2.0 and bounded["write_piece_mib"] is None, "0: whole chunks"
+    assert base["writes_at_disk"] is None and base["loads_total_baseline_over_this"] is None, "io_depth: no bound"
+    table = scoreboard.table_load_under_writeback({"load_under_writeback": [pieces, bounded, base]})
+    assert "| 8 of 16 | 1 MiB | 2 | 200 / 100 / 300 | 1.00 | 5.50 | 4.00 | 1.10 |" in table
+    assert "| no bound (16) | whole chunk | 2 |" in table and "| baseline | - |" in table
+    old = {"args": {"chunk_mib": 32, "reads": 16, "writes": 256, "io_depth": 16},  # a file from before write pieces
+           "table": [{k: v for k, v in t(0, 0, 1.0, 5.0).items() if k != "write_piece_mib"}],
+           "runs": [{"cap": 0}]}
+    (row,) = scoreboard.load_under_writeback_rows(source, load=lambda p: old)
+    assert row["write_piece_mib"] is None and row["load_batch"] == 1 and row["writeback_this_over_baseline"] is None
 
 
 def test_superseded_rows_stay_in_the_json_and_leave_the_tables():
