@@ -365,94 +365,85 @@ TEST_F(GatedCommits, ManySmallCommitsStartNoMoreThanTheReactorsAllowanceBetweenT
   ReleaseAndExpectStored(6, all);
 }
 
-// I1: the write-back of new entries holds at most max_writes_at_disk places at the disk, and a write waiting for one
-// lets the reads behind it go first. At io_depth 2 (one reactor) and max_writes_at_disk 1, with two commits' writes
-// held at the device, one holds the write place, the other waits, and a load takes the second place and completes
-// while the writes are still held (the default at io_depth 2 is the same bound). With max_writes_at_disk 2, the
-// load waits for the writes.
-TEST(WritePlaces, ALoadGoesAheadOfWritesWaitingForAPlace) {
-  test::TempDir dir;
-  EngineOptions o = Options(dir.path());
-  o.io_depth = 2;
-  o.max_writes_at_disk = 1;
-  o.pool_bytes = 24 * (kHeaderBytes + kBlocks * kBlockBytes);
-  {
-    auto plain = Engine::Open(o);
-    ASSERT_TRUE(plain.ok()) << plain.status().ToString();
-    ASSERT_TRUE(StoreKeys(**plain, 0, 1).all_ok());  // Key(0) on disk, not in the next engine's DRAM tier
+// An engine with one reactor (its I/O engine is given) whose writes are held at the device (WriteGate; permits let
+// them through one by one), Key(0) on disk but not in its DRAM tier, and a commit of Key(10) and Key(11) whose
+// temporaries are open: their writes are at the disk, or queued behind the one that is.
+class LoadBesideHeldWrites : public ::testing::Test {
+ protected:
+  void Start(uint32_t io_depth, uint32_t max_writes_at_disk) {
+    o_ = Options(dir_.path());
+    o_.io_depth = io_depth;
+    o_.max_writes_at_disk = max_writes_at_disk;
+    o_.pool_bytes = 24 * (kHeaderBytes + kBlocks * kBlockBytes);
+    {
+      auto plain = Engine::Open(o_);
+      ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+      ASSERT_TRUE(StoreKeys(**plain, 0, 1).all_ok());
+    }
+    auto inner = CreateIoEngine(IoEngineConfig{IoEngineKind::kAuto, 64, 4});
+    ASSERT_TRUE(inner.ok());
+    auto made =
+        EngineImpl::Create(o_, std::make_unique<WriteGate>(std::move(inner.value()), &open_, &opens_, &permits_));
+    ASSERT_TRUE(made.ok()) << made.status().ToString();
+    e_ = std::move(made.value());
+    std::vector<ChunkKey> keys{Key(10), Key(11)};
+    ASSERT_TRUE(e_->ReserveForStore(keys).ok());
+    e_->CommitStore(keys, true);
+    for (int i = 0; i < 2000 && opens_.load() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ASSERT_EQ(opens_.load(), 2u) << "both temporaries are open";
   }
-  std::atomic<bool> open{false};
-  std::atomic<uint64_t> opens{0};
-  auto inner = CreateIoEngine(IoEngineConfig{IoEngineKind::kAuto, 64, 4});
-  ASSERT_TRUE(inner.ok());
-  auto made = EngineImpl::Create(o, std::make_unique<WriteGate>(std::move(inner.value()), &open, &opens));
-  ASSERT_TRUE(made.ok()) << made.status().ToString();
-  std::unique_ptr<Engine> e = std::move(made.value());
-  std::vector<ChunkKey> keys{Key(10), Key(11)};
-  ASSERT_TRUE(e->ReserveForStore(keys).ok());
-  e->CommitStore(keys, true);
-  for (int i = 0; i < 2000 && opens.load() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  ASSERT_EQ(opens.load(), 2u) << "both temporaries are open: their writes are what holds the disk";
-  PromoteResult p = e->Promote(Key(0), /*speculative=*/false);
-  for (int i = 0; i < 5000 && p.state == PromoteState::kPending; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    p = e->Promote(Key(0), false);
+
+  // Promotes Key(0) and asks again until it is no longer pending (at most 5 s).
+  PromoteState LoadKey0(std::atomic<int64_t>* then_permit = nullptr) {
+    PromoteResult p = e_->Promote(Key(0), /*speculative=*/false);
+    if (then_permit != nullptr) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the load is queued behind the writes
+      (*then_permit)++;
+    }
+    for (int i = 0; i < 5000 && p.state == PromoteState::kPending; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      p = e_->Promote(Key(0), false);
+    }
+    return p.state;
   }
-  EXPECT_EQ(p.state, PromoteState::kReady) << "the load waited behind the held writes";
-  EXPECT_EQ(e->Stats().stores_completed, 0u) << "the writes were still held";
-  open = true;
-  for (int i = 0; i < 20000 && e->Stats().stores_completed < 1; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+
+  void OpenAndExpectStored() {
+    open_ = true;
+    for (int i = 0; i < 20000 && e_->Stats().stores_completed < 1; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    EXPECT_EQ(e_->Stats().stores_completed, 1u);
+    EXPECT_TRUE(e_->Stored(Key(10)) && e_->Stored(Key(11)));
   }
-  EXPECT_EQ(e->Stats().stores_completed, 1u);
-  EXPECT_TRUE(e->Stored(Key(10)) && e->Stored(Key(11)));
-  e.reset();  // before what the WriteGate points to
+
+  test::TempDir dir_;
+  EngineOptions o_;
+  std::atomic<bool> open_{false};
+  std::atomic<uint64_t> opens_{0};
+  std::atomic<int64_t> permits_{0};
+  std::unique_ptr<Engine> e_;  // last: destroyed before what the WriteGate points to
+};
+
+// I1: the write-back of new entries holds at most max_writes_at_disk places at the disk, and the reads keep the
+// others. At io_depth 2 (one reactor) and max_writes_at_disk 1, with the writes held at the device, one holds the
+// write place, the other waits, and a load takes the second place and completes while the writes are still held
+// (the default at io_depth 2 is the same bound). With max_writes_at_disk 2, the load waits for the writes.
+TEST_F(LoadBesideHeldWrites, ALoadGoesAheadOfWritesWaitingForAPlace) {
+  ASSERT_NO_FATAL_FAILURE(Start(/*io_depth=*/2, /*max_writes_at_disk=*/1));
+  EXPECT_EQ(LoadKey0(), PromoteState::kReady) << "the load waited behind the held writes";
+  EXPECT_EQ(e_->Stats().stores_completed, 0u) << "the writes were still held";
+  OpenAndExpectStored();
 }
 
 // I1: a reactor's loads go ahead of the writes queued before them. At io_depth 1 (one reactor with one place at the
 // disk, as each of the GPU box's 16 reactors has; no write bound), with one write at the disk and a second queued
 // behind it, a load queued after both starts when the first write ends, before the second: it completes while the
 // second write is held. Loads in admission order would wait for both writes.
-TEST(WritePlaces, ALoadGoesAheadOfTheWritesQueuedBeforeIt) {
-  test::TempDir dir;
-  EngineOptions o = Options(dir.path());
-  o.io_depth = 1;
-  o.pool_bytes = 24 * (kHeaderBytes + kBlocks * kBlockBytes);
-  {
-    auto plain = Engine::Open(o);
-    ASSERT_TRUE(plain.ok()) << plain.status().ToString();
-    ASSERT_TRUE(StoreKeys(**plain, 0, 1).all_ok());  // Key(0) on disk, not in the next engine's DRAM tier
-  }
-  std::atomic<bool> open{false};
-  std::atomic<uint64_t> opens{0};
-  std::atomic<int64_t> permits{0};
-  auto inner = CreateIoEngine(IoEngineConfig{IoEngineKind::kAuto, 64, 4});
-  ASSERT_TRUE(inner.ok());
-  auto made = EngineImpl::Create(o, std::make_unique<WriteGate>(std::move(inner.value()), &open, &opens, &permits));
-  ASSERT_TRUE(made.ok()) << made.status().ToString();
-  std::unique_ptr<Engine> e = std::move(made.value());
-  std::vector<ChunkKey> keys{Key(10), Key(11)};
-  ASSERT_TRUE(e->ReserveForStore(keys).ok());
-  e->CommitStore(keys, true);
-  for (int i = 0; i < 2000 && opens.load() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  ASSERT_EQ(opens.load(), 2u) << "both temporaries are open: one write at the disk, one queued";
-  PromoteResult p = e->Promote(Key(0), /*speculative=*/false);
-  ASSERT_EQ(p.state, PromoteState::kPending);
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the load is queued behind the writes
-  permits = 1;                                                 // the first write goes to the disk and ends
-  for (int i = 0; i < 5000 && p.state == PromoteState::kPending; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    p = e->Promote(Key(0), false);
-  }
-  EXPECT_EQ(p.state, PromoteState::kReady) << "the load waited behind the second write";
-  EXPECT_EQ(e->Stats().stores_completed, 0u) << "the second write was still held";
-  open = true;
-  for (int i = 0; i < 20000 && e->Stats().stores_completed < 1; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  EXPECT_EQ(e->Stats().stores_completed, 1u);
-  EXPECT_TRUE(e->Stored(Key(10)) && e->Stored(Key(11)));
-  e.reset();  // before what the WriteGate points to
+TEST_F(LoadBesideHeldWrites, ALoadGoesAheadOfTheWritesQueuedBeforeIt) {
+  ASSERT_NO_FATAL_FAILURE(Start(/*io_depth=*/1, /*max_writes_at_disk=*/0));
+  EXPECT_EQ(LoadKey0(/*then_permit=*/&permits_), PromoteState::kReady) << "the load waited behind the second write";
+  EXPECT_EQ(e_->Stats().stores_completed, 0u) << "the second write was still held";
+  OpenAndExpectStored();
 }
 
 }  // namespace
