@@ -113,7 +113,7 @@ const std::vector<OptionSpec> kSchema = {
                   "chunks being written at once over all reactors; reads keep the other places (0: io_depth / 2)"),
     KVTIER_OPTION(read_piece_bytes, kBytes, 0, 1073741824.0, nullptr, nullptr,
                   "a load's read size; each piece is verified as it lands (0: the whole chunk)"),
-    KVTIER_OPTION(write_piece_bytes, kBytes, 0, 1073741824.0, nullptr, nullptr,
+    KVTIER_OPTION(write_piece_bytes, kBytes, 0, 1073741824.0, nullptr, "write_piece_bytes",
                   "a store's write size, one piece of a chunk at the disk at a time (0: the whole chunk)"),
     KVTIER_OPTION(posix_threads, kCount, 1, 256, nullptr, nullptr, "threads of the POSIX I/O backend"),
     KVTIER_OPTION(op_timeout_ms, kCount, 1, 3600000, nullptr, "op_timeout_ms",

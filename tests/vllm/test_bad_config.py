@@ -26,6 +26,7 @@ BAD = {
     "kvtier_touch_interval_s": [-1, 1 << 40, "hourly"],
     "kvtier_reactors": [-1, 65, "many", 2.5],
     "kvtier_max_writes_at_disk": [-1, 1025, "half", 1.5],
+    "kvtier_write_piece_bytes": [-1, "big", "2GiB", 1.5],
     "kvtier_fsync": ["maybe", 2, None],
     "kvtier_allow_insecure_root": ["sure", 3],
     "kvtier_checksum_secret": ["short", 12345, "file:/nonexistent/kvtier.key"],
