@@ -15,6 +15,8 @@ Rows (docs/performance.md, "The scoreboard", says what each field means):
   peers_storage  one per chunk size and operation, from `bench/peers/run.sh` (bench/results/peers/results.json)
   vllm_ttft      one per system and phase of a `bench/h200/headline.py run` file (headline.json): TTFT in a real vLLM on
                  the GPU box
+  vllm_queue     one per system of a queue-workload headline.json (headline.py run --workload queue): TTFT of the
+                 cached and uncached requests in flight at once, with preload on or off
   engine_paths   one per chunk size of a bench/io/path_ab.py summary: the stream path over the former job path
   engine_builds  one per chunk size of bench/io/build_ab.py summaries (runs pooled): a change's build over the build
                  before it
@@ -107,6 +109,24 @@ def _box_034_1718002(folder, systems, tier, **fields):
                     **fields)
 
 
+# The lease at c3873f0 (vLLM 0.26.0 on an H100 80GB, the box's virtual disk; bench/results/h200/gate-h100-2026-12-06-
+# c3873f0/README.md): the gate calibrated on the box (calibrate-h100-2026-12-06-c3873f0), on and off.
+GATE_ARGS = ("--shape qwen2.5-32b --sizes 40k --docs 4 --concurrency 4 --max-num-seqs 1 --gpu-kv-gib 11 "
+             "--query-rounds 2 --disk-pool-gib 8 --tiered-gib 32")
+_SYSTEM_GATE = {
+    "kvtier-disk": {"tier": "disk only", "pool_gib": 8, "pressure": True,
+                    "gate": "on (the box's calibration: disk never)"},
+    "recompute": {"tier": "none", "device": "-", "gate": "-", "preload": "-"},
+    "gpu-prefix": {"tier": "none", "device": "-", "gate": "-", "preload": "-"},
+}
+
+
+def _box_c387(folder, args, **fields):
+    return {"machine": "h100", "date": "2026-12-06", "device": "virtio", "gate": "off", "preload": "on", **fields,
+            "command": f"HEADLINE_ARGS='{GATE_ARGS} {args}' scripts/h200/headline.sh at c3873f0",
+            "file": f"bench/results/h200/{folder}/headline.json"}
+
+
 SOURCES = {
     "engine_io": [
         *[{"machine": "h200", "date": "2026-12-02", "superseded": PLACED,
@@ -191,6 +211,19 @@ SOURCES = {
         _box_034_d34("kvtier-dram-tier-native-d34fe41", "kvtier-dram,kvtier-tier,native"),
         _box_034_d34("kvtier-disk-nopreload-baseline-d34fe41", "kvtier-disk,kvtier-disk-nopreload,baseline"),
         _box_034_d34("native-kvtier-tier-d34fe41-run2", "native,kvtier-tier"),
+        _box_c387("gate-h100-2026-12-06-c3873f0", "--systems kvtier-disk,baseline --disk-thresholds FILE (the box's "
+                  "calibration, calibrate-h100-2026-12-06-c3873f0/thresholds.json)", tier="-", per_system=_SYSTEM_GATE),
+        _box_c387("gate-off-h100-2026-12-06-c3873f0", "--systems kvtier-disk", tier="disk only", pool_gib=8,
+                  pressure=True),
+    ],
+    # vllm_queue: headline.json files of the queue workload (headline.py run --workload queue): every query request at
+    # once, half of them cached, TTFT per class.
+    "vllm_queue": [
+        {"machine": "h100", "date": "2026-12-06", "device": "virtio", "pool_gib": 8,
+         "command": "HEADLINE_ARGS='--shape qwen2.5-32b --workload queue --sizes 5k --docs 32 --max-num-seqs 1 "
+                    "--gpu-kv-gib 11 --disk-pool-gib 8 --tiered-gib 32 --systems kvtier-disk,kvtier-disk-nopreload' "
+                    "scripts/h200/headline.sh at c3873f0",
+         "file": "bench/results/h200/queue-h100-2026-12-06-c3873f0/headline.json"},
     ],
     # engine_paths: bench/io/path_ab.py summaries (kvtier bench io's stream path over the engine's former job path,
     # alternating pairs; path_ab.py and --path job are in the commit each command names).
@@ -239,6 +272,11 @@ SOURCES = {
                       f"--writes 256 --repeat 2 --reactors {flag} --json OUT",
            "file": f"bench/results/io/load-under-writeback-h200-2026-12-06-2d6d3d9/{name}.json"}
           for reactors, flag, name in (("auto (16)", 0, "reactors-auto"), ("1", 1, "reactors-1"))],
+        {"machine": "h100", "device": "virtio", "date": "2026-12-06", "reactors": "auto (16)",
+         "command": "at c3873f0, on the box after HEADLINE_STEPS=install,build,check scripts/h200/headline.sh: "
+                    "python3 bench/io/load_under_writeback.py --dir /var/tmp/kvtier-wb --chunk-mib 32 --reads 16 "
+                    "--load-batch 16 --writes 256 --repeat 2 --reactors 0 --caps 0 --write-pieces 1,0 --json OUT",
+         "file": "bench/results/io/load-under-writeback-h100-2026-12-06-c3873f0/reactors-auto.json"},
         *[{"machine": "cpu", "device": "virtio", "date": "2026-12-06", "reactors": str(r),
            "command": "python3 bench/io/load_under_writeback.py --dir /var/tmp/kvtier-wb --chunk-mib 32 --reads 16 "
                       f"--load-batch {lb} --writes 256 --repeat 2 --reactors {r} --caps 0,16 --write-pieces 1,0 "
@@ -465,6 +503,37 @@ def engine_builds_rows(source, load=None):
     return rows
 
 
+def vllm_queue_rows(source, load=None):
+    """One row per system of a queue-workload headline.json: TTFT of all requests and per class (cached, uncached),
+    the query phase's time and bytes, and the preload planner's counters from the engine's final stats."""
+    load = load or (lambda p: json.loads((REPO / p).read_text()))
+    doc = load(source["file"])
+    stats = {f["system"]: (f.get("kvtier_stats") or [{}])[-1] for f in doc.get("freed", [])}
+    rows = []
+    for run in doc["runs"]:
+        q = run["query"]
+        m = q.get("metrics", {})
+        by = q["ttft_by_class"]
+        planner = stats.get(run["system"], {}).get("preload_planner") or {}
+
+        def ms(t, k):
+            return _r(t[k] * 1e3, 0)
+        rows.append({
+            "machine": source["machine"], "vllm": doc["versions"]["vllm"], "model": doc["model"],
+            "device": source["device"], "tokens": run["doc_tokens"], "requests": q["ttft"]["n"],
+            "cached": by["cached"]["n"], "max_num_seqs": int(doc["argv"][doc["argv"].index("--max-num-seqs") + 1]),
+            "pool_gib": source["pool_gib"], "system": run["system"],
+            "preload": "off" if run["system"].endswith("nopreload") else "on",
+            "mean_ms": ms(q["ttft"], "mean"),
+            **{f"{c}_{k}_ms": ms(by[c], k) for c in ("cached", "uncached") for k in ("mean", "p50", "p95")},
+            "query_s": _r(q["wall_s"], 1),
+            "read_gb": _r(m.get("vllm:kvtier_bytes_read_total", 0) / 1e9, 1),
+            "written_gb": _r(m.get("vllm:kvtier_bytes_written_total", 0) / 1e9, 1),
+            "preloads_started": planner.get("started"), "preloads_refused_no_room": planner.get("refused_no_room"),
+            "date": source["date"], "command": source["command"], "result": source["file"]})
+    return rows
+
+
 def load_under_writeback_rows(source, load=None):
     """One row per setting (write bound, write piece) of a load_under_writeback.py file (its table: batch latency
     mean, p50 and p95 over every run's batches, medians over runs of the loads' total and of the write-back), each
@@ -513,6 +582,7 @@ def build(sources=SOURCES, load=None):
         "engine_io": rows("engine_io", engine_io_rows),
         "peers_storage": rows("peers_storage", peers_rows),
         "vllm_ttft": rows("vllm_ttft", vllm_rows),
+        "vllm_queue": rows("vllm_queue", vllm_queue_rows),
         "engine_paths": rows("engine_paths", engine_paths_rows),
         "engine_builds": rows("engine_builds", engine_builds_rows),
         "load_under_writeback": rows("load_under_writeback", load_under_writeback_rows),
@@ -628,8 +698,25 @@ def table_load_under_writeback(board):
     return "\n".join(out) + note
 
 
+def table_vllm_queue(board):
+    out = ["| GPU, vLLM | model | device | tokens | requests (cached) | max-num-seqs | pool GiB | system | preload "
+           "| all: mean ms | cached: mean / p50 / p95 ms | uncached: mean / p50 / p95 ms | query phase s "
+           "| read / written GB | preloads started (refused: no room) | date | result |",
+           "|---|---|---|---:|---|---:|---:|---|---|---:|---|---|---:|---|---|---|---|"]
+    rows, note = _current(board, "vllm_queue")
+    for r in rows:
+        cls = {c: " / ".join(_f(r[f"{c}_{k}_ms"], 0) for k in ("mean", "p50", "p95")) for c in ("cached", "uncached")}
+        pre = "-" if r["preloads_started"] is None else f"{r['preloads_started']} ({r['preloads_refused_no_room']})"
+        out.append(f"| {r['machine']}, {r['vllm']} | {r['model']} | {r['device']} | {r['tokens']} "
+                   f"| {r['requests']} ({r['cached']}) | {r['max_num_seqs']} | {r['pool_gib']:g} | {r['system']} "
+                   f"| {r['preload']} | {_f(r['mean_ms'], 0)} | {cls['cached']} | {cls['uncached']} "
+                   f"| {_f(r['query_s'], 1)} | {_f(r['read_gb'], 1)} / {_f(r['written_gb'], 1)} | {pre} | {r['date']} "
+                   f"| {r['result'].split('/')[-2]} |")
+    return "\n".join(out) + note
+
+
 TABLES = {"engine_io": table_engine_io, "peers_storage": table_peers, "vllm_ttft": table_vllm_ttft,
-          "engine_paths": table_engine_paths, "engine_builds": table_engine_builds,
+          "vllm_queue": table_vllm_queue, "engine_paths": table_engine_paths, "engine_builds": table_engine_builds,
           "load_under_writeback": table_load_under_writeback}
 MARK = re.compile(r"(<!-- scoreboard:(\w+) -->\n)(.*?)(<!-- /scoreboard:\2 -->)", re.S)
 
@@ -688,22 +775,27 @@ PLOT = REPO / "bench" / "results" / "vllm_ttft.png"
 
 
 def plot_cells(board):
-    """The current vllm_ttft rows as cells (GPU, vLLM, model, device of the disk systems, tokens), each a list of
-    bars: (label, mean ms of the rows' means, p50 ms, p95 ms, rows). A label is the system, with its pool where it
-    is smaller than one request; several runs of one label in a cell make one bar of their mean (p50 and p95 their
-    medians)."""
+    """The current vllm_ttft rows as cells (GPU, vLLM, model, tokens; the title names the devices of the cell's
+    roots), each a list of bars: (label, mean ms of the
+    rows' means, p50 ms, p95 ms, rows). A label is the system, with its pool where it is smaller than one request, its
+    variant and whether its gate was on; several runs of one label in a cell make one bar of their mean (p50 and p95
+    their medians)."""
     cells: dict = {}
+    devices: dict = {}  # cell -> the devices its rows' roots were on
     for r in board["vllm_ttft"]:
         if not r["current"] or r["mean_ms"] is None:
             continue
         key = f"{r['machine']}, vLLM {r['vllm']}\n{r['model']}, {r['tokens'] // 1024}k tokens"
         variant = re.search(r"\((.*)\)", r["tier"])  # "disk only (batch_api copies)"
         label = r["system"] + (f", pool {r['pool_gib']:g} GiB" if r["pressure"] else "") + \
-            (f", {variant.group(1)}" if variant else "")
+            (f", {variant.group(1)}" if variant else "") + (", gate on" if r.get("gate", "").startswith("on") else "")
         cells.setdefault(key, {}).setdefault(label, []).append(r)
+        if r.get("device", "-") != "-":
+            devices.setdefault(key, set()).add(r["device"])
     out = []
     for key, bars in cells.items():
-        out.append((key, [(label, _r(statistics.mean(x["mean_ms"] for x in rows), 0),
+        where = f", root on {'/'.join(sorted(devices[key]))}" if key in devices else ""
+        out.append((key + where, [(label, _r(statistics.mean(x["mean_ms"] for x in rows), 0),
                            _r(statistics.median(x["p50_ms"] for x in rows), 0),
                            _r(statistics.median(x["p95_ms"] for x in rows), 0), len(rows))
                           for label, rows in bars.items()]))
@@ -752,7 +844,7 @@ def main(argv=None):
         plot_vllm_ttft(board)
         print(f"wrote {PLOT.relative_to(REPO)}")
     print(f"wrote {SCOREBOARD.relative_to(REPO)} ({len(board['engine_io'])} engine_io, "
-          f"{len(board['peers_storage'])} peers_storage, {len(board['vllm_ttft'])} vllm_ttft, "
+          f"{len(board['peers_storage'])} peers_storage, {len(board['vllm_ttft'])} vllm_ttft, {len(board['vllm_queue'])} vllm_queue, "
           f"{len(board['engine_paths'])} engine_paths, {len(board['engine_builds'])} engine_builds, "
           f"{len(board['load_under_writeback'])} load_under_writeback rows) and "
           f"{DOC.relative_to(REPO)}'s tables")

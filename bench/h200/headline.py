@@ -409,15 +409,20 @@ def calibrate(a: argparse.Namespace) -> int:
             "--kv-bytes-per-token", str(kvb), "--vocab-size", str(MODEL["config"]["vocab_size"]),
             "--pool-bytes", str(pool), "--start-timeout-s", str(a.start_timeout_s), "--no-progress", "--no-plots",
             "--serve-args", shlex.join(server_flags(a, gpu_kv_gib))]
+    # calibrate's servers inherit this environment: on the GPU box they need what every headline server gets (GPU_ENV:
+    # without VLLM_USE_FLASHINFER_SAMPLER=0 vLLM imports flashinfer, which the box's wheel set leaves out)
+    added = {} if a.no_gpu_flags else GPU_ENV
     if a.dry_run:
         print(f"# {space}")
+        print(f"# servers' environment adds: {' '.join(f'{k}={v}' for k, v in added.items()) or 'nothing'}")
         print(shlex.join(argv))
         return 0
     if need > SPACE_USABLE * free:
         raise SystemExit(f"not enough space: {space} (more than {SPACE_USABLE:.0%} of it); use fewer --sizes")
     build_model_dir(Path(a.model_dir), max(sizes) + 1024)
     log(space)
-    env = {**os.environ, "PYTHONPATH": str(REPO / "python") + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env = {**os.environ, **added,
+           "PYTHONPATH": str(REPO / "python") + os.pathsep + os.environ.get("PYTHONPATH", "")}
     try:
         return subprocess.run(argv, env=env).returncode
     finally:

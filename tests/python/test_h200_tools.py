@@ -319,6 +319,8 @@ def test_calibrate_on_the_box_uses_the_runs_server_flags_and_checks_its_space(tm
     assert r.returncode == 0, r.stderr
     assert f"calibrate stores up to 45.1 GB under {tmp_path / 'w'}" in r.stdout, r.stdout
     assert "--sizes 8192,16384,32768 --fractions 1 --reps 1" in r.stdout and "--vocab-size 152064" in r.stdout
+    # the servers get what every headline server gets on the box (without it vLLM imported flashinfer there and died)
+    assert "# servers' environment adds: VLLM_USE_FLASHINFER_SAMPLER=0" in r.stdout, r.stdout
     run = headline("run", *common, "--systems", "kvtier-disk", "--max-num-seqs", "1", "--dry-run")
     start = next(line for line in run.stdout.splitlines() if line.startswith("start "))
     flags = "--load-format dummy --dtype bfloat16 --block-size 16 --max-num-seqs 1 --kv-cache-memory-bytes 11811160064"

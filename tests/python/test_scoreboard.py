@@ -215,9 +215,14 @@ def test_the_plot_groups_the_current_ttft_rows_by_cell_and_runs_of_one_system_in
         {**row, "system": "native", "mean_ms": 3000, "p50_ms": 3000, "p95_ms": 3000, "current": False},
         {**row, "system": "native", "vllm": "0.26.0", "mean_ms": 4000, "p50_ms": 4000, "p95_ms": 4000},
         {**row, "system": "lmcache", "mean_ms": None, "p50_ms": None, "p95_ms": None},
+        {**row, "vllm": "0.26.0", "system": "kvtier-disk", "gate": "on (a file)", "device": "virtio", "mean_ms": 5,
+         "p50_ms": 5, "p95_ms": 5},
     ]}
     cells = dict(scoreboard.plot_cells(board))
-    assert sorted(cells) == ["h100, vLLM 0.26.0\nqwen2.5-32b, 40k tokens", "h100, vLLM 0.34.0\nqwen2.5-32b, 40k tokens"]
+    assert sorted(cells) == ["h100, vLLM 0.26.0\nqwen2.5-32b, 40k tokens, root on virtio",
+                             "h100, vLLM 0.34.0\nqwen2.5-32b, 40k tokens"]
+    assert cells["h100, vLLM 0.26.0\nqwen2.5-32b, 40k tokens, root on virtio"] == [
+        ("native", 4000, 4000, 4000, 1), ("kvtier-disk, gate on", 5, 5, 5, 1)], "a gated run is a bar of its own"
     assert cells["h100, vLLM 0.34.0\nqwen2.5-32b, 40k tokens"] == [
         ("kvtier-disk", 1500, 1000, 2500, 2),  # two runs: the mean of their means, the medians of p50 and p95
         ("kvtier-disk, pool 8 GiB", 1500, 1, 2, 1),  # smaller than one request
@@ -226,3 +231,28 @@ def test_the_plot_groups_the_current_ttft_rows_by_cell_and_runs_of_one_system_in
     png = tmp_path / "ttft.png"
     scoreboard.plot_vllm_ttft(board, png)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_queue_rows_give_each_class_and_the_preload_planner_of_each_system():
+    """vllm_queue: one row per system of a --workload queue headline.json, TTFT of all requests and per class, the
+    query phase's bytes from its metrics, the planner's counters from the engine's final stats (none without
+    preload)."""
+    def run(system, cached_s, planner):
+        t = {"n": 2, "mean": cached_s, "p50": cached_s, "p95": cached_s}
+        return ({"system": system, "doc_tokens": 5120, "query": {
+                    "ttft": {**t, "n": 4}, "wall_s": 22.46,
+                    "ttft_by_class": {"cached": t, "uncached": {**t, "mean": 1.0}},
+                    "metrics": {"vllm:kvtier_bytes_read_total": 21.5e9, "vllm:kvtier_bytes_written_total": 18.6e9}}},
+                {"system": system, "kvtier_stats": [{"preload_planner": planner} if planner else {}]})
+    runs = [run("kvtier-disk", 2.0, {"started": 8, "refused_no_room": 548}), run("kvtier-disk-nopreload", 3.0, None)]
+    doc = {"model": "qwen2.5-32b", "versions": {"vllm": "0.26.0"}, "argv": ["run", "--max-num-seqs", "1"],
+           "runs": [r for r, _ in runs], "freed": [f for _, f in runs]}
+    source = {"machine": "h100", "device": "virtio", "pool_gib": 8, "date": "2026-12-06", "command": "c",
+              "file": "bench/results/h200/q/headline.json"}
+    rows = scoreboard.vllm_queue_rows(source, load=lambda p: doc)
+    assert [(r["system"], r["preload"], r["cached_mean_ms"], r["uncached_mean_ms"], r["preloads_started"],
+             r["preloads_refused_no_room"]) for r in rows] == [
+        ("kvtier-disk", "on", 2000, 1000, 8, 548), ("kvtier-disk-nopreload", "off", 3000, 1000, None, None)]
+    assert rows[0]["read_gb"] == 21.5 and rows[0]["query_s"] == 22.5 and rows[0]["max_num_seqs"] == 1
+    table = scoreboard.table_vllm_queue({"vllm_queue": rows})
+    assert "| 8 (548) |" in table and "| kvtier-disk-nopreload | off |" in table, table
