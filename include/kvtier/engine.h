@@ -106,6 +106,9 @@ class Engine {
   virtual std::string pool_name() const = 0;
   virtual uint64_t chunk_payload_bytes() const = 0;  // blocks_per_chunk * block stride
   virtual uint64_t block_stride() const = 0;
+  // Slots that resident preloads no demand load has used yet may hold at most (R2): half of the pool's slots beyond
+  // the demand reserve, at least 1. A request with more chunks than this can never be read ahead completely.
+  virtual uint32_t max_unused_preloads() const = 0;
   // Reactor threads this engine runs (EngineOptions::reactors resolved: auto, or the option).
   virtual uint32_t reactors() const = 0;
   // Whether the open found the root on a file system several hosts mount (layout/shared_fs.h, M1): young bad

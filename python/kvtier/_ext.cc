@@ -706,6 +706,10 @@ class PyEngine {
   uint64_t chunk_payload_bytes() {
     return Call([](Engine& e) { return e.chunk_payload_bytes(); });
   }
+  // Slots unused preloads may hold at most (R2; Engine::max_unused_preloads).
+  uint32_t preload_room() {
+    return Call([](Engine& e) { return e.max_unused_preloads(); });
+  }
   // Slots one stream (or, with streaming off, one request's verified promotions) holds at most: 2 x io_depth, and
   // never more than the pool (policy/stream_pump.h).
   uint32_t stream_window() {
@@ -994,6 +998,7 @@ NB_MODULE(_kvtier, m) {
       .def_prop_ro("block_stride", &PyEngine::block_stride)
       .def_prop_ro("chunk_payload_bytes", &PyEngine::chunk_payload_bytes)
       .def_prop_ro("stream_window", &PyEngine::stream_window)
+      .def_prop_ro("preload_room", &PyEngine::preload_room)
       .def_prop_ro("payload_offset", [](PyEngine&) { return kvtier::kHeaderBytes; });
 
   nb::class_<PyPool>(m, "Pool")

@@ -108,6 +108,7 @@ class EngineImpl final : public Engine {
   std::string pool_name() const override;
   uint64_t chunk_payload_bytes() const override { return files_.block_stride * options_.identity.blocks_per_chunk; }
   uint64_t block_stride() const override { return files_.block_stride; }
+  uint32_t max_unused_preloads() const override { return resident_->max_unused_preloads(); }
   uint32_t reactors() const override { return static_cast<uint32_t>(reactors_.size()); }
   bool shared_root() const override { return files_.shared_root; }
 

@@ -91,6 +91,7 @@ class ResidentSet {
 
   DramPolicy policy() const;
   uint32_t max_slots() const { return options_.max_slots; }
+  uint32_t max_unused_preloads() const { return options_.max_unused_preloads; }
 
  private:
   enum class State { kLoading, kReady, kFilling, kWriting };

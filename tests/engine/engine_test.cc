@@ -888,6 +888,16 @@ TEST_F(ResidentTest, AnAwaitedPromotionIsNotEvictedBeforeItIsPinned) {
   EXPECT_EQ(e->Lookup(Key(0)), ChunkLocation::kDisk);  // Key(0) gave its slot to Key(3)
 }
 
+TEST_F(ResidentTest, UnusedPreloadsMayHoldHalfTheSlotsBeyondTheDemandReserve) {
+  // R2, as the vLLM manager reads it (preload_room): a request with more chunks than this is never read ahead whole.
+  EngineOptions o = Options(root_);
+  o.pool_bytes = 9 * (4096 + kBlocks * 12288);  // 9 slots
+  o.demand_reserve_slots = 1;
+  EXPECT_EQ(Open(o)->max_unused_preloads(), 4u);
+  o.pool_bytes = 2 * (4096 + kBlocks * 12288);  // 2 slots, 1 reserved: still room for one preload
+  EXPECT_EQ(Open(o)->max_unused_preloads(), 1u);
+}
+
 TEST_F(ResidentTest, PromotingAnAbsentChunkIsAMiss) {
   auto e = Open(Options(root_));
   EXPECT_EQ(e->Promote(Key(77), false).state, PromoteState::kMiss);

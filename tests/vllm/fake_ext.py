@@ -65,6 +65,7 @@ class Engine:
         n = max(1, int(options.get("pool_bytes", 1 << 24)) // slot_stride)
         self.pool_name = options.get("pool_name") or "/kvtier-fake"
         self._mem = _PoolMem(self.pool_name, n, slot_stride)
+        self.preload_room = max(1, n // 2)  # Engine::max_unused_preloads (R2), without a demand reserve
         self.disk: dict = {}
         self.resident: dict = {}  # key -> [slot, state, pins]
         self.promoting: dict = {}  # key -> calls left

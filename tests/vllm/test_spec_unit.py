@@ -568,6 +568,25 @@ def test_gate_declines_short_disk_loads_and_admits_long_ones(fake, tmp_path):
     assert manager.lookup(k_long, ReqContext(req_id="long")) in (LookupResult.HIT, LookupResult.HIT_PENDING)
 
 
+def test_preload_reads_ahead_only_what_the_gate_could_admit(fake, tmp_path):
+    """R1 with G1: with the disk tier never paying, a request is read ahead only if it fits the room unused preloads
+    may hold (read whole, it loads as a DRAM hit); a longer one would be read for a load the gate declines. A disk
+    threshold the request reaches lets any length be read ahead."""
+    never = 2147483647
+    spec = kv.KVTierSpec(make_config(tmp_path, bpc=1, extra={
+        "kvtier_preload_max_inflight": 2, "kvtier_thresholds_path": _thresholds(tmp_path, dram=TOKENS, disk=never),
+        "kvtier_pool_bytes": 16 * (4096 + LAYERS * PAGE)}))  # 16 slots of a one-block chunk
+    manager = spec.get_manager()
+    room = manager.engine.preload_room
+    assert 2 <= room < 16
+    _scheduler_on_new_request(manager, _Req("fits", room, salt=b"f"))
+    _scheduler_on_new_request(manager, _Req("too-long", room + 1, salt=b"t"))
+    assert [e for e in manager.engine.preload_log if e[0] == "enqueue"] == [("enqueue", "fits", room)]
+    manager._gate["disk"] = (room + 1) * TOKENS  # the disk pays from this length on
+    _scheduler_on_new_request(manager, _Req("long-enough", room + 1, salt=b"l"))
+    assert manager.engine.preload_log[-1] == ("enqueue", "long-enough", room + 1)
+
+
 def test_gate_store_admission(fake, tmp_path):
     root = tmp_path / "root"
     root.mkdir()

@@ -63,6 +63,7 @@ class KVTierManager(OffloadingManager):
         self._preload = preload_max_inflight > 0
         if self._preload:
             engine.preload_configure(int(preload_max_inflight))
+        self._preload_room = int(getattr(engine, "preload_room", 0) or 0)  # chunks a request can be read ahead, R2
         # Break-even gate (G1): {"dram": N, "disk": M, "store": K} min tokens, or None (off).
         self._gate = thresholds
         # The calibration's curves behind the gate's per-request estimate (config.load_estimate_curves), or None.
@@ -412,12 +413,20 @@ class KVTierManager(OffloadingManager):
         keys = self._keys_of(*noted)
         self._req_keys[req_id] = keys
         # R1: start reading its cached prefix while it waits (bounded by the planner, R2).
-        if self._preload and keys and self._disk_allowed(req_context) and (self._gate is None or
-                                       len(keys) * self._tokens_per_chunk >= min(self._gate["dram"],
-                                                                                 self._gate["disk"])):
+        if self._preload and keys and self._disk_allowed(req_context) and self._preload_can_pay(keys):
             self.engine.preload_enqueue(req_id, keys)
             self.engine.preload_pump()
         return RequestOffloadingContext()
+
+    def _preload_can_pay(self, keys: list[bytes]) -> bool:
+        """Whether reading this request ahead can serve a load the gate admits (G1): as a disk hit (at least the disk
+        tier's min_load_tokens), or read ahead whole as a DRAM hit (at least the DRAM tier's, and no more chunks than
+        unused preloads may hold, R2). Otherwise the gate declines its load and every chunk read ahead is wasted
+        (docs/vllm-integration.md, "Preload and the break-even gate")."""
+        if self._gate is None:
+            return True
+        tokens = len(keys) * self._tokens_per_chunk
+        return tokens >= self._gate["disk"] or (tokens >= self._gate["dram"] and len(keys) <= self._preload_room)
 
     def on_request_finished(self, req_context: ReqContext) -> None:
         req_id = req_context.req_id
