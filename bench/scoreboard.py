@@ -776,10 +776,9 @@ PLOT = REPO / "bench" / "results" / "vllm_ttft.png"
 
 def plot_cells(board):
     """The current vllm_ttft rows as cells (GPU, vLLM, model, tokens; the title names the devices of the cell's
-    roots), each a list of bars: (label, mean ms of the
-    rows' means, p50 ms, p95 ms, rows). A label is the system, with its pool where it is smaller than one request, its
-    variant and whether its gate was on; several runs of one label in a cell make one bar of their mean (p50 and p95
-    their medians)."""
+    roots), each a list of bars: (label, mean ms of the rows' means, p50 ms, p95 ms, rows). A label is the system,
+    with its pool where it is smaller than one request, its variant and whether its gate was on; several runs of one
+    label in a cell make one bar of their mean (p50 and p95 their medians)."""
     cells: dict = {}
     devices: dict = {}  # cell -> the devices its rows' roots were on
     for r in board["vllm_ttft"]:
@@ -844,7 +843,8 @@ def main(argv=None):
         plot_vllm_ttft(board)
         print(f"wrote {PLOT.relative_to(REPO)}")
     print(f"wrote {SCOREBOARD.relative_to(REPO)} ({len(board['engine_io'])} engine_io, "
-          f"{len(board['peers_storage'])} peers_storage, {len(board['vllm_ttft'])} vllm_ttft, {len(board['vllm_queue'])} vllm_queue, "
+          f"{len(board['peers_storage'])} peers_storage, {len(board['vllm_ttft'])} vllm_ttft, "
+          f"{len(board['vllm_queue'])} vllm_queue, "
           f"{len(board['engine_paths'])} engine_paths, {len(board['engine_builds'])} engine_builds, "
           f"{len(board['load_under_writeback'])} load_under_writeback rows) and "
           f"{DOC.relative_to(REPO)}'s tables")
