@@ -346,6 +346,9 @@ def free_root(work: Path, name: str, trim: bool) -> dict:
         rec["kvtier_stats"] = stats
     if trim:
         mnt = mount_point(work)
+        # ext4 frees a deleted file's blocks only when its journal commits the delete: fstrim before that skips them
+        # and the device keeps their memory (docs/h200-vllm.md, "The fast device: zram").
+        os.sync()
         try:
             p = subprocess.run(["fstrim", "-v", str(mnt)], capture_output=True, text=True, timeout=300)
             rec["fstrim"] = (p.stdout.strip() or p.stderr.strip()) + ("" if p.returncode == 0 else

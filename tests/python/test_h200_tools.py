@@ -256,6 +256,43 @@ def test_free_root_removes_the_root_and_finds_the_mount_to_trim(tmp_path):
     assert r.stdout.splitlines()[1] == "False"
 
 
+def _loop_ext4_or_skip(image: Path, mnt: Path, size: str = "256M") -> None:
+    if os.geteuid() != 0 or not Path("/dev/loop-control").exists():
+        pytest.skip("needs root and loop devices (a loop-mounted ext4 stands in for the box's zram device)")
+    subprocess.run(["truncate", "-s", size, str(image)], check=True)
+    subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True, capture_output=True)
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-o", "loop", str(image), str(mnt)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"no loop mount here (needs a free loop device): {r.stderr.strip()}")
+
+
+def test_free_root_trims_the_blocks_of_the_files_it_just_removed(tmp_path):
+    # A loop device passes fstrim's discards to its image as holes, as zram gives their pages back: the image's
+    # allocated bytes are what the box's zram device would hold. Without the commit before fstrim, the removed
+    # root's blocks are still in the journal's running transaction and fstrim skips them.
+    image, mnt = tmp_path / "fs.img", tmp_path / "mnt"
+    _loop_ext4_or_skip(image, mnt)
+    try:
+        root = mnt / "work" / "kvtier-disk"
+        root.mkdir(parents=True)
+        (root / "chunk").write_bytes(os.urandom(96 << 20))
+        os.sync()
+        before = image.stat().st_blocks * 512
+        code = ("import headline, json, pathlib, sys\n"
+                "print(json.dumps(headline.free_root(pathlib.Path(sys.argv[1]), 'kvtier-disk', True)))")
+        r = subprocess.run([sys.executable, "-c", code, str(mnt / "work")], capture_output=True, text=True,
+                           timeout=120, cwd=REPO / "bench" / "h200")
+        assert r.returncode == 0, r.stderr
+        rec = json.loads(r.stdout)
+        after = image.stat().st_blocks * 512
+        assert not root.exists() and "trimmed" in rec["fstrim"], rec
+        assert before >= 96 << 20 and after < before - (80 << 20), \
+            f"the image still holds {after >> 20} MiB of {before >> 20} MiB after free_root: {rec['fstrim']}"
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True)
+
+
 def test_offload_regions_a_dead_engine_left_in_shared_memory_are_removed(tmp_path):
     sys.path.insert(0, str(REPO / "python"))
     import headline as hl
