@@ -127,6 +127,42 @@ def _box_c387(folder, args, **fields):
             "file": f"bench/results/h200/{folder}/headline.json"}
 
 
+# The lease at 197ec49 (vLLM 0.26.0 on an H100 80GB; bench/results/h200/peers-h100-2026-12-06-197ec49/README.md): the
+# 40k cell on zram with the peers, every system with the same flags, host memory 8 GiB (pressure) and 32 GiB (ample).
+PEERS_ARGS = ("--shape qwen2.5-32b --sizes 40k --docs 4 --concurrency 4 --max-num-seqs 1 --gpu-kv-gib 11 "
+              "--query-rounds 2")
+# What vLLM's or LMCache's log said where a peer's run did not complete (the folder's logs.tar.gz).
+NATIVE_32_HUNG = ("round 2 of 2 hung (200 s: 4 waiting, 0 running, GPU KV 90.9% held); at the client's abort "
+                  "EngineCore died: AssertionError, assert len(offload_keys) == len(offload_block_ids) "
+                  "(offloading/scheduler.py:975, _build_store_jobs)")
+NATIVE_8_NO_HITS = ("completed by recomputing every request: external prefix-cache hits 0; 'Request ...: cannot store "
+                    "chunks' (scheduler.py:1010) 12 times, a request's 10.7 GB never fit the 8 GiB CPU tier")
+LMCACHE_8_HUNG = ("round 1 hung (110 s): 'No eviction candidates found in local cpu backend. Local cpu memory is under "
+                  "pressure. Waiting for 0.1 seconds before retrying.' 1,295 times (local_cpu_backend.py:705)")
+
+
+def _box_197(folder, args, tier_gib, outcome=None, zram=True, **fields):
+    pressure = tier_gib * 2**30 < 10.7e9
+    per = {
+        "kvtier-disk": {"tier": "disk only", "pool_gib": 8, "pressure": True},
+        "kvtier-dram": {"tier": "DRAM tier + disk", "tier_gib": tier_gib, "pressure": pressure,
+                        "gate": "on (thresholds-qwen2.5-32b.json)"},
+        "native": {"tier": "CPU tier + fs tier", "tier_gib": tier_gib, "pressure": pressure, "gate": "-",
+                   "preload": "-"},
+        "lmcache": {"tier": "CPU tier + local disk", "tier_gib": tier_gib, "pressure": pressure, "gate": "-",
+                    "preload": "-"},
+        "recompute": {"tier": "none", "device": "-", "gate": "-", "preload": "-"},
+        "gpu-prefix": {"tier": "none", "device": "-", "gate": "-", "preload": "-"},
+    }
+    for system, text in (outcome or {}).items():
+        per[system]["outcome"] = text
+    return {"machine": "h100", "date": "2026-12-06", "device": "zram", "tier": "-", "gate": "off", "preload": "on",
+            "per_system": per, **fields,
+            "command": f"{'ZRAM=56G ' if zram else ''}HEADLINE_ARGS='{PEERS_ARGS} {args}' scripts/h200/headline.sh "
+                       "at 197ec49",
+            "file": f"bench/results/h200/peers-h100-2026-12-06-197ec49/{folder}/headline.json"}
+
+
 SOURCES = {
     "engine_io": [
         *[{"machine": "h200", "date": "2026-12-02", "superseded": PLACED,
@@ -215,6 +251,19 @@ SOURCES = {
                   "calibration, calibrate-h100-2026-12-06-c3873f0/thresholds.json)", tier="-", per_system=_SYSTEM_GATE),
         _box_c387("gate-off-h100-2026-12-06-c3873f0", "--systems kvtier-disk", tier="disk only", pool_gib=8,
                   pressure=True),
+        _box_197("pressure8", "--systems kvtier-disk,native --tiered-gib 8 --disk-pool-gib 8", 8,
+                 outcome={"native": NATIVE_8_NO_HITS}),
+        _box_197("ample32", "--systems kvtier-dram,native,lmcache --tiered-gib 32 --disk-pool-gib 8 --deadline-s 330 "
+                 "(lmcache not started: the deadline)", 32, outcome={"native": NATIVE_32_HUNG}),
+        _box_197("lmcache32", "--systems lmcache --tiered-gib 32", 32),
+        _box_197("lmcache8", "--systems lmcache --tiered-gib 8 --run-timeout-s 110", 8,
+                 outcome={"lmcache": LMCACHE_8_HUNG}),
+        _box_197("baseline", "--systems baseline", 8, zram=False),
+        {**_box_c387("peers-h100-2026-12-06-197ec49/gate", "--systems kvtier-disk --disk-thresholds FILE (the box's "
+                     "calibration, calibrate-h100-2026-12-06-c3873f0/thresholds.json)", tier="disk only", pool_gib=8,
+                     pressure=True, gate="on (the box's calibration: disk never)"),
+         "command": f"HEADLINE_ARGS='{GATE_ARGS} --systems kvtier-disk --disk-thresholds FILE' "
+                    "scripts/h200/headline.sh at 197ec49 (FILE: calibrate-h100-2026-12-06-c3873f0/thresholds.json)"},
     ],
     # vllm_queue: headline.json files of the queue workload (headline.py run --workload queue): every query request at
     # once, half of them cached, TTFT per class.
@@ -445,12 +494,16 @@ def vllm_rows(source, load=None):
     load = load or (lambda p: json.loads((REPO / p).read_text()))
     doc = load(source["file"])
     rows = []
+    argv = doc.get("argv") or []
+    rounds = int(argv[argv.index("--query-rounds") + 1]) if "--query-rounds" in argv else 1
     for run in doc["runs"]:
+        if "skipped" in run:  # not started (headline.py --deadline-s): no cell
+            continue
         phases = [("recompute", "warmup"), ("gpu-prefix", "query")] if run["system"] == "baseline" else \
             [(run["system"], "query")]
         for system, phase in phases:
             t = (run.get(phase) or {}).get("ttft")
-            requests = run["docs"] * (run.get(phase) or {}).get("rounds", 1)  # headline.py --query-rounds
+            requests = run["docs"] * (rounds if phase == "query" else 1)  # asked for: headline.py --query-rounds
             f = {**source, **source.get("per_system", {}).get(system, {})}  # one file, several systems' settings
             row = {"machine": f["machine"], "vllm": f.get("vllm", "0.26.0"), "model": doc["model"],
                    "tier": f["tier"],
@@ -460,8 +513,9 @@ def vllm_rows(source, load=None):
                    "system": system, "gate": f["gate"], "preload": f["preload"],
                    "mean_ms": _r(t["mean"] * 1e3, 0) if t else None, "p50_ms": _r(t["p50"] * 1e3, 0) if t else None,
                    "p95_ms": _r(t["p95"] * 1e3, 0) if t else None,
-                   "completed": bool(t) and t["n"] == requests, "date": source["date"],
-                   "command": source["command"], "result": source["file"]}
+                   "completed": bool(t) and t["n"] == requests, "done": t["n"] if t else 0,
+                   "outcome": "; ".join(x for x in (run.get("error"), f.get("outcome")) if x) or None,
+                   "date": source["date"], "command": source["command"], "result": source["file"]}
             rows.append(row)
     return rows
 
@@ -647,9 +701,21 @@ def table_vllm_ttft(board):
                    f"| {pool if pool is not None else '-'} "
                    f"| {'yes' if r.get('pressure') else 'no'} | {r['device']} | {r['tokens']} | {r['concurrency']} "
                    f"| {r['requests']} | {r['system']} | {r['gate']} | {r['preload']} | {_f(r['mean_ms'], 0)} "
-                   f"| {_f(r['p50_ms'], 0)} | {_f(r['p95_ms'], 0)} | {r['completed']} "
-                   f"| {r['result'].split('/')[-2]} |")
+                   f"| {_f(r['p50_ms'], 0)} | {_f(r['p95_ms'], 0)} "
+                   f"| {'yes' if r['completed'] else 'no: %d of %d' % (r.get('done', 0), r['requests'])} "
+                   f"| {_run_folder(r['result'])} |")
+    failed = [r for r in rows if r.get("outcome")]
+    if failed:
+        out += ["", "What the logs of the peers' runs that hung or gained nothing say:", ""]
+        out += [f"- {r['system']}, {r.get('tier_gib') or r.get('pool_gib')} GiB, {_run_folder(r['result'])}: "
+                f"{r['outcome']}" for r in failed]
     return "\n".join(out) + note
+
+
+def _run_folder(result):
+    """The folder a result file names, with its parent where that is a lease's folder (peers-.../pressure8)."""
+    parts = result.split("/")
+    return "/".join(parts[-3:-1]) if parts[-3].startswith("peers-") else parts[-2]
 
 
 def table_engine_paths(board):
@@ -777,28 +843,40 @@ PLOT = REPO / "bench" / "results" / "vllm_ttft.png"
 def plot_cells(board):
     """The current vllm_ttft rows as cells (GPU, vLLM, model, tokens; the title names the devices of the cell's
     roots), each a list of bars: (label, mean ms of the rows' means, p50 ms, p95 ms, rows). A label is the system,
-    with its pool where it is smaller than one request, its variant and whether its gate was on; several runs of one
-    label in a cell make one bar of their mean (p50 and p95 their medians)."""
+    with its host memory (pool or tier) where that is smaller than one request, its variant, whether its gate was on,
+    the device where the cell's rows used several, and how many of its requests completed where not all did; several
+    runs of one label in a cell make one bar of their mean (p50 and p95 their medians). A run with no result (it hung
+    before its first request completed) is a bar with mean None."""
     cells: dict = {}
     devices: dict = {}  # cell -> the devices its rows' roots were on
-    for r in board["vllm_ttft"]:
-        if not r["current"] or r["mean_ms"] is None:
-            continue
-        key = f"{r['machine']}, vLLM {r['vllm']}\n{r['model']}, {r['tokens'] // 1024}k tokens"
-        variant = re.search(r"\((.*)\)", r["tier"])  # "disk only (batch_api copies)"
-        label = r["system"] + (f", pool {r['pool_gib']:g} GiB" if r["pressure"] else "") + \
-            (f", {variant.group(1)}" if variant else "") + (", gate on" if r.get("gate", "").startswith("on") else "")
-        cells.setdefault(key, {}).setdefault(label, []).append(r)
+    current = [r for r in board["vllm_ttft"] if r["current"]]
+    key = lambda r: f"{r['machine']}, vLLM {r['vllm']}\n{r['model']}, {r['tokens'] // 1024}k tokens"  # noqa: E731
+    for r in current:
         if r.get("device", "-") != "-":
-            devices.setdefault(key, set()).add(r["device"])
+            devices.setdefault(key(r), set()).add(r["device"])
+    for r in current:
+        variant = re.search(r"\((.*)\)", r["tier"])  # "disk only (batch_api copies)"
+        memory = r.get("pool_gib") if r.get("pool_gib") is not None else r.get("tier_gib")
+        mixed = len(devices.get(key(r), ())) > 1 and r.get("device", "-") != "-"
+        label = r["system"] + (f", {memory:g} GiB" if r["pressure"] else "") + \
+            (f", {variant.group(1)}" if variant else "") + \
+            (", gate on" if r.get("gate", "").startswith("on") else "") + (f", {r['device']}" if mixed else "") + \
+            ("" if r["completed"] else f", {r.get('done', 0)} of {r['requests']} done")
+        cells.setdefault(key(r), {}).setdefault(label, []).append(r)
     out = []
-    for key, bars in cells.items():
-        where = f", root on {'/'.join(sorted(devices[key]))}" if key in devices else ""
-        out.append((key + where, [(label, _r(statistics.mean(x["mean_ms"] for x in rows), 0),
-                           _r(statistics.median(x["p50_ms"] for x in rows), 0),
-                           _r(statistics.median(x["p95_ms"] for x in rows), 0), len(rows))
-                          for label, rows in bars.items()]))
+    for k, bars in cells.items():
+        where = f", root on {'/'.join(sorted(devices[k]))}" if k in devices else ""
+        out.append((k + where, [_bar(label, rows) for label, rows in bars.items()]))
     return out
+
+
+def _bar(label, rows):
+    done = [x for x in rows if x["mean_ms"] is not None]
+    if not done:
+        return label, None, None, None, len(rows)
+    return (label, _r(statistics.mean(x["mean_ms"] for x in done), 0),
+            _r(statistics.median(x["p50_ms"] for x in done), 0), _r(statistics.median(x["p95_ms"] for x in done), 0),
+            len(rows))
 
 
 def plot_vllm_ttft(board, png=PLOT):
@@ -806,14 +884,23 @@ def plot_vllm_ttft(board, png=PLOT):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     cells = plot_cells(board)
-    fig, axes = plt.subplots(1, len(cells), figsize=(6 * len(cells), 5.5), squeeze=False)
+    widths = [max(4, 0.8 * len(bars)) for _, bars in cells]  # a bar's label needs about 0.8 inch
+    fig, axes = plt.subplots(1, len(cells), figsize=(sum(widths) + 1, 6), squeeze=False,
+                             gridspec_kw={"width_ratios": widths})
     for ax, (title, bars) in zip(axes[0], cells):
-        bars = sorted(bars, key=lambda b: b[1])
+        top = max(b[3] for b in bars if b[1] is not None)
+        bars = sorted(bars, key=lambda b: b[1] if b[1] is not None else float("inf"))  # no result: rightmost
         xs = range(len(bars))
-        ax.bar(xs, [b[1] for b in bars], color=["#2b6cb0" if b[0].startswith("kvtier") else "#a0aec0" for b in bars])
-        ax.errorbar(xs, [b[2] for b in bars], yerr=[[0] * len(bars), [b[3] - b[2] for b in bars]], fmt="_",
-                    color="black", capsize=4, label="p50 to p95")
-        ax.set_xticks(list(xs), [f"{b[0]}\n{b[1]:.0f} ms" + (f" ({b[4]} runs)" if b[4] > 1 else "") for b in bars],
+        ok = [(x, b) for x, b in zip(xs, bars) if b[1] is not None]
+        ax.bar([x for x, _ in ok], [b[1] for _, b in ok],
+               color=["#2b6cb0" if b[0].startswith("kvtier") else "#a0aec0" for _, b in ok])
+        ax.errorbar([x for x, _ in ok], [b[2] for _, b in ok], yerr=[[0] * len(ok), [b[3] - b[2] for _, b in ok]],
+                    fmt="_", color="black", capsize=4, label="p50 to p95")
+        for x, b in zip(xs, bars):
+            if b[1] is None:  # hung before any request completed: a hatched bar to the top, no value
+                ax.bar([x], [top], color="none", edgecolor="#c53030", hatch="//")
+        ax.set_xticks(list(xs), [f"{b[0]}\n" + (f"{b[1]:.0f} ms" if b[1] is not None else "no result") +
+                                 (f" ({b[4]} runs)" if b[4] > 1 else "") for b in bars],
                       rotation=35, ha="right", fontsize=8)
         ax.set_yscale("log")
         ax.set_ylabel("query TTFT, mean of the cell's requests (ms, log)")

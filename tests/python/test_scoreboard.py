@@ -205,7 +205,7 @@ def test_superseded_rows_stay_in_the_json_and_leave_the_tables():
 
 def test_the_plot_groups_the_current_ttft_rows_by_cell_and_runs_of_one_system_into_one_bar(tmp_path):
     row = {"machine": "h100", "vllm": "0.34.0", "model": "qwen2.5-32b", "tokens": 40960, "tier": "disk only",
-           "pressure": False, "pool_gib": 32, "current": True}
+           "pressure": False, "pool_gib": 32, "current": True, "completed": True, "requests": 8}
     board = {"vllm_ttft": [
         {**row, "system": "kvtier-disk", "mean_ms": 1000, "p50_ms": 900, "p95_ms": 2000},
         {**row, "system": "kvtier-disk", "mean_ms": 2000, "p50_ms": 1100, "p95_ms": 3000},
@@ -214,23 +214,52 @@ def test_the_plot_groups_the_current_ttft_rows_by_cell_and_runs_of_one_system_in
          "p95_ms": 7},
         {**row, "system": "native", "mean_ms": 3000, "p50_ms": 3000, "p95_ms": 3000, "current": False},
         {**row, "system": "native", "vllm": "0.26.0", "mean_ms": 4000, "p50_ms": 4000, "p95_ms": 4000},
-        {**row, "system": "lmcache", "mean_ms": None, "p50_ms": None, "p95_ms": None},
+        {**row, "system": "lmcache", "pressure": True, "pool_gib": None, "tier_gib": 8, "mean_ms": None,
+         "p50_ms": None, "p95_ms": None, "completed": False, "done": 0},
         {**row, "vllm": "0.26.0", "system": "kvtier-disk", "gate": "on (a file)", "device": "virtio", "mean_ms": 5,
          "p50_ms": 5, "p95_ms": 5},
+        {**row, "vllm": "0.26.0", "system": "native", "device": "zram", "mean_ms": 6, "p50_ms": 6, "p95_ms": 6,
+         "completed": False, "done": 4},
     ]}
     cells = dict(scoreboard.plot_cells(board))
-    assert sorted(cells) == ["h100, vLLM 0.26.0\nqwen2.5-32b, 40k tokens, root on virtio",
+    assert sorted(cells) == ["h100, vLLM 0.26.0\nqwen2.5-32b, 40k tokens, root on virtio/zram",
                              "h100, vLLM 0.34.0\nqwen2.5-32b, 40k tokens"]
-    assert cells["h100, vLLM 0.26.0\nqwen2.5-32b, 40k tokens, root on virtio"] == [
-        ("native", 4000, 4000, 4000, 1), ("kvtier-disk, gate on", 5, 5, 5, 1)], "a gated run is a bar of its own"
+    assert cells["h100, vLLM 0.26.0\nqwen2.5-32b, 40k tokens, root on virtio/zram"] == [
+        ("native", 4000, 4000, 4000, 1), ("kvtier-disk, gate on, virtio", 5, 5, 5, 1),
+        ("native, zram, 4 of 8 done", 6, 6, 6, 1)], "a gated run is a bar of its own; a cell of two devices names them"
     assert cells["h100, vLLM 0.34.0\nqwen2.5-32b, 40k tokens"] == [
         ("kvtier-disk", 1500, 1000, 2500, 2),  # two runs: the mean of their means, the medians of p50 and p95
-        ("kvtier-disk, pool 8 GiB", 1500, 1, 2, 1),  # smaller than one request
-        ("kvtier-disk, batch_api copies", 7, 7, 7, 1)], "superseded and unmeasured rows are left out"
+        ("kvtier-disk, 8 GiB", 1500, 1, 2, 1),  # smaller than one request
+        ("kvtier-disk, batch_api copies", 7, 7, 7, 1),
+        ("lmcache, 8 GiB, 0 of 8 done", None, None, None, 1)], "superseded rows are left out; a hung run has no value"
     pytest.importorskip("matplotlib", reason="the plot needs matplotlib (python/requirements-dev.txt)")
     png = tmp_path / "ttft.png"
     scoreboard.plot_vllm_ttft(board, png)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_ttft_rows_count_the_requests_asked_for_and_keep_what_a_run_that_did_not_complete_logged():
+    ttft = {"mean": 1.0, "p50": 1.0, "p95": 2.0, "n": 4}
+    doc = {"model": "qwen2.5-32b", "concurrency": 4, "argv": ["headline.py", "run", "--query-rounds", "2"], "runs": [
+        {"system": "kvtier-disk", "doc_tokens": 40960, "docs": 4,
+         "query": {"ttft": {**ttft, "n": 8}, "rounds": 2}},
+        {"system": "native", "doc_tokens": 40960, "docs": 4, "query": {"ttft": ttft},  # round 2 hung: round 1's
+         "error": "query timed out after 200.0 s"},
+        {"system": "lmcache", "doc_tokens": 40960, "docs": 4, "error": "query timed out after 110.0 s"},
+        {"system": "kvtier-dram", "skipped": "deadline"}]}
+    source = {"machine": "h100", "date": "d", "device": "zram", "tier": "-", "gate": "off", "preload": "on",
+              "command": "c", "file": "bench/results/h200/peers-x/cell/headline.json",
+              "per_system": {"native": {"tier": "CPU tier + fs tier", "tier_gib": 32, "outcome": "EngineCore died"}}}
+    rows = scoreboard.vllm_rows(source, load=lambda p: doc)
+    assert [(r["system"], r["requests"], r["done"], r["completed"], r["mean_ms"], r["outcome"]) for r in rows] == [
+        ("kvtier-disk", 8, 8, True, 1000, None),
+        ("native", 8, 4, False, 1000, "query timed out after 200.0 s; EngineCore died"),
+        ("lmcache", 8, 0, False, None, "query timed out after 110.0 s")], "a run the deadline skipped is no row"
+    board = {"vllm_ttft": [{**r, "vllm": "0.26.0", "current": True} for r in rows]}
+    table = scoreboard.table_vllm_ttft(board)
+    assert "| 1000 | 1000 | 2000 | yes | peers-x/cell |" in table
+    assert "| 1000 | 1000 | 2000 | no: 4 of 8 | peers-x/cell |" in table and "| - | - | - | no: 0 of 8 |" in table
+    assert "- native, 32 GiB, peers-x/cell: query timed out after 200.0 s; EngineCore died" in table
 
 
 def test_queue_rows_give_each_class_and_the_preload_planner_of_each_system():
