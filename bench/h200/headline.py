@@ -572,7 +572,19 @@ def run(a: argparse.Namespace) -> int:
         result["wall_s"] = round(time.monotonic() - t0, 1)
         save()
     print(summarize(result))
+    failed = incomplete(result)
+    if failed:  # headline.json keeps what was measured; the caller learns that a cell is missing
+        print(f"headline: {len(failed)} of {len(systems)} systems did not complete every cell: {', '.join(failed)}",
+              file=sys.stderr)
+        return 1
     return 0
+
+
+def incomplete(result: dict) -> list[str]:
+    """The systems whose server failed, or one of whose runs ended in an error or was skipped (--deadline-s)."""
+    out = [name for name, s in result["servers"].items() if s.get("error")]
+    out += [r["system"] for r in result["runs"] if (r.get("error") or r.get("skipped")) and r["system"] not in out]
+    return out
 
 
 def bench_system(s: Server, kn: dict, sizes: list[int], deadline: float, a: argparse.Namespace, work: Path,

@@ -7,7 +7,7 @@
 # per device call. Output (ignored by git through .git/info/exclude):
 #   .h200/wheels/           the downloaded wheels, as PyPI serves them
 #   .h200/kvtier-h200.tar.xz  the archive (repacked wheels under wheels/; kvtier-h200-0.34.tar.xz, ...)
-#   .h200/parts/partNN      the archive split in PART_MIB MiB pieces (default 54; parts-0.34/ ...)
+#   .h200/parts/partNN      the archive split in PART_MIB MiB pieces (default 48; parts-0.34/ ...)
 #   .h200/manifest          set, count, sizes and sha256 of the archive and of each part (manifest-0.34)
 # Options: --relock (re-resolve wheels.lock with resolve.py first), --keep-moe (keep vLLM's
 # MoE kernels, about 40 MiB more in the archive), --resplit (only split the existing archive
@@ -19,7 +19,7 @@ cd "$(dirname "$0")/../.."
 source scripts/h200/set.sh
 ROOT=$PWD
 H=$ROOT/.h200
-PART_MIB=${PART_MIB:-54}
+PART_MIB=${PART_MIB:-48}
 RELOCK=0
 KEEP_MOE=
 RESPLIT=0

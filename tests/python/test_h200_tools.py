@@ -312,7 +312,8 @@ def test_sequential_run_whose_servers_die_at_start_records_them_and_frees_each_r
     r = headline("run", "--shape", "tiny", "--sequential", "--python", "/bin/false", "--no-gpu-flags",
                  "--systems", "baseline,kvtier-disk", "--sizes", "1k", "--start-timeout-s", "20",
                  "--out", str(tmp_path / "out"), "--work", str(tmp_path / "work"), "--model-dir", str(model))
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 1 and "2 of 2 systems did not complete every cell: baseline, kvtier-disk" in r.stderr, \
+        r.stderr
     result = json.loads((tmp_path / "out" / "headline.json").read_text())
     assert result["sequential"] is True and result["kv_bytes_per_token"] == 1024
     assert [n for n, s in result["servers"].items() if "exited with 1 during startup" in s["error"]] == \
@@ -320,6 +321,16 @@ def test_sequential_run_whose_servers_die_at_start_records_them_and_frees_each_r
     assert [f["system"] for f in result["freed"]] == ["baseline", "kvtier-disk"]
     assert not (tmp_path / "work" / "kvtier-disk").exists() and result["runs"] == []
     assert r.stdout.index("started baseline") < r.stdout.index("started kvtier-disk")
+
+
+def test_a_run_names_the_systems_that_did_not_complete_every_cell():
+    sys.path.insert(0, str(REPO / "python"))
+    import headline as hl
+    result = {"servers": {"kvtier-disk": {"error": None}, "native": {"error": None}, "lmcache": {"error": "exited"}},
+              "runs": [{"system": "kvtier-disk", "query": {}}, {"system": "native", "error": "query timed out"},
+                       {"system": "lmcache", "skipped": "deadline"}, {"system": "baseline", "skipped": "deadline"}]}
+    assert hl.incomplete(result) == ["lmcache", "native", "baseline"]
+    assert hl.incomplete({"servers": {"a": {"error": None}}, "runs": [{"system": "a"}]}) == []
 
 
 def test_a_run_that_would_fill_its_disk_is_refused_before_any_server_starts(tmp_path):
