@@ -566,6 +566,16 @@ def test_gate_declines_short_disk_loads_and_admits_long_ones(fake, tmp_path):
     assert manager.lookup(k_short, ReqContext(req_id="short")) == LookupResult.MISS  # decided once
     assert manager._mgr["declined_loads"] == 1
     assert manager.lookup(k_long, ReqContext(req_id="long")) in (LookupResult.HIT, LookupResult.HIT_PENDING)
+    # A lookup that starts mid-request is decided over the chunks from its own position on (vLLM skips the chunks
+    # its GPU prefix cache holds): 4 chunks from index 4 decline, 5 from index 3 load.
+    again = _Req("again", 8, salt=b"l")
+    _scheduler_on_new_request(manager, again)
+    ctx = ReqContext(req_id="again")
+    assert manager.lookup(make_offload_key(again.block_hashes[4], 0), ctx) == LookupResult.MISS
+    assert manager.lookup(make_offload_key(again.block_hashes[3], 0), ctx) in (LookupResult.HIT,
+                                                                              LookupResult.HIT_PENDING)
+    manager.on_request_finished(ctx)
+    assert "again" not in manager._req_pos and "again" not in manager._req_keys
 
 
 def test_preload_reads_ahead_only_what_the_gate_could_admit(fake, tmp_path):

@@ -75,6 +75,7 @@ class KVTierManager(OffloadingManager):
                            else list(range(len(self._hashes_per_chunk))))
         self._tokens_per_chunk = int(tokens_per_chunk)
         self._req_keys: dict[str, list[bytes]] = {}   # req_id -> its chunk keys (group by group), from note_request
+        self._req_pos: dict[str, dict[bytes, int]] = {}  # req_id -> {chunk key: its index in _req_keys}
         self._gate_ok: dict[str, dict[int, bool]] = {}  # req_id -> {first chunk index: load allowed}
         # req_id -> (block hashes, prompt tokens) from note_request, until its on_new_request takes them.
         self._noted: dict[str, tuple[list[bytes], int]] = {}
@@ -181,9 +182,9 @@ class KVTierManager(OffloadingManager):
         """G1: would this hit load enough tokens from its tier to beat recomputing them? Decided once per
         request and starting chunk (vLLM asks again every step), over the run of cached chunks from key on."""
         keys = self._req_keys.get(req_id)
-        if not keys or key not in keys or self._tokens_per_chunk <= 0:
+        idx = self._req_pos[req_id].get(key) if keys else None  # vLLM asks chunk by chunk, every step: no scan
+        if idx is None or self._tokens_per_chunk <= 0:
             return True  # request not seen by on_new_request: no basis to decline
-        idx = keys.index(key)
         decided = self._gate_ok.setdefault(req_id, {})
         for start, ok in decided.items():
             if start <= idx:
@@ -412,6 +413,9 @@ class KVTierManager(OffloadingManager):
             return RequestOffloadingContext()
         keys = self._keys_of(*noted)
         self._req_keys[req_id] = keys
+        self._req_pos[req_id] = {}
+        for i, k in enumerate(keys):
+            self._req_pos[req_id].setdefault(k, i)
         # R1: start reading its cached prefix while it waits (bounded by the planner, R2).
         if self._preload and keys and self._disk_allowed(req_context) and self._preload_can_pay(keys):
             self.engine.preload_enqueue(req_id, keys)
@@ -433,6 +437,7 @@ class KVTierManager(OffloadingManager):
         if self._tl is not None:
             self._tl("finished", req=req_id)
             self._tl_seen.pop(req_id, None)
+        self._req_pos.pop(req_id, None)
         if self._req_keys.pop(req_id, None) is not None and self._preload:
             self.engine.preload_forget(req_id)
         self._gate_ok.pop(req_id, None)
