@@ -134,7 +134,7 @@ PEERS_ARGS = ("--shape qwen2.5-32b --sizes 40k --docs 4 --concurrency 4 --max-nu
 # What vLLM's or LMCache's log said where a peer's run did not complete (the folder's logs.tar.gz).
 NATIVE_32_HUNG = ("round 2 of 2 hung (200 s: 4 waiting, 0 running, GPU KV 90.9% held); at the client's abort "
                   "EngineCore died: AssertionError, assert len(offload_keys) == len(offload_block_ids) "
-                  "(offloading/scheduler.py:975, _build_store_jobs)")
+                  "(offloading/scheduler.py:975, _build_store_jobs; vllm-project/vllm#52170, fixed by #52923)")
 NATIVE_8_NO_HITS = ("completed by recomputing every request: external prefix-cache hits 0; 'Request ...: cannot store "
                     "chunks' (scheduler.py:1010) 12 times, a request's 10.7 GB never fit the 8 GiB CPU tier")
 LMCACHE_8_HUNG = ("round 1 hung (110 s): 'No eviction candidates found in local cpu backend. Local cpu memory is under "
