@@ -578,6 +578,28 @@ def test_gate_declines_short_disk_loads_and_admits_long_ones(fake, tmp_path):
     assert "again" not in manager._req_pos and "again" not in manager._req_keys
 
 
+def test_a_streamed_hit_is_answered_again_without_the_engine_until_its_load(fake, tmp_path):
+    """vLLM asks every waiting request's chunks again on every scheduler step: a chunk answered HIT to be streamed
+    from disk keeps that answer without another engine lookup (a call that releases the GIL each time) until the
+    request's load releases it; a lookup after that asks the engine again."""
+    spec = kv.KVTierSpec(make_config(tmp_path, bpc=1))
+    manager = spec.get_manager()
+    _, src_kv = make_kv(1)
+    worker = spec.get_worker(src_kv)
+    keys = keys_for(4, salt=b"streamed")
+    _store(manager, worker, keys, [1, 2, 3, 4])
+    manager.engine.drop_dram()
+    manager.streaming = True  # loads streamed, as compat._enable_streaming sets it with one KV cache group
+    ctx = ReqContext(req_id="r")
+    before = manager.engine.counters["lookups"]
+    for _ in range(5):  # five scheduler steps
+        assert [manager.lookup(k, ctx) for k in keys] == [LookupResult.HIT] * 4
+    assert manager.engine.counters["lookups"] - before == 4, "only the first step's answers asked the engine"
+    manager.on_request_finished(ctx)
+    assert [manager.lookup(k, ctx) for k in keys] == [LookupResult.HIT] * 4
+    assert manager.engine.counters["lookups"] - before == 8
+
+
 def test_preload_reads_ahead_only_what_the_gate_could_admit(fake, tmp_path):
     """R1 with G1: with the disk tier never paying, a request is read ahead only if it fits the room unused preloads
     may hold (read whole, it loads as a DRAM hit); a longer one would be read for a load the gate declines. A disk

@@ -92,6 +92,7 @@ class KVTierManager(OffloadingManager):
         self._finished: set[str] = set()    # finished while a load was in flight
         self._promoting: set[bytes] = set()
         self._disk_hits: dict[str, set[bytes]] = {}  # req_id -> keys its lookups found on disk (get_load_source)
+        self._streamed: dict[str, set[bytes]] = {}  # req_id -> keys answered HIT to be streamed from disk
         self._storing: set[bytes] = set()
         self._mgr = dict.fromkeys(metrics.MANAGER_COUNTERS, 0)
         self._chunk_payload_bytes = int(getattr(engine, "chunk_payload_bytes", 0) or 0)
@@ -126,6 +127,11 @@ class KVTierManager(OffloadingManager):
             return LookupResult.HIT
         if self._gate is not None and not self._gate_allows(key, req_context.req_id):
             return LookupResult.MISS
+        # vLLM asks again every step: a streamed hit's answer stands until the load, without asking the engine (a
+        # chunk gone from disk by then fails in the stream and is recomputed, as one gone after the first answer).
+        streamed = self._streamed.get(req_context.req_id)
+        if streamed is not None and key in streamed:
+            return LookupResult.HIT
         if not self._disk_allowed(req_context):  # kv_load_tiers excludes kvtier's disk: resident chunks only
             ready = self.engine.residency(key) == "ready"
             return LookupResult.HIT if ready and self._pin_for(req_context.req_id, key) else LookupResult.MISS
@@ -145,6 +151,7 @@ class KVTierManager(OffloadingManager):
         if where == "disk":
             self._disk_hits.setdefault(req_context.req_id, set()).add(key)  # read for this request (get_load_source)
             if self.streaming:
+                self._streamed.setdefault(req_context.req_id, set()).add(key)
                 return LookupResult.HIT  # read by prepare_load's stream, verified chunk by chunk
             if self._window_full(req_context.req_id, key):
                 return LookupResult.MISS  # verified mode: what fits in the window is loaded, the rest recomputed
@@ -310,6 +317,7 @@ class KVTierManager(OffloadingManager):
         for sid in self._streams.pop(req_id, ()):
             self.engine.stream_close(sid)
         self._disk_hits.pop(req_id, None)
+        self._streamed.pop(req_id, None)
         pins = self._pins.pop(req_id, None)
         if pins:
             self.engine.unpin(list(pins))
@@ -480,6 +488,7 @@ class KVTierManager(OffloadingManager):
         # workers have run the step that waits for the flushed jobs (one more step covers async scheduling).
         pins = [k for req_id in list(self._pins) for k in self._pins.pop(req_id)]
         self._disk_hits.clear()
+        self._streamed.clear()
         streams = [sid for sids in self._streams.values() for sid in sids] + list(self._store_keys_left)
         storing = [k for k in self._storing if k not in self._store_stream_of]
         self._streams.clear()
