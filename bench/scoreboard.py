@@ -131,7 +131,7 @@ def _box_c387(folder, args, **fields):
 # 40k cell on zram with the peers, every system with the same flags, host memory 8 GiB (pressure) and 32 GiB (ample).
 PEERS_ARGS = ("--shape qwen2.5-32b --sizes 40k --docs 4 --concurrency 4 --max-num-seqs 1 --gpu-kv-gib 11 "
               "--query-rounds 2")
-# What vLLM's or LMCache's log said where a peer's run did not complete (the folder's logs.tar.gz).
+# What vLLM's or LMCache's log said where a peer's run hung or gained nothing (the folder's logs.tar.gz).
 NATIVE_32_HUNG = ("round 2 of 2 hung (200 s: 4 waiting, 0 running, GPU KV 90.9% held); at the client's abort "
                   "EngineCore died: AssertionError, assert len(offload_keys) == len(offload_block_ids) "
                   "(offloading/scheduler.py:975, _build_store_jobs; vllm-project/vllm#52170, fixed by #52923)")
