@@ -259,12 +259,13 @@ def test_free_root_removes_the_root_and_finds_the_mount_to_trim(tmp_path):
 def _loop_ext4_or_skip(image: Path, mnt: Path, size: str = "256M") -> None:
     if os.geteuid() != 0 or not Path("/dev/loop-control").exists():
         pytest.skip("needs root and loop devices (a loop-mounted ext4 stands in for the box's zram device)")
+    if subprocess.run(["losetup", "-f"], capture_output=True).returncode != 0:
+        pytest.skip("no free loop device here (losetup -f)")
     subprocess.run(["truncate", "-s", size, str(image)], check=True)
     subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True, capture_output=True)
     mnt.mkdir()
     r = subprocess.run(["mount", "-o", "loop", str(image), str(mnt)], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"no loop mount here (needs a free loop device): {r.stderr.strip()}")
+    assert r.returncode == 0, f"loop mount failed with a free loop device: {r.stderr.strip()}"
 
 
 def test_free_root_trims_the_blocks_of_the_files_it_just_removed(tmp_path):
