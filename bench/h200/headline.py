@@ -583,8 +583,8 @@ def run(a: argparse.Namespace) -> int:
 def incomplete(result: dict) -> list[str]:
     """The systems whose server failed, or one of whose runs ended in an error or was skipped (--deadline-s)."""
     out = [name for name, s in result["servers"].items() if s.get("error")]
-    out += [r["system"] for r in result["runs"] if (r.get("error") or r.get("skipped")) and r["system"] not in out]
-    return out
+    out += [r["system"] for r in result["runs"] if r.get("error") or r.get("skipped")]
+    return list(dict.fromkeys(out))  # each system once, though several of its sizes failed
 
 
 def bench_system(s: Server, kn: dict, sizes: list[int], deadline: float, a: argparse.Namespace, work: Path,
