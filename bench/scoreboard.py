@@ -163,6 +163,39 @@ def _box_197(folder, args, tier_gib, outcome=None, zram=True, **fields):
             "file": f"bench/results/h200/peers-h100-2026-12-06-197ec49/{folder}/headline.json"}
 
 
+# The lease at 57d1175 (vLLM 0.26.0 on an H100 80GB; bench/results/h200/peers-llama-h100-2026-12-06-57d1175/README.md):
+# the Llama-3.2-3B shape at 40k and 80k on zram with the peers, host memory 4 GiB (pressure at both sizes) and 24 GiB.
+LLAMA_ARGS = ("--shape llama-3.2-3b --sequential --sizes 40k,80k --docs 2 --concurrency 2 --max-num-seqs 2 "
+              "--gpu-kv-gib 20 --query-rounds 4")
+NATIVE_LLAMA_4_HUNG = ("round 1: 1.4 s and 76.6 s ('Running: 0 reqs, Waiting: 1 reqs, Deferred: 1 reqs' for over a "
+                       "minute), round 2 hung to the 90 s timeout; at the client's abort EngineCore died: "
+                       "AssertionError, assert len(offload_keys) == len(offload_block_ids) (vllm-project/vllm#52170); "
+                       "'cannot store chunks' 12 times, a request never fit the 4 GiB CPU tier; 80k not run (deadline)")
+LMCACHE_LLAMA_4_HUNG = ("round 1 hung (60 s): 'No eviction candidates found in local cpu backend ... Waiting for 0.1 "
+                        "seconds before retrying.' 793 times; 80k not run (deadline)")
+
+
+def _box_57d(folder, args, tier_gib, outcome=None):
+    pressure = tier_gib * 2**30 < 4.7e9  # one 40k-token request of this shape
+    per = {
+        "kvtier-disk": {"tier": "disk only", "pool_gib": 4, "pressure": True},
+        "kvtier-dram": {"tier": "DRAM tier + disk", "tier_gib": tier_gib, "pressure": pressure,
+                        "gate": "on (thresholds-llama-3.2-3b.json)"},
+        "native": {"tier": "CPU tier + fs tier", "tier_gib": tier_gib, "pressure": pressure, "gate": "-",
+                   "preload": "-"},
+        "lmcache": {"tier": "CPU tier + local disk", "tier_gib": tier_gib, "pressure": pressure, "gate": "-",
+                    "preload": "-"},
+        "recompute": {"tier": "none", "device": "-", "gate": "-", "preload": "-"},
+        "gpu-prefix": {"tier": "none", "device": "-", "gate": "-", "preload": "-"},
+    }
+    for system, text in (outcome or {}).items():
+        per[system]["outcome"] = text
+    return {"machine": "h100", "date": "2026-12-06", "device": "zram", "tier": "-", "gate": "off", "preload": "on",
+            "per_system": per,
+            "command": f"ZRAM=56G HEADLINE_ARGS='{LLAMA_ARGS} {args}' scripts/h200/headline.sh at 57d1175",
+            "file": f"bench/results/h200/peers-llama-h100-2026-12-06-57d1175/{folder}/headline.json"}
+
+
 SOURCES = {
     "engine_io": [
         *[{"machine": "h200", "date": "2026-12-02", "superseded": PLACED,
@@ -259,6 +292,14 @@ SOURCES = {
         _box_197("lmcache8", "--systems lmcache --tiered-gib 8 --run-timeout-s 110", 8,
                  outcome={"lmcache": LMCACHE_8_HUNG}),
         _box_197("baseline", "--systems baseline", 8, zram=False),
+        _box_57d("pressure4", "--systems kvtier-disk,native --tiered-gib 4 --disk-pool-gib 4 --run-timeout-s 90 "
+                 "--deadline-s 300", 4, outcome={"native": NATIVE_LLAMA_4_HUNG}),
+        _box_57d("ample24", "--systems kvtier-dram,native,lmcache --tiered-gib 24 --disk-pool-gib 4 --run-timeout-s 90 "
+                 "--deadline-s 330 (lmcache's runs skipped: the deadline)", 24),
+        _box_57d("baseline-lmcache24", "--systems baseline,lmcache --tiered-gib 24 --disk-pool-gib 4 "
+                 "--run-timeout-s 90 --deadline-s 200", 24),
+        _box_57d("lmcache4", "--systems lmcache --tiered-gib 4 --disk-pool-gib 4 --run-timeout-s 60 --deadline-s 100",
+                 4, outcome={"lmcache": LMCACHE_LLAMA_4_HUNG}),
         {**_box_c387("peers-h100-2026-12-06-197ec49/gate", "--systems kvtier-disk --disk-thresholds FILE (the box's "
                      "calibration, calibrate-h100-2026-12-06-c3873f0/thresholds.json)", tier="disk only", pool_gib=8,
                      pressure=True, gate="on (the box's calibration: disk never)"),

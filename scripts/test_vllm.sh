@@ -44,8 +44,8 @@ elif [[ "${1:-}" == "--no-gpu" ]]; then
     # everything that starts no server (adapter, engine, workers with the host copier, the connector's scheduler side,
     # config, plugin, kvtier under vLLM's CPU tier on the tiering's scheduler side).
     shift
-    args=(test_spec_unit.py test_worker_copier.py test_stream_worker.py test_connector_scheduler.py test_bad_config.py
-          test_plugin.py test_chunk_default.py test_tier.py
+    args=(test_spec_unit.py test_worker_copier.py test_stream_worker.py test_load_order.py test_connector_scheduler.py
+          test_bad_config.py test_plugin.py test_chunk_default.py test_tier.py
           --deselect tests/vllm/test_chunk_default.py::test_server_without_block_size_writes_256_token_chunks)
 fi
 cd tests/vllm  # not the repo root: `kvtier` must resolve to the installed package, not python/kvtier

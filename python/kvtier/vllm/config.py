@@ -68,6 +68,11 @@ ADAPTER_KEYS: dict[str, _Key] = {
     "kvtier_cuda_copy_mode": _Key("str", "auto", "how the CUDA worker copies (docs/gpu.md): 'kernel' (a copy kernel "
                                   "on the SMs, PCIe speed), 'batch_api' (the copy engines, no SMs, about 0.55 of "
                                   "it); 'auto' = kernel", choices=("auto", "kernel", "batch_api")),
+    "kvtier_load_order": _Key("str", "oldest_first", "how a worker copies several requests' loads at once "
+                              "(docs/vllm-integration.md \"Several loads at once\"): 'oldest_first' (the oldest "
+                              "request's chunks first, another's only while it has none ready: each first token "
+                              "as early as the link allows) or 'shared' (every ready chunk at once: the link "
+                              "shared, the requests done together)", choices=("oldest_first", "shared")),
     "kvtier_attach_timeout_s": _Key("float", 60.0, "how long a worker waits for the scheduler's pool to appear",
                                     lo=0.1, hi=3600.0),
     "kvtier_preload_max_inflight": _Key("int", 1, "speculative chunk reads in flight for waiting requests (R1, R2); "

@@ -130,5 +130,6 @@ class KVTierSpec(OffloadingSpec):
                                         self.kv["kvtier_attach_timeout_s"],
                                         pool_suffix=self.pool_name().rsplit("-", 1)[1],
                                         world_size=int(self.config.parallel.world_size),
-                                        cuda_copy_mode=self.kv["kvtier_cuda_copy_mode"])
+                                        cuda_copy_mode=self.kv["kvtier_cuda_copy_mode"],
+                                        load_order=self.kv["kvtier_load_order"])
         return self._worker

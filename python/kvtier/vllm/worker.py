@@ -22,6 +22,14 @@ _ENTRY_WAITING, _ENTRY_READY, _ENTRY_FAILED, _ENTRY_SKIPPED = 0, 1, 2, 3
 _STREAM_STALL_S = 10.0
 # How long wait() (vLLM's flush of stores whose GPU blocks it reuses) lets a streamed store wait for slots.
 _FLUSH_WAIT_S = 10.0
+# Several requests' streamed loads at once, kvtier_load_order 'oldest_first' (docs/vllm-integration.md "Several loads
+# at once"): one copy covers at most _LOAD_PIECE_BYTES (at least one chunk), so its chunks are acked, and the engine
+# fills their slots again, as the pieces land; the oldest load keeps at most _LOAD_QUEUE_BYTES of copies queued (about
+# 19 ms of a 55 GB/s link), and a younger load gets a piece only while the oldest has none ready and less than two
+# pieces are queued, so the oldest waits for at most two pieces of another's.
+_LOAD_PIECE_BYTES = 128 << 20
+_LOAD_QUEUE_BYTES = 1 << 30
+LOAD_ORDERS = ("oldest_first", "shared")
 
 # The signals kvtier's threads leave to the process's own threads (src/util/thread.h): all but the faults the kernel
 # sends to the thread that caused them. A SIGTERM to the worker must reach vLLM's handler in the main thread.
@@ -68,6 +76,8 @@ class _StreamJob:
         # _layout lists pages chunk after chunk (page_chunk never decreases): chunk k's pages are
         # [page_start[k], page_start[k + 1]), so a copy gathers its pages in O(its pages), not O(the job's pages).
         self.page_start = np.searchsorted(self.page_chunk, np.arange(self.count + 1), side="left")
+        ends = np.concatenate([[0], np.cumsum(self.sizes, dtype=np.uint64)])
+        self.chunk_bytes = (ends[self.page_start[1:]] - ends[self.page_start[:-1]]).astype(np.int64)
         self.todo = np.ones(self.count, dtype=bool)  # chunks not copied, failed or skipped yet
         self.inflight: list[tuple[Any, np.ndarray, int]] = []  # (ticket, chunks, bytes) of asynchronous copies
         self.failed: list[int] = []
@@ -92,13 +102,57 @@ class _Job:
         self.slots, self.gens = spec.slots.tolist(), spec.gens.tolist()
 
 
+def _fit(nbytes: np.ndarray, allowance: int) -> int:
+    """How many of the chunks (their sizes in order) fit `allowance` bytes: at least one where it is positive."""
+    if allowance <= 0 or len(nbytes) == 0:
+        return 0
+    return max(1, int(np.searchsorted(np.cumsum(nbytes), allowance, side="right")))
+
+
+def _pieces(nbytes: np.ndarray, piece: int) -> list[slice]:
+    """The chunks (their sizes in order) cut into runs of at most `piece` bytes, at least one chunk each."""
+    out, start, size = [], 0, 0
+    for k, b in enumerate(nbytes.tolist()):
+        if k > start and size + b > piece:
+            out.append(slice(start, k))
+            start, size = k, 0
+        size += b
+    if start < len(nbytes):
+        out.append(slice(start, len(nbytes)))
+    return out
+
+
+class _LoadOrder:
+    """One pass of the stream thread over its jobs with kvtier_load_order 'oldest_first' (_LOAD_QUEUE_BYTES says
+    the rule): how many bytes of copies each load may start now."""
+
+    def __init__(self, jobs: list[_StreamJob]):
+        self.queued = sum(nb for j in jobs if j.load for _, _, nb in j.inflight)
+        self.head = next((j for j in jobs if j.load and j.todo.any()), None)  # the oldest load with chunks to copy
+        self.head_sent = 0
+
+    def allowance(self, job: _StreamJob) -> int:
+        if job is self.head:
+            return _LOAD_QUEUE_BYTES - self.queued
+        return 2 * _LOAD_PIECE_BYTES - self.queued if self.head_sent == 0 else 0
+
+    def sent(self, job: _StreamJob, nbytes: int) -> None:
+        self.queued += nbytes
+        if job is self.head:
+            self.head_sent = nbytes
+
+
 class KVTierWorker(OffloadingWorker):
     """Copies chunks between pool slots and this rank's KV tensors: host memcpy for host tensors (vLLM's CPU
     platform), the CUDA copier for tensors on a CUDA device (docs/vllm-integration.md, "The CUDA worker")."""
 
     def __init__(self, kv_caches: CanonicalKVCaches, blocks_per_chunk: int, rank: int, rank_block_bytes: int,
                  copy_threads: int = 1, attach_timeout_s: float = 60.0, copier: Copier | None = None,
-                 pool_suffix: str | None = None, world_size: int = 1, cuda_copy_mode: str = "auto"):
+                 pool_suffix: str | None = None, world_size: int = 1, cuda_copy_mode: str = "auto",
+                 load_order: str = "oldest_first"):
+        if load_order not in LOAD_ORDERS:
+            raise ValueError(f"kvtier: load_order {load_order!r} is not one of {LOAD_ORDERS}")
+        self._oldest_first = load_order == "oldest_first"
         self._ext = extension.load()
         self.bpc = int(blocks_per_chunk)
         self.rank, self.world_size = int(rank), int(world_size)
@@ -153,10 +207,11 @@ class KVTierWorker(OffloadingWorker):
         self._attach_lock = threading.RLock()  # _attach: the transfer path and the pre-attach thread
         self._closed = False
         logger.info("kvtier worker: rank %d of %d copies bytes [%d, %d) of each %d-byte block; %d KV tensors, "
-                    "%d groups, %d bytes/block for this rank, blocks_per_chunk=%d, %s", self.rank, self.world_size,
-                    self.rank_offset, self.rank_offset + self.rank_block_bytes,
+                    "%d groups, %d bytes/block for this rank, blocks_per_chunk=%d, %s, loads %s", self.rank,
+                    self.world_size, self.rank_offset, self.rank_offset + self.rank_block_bytes,
                     self.rank_block_bytes * self.world_size, len(tensors), len(self._groups),
-                    int(sum(int(s.sum()) for _, s, _ in self._groups)), self.bpc, self._copier.describe())
+                    int(sum(int(s.sum()) for _, s, _ in self._groups)), self.bpc, self._copier.describe(),
+                    load_order)
         # Registering a large pool with CUDA takes seconds (3.5 s for 20 GiB on the H200): do it before the first
         # request needs it. The worker does not know the pool's name (the scheduler's pid is in it) but its suffix,
         # so a thread looks for the pool in /dev/shm and attaches it while the server starts.
@@ -409,30 +464,41 @@ class KVTierWorker(OffloadingWorker):
             except Exception:  # the pool went away under the jobs (a pool switch): they fail
                 logger.exception("kvtier worker: the stream board is gone")
                 pool, bell = None, 0
-            progressed = False
-            now = time.perf_counter()
-            for job in jobs:
-                try:
-                    if pool is None:
-                        raise RuntimeError("no stream board")
-                    if self._advance_stream(job):
-                        progressed = True
-                        job.progress_t = now
-                    elif now - job.progress_t > _STREAM_STALL_S:
-                        self._report_stall(job, now)
-                except Exception:
-                    logger.exception("kvtier worker: %s job %d failed", "load" if job.load else "store", job.job_id)
-                    job.failed.extend(int(k) for k in np.nonzero(job.todo)[0])
-                    job.todo[:] = False
-                    job.inflight = []
-                    self._finish_stream(job, broken=True)
-                    progressed = True
+            progressed = self._stream_pass(jobs, pool is not None)
             if not progressed and pool is not None:
                 busy = any(j.inflight for j in jobs)
                 try:
                     pool.wait_worker_bell(bell, 0.0002 if busy else 0.005)
                 except Exception:
                     time.sleep(0.005)
+
+    def _stream_pass(self, jobs: list[_StreamJob], board: bool) -> bool:
+        """One pass of the stream thread over its jobs, oldest first (_streams keeps submission order): acks, copies
+        (loads in kvtier_load_order), finishes. Returns whether any job moved on."""
+        progressed = False
+        now = time.perf_counter()
+        order = _LoadOrder(jobs) if self._oldest_first else None
+        for job in jobs:
+            try:
+                if not board:
+                    raise RuntimeError("no stream board")
+                allowance = order.allowance(job) if order is not None and job.load else None
+                moved, sent, held = self._advance_stream(job, allowance)
+                if order is not None and job.load:
+                    order.sent(job, sent)
+                if moved or held:  # held back for an older load is waiting its turn, not stalled
+                    progressed = progressed or moved
+                    job.progress_t = now
+                elif now - job.progress_t > _STREAM_STALL_S:
+                    self._report_stall(job, now)
+            except Exception:
+                logger.exception("kvtier worker: %s job %d failed", "load" if job.load else "store", job.job_id)
+                job.failed.extend(int(k) for k in np.nonzero(job.todo)[0])
+                job.todo[:] = False
+                job.inflight = []
+                self._finish_stream(job, broken=True)
+                progressed = True
+        return progressed
 
     def _report_stall(self, job: _StreamJob, now: float) -> None:
         """A streamed job that made no progress for _STREAM_STALL_S: says where each of its chunks stands (the
@@ -450,12 +516,15 @@ class KVTierWorker(OffloadingWorker):
                        job.first, job.count, job.tag, _STREAM_STALL_S, int(job.todo.sum()), states,
                        len(job.inflight))
 
-    def _advance_stream(self, job: _StreamJob) -> bool:
+    def _advance_stream(self, job: _StreamJob, allowance: int | None = None) -> tuple[bool, int, bool]:
+        """Acks the job's finished copies and copies its ready chunks: all of them (allowance None), or in pieces
+        while they fit `allowance` bytes (at least one chunk where it is positive). Returns (progressed, bytes it
+        started copying, whether ready chunks were held back)."""
         with job.lock:
-            return False if job.abandoned else self._advance_stream_locked(job)
+            return (False, 0, False) if job.abandoned else self._advance_stream_locked(job, allowance)
 
-    def _advance_stream_locked(self, job: _StreamJob) -> bool:
-        progressed = False
+    def _advance_stream_locked(self, job: _StreamJob, allowance: int | None) -> tuple[bool, int, bool]:
+        progressed, sent, held = False, 0, False
         for ticket, chunks, nbytes in list(job.inflight):
             if not self._copier.done(ticket):
                 continue
@@ -483,11 +552,19 @@ class KVTierWorker(OffloadingWorker):
                 job.todo &= ~skipped
                 progressed = True
             if ready.any():
-                self._copy_ready(job, np.nonzero(ready)[0], entries)
-                progressed = True
+                chunks = np.nonzero(ready)[0]
+                if allowance is None:
+                    self._copy_ready(job, chunks, entries)
+                    sent = int(job.chunk_bytes[chunks].sum())
+                else:
+                    taken = _fit(job.chunk_bytes[chunks], allowance)
+                    for piece in _pieces(job.chunk_bytes[chunks[:taken]], _LOAD_PIECE_BYTES):
+                        self._copy_ready(job, chunks[:taken][piece], entries)
+                    sent, held = int(job.chunk_bytes[chunks[:taken]].sum()), taken < len(chunks)
+                progressed = progressed or sent > 0
         if not job.todo.any() and not job.inflight:
             self._finish_stream(job)
-        return progressed
+        return progressed, sent, held
 
     def _copy_ready(self, job: _StreamJob, ready: np.ndarray, entries: np.ndarray) -> None:
         want = "ready" if job.load else "filling"
