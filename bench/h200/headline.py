@@ -411,7 +411,7 @@ def calibrate(a: argparse.Namespace) -> int:
             "--sizes", ",".join(str(s) for s in sizes), "--fractions", "1", "--reps", str(a.reps),
             "--kv-bytes-per-token", str(kvb), "--vocab-size", str(MODEL["config"]["vocab_size"]),
             "--pool-bytes", str(pool), "--start-timeout-s", str(a.start_timeout_s), "--no-progress", "--no-plots",
-            "--serve-args", shlex.join(server_flags(a, gpu_kv_gib))]
+            "--serve-args", shlex.join(server_flags(a, gpu_kv_gib)), *([] if a.no_gpu_flags else ["--serve-gpu"])]
     # calibrate's servers inherit this environment: on the GPU box they need what every headline server gets (GPU_ENV:
     # without VLLM_USE_FLASHINFER_SAMPLER=0 vLLM imports flashinfer, which the box's wheel set leaves out)
     added = {} if a.no_gpu_flags else GPU_ENV

@@ -222,3 +222,24 @@ def test_suffix_model():
     be = cal_model.break_even_fraction(f, g, d, kind="suffix")
     exact = next(x for x in range(1, 4097) if g(x) <= f(x))
     assert be * d == pytest.approx(exact, abs=16)  # the suffix frontier is min_load_tokens / D
+
+
+def test_serve_gpu_gives_the_servers_no_cpu_platform_settings(tmp_path, monkeypatch):
+    """--serve starts vLLM with the CPU platform's environment (thread binding, OMP threads) unless --serve-gpu says
+    the vLLM is a CUDA one (headline.py calibrate on the GPU box passes it)."""
+    seen = []
+
+    class Server:
+        def __init__(self, argv, env, *args, **kwargs):
+            seen.append(env)
+
+        def start(self):
+            return self
+
+    monkeypatch.setattr(cal_sweep, "VllmServer", Server)
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    for extra in ([], ["--serve-gpu"]):
+        a = cal_cli.parser().parse_args(["--serve", str(tmp_path), "--out", str(tmp_path / "o"), *extra])
+        cal_sweep.start_server(a, tmp_path / "root", 4096, tmp_path / "log.txt")
+    assert seen[0]["VLLM_CPU_OMP_THREADS_BIND"] == "nobind" and "OMP_NUM_THREADS" in seen[0]
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in seen[1]

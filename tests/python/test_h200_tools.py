@@ -371,6 +371,9 @@ def test_calibrate_on_the_box_uses_the_runs_server_flags_and_checks_its_space(tm
     assert "--sizes 8192,16384,32768 --fractions 1 --reps 1" in r.stdout and "--vocab-size 152064" in r.stdout
     # the servers get what every headline server gets on the box (without it vLLM imported flashinfer there and died)
     assert "# servers' environment adds: VLLM_USE_FLASHINFER_SAMPLER=0" in r.stdout, r.stdout
+    assert r.stdout.rstrip().endswith("--serve-gpu"), r.stdout  # and none of the CPU platform's settings
+    cpu = headline("calibrate", *common, "--no-gpu-flags", "--dry-run")
+    assert cpu.returncode == 0 and "--serve-gpu" not in cpu.stdout, cpu.stdout + cpu.stderr
     run = headline("run", *common, "--systems", "kvtier-disk", "--max-num-seqs", "1", "--dry-run")
     start = next(line for line in run.stdout.splitlines() if line.startswith("start "))
     flags = "--load-format dummy --dtype bfloat16 --block-size 16 --max-num-seqs 1 --kv-cache-memory-bytes 11811160064"

@@ -111,6 +111,9 @@ def parser() -> argparse.ArgumentParser:
     srv.add_argument("--keep-root", action="store_true", help="do not empty the root first")
     srv.add_argument("--pool-bytes", default="512MiB", help="kvtier_pool_bytes")
     srv.add_argument("--serve-args", default=DEFAULT_SERVE_ARGS, help="more vLLM arguments (one string)")
+    srv.add_argument("--serve-gpu", action="store_true",
+                     help="a CUDA vLLM: the servers get no CPU-platform environment (OMP threads, thread binding, "
+                          "tcmalloc; kvtier.tools.launcher.server_env)")
     srv.add_argument("--start-timeout-s", type=float, default=600)
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--no-progress", action="store_true")

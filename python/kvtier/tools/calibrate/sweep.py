@@ -277,7 +277,8 @@ def start_server(a: argparse.Namespace, root: Path, max_len: int, log_path: Path
     tc = kvtier_transfer_config(root, block_size=a.chunk_tokens, kvtier_pool_bytes=a.pool_bytes,
                                 kvtier_stats_interval_s=1)
     args = ["--served-model-name", a.model, "--max-model-len", str(max_len), *shlex.split(a.serve_args)]
-    return VllmServer(server_argv(a.vllm_python, a.serve, port, args, tc), server_env(), log_path, port,
+    env = server_env(cpu=not getattr(a, "serve_gpu", False))
+    return VllmServer(server_argv(a.vllm_python, a.serve, port, args, tc), env, log_path, port,
                       name="vLLM", start_timeout_s=a.start_timeout_s, stop_timeout_s=60).start()
 
 
