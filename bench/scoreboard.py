@@ -141,21 +141,27 @@ LMCACHE_8_HUNG = ("round 1 hung (110 s): 'No eviction candidates found in local 
                   "pressure. Waiting for 0.1 seconds before retrying.' 1,295 times (local_cpu_backend.py:705)")
 
 
-def _box_197(folder, args, tier_gib, outcome=None, zram=True, **fields):
-    pressure = tier_gib * 2**30 < 10.7e9
+def _peers_per_system(tier_gib, request_bytes, pool_gib, thresholds, outcome=None):
+    """The per_system settings of a peers lease's file: each system's host memory (kvtier-disk its pool, the others
+    their tier), whether it is smaller than one request, the gate's file, and the outcome of a peer that hung."""
+    pressure = tier_gib * 2**30 < request_bytes
+    tiered = {"tier_gib": tier_gib, "pressure": pressure}
+    peer = {**tiered, "gate": "-", "preload": "-"}
     per = {
-        "kvtier-disk": {"tier": "disk only", "pool_gib": 8, "pressure": True},
-        "kvtier-dram": {"tier": "DRAM tier + disk", "tier_gib": tier_gib, "pressure": pressure,
-                        "gate": "on (thresholds-qwen2.5-32b.json)"},
-        "native": {"tier": "CPU tier + fs tier", "tier_gib": tier_gib, "pressure": pressure, "gate": "-",
-                   "preload": "-"},
-        "lmcache": {"tier": "CPU tier + local disk", "tier_gib": tier_gib, "pressure": pressure, "gate": "-",
-                    "preload": "-"},
+        "kvtier-disk": {"tier": "disk only", "pool_gib": pool_gib, "pressure": True},
+        "kvtier-dram": {"tier": "DRAM tier + disk", **tiered, "gate": f"on ({thresholds})"},
+        "native": {"tier": "CPU tier + fs tier", **peer},
+        "lmcache": {"tier": "CPU tier + local disk", **peer},
         "recompute": {"tier": "none", "device": "-", "gate": "-", "preload": "-"},
         "gpu-prefix": {"tier": "none", "device": "-", "gate": "-", "preload": "-"},
     }
     for system, text in (outcome or {}).items():
         per[system]["outcome"] = text
+    return per
+
+
+def _box_197(folder, args, tier_gib, outcome=None, zram=True, **fields):
+    per = _peers_per_system(tier_gib, 10.7e9, 8, "thresholds-qwen2.5-32b.json", outcome)
     return {"machine": "h100", "date": "2026-12-06", "device": "zram", "tier": "-", "gate": "off", "preload": "on",
             "per_system": per, **fields,
             "command": f"{'ZRAM=56G ' if zram else ''}HEADLINE_ARGS='{PEERS_ARGS} {args}' scripts/h200/headline.sh "
@@ -176,20 +182,7 @@ LMCACHE_LLAMA_4_HUNG = ("round 1 hung (60 s): 'No eviction candidates found in l
 
 
 def _box_57d(folder, args, tier_gib, outcome=None):
-    pressure = tier_gib * 2**30 < 4.7e9  # one 40k-token request of this shape
-    per = {
-        "kvtier-disk": {"tier": "disk only", "pool_gib": 4, "pressure": True},
-        "kvtier-dram": {"tier": "DRAM tier + disk", "tier_gib": tier_gib, "pressure": pressure,
-                        "gate": "on (thresholds-llama-3.2-3b.json)"},
-        "native": {"tier": "CPU tier + fs tier", "tier_gib": tier_gib, "pressure": pressure, "gate": "-",
-                   "preload": "-"},
-        "lmcache": {"tier": "CPU tier + local disk", "tier_gib": tier_gib, "pressure": pressure, "gate": "-",
-                    "preload": "-"},
-        "recompute": {"tier": "none", "device": "-", "gate": "-", "preload": "-"},
-        "gpu-prefix": {"tier": "none", "device": "-", "gate": "-", "preload": "-"},
-    }
-    for system, text in (outcome or {}).items():
-        per[system]["outcome"] = text
+    per = _peers_per_system(tier_gib, 4.7e9, 4, "thresholds-llama-3.2-3b.json", outcome)  # 4.7 GB: a 40k request
     return {"machine": "h100", "date": "2026-12-06", "device": "zram", "tier": "-", "gate": "off", "preload": "on",
             "per_system": per,
             "command": f"ZRAM=56G HEADLINE_ARGS='{LLAMA_ARGS} {args}' scripts/h200/headline.sh at 57d1175",
