@@ -27,6 +27,8 @@ system's server only after the previous one stopped and its root was freed, so e
   kvtier-disk          kvtier, DRAM tier limited to one slot (kvtier_dram_max_slots=1): every hit is read from disk
                        (O_DIRECT); page cache dropped before the query phase; preload on (1 speculative read).
   kvtier-disk-nopreload  the same with kvtier_preload_max_inflight=0.
+  kvtier-dram-shared   kvtier-dram with kvtier_load_order=shared: concurrent loads' copies share the link instead of
+                       the oldest first (docs/vllm-integration.md, "Several loads at once"); for A/B in one run.
   native               vLLM's OffloadingConnector with TieringOffloadingSpec: CPU tier + its "fs" tier on the same disk.
   kvtier-tier          the same CPU tier with kvtier as its secondary tier instead of "fs" (kvtier.vllm.tier,
                        vLLM 0.28+: docs/vllm-integration.md, "kvtier under vLLM's CPU tier").
@@ -115,7 +117,10 @@ SHAPES["qwen2.5-32b"] = {
 MODEL = SHAPES["llama-3.2-3b"]
 GIB = 1 << 30
 DISK_BPS = 1.5e9  # the box's virtual disk, for settle times only
-SYSTEMS = ("baseline", "kvtier-dram", "native", "lmcache", "kvtier-disk", "kvtier-disk-nopreload", "kvtier-tier")
+SYSTEMS = ("baseline", "kvtier-dram", "native", "lmcache", "kvtier-disk", "kvtier-disk-nopreload", "kvtier-tier",
+           "kvtier-dram-shared")
+# Variants for comparisons, not in the default --systems.
+VARIANTS = ("kvtier-tier", "kvtier-dram-shared")
 DOCS_PER_SIZE = {1024: 8, 10240: 4, 40960: 2, 81920: 2}
 QUEUE_DOCS = 32  # --workload queue: requests in flight at once (half of them cached)
 
@@ -180,15 +185,18 @@ def system_config(name: str, a: argparse.Namespace, work: Path) -> tuple[list[st
         root = work / name
         root.mkdir(parents=True, exist_ok=True)
         extra: dict = {"kvtier_stats_interval_s": 5}
-        if name == "kvtier-dram":
+        dram = name.startswith("kvtier-dram")
+        if dram:
             extra["kvtier_pool_bytes"] = tiered
+            if name.endswith("-shared"):
+                extra["kvtier_load_order"] = "shared"
         else:
             extra["kvtier_pool_bytes"] = int(a.disk_pool_gib * GIB)
             extra["kvtier_dram_max_slots"] = 1
             if name.endswith("nopreload"):
                 extra["kvtier_preload_max_inflight"] = 0
             knobs.update(drop_caches=True, disk=True)
-        gate = a.thresholds if name == "kvtier-dram" else a.disk_thresholds
+        gate = a.thresholds if dram else a.disk_thresholds
         if gate:
             extra["kvtier_thresholds_path"] = gate
         if a.timeline:  # the connector's per-request event log (python/kvtier/vllm/metrics.py, "Timeline")
@@ -822,8 +830,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="storage roots of the disk tiers (scripts/h200/headline.sh HEADLINE_RAMDISK_GIB: a RAM disk)")
     r.add_argument("--model-dir", default="/tmp/kvtier-headline-model")
     r.add_argument("--python", default=sys.executable, help="the Python that has vLLM")
-    r.add_argument("--systems", default=",".join(s for s in SYSTEMS if s != "kvtier-tier"),
-                   help=f"of {', '.join(SYSTEMS)} (default: all but kvtier-tier, which needs vLLM 0.28+)")
+    r.add_argument("--systems", default=",".join(s for s in SYSTEMS if s not in VARIANTS),
+                   help=f"of {', '.join(SYSTEMS)} (default: all but {' and '.join(VARIANTS)}; kvtier-tier needs vLLM "
+                        "0.28+)")
     r.add_argument("--shape", default="llama-3.2-3b", choices=sorted(SHAPES), help="model shape (tiny: CPU check)")
     r.add_argument("--sequential", action=argparse.BooleanOptionalAction, default=None,
                    help="each system's server alone: started after the previous one stopped and its root was freed "

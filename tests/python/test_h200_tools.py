@@ -4,6 +4,7 @@ prompt streams and disk counters (bench/h200/multiturn.py), and bench/h200/headl
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -200,6 +201,28 @@ def test_headline_passes_kvtier_extra_config_and_refuses_bad_rounds(tmp_path):
                      (["--kvtier-extra", "[1]"], "--kvtier-extra must be a JSON object")):
         r = headline(*common, *bad)
         assert r.returncode != 0 and why in r.stderr, (bad, r.stderr)
+
+
+def test_the_shared_variant_differs_from_kvtier_dram_in_its_load_order_alone(tmp_path):
+    """kvtier-dram-shared (an A/B of kvtier_load_order in one run): kvtier-dram's pool and gate, 'shared' copies; not
+    in the default systems."""
+    r = headline("run", "--dry-run", "--shape", "tiny", "--no-gpu-flags", "--systems", "kvtier-dram,kvtier-dram-shared",
+                 "--thresholds", "/t.json", "--tiered-gib", "3", "--out", str(tmp_path / "out"),
+                 "--work", str(tmp_path / "work"))
+    assert r.returncode == 0, r.stderr
+    extra = {}
+    for line in r.stdout.splitlines():
+        if line.startswith("start "):
+            name = line.split()[1]
+            cfg = json.loads(shlex.split(line)[shlex.split(line).index("--kv-transfer-config") + 1])
+            extra[name] = cfg["kv_connector_extra_config"]
+    a, b = extra["kvtier-dram"], extra["kvtier-dram-shared"]
+    assert b.pop("kvtier_load_order") == "shared" and "kvtier_load_order" not in a
+    assert {k: v for k, v in a.items() if k != "kvtier_root"} == {k: v for k, v in b.items() if k != "kvtier_root"}
+    assert a["kvtier_pool_bytes"] == 3 << 30 and a["kvtier_thresholds_path"] == "/t.json"
+    r = headline("run", "--dry-run", "--shape", "tiny", "--no-gpu-flags", "--out", str(tmp_path / "out"),
+                 "--work", str(tmp_path / "work"))
+    assert "start kvtier-dram " in r.stdout and "kvtier-dram-shared" not in r.stdout and "kvtier-tier" not in r.stdout
 
 
 def test_queue_workload_takes_one_round_and_its_summary_shows_cached_and_uncached_apart(tmp_path):
