@@ -3,9 +3,10 @@
     python3 bench/gpu/h2d_floor.py [--gib 8.75] [--reps 5] [--json OUT]
 
 Prints and writes GB/s for (1) one contiguous copy of the whole buffer, (2) the buffer split in two halves copied at
-once on two streams (two requests' loads sharing the link), (3) the same bytes as 64 KiB pieces, one copy call each
-(a vLLM block of one layer of the Llama-3.2-3B shape: the size of kvtier's pieces for that shape). The figure each
-DRAM->GPU row of docs/gpu.md and bench/results/h200/ is compared with.
+once on two streams (two requests' loads sharing the link), (3) 1 GiB as 64 KiB pieces, one copy call each (a vLLM
+block of one layer of the Llama-3.2-3B shape: what copying block by block would give, and why kvtier's CUDA copier
+gathers a transfer's blocks in one launch), (4) the whole buffer back (D2H). The floor DRAM->GPU figures are compared
+with (docs/performance.md, "Floors").
 """
 import argparse
 import json
