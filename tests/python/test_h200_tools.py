@@ -213,9 +213,9 @@ def test_the_shared_variant_differs_from_kvtier_dram_in_its_load_order_alone(tmp
     extra = {}
     for line in r.stdout.splitlines():
         if line.startswith("start "):
-            name = line.split()[1]
-            cfg = json.loads(shlex.split(line)[shlex.split(line).index("--kv-transfer-config") + 1])
-            extra[name] = cfg["kv_connector_extra_config"]
+            words = shlex.split(line)
+            cfg = json.loads(words[words.index("--kv-transfer-config") + 1])
+            extra[words[1]] = cfg["kv_connector_extra_config"]
     a, b = extra["kvtier-dram"], extra["kvtier-dram-shared"]
     assert b.pop("kvtier_load_order") == "shared" and "kvtier_load_order" not in a
     assert {k: v for k, v in a.items() if k != "kvtier_root"} == {k: v for k, v in b.items() if k != "kvtier_root"}

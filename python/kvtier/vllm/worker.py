@@ -519,7 +519,7 @@ class KVTierWorker(OffloadingWorker):
     def _advance_stream(self, job: _StreamJob, allowance: int | None = None) -> tuple[bool, int, bool]:
         """Acks the job's finished copies and copies its ready chunks: all of them (allowance None), or in pieces
         while they fit `allowance` bytes (at least one chunk where it is positive). Returns (progressed, bytes it
-        started copying, whether ready chunks were held back)."""
+        started copying under the allowance (0 without one), whether ready chunks were held back)."""
         with job.lock:
             return (False, 0, False) if job.abandoned else self._advance_stream_locked(job, allowance)
 
@@ -555,13 +555,13 @@ class KVTierWorker(OffloadingWorker):
                 chunks = np.nonzero(ready)[0]
                 if allowance is None:
                     self._copy_ready(job, chunks, entries)
-                    sent = int(job.chunk_bytes[chunks].sum())
+                    progressed = True
                 else:
-                    taken = _fit(job.chunk_bytes[chunks], allowance)
-                    for piece in _pieces(job.chunk_bytes[chunks[:taken]], _LOAD_PIECE_BYTES):
-                        self._copy_ready(job, chunks[:taken][piece], entries)
-                    sent, held = int(job.chunk_bytes[chunks[:taken]].sum()), taken < len(chunks)
-                progressed = progressed or sent > 0
+                    taken = chunks[:_fit(job.chunk_bytes[chunks], allowance)]
+                    for piece in _pieces(job.chunk_bytes[taken], _LOAD_PIECE_BYTES):
+                        self._copy_ready(job, taken[piece], entries)
+                    sent, held = int(job.chunk_bytes[taken].sum()), len(taken) < len(chunks)
+                    progressed = progressed or len(taken) > 0
         if not job.todo.any() and not job.inflight:
             self._finish_stream(job)
         return progressed, sent, held
