@@ -358,7 +358,8 @@ def test_cuda_tensors_use_the_cuda_copier(fake, tmp_path, monkeypatch):
     spec, manager, keys = _setup(tmp_path, bpc=1, n_keys=2)
     src_layers, host_src, src_kv = _cuda_kv(1)
     worker = kv.KVTierWorker(src_kv, 1, 0, LAYERS * PAGE)
-    assert isinstance(worker._copier, kv.CudaCopier) and ext.log[0] == ("init", 1, "auto")
+    # kvtier_cuda_copy_mode's default: the copy engines
+    assert isinstance(worker._copier, kv.CudaCopier) and ext.log[0] == ("init", 1, "batch_api")
 
     ctx = ReqContext(req_id="s")
     out = manager.prepare_store(keys, ctx)

@@ -65,9 +65,10 @@ ADAPTER_KEYS: dict[str, _Key] = {
     "kvtier_revision": _Key("str", "", "weights revision (or any hash) in the cache identity (default: for a local "
                             "model directory a hash of its config.json and weight file names and sizes)"),
     "kvtier_copy_threads": _Key("int", 1, "host copy threads per worker copy", lo=1, hi=64),
-    "kvtier_cuda_copy_mode": _Key("str", "auto", "how the CUDA worker copies (docs/gpu.md): 'kernel' (a copy kernel "
-                                  "on the SMs, PCIe speed), 'batch_api' (the copy engines, no SMs, about 0.55 of "
-                                  "it); 'auto' = kernel", choices=("auto", "kernel", "batch_api")),
+    "kvtier_cuda_copy_mode": _Key("str", "batch_api", "how the CUDA worker copies (docs/gpu.md): 'batch_api' (the "
+                                  "copy engines, no SMs: faster beside forward passes), 'kernel' (a copy kernel on "
+                                  "the SMs, PCIe speed for a copy alone); 'auto' = kernel",
+                                  choices=("auto", "kernel", "batch_api")),
     "kvtier_load_order": _Key("str", "oldest_first", "how a worker copies several requests' loads at once "
                               "(docs/vllm-integration.md \"Several loads at once\"): 'oldest_first' (the oldest "
                               "request's chunks first, another's only while it has none ready: each first token "

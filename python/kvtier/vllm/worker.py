@@ -148,7 +148,7 @@ class KVTierWorker(OffloadingWorker):
 
     def __init__(self, kv_caches: CanonicalKVCaches, blocks_per_chunk: int, rank: int, rank_block_bytes: int,
                  copy_threads: int = 1, attach_timeout_s: float = 60.0, copier: Copier | None = None,
-                 pool_suffix: str | None = None, world_size: int = 1, cuda_copy_mode: str = "auto",
+                 pool_suffix: str | None = None, world_size: int = 1, cuda_copy_mode: str = "batch_api",
                  load_order: str = "oldest_first"):
         if load_order not in LOAD_ORDERS:
             raise ValueError(f"kvtier: load_order {load_order!r} is not one of {LOAD_ORDERS}")
