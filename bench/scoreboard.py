@@ -189,6 +189,39 @@ def _box_57d(folder, args, tier_gib, outcome=None):
             "file": f"bench/results/h200/peers-llama-h100-2026-12-06-57d1175/{folder}/headline.json"}
 
 
+def _superseded(source, why, systems=None):
+    """source with the rows of `systems` (None: all of them) marked superseded by `why`."""
+    if systems is None:
+        return {**source, "superseded": why}
+    per = {k: ({**v, "superseded": why} if k in systems else v) for k, v in source["per_system"].items()}
+    return {**source, "per_system": per}
+
+
+# The lease at d362a81 (vLLM 0.26.0 on an H100 80GB; bench/results/h200/order-h100-2026-12-06-d362a81/README.md): the
+# copy modes (batch_api, the default since, against the kernel) and load orders in the Llama cells and the 32B DRAM
+# cell, with the peers and recompute in the same lease.
+LEASE_D362 = ("the same cell on the d362a81 lease, every system in one lease, kvtier with batch_api copies, the "
+              "default since (order-h100-2026-12-06-d362a81)")
+KERNEL = " (kernel copies)"  # a variant: kvtier_cuda_copy_mode kernel, the default before d362a81's lease
+DMA_EXTRA = " --kvtier-extra '{\"kvtier_cuda_copy_mode\":\"batch_api\"}'"
+
+
+def _box_d362(folder, args, tier_gib, kernel=False, llama=True):
+    bytes_, pool, thresholds = (4.7e9, 4, "thresholds-llama-3.2-3b.json") if llama else \
+        (10.7e9, 8, "thresholds-qwen2.5-32b.json")
+    per = _peers_per_system(tier_gib, bytes_, pool, thresholds)
+    per["kvtier-dram-shared"] = {**per["kvtier-dram"], "tier": "DRAM tier + disk (load order shared)"}
+    if kernel:
+        for system in ("kvtier-disk", "kvtier-dram", "kvtier-dram-shared"):
+            per[system] = {**per[system], "tier": per[system]["tier"].replace(")", ", kernel copies)")
+                           if "(" in per[system]["tier"] else per[system]["tier"] + KERNEL}
+    return {"machine": "h100", "date": "2026-12-06", "device": "zram", "tier": "-", "gate": "off", "preload": "on",
+            "per_system": per,
+            "command": f"ZRAM=56G HEADLINE_ARGS='{LLAMA_ARGS if llama else PEERS_ARGS} {args}"
+                       f"{'' if kernel else DMA_EXTRA}' scripts/h200/headline.sh at d362a81",
+            "file": f"bench/results/h200/order-h100-2026-12-06-d362a81/{folder}/headline.json"}
+
+
 SOURCES = {
     "engine_io": [
         *[{"machine": "h200", "date": "2026-12-02", "superseded": PLACED,
@@ -279,20 +312,42 @@ SOURCES = {
                   pressure=True),
         _box_197("pressure8", "--systems kvtier-disk,native --tiered-gib 8 --disk-pool-gib 8", 8,
                  outcome={"native": NATIVE_8_NO_HITS}),
-        _box_197("ample32", "--systems kvtier-dram,native,lmcache --tiered-gib 32 --disk-pool-gib 8 --deadline-s 330 "
-                 "(lmcache not started: the deadline)", 32, outcome={"native": NATIVE_32_HUNG}),
+        _superseded(_box_197("ample32", "--systems kvtier-dram,native,lmcache --tiered-gib 32 --disk-pool-gib 8 "
+                             "--deadline-s 330 (lmcache not started: the deadline)", 32,
+                             outcome={"native": NATIVE_32_HUNG}), LEASE_D362, {"kvtier-dram"}),
         _box_197("lmcache32", "--systems lmcache --tiered-gib 32", 32),
         _box_197("lmcache8", "--systems lmcache --tiered-gib 8 --run-timeout-s 110", 8,
                  outcome={"lmcache": LMCACHE_8_HUNG}),
         _box_197("baseline", "--systems baseline", 8, zram=False),
-        _box_57d("pressure4", "--systems kvtier-disk,native --tiered-gib 4 --disk-pool-gib 4 --run-timeout-s 90 "
-                 "--deadline-s 300", 4, outcome={"native": NATIVE_LLAMA_4_HUNG}),
-        _box_57d("ample24", "--systems kvtier-dram,native,lmcache --tiered-gib 24 --disk-pool-gib 4 --run-timeout-s 90 "
-                 "--deadline-s 330 (lmcache's runs skipped: the deadline)", 24),
-        _box_57d("baseline-lmcache24", "--systems baseline,lmcache --tiered-gib 24 --disk-pool-gib 4 "
-                 "--run-timeout-s 90 --deadline-s 200", 24),
+        _superseded(_box_57d("pressure4", "--systems kvtier-disk,native --tiered-gib 4 --disk-pool-gib 4 "
+                             "--run-timeout-s 90 --deadline-s 300", 4, outcome={"native": NATIVE_LLAMA_4_HUNG}),
+                    LEASE_D362, {"kvtier-disk"}),
+        _superseded(_box_57d("ample24", "--systems kvtier-dram,native,lmcache --tiered-gib 24 --disk-pool-gib 4 "
+                             "--run-timeout-s 90 --deadline-s 330 (lmcache's runs skipped: the deadline)", 24),
+                    LEASE_D362),
+        _superseded(_box_57d("baseline-lmcache24", "--systems baseline,lmcache --tiered-gib 24 --disk-pool-gib 4 "
+                             "--run-timeout-s 90 --deadline-s 200", 24), LEASE_D362),
         _box_57d("lmcache4", "--systems lmcache --tiered-gib 4 --disk-pool-gib 4 --run-timeout-s 60 --deadline-s 100",
                  4, outcome={"lmcache": LMCACHE_LLAMA_4_HUNG}),
+        _box_d362("order24", "--systems kvtier-dram,kvtier-dram-shared --tiered-gib 24 --run-timeout-s 90 "
+                  "--deadline-s 300", 24, kernel=True),
+        _box_d362("order24-dma", "--systems kvtier-dram,kvtier-dram-shared --tiered-gib 24 --run-timeout-s 90 "
+                  "--deadline-s 300", 24),
+        {**_box_d362("peers24", "--systems native,lmcache --tiered-gib 24 --disk-pool-gib 4 --run-timeout-s 90 "
+                     "--deadline-s 300", 24, kernel=True),
+         "command": f"ZRAM=56G HEADLINE_ARGS='{LLAMA_ARGS} --systems native,lmcache --tiered-gib 24 --disk-pool-gib 4 "
+                    "--run-timeout-s 90 --deadline-s 300' scripts/h200/headline.sh at d362a81"},
+        {**_box_d362("baseline", "", 24, kernel=True),
+         "command": f"ZRAM=56G HEADLINE_ARGS='{LLAMA_ARGS} --systems baseline --run-timeout-s 90 --deadline-s 200' "
+                    "scripts/h200/headline.sh at d362a81"},
+        _box_d362("pressure4-kernel", "--systems kvtier-disk --tiered-gib 4 --disk-pool-gib 4 --run-timeout-s 90 "
+                  "--deadline-s 200", 4, kernel=True),
+        _box_d362("pressure4-dma", "--systems kvtier-disk --tiered-gib 4 --disk-pool-gib 4 --run-timeout-s 90 "
+                  "--deadline-s 200", 4),
+        _box_d362("ample32-kernel", "--systems kvtier-dram --tiered-gib 32 --disk-pool-gib 8 --run-timeout-s 200 "
+                  "--deadline-s 200", 32, kernel=True, llama=False),
+        _box_d362("ample32-dma", "--systems kvtier-dram --tiered-gib 32 --disk-pool-gib 8 --run-timeout-s 200 "
+                  "--deadline-s 200", 32, llama=False),
         {**_box_c387("peers-h100-2026-12-06-197ec49/gate", "--systems kvtier-disk --disk-thresholds FILE (the box's "
                      "calibration, calibrate-h100-2026-12-06-c3873f0/thresholds.json)", tier="disk only", pool_gib=8,
                      pressure=True, gate="on (the box's calibration: disk never)"),
@@ -550,6 +605,8 @@ def vllm_rows(source, load=None):
                    "completed": bool(t) and t["n"] == requests, "done": t["n"] if t else 0,
                    "outcome": "; ".join(x for x in (run.get("error"), f.get("outcome")) if x) or None,
                    "date": source["date"], "command": source["command"], "result": source["file"]}
+            if "superseded" in source.get("per_system", {}).get(system, {}):  # one system's row of the file
+                row["superseded"] = f["superseded"]
             rows.append(row)
     return rows
 
@@ -656,9 +713,12 @@ def load_under_writeback_rows(source, load=None):
 
 
 def _marked(source, rows):
-    """rows with whether their source is current (and, if not, what superseded it)."""
-    why = source.get("superseded")
-    return [{**r, "current": not why, **({"superseded": why} if why else {})} for r in rows]
+    """rows with whether they are current (and, if not, what superseded the row or its whole source)."""
+    out = []
+    for r in rows:
+        why = r.get("superseded") or source.get("superseded")
+        out.append({**r, "current": not why, **({"superseded": why} if why else {})})
+    return out
 
 
 def build(sources=SOURCES, load=None):
@@ -747,9 +807,10 @@ def table_vllm_ttft(board):
 
 
 def _run_folder(result):
-    """The folder a result file names, with its parent where that is a lease's folder (peers-.../pressure8)."""
+    """The folder a result file names, with its parent where that is a lease's folder (peers-.../pressure8: any
+    folder between bench/results/h200 and the cell's)."""
     parts = result.split("/")
-    return "/".join(parts[-3:-1]) if parts[-3].startswith("peers-") else parts[-2]
+    return "/".join(parts[-3:-1]) if parts[-3] != "h200" else parts[-2]
 
 
 def table_engine_paths(board):

@@ -285,3 +285,21 @@ def test_queue_rows_give_each_class_and_the_preload_planner_of_each_system():
     assert rows[0]["read_gb"] == 21.5 and rows[0]["query_s"] == 22.5 and rows[0]["max_num_seqs"] == 1
     table = scoreboard.table_vllm_queue({"vllm_queue": rows})
     assert "| 8 (548) |" in table and "| kvtier-disk-nopreload | off |" in table, table
+
+
+def test_one_system_of_a_file_can_be_superseded_and_the_others_stay_current():
+    """A later lease re-measured one system of a cell (bench/scoreboard.py, _superseded with systems): that system's
+    row leaves the tables with the reason; the file's other rows stay."""
+    ttft = {"mean": 1.0, "p50": 1.0, "p95": 2.0, "n": 2}
+    doc = {"model": "llama-3.2-3b", "concurrency": 2, "runs": [
+        {"system": s, "doc_tokens": 40960, "docs": 2, "query": {"ttft": ttft}} for s in ("kvtier-disk", "native")]}
+    per = {"kvtier-disk": {"tier": "disk only", "pool_gib": 4}, "native": {"tier": "CPU tier + fs tier"}}
+    source = {"machine": "h100", "date": "d", "device": "zram", "tier": "-", "gate": "off", "preload": "on",
+              "command": "c", "file": "bench/results/h200/x/headline.json", "per_system": per}
+    board = scoreboard.build({"vllm_ttft": [scoreboard._superseded(source, "the later lease", {"kvtier-disk"})]},
+                             load=lambda p: doc)
+    assert [(r["system"], r["current"], r.get("superseded")) for r in board["vllm_ttft"]] == [
+        ("kvtier-disk", False, "the later lease"), ("native", True, None)]
+    whole = scoreboard.build({"vllm_ttft": [scoreboard._superseded(source, "all")]}, load=lambda p: doc)
+    assert [r["current"] for r in whole["vllm_ttft"]] == [False, False]
+    assert "superseded" not in source["per_system"]["kvtier-disk"], "the source itself is left as it was"
