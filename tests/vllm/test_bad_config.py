@@ -36,6 +36,7 @@ BAD = {
     "kvtier_copy_threads": [0, 65, "many"],
     "kvtier_cuda_copy_mode": ["dma", 1, ""],
     "kvtier_load_order": ["fifo", 1, ""],
+    "kvtier_load_queue_mib": [0, -1, "big", 1.5, (1 << 20) + 1],
     "kvtier_attach_timeout_s": [0, -1, "long", 1e9],
     "kvtier_stats_interval_s": [-1, "often", 1e12],
     "kvtier_dram_policy": ["fifo", 3],

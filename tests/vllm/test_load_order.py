@@ -64,6 +64,7 @@ class Link:
         ticket = len(self.log)
         self.log.append((int(dst[0]) >> 40, int(sizes.sum())))
         self.queue.append(ticket)
+        self.most_queued = max(getattr(self, "most_queued", 0), sum(self.log[t][1] for t in self.queue))
         return ticket
 
     def tick(self):
@@ -92,11 +93,11 @@ def _job(job_id, board, index):
     return worker_mod._StreamJob(job_id, True, board, (first, n, 1), layout, None, time.perf_counter())
 
 
-def _run(order, counts):
+def _run(order, counts, **kwargs):
     """Each load's completion time (bytes the link had moved when its last copy landed), and the copies' log."""
     _, kv_caches = make_kv(1)
     link = Link()
-    w = kv.KVTierWorker(kv_caches, 1, 0, LAYERS * PAGE, copier=link, load_order=order)
+    w = kv.KVTierWorker(kv_caches, 1, 0, LAYERS * PAGE, copier=link, load_order=order, **kwargs)
     board = Board(counts)
     jobs = [_job(i + 1, board, i) for i in range(len(counts))]
     done_at = {}
@@ -110,6 +111,7 @@ def _run(order, counts):
         link.tick()
     w.shutdown()
     assert all(j.nbytes == CHUNK * j.count for j in jobs)  # every chunk copied and acked once
+    _run.most_queued = link.most_queued
     return [done_at[j.job_id] for j in jobs], link.log
 
 
@@ -125,6 +127,21 @@ def test_shared_interleaves_the_loads_and_the_older_finishes_late():
     (a, b), log = _run("shared", [12, 12])
     assert b == 24 * CHUNK and a > 12 * CHUNK + 4 * CHUNK  # the older load waited for the younger's copies
     assert [job for job, _ in log[:3]] == [1, 2, 1]
+
+
+def test_the_queue_bound_limits_what_is_queued_on_the_link_and_keeps_the_order():
+    """kvtier_load_queue_mib: with 1 GiB the oldest load queues its whole ready window (6 chunks, more at the handover
+    to the next load); with 128 MiB at most two chunks are queued at any time, and the loads still finish one after
+    the other."""
+    _run("oldest_first", [12, 12])
+    assert _run.most_queued >= WINDOW * CHUNK
+    (a, b), _ = _run("oldest_first", [12, 12], load_queue_bytes=2 * CHUNK)
+    assert _run.most_queued == 2 * CHUNK and (a, b) == (12 * CHUNK, 24 * CHUNK)
+    (a, b), _ = _run("oldest_first", [3, 12], load_queue_bytes=CHUNK)  # a younger load too keeps within the bound
+    assert _run.most_queued == CHUNK and (a, b) == (3 * CHUNK, 15 * CHUNK)
+    _, kv_caches = make_kv(1)
+    with pytest.raises(ValueError, match="load_queue_bytes must be positive"):
+        kv.KVTierWorker(kv_caches, 1, 0, LAYERS * PAGE, copier=Link(), load_queue_bytes=0)
 
 
 def test_a_younger_load_fills_the_link_while_the_oldest_has_nothing_ready():

@@ -71,9 +71,12 @@ ADAPTER_KEYS: dict[str, _Key] = {
                                   choices=("auto", "kernel", "batch_api")),
     "kvtier_load_order": _Key("str", "oldest_first", "how a worker copies several requests' loads at once "
                               "(docs/vllm-integration.md \"Several loads at once\"): 'oldest_first' (the oldest "
-                              "request's chunks first, another's only while it has none ready: each first token "
-                              "as early as the link allows) or 'shared' (every ready chunk at once: the link "
+                              "request's chunks first, another's only while it has none ready: the oldest load "
+                              "done as early as the link allows) or 'shared' (every ready chunk at once: the link "
                               "shared, the requests done together)", choices=("oldest_first", "shared")),
+    "kvtier_load_queue_mib": _Key("int", 1024, "with kvtier_load_order 'oldest_first', the MiB of load copies a "
+                                  "worker keeps queued on the link for the oldest load (docs/vllm-integration.md "
+                                  "\"Several loads at once\")", lo=1, hi=1 << 20),
     "kvtier_attach_timeout_s": _Key("float", 60.0, "how long a worker waits for the scheduler's pool to appear",
                                     lo=0.1, hi=3600.0),
     "kvtier_preload_max_inflight": _Key("int", 1, "speculative chunk reads in flight for waiting requests (R1, R2); "

@@ -131,5 +131,6 @@ class KVTierSpec(OffloadingSpec):
                                         pool_suffix=self.pool_name().rsplit("-", 1)[1],
                                         world_size=int(self.config.parallel.world_size),
                                         cuda_copy_mode=self.kv["kvtier_cuda_copy_mode"],
-                                        load_order=self.kv["kvtier_load_order"])
+                                        load_order=self.kv["kvtier_load_order"],
+                                        load_queue_bytes=self.kv["kvtier_load_queue_mib"] << 20)
         return self._worker

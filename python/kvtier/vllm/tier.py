@@ -39,8 +39,8 @@ from .spec import engine_options
 TIER_LAYOUT_TAG = "kvtier-vllm-tier-row-v1"
 # kv_connector_extra_config keys of kvtier's that a tier entry takes: the engine's and the cache identity's names.
 # The others configure KVTierSpec's worker, preload and gate, which the tier form does not have.
-_SPEC_ONLY_KEYS = {"kvtier_copy_threads", "kvtier_cuda_copy_mode", "kvtier_load_order", "kvtier_attach_timeout_s",
-                   "kvtier_preload_max_inflight", "kvtier_thresholds_path"}
+_SPEC_ONLY_KEYS = {"kvtier_copy_threads", "kvtier_cuda_copy_mode", "kvtier_load_order", "kvtier_load_queue_mib",
+                   "kvtier_attach_timeout_s", "kvtier_preload_max_inflight", "kvtier_thresholds_path"}
 # How long drain_jobs waits for one job: the engine's own deadlines (op_timeout_ms) end every job well before.
 _DRAIN_WAIT_MS = 600_000
 # A key whose load failed is a miss for this long. On a shared root kvtier keeps a young bad entry (another host may

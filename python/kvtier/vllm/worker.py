@@ -24,9 +24,9 @@ _STREAM_STALL_S = 10.0
 _FLUSH_WAIT_S = 10.0
 # Several requests' streamed loads at once, kvtier_load_order 'oldest_first' (docs/vllm-integration.md "Several loads
 # at once"): one copy covers at most _LOAD_PIECE_BYTES (at least one chunk), so its chunks are acked, and the engine
-# fills their slots again, as the pieces land; the oldest load keeps at most _LOAD_QUEUE_BYTES of copies queued (about
-# 19 ms of a 55 GB/s link), and a younger load gets a piece only while the oldest has none ready and less than two
-# pieces are queued, so the oldest waits for at most two pieces of another's.
+# fills their slots again, as the pieces land; the oldest load keeps at most kvtier_load_queue_mib of copies queued
+# (1 GiB: about 19 ms of a 55 GB/s link), and a younger load gets a piece only while the oldest has none ready and less
+# than two pieces (nor more than that queue) are queued, so the oldest waits for at most two pieces of another's.
 _LOAD_PIECE_BYTES = 128 << 20
 _LOAD_QUEUE_BYTES = 1 << 30
 LOAD_ORDERS = ("oldest_first", "shared")
@@ -123,18 +123,19 @@ def _pieces(nbytes: np.ndarray, piece: int) -> list[slice]:
 
 
 class _LoadOrder:
-    """One pass of the stream thread over its jobs with kvtier_load_order 'oldest_first' (_LOAD_QUEUE_BYTES says
-    the rule): how many bytes of copies each load may start now."""
+    """One pass of the stream thread over its jobs with kvtier_load_order 'oldest_first' (_LOAD_PIECE_BYTES says
+    the rule): how many bytes of copies each load may start now, `limit` the bytes queued for the oldest."""
 
-    def __init__(self, jobs: list[_StreamJob]):
+    def __init__(self, jobs: list[_StreamJob], limit: int = _LOAD_QUEUE_BYTES):
+        self.limit = limit
         self.queued = sum(nb for j in jobs if j.load for _, _, nb in j.inflight)
         self.head = next((j for j in jobs if j.load and j.todo.any()), None)  # the oldest load with chunks to copy
         self.head_sent = 0
 
     def allowance(self, job: _StreamJob) -> int:
         if job is self.head:
-            return _LOAD_QUEUE_BYTES - self.queued
-        return 2 * _LOAD_PIECE_BYTES - self.queued if self.head_sent == 0 else 0
+            return self.limit - self.queued
+        return min(2 * _LOAD_PIECE_BYTES, self.limit) - self.queued if self.head_sent == 0 else 0
 
     def sent(self, job: _StreamJob, nbytes: int) -> None:
         self.queued += nbytes
@@ -149,10 +150,13 @@ class KVTierWorker(OffloadingWorker):
     def __init__(self, kv_caches: CanonicalKVCaches, blocks_per_chunk: int, rank: int, rank_block_bytes: int,
                  copy_threads: int = 1, attach_timeout_s: float = 60.0, copier: Copier | None = None,
                  pool_suffix: str | None = None, world_size: int = 1, cuda_copy_mode: str = "batch_api",
-                 load_order: str = "oldest_first"):
+                 load_order: str = "oldest_first", load_queue_bytes: int = _LOAD_QUEUE_BYTES):
         if load_order not in LOAD_ORDERS:
             raise ValueError(f"kvtier: load_order {load_order!r} is not one of {LOAD_ORDERS}")
+        if int(load_queue_bytes) <= 0:
+            raise ValueError(f"kvtier: load_queue_bytes must be positive, got {load_queue_bytes}")
         self._oldest_first = load_order == "oldest_first"
+        self._load_queue_bytes = int(load_queue_bytes)
         self._ext = extension.load()
         self.bpc = int(blocks_per_chunk)
         self.rank, self.world_size = int(rank), int(world_size)
@@ -207,11 +211,11 @@ class KVTierWorker(OffloadingWorker):
         self._attach_lock = threading.RLock()  # _attach: the transfer path and the pre-attach thread
         self._closed = False
         logger.info("kvtier worker: rank %d of %d copies bytes [%d, %d) of each %d-byte block; %d KV tensors, "
-                    "%d groups, %d bytes/block for this rank, blocks_per_chunk=%d, %s, loads %s", self.rank,
+                    "%d groups, %d bytes/block for this rank, blocks_per_chunk=%d, %s, loads %s (%d MiB queued)", self.rank,
                     self.world_size, self.rank_offset, self.rank_offset + self.rank_block_bytes,
                     self.rank_block_bytes * self.world_size, len(tensors), len(self._groups),
                     int(sum(int(s.sum()) for _, s, _ in self._groups)), self.bpc, self._copier.describe(),
-                    load_order)
+                    load_order, self._load_queue_bytes >> 20)
         # Registering a large pool with CUDA takes seconds (3.5 s for 20 GiB on the H200): do it before the first
         # request needs it. The worker does not know the pool's name (the scheduler's pid is in it) but its suffix,
         # so a thread looks for the pool in /dev/shm and attaches it while the server starts.
@@ -477,7 +481,7 @@ class KVTierWorker(OffloadingWorker):
         (loads in kvtier_load_order), finishes. Returns whether any job moved on."""
         progressed = False
         now = time.perf_counter()
-        order = _LoadOrder(jobs) if self._oldest_first else None
+        order = _LoadOrder(jobs, self._load_queue_bytes) if self._oldest_first else None
         for job in jobs:
             try:
                 if not board:
