@@ -59,12 +59,13 @@ class Link:
     def __init__(self):
         self.queue, self.completed, self.clock = [], {}, 0
         self.log = []  # (job id, bytes) per copy, in queue order
+        self.most_queued = 0  # the most bytes queued at once
 
     def copy(self, direction, dst, src, sizes, after=None):
         ticket = len(self.log)
         self.log.append((int(dst[0]) >> 40, int(sizes.sum())))
         self.queue.append(ticket)
-        self.most_queued = max(getattr(self, "most_queued", 0), sum(self.log[t][1] for t in self.queue))
+        self.most_queued = max(self.most_queued, sum(self.log[t][1] for t in self.queue))
         return ticket
 
     def tick(self):
@@ -94,7 +95,8 @@ def _job(job_id, board, index):
 
 
 def _run(order, counts, **kwargs):
-    """Each load's completion time (bytes the link had moved when its last copy landed), and the copies' log."""
+    """Each load's completion time (bytes the link had moved when its last copy landed), and the link (its log: the
+    copies in queue order)."""
     _, kv_caches = make_kv(1)
     link = Link()
     w = kv.KVTierWorker(kv_caches, 1, 0, LAYERS * PAGE, copier=link, load_order=order, **kwargs)
@@ -111,12 +113,12 @@ def _run(order, counts, **kwargs):
         link.tick()
     w.shutdown()
     assert all(j.nbytes == CHUNK * j.count for j in jobs)  # every chunk copied and acked once
-    _run.most_queued = link.most_queued
-    return [done_at[j.job_id] for j in jobs], link.log
+    return [done_at[j.job_id] for j in jobs], link
 
 
 def test_oldest_first_finishes_the_older_load_before_the_link_serves_the_younger():
-    (a, b), log = _run("oldest_first", [12, 12])
+    (a, b), link = _run("oldest_first", [12, 12])
+    log = link.log
     assert a == 12 * CHUNK and b == 24 * CHUNK  # as if the loads came one after another
     assert max(n for _, n in log) <= worker_mod._LOAD_PIECE_BYTES  # acked piece by piece
     first_b = next(i for i, (job, _) in enumerate(log) if job == 2)
@@ -124,7 +126,8 @@ def test_oldest_first_finishes_the_older_load_before_the_link_serves_the_younger
 
 
 def test_shared_interleaves_the_loads_and_the_older_finishes_late():
-    (a, b), log = _run("shared", [12, 12])
+    (a, b), link = _run("shared", [12, 12])
+    log = link.log
     assert b == 24 * CHUNK and a > 12 * CHUNK + 4 * CHUNK  # the older load waited for the younger's copies
     assert [job for job, _ in log[:3]] == [1, 2, 1]
 
@@ -133,12 +136,11 @@ def test_the_queue_bound_limits_what_is_queued_on_the_link_and_keeps_the_order()
     """kvtier_load_queue_mib: with 1 GiB the oldest load queues its whole ready window (6 chunks, more at the handover
     to the next load); with 128 MiB at most two chunks are queued at any time, and the loads still finish one after
     the other."""
-    _run("oldest_first", [12, 12])
-    assert _run.most_queued >= WINDOW * CHUNK
-    (a, b), _ = _run("oldest_first", [12, 12], load_queue_bytes=2 * CHUNK)
-    assert _run.most_queued == 2 * CHUNK and (a, b) == (12 * CHUNK, 24 * CHUNK)
-    (a, b), _ = _run("oldest_first", [3, 12], load_queue_bytes=CHUNK)  # a younger load too keeps within the bound
-    assert _run.most_queued == CHUNK and (a, b) == (3 * CHUNK, 15 * CHUNK)
+    assert _run("oldest_first", [12, 12])[1].most_queued >= WINDOW * CHUNK
+    (a, b), link = _run("oldest_first", [12, 12], load_queue_bytes=2 * CHUNK)
+    assert link.most_queued == 2 * CHUNK and (a, b) == (12 * CHUNK, 24 * CHUNK)
+    (a, b), link = _run("oldest_first", [3, 12], load_queue_bytes=CHUNK)  # a younger load too keeps within the bound
+    assert link.most_queued == CHUNK and (a, b) == (3 * CHUNK, 15 * CHUNK)
     _, kv_caches = make_kv(1)
     with pytest.raises(ValueError, match="load_queue_bytes must be positive"):
         kv.KVTierWorker(kv_caches, 1, 0, LAYERS * PAGE, copier=Link(), load_queue_bytes=0)
@@ -147,7 +149,7 @@ def test_the_queue_bound_limits_what_is_queued_on_the_link_and_keeps_the_order()
 def test_a_younger_load_fills_the_link_while_the_oldest_has_nothing_ready():
     """Work conserving: the oldest load's window is all queued and none of it is ready yet, so the younger load gets
     at most two pieces queued; the oldest load still finishes first."""
-    (a, b), log = _run("oldest_first", [3, 12])  # the oldest: 3 chunks, fewer than its window
+    (a, b), _ = _run("oldest_first", [3, 12])  # the oldest: 3 chunks, fewer than its window
     assert a == 3 * CHUNK and b == 15 * CHUNK
 
 

@@ -211,7 +211,8 @@ class KVTierWorker(OffloadingWorker):
         self._attach_lock = threading.RLock()  # _attach: the transfer path and the pre-attach thread
         self._closed = False
         logger.info("kvtier worker: rank %d of %d copies bytes [%d, %d) of each %d-byte block; %d KV tensors, "
-                    "%d groups, %d bytes/block for this rank, blocks_per_chunk=%d, %s, loads %s (%d MiB queued)", self.rank,
+                    "%d groups, %d bytes/block for this rank, blocks_per_chunk=%d, %s, loads %s (%d MiB queued)",
+                    self.rank,
                     self.world_size, self.rank_offset, self.rank_offset + self.rank_block_bytes,
                     self.rank_block_bytes * self.world_size, len(tensors), len(self._groups),
                     int(sum(int(s.sum()) for _, s, _ in self._groups)), self.bpc, self._copier.describe(),
