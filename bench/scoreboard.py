@@ -206,19 +206,21 @@ KERNEL = " (kernel copies)"  # a variant: kvtier_cuda_copy_mode kernel, the defa
 DMA_EXTRA = " --kvtier-extra '{\"kvtier_cuda_copy_mode\":\"batch_api\"}'"
 
 
-def _box_d362(folder, args, tier_gib, kernel=False, llama=True):
+def _box_d362(folder, args, tier_gib, copies=None, llama=True):
+    """copies: how the file's kvtier systems copied, 'batch_api' (--kvtier-extra) or 'kernel' (the default then, a
+    variant in the tables); None for a file of peers or the baseline alone."""
     bytes_, pool, thresholds = (4.7e9, 4, "thresholds-llama-3.2-3b.json") if llama else \
         (10.7e9, 8, "thresholds-qwen2.5-32b.json")
     per = _peers_per_system(tier_gib, bytes_, pool, thresholds)
     per["kvtier-dram-shared"] = {**per["kvtier-dram"], "tier": "DRAM tier + disk (load order shared)"}
-    if kernel:
+    if copies == "kernel":
         for system in ("kvtier-disk", "kvtier-dram", "kvtier-dram-shared"):
             per[system] = {**per[system], "tier": per[system]["tier"].replace(")", ", kernel copies)")
                            if "(" in per[system]["tier"] else per[system]["tier"] + KERNEL}
     return {"machine": "h100", "date": "2026-12-06", "device": "zram", "tier": "-", "gate": "off", "preload": "on",
             "per_system": per,
             "command": f"ZRAM=56G HEADLINE_ARGS='{LLAMA_ARGS if llama else PEERS_ARGS} {args}"
-                       f"{'' if kernel else DMA_EXTRA}' scripts/h200/headline.sh at d362a81",
+                       f"{DMA_EXTRA if copies == 'batch_api' else ''}' scripts/h200/headline.sh at d362a81",
             "file": f"bench/results/h200/order-h100-2026-12-06-d362a81/{folder}/headline.json"}
 
 
@@ -330,24 +332,20 @@ SOURCES = {
         _box_57d("lmcache4", "--systems lmcache --tiered-gib 4 --disk-pool-gib 4 --run-timeout-s 60 --deadline-s 100",
                  4, outcome={"lmcache": LMCACHE_LLAMA_4_HUNG}),
         _box_d362("order24", "--systems kvtier-dram,kvtier-dram-shared --tiered-gib 24 --run-timeout-s 90 "
-                  "--deadline-s 300", 24, kernel=True),
+                  "--deadline-s 300", 24, copies="kernel"),
         _box_d362("order24-dma", "--systems kvtier-dram,kvtier-dram-shared --tiered-gib 24 --run-timeout-s 90 "
+                  "--deadline-s 300", 24, copies="batch_api"),
+        _box_d362("peers24", "--systems native,lmcache --tiered-gib 24 --disk-pool-gib 4 --run-timeout-s 90 "
                   "--deadline-s 300", 24),
-        {**_box_d362("peers24", "--systems native,lmcache --tiered-gib 24 --disk-pool-gib 4 --run-timeout-s 90 "
-                     "--deadline-s 300", 24, kernel=True),
-         "command": f"ZRAM=56G HEADLINE_ARGS='{LLAMA_ARGS} --systems native,lmcache --tiered-gib 24 --disk-pool-gib 4 "
-                    "--run-timeout-s 90 --deadline-s 300' scripts/h200/headline.sh at d362a81"},
-        {**_box_d362("baseline", "", 24, kernel=True),
-         "command": f"ZRAM=56G HEADLINE_ARGS='{LLAMA_ARGS} --systems baseline --run-timeout-s 90 --deadline-s 200' "
-                    "scripts/h200/headline.sh at d362a81"},
+        _box_d362("baseline", "--systems baseline --run-timeout-s 90 --deadline-s 200", 24),
         _box_d362("pressure4-kernel", "--systems kvtier-disk --tiered-gib 4 --disk-pool-gib 4 --run-timeout-s 90 "
-                  "--deadline-s 200", 4, kernel=True),
+                  "--deadline-s 200", 4, copies="kernel"),
         _box_d362("pressure4-dma", "--systems kvtier-disk --tiered-gib 4 --disk-pool-gib 4 --run-timeout-s 90 "
-                  "--deadline-s 200", 4),
+                  "--deadline-s 200", 4, copies="batch_api"),
         _box_d362("ample32-kernel", "--systems kvtier-dram --tiered-gib 32 --disk-pool-gib 8 --run-timeout-s 200 "
-                  "--deadline-s 200", 32, kernel=True, llama=False),
+                  "--deadline-s 200", 32, copies="kernel", llama=False),
         _box_d362("ample32-dma", "--systems kvtier-dram --tiered-gib 32 --disk-pool-gib 8 --run-timeout-s 200 "
-                  "--deadline-s 200", 32, llama=False),
+                  "--deadline-s 200", 32, copies="batch_api", llama=False),
         {**_box_c387("peers-h100-2026-12-06-197ec49/gate", "--systems kvtier-disk --disk-thresholds FILE (the box's "
                      "calibration, calibrate-h100-2026-12-06-c3873f0/thresholds.json)", tier="disk only", pool_gib=8,
                      pressure=True, gate="on (the box's calibration: disk never)"),
